@@ -1,0 +1,264 @@
+//! Tsunagi's launcher: `mpirun`/`mpiexec` and the PMI-1 server.
+//!
+//! The job of this crate is to start the ranks of one MPI job, give each the PMI-1 service
+//! the MPI library uses to learn its rank and its peers' business cards, and make the job
+//! end as one: exit 0 only if every rank exited 0 after finalizing, and take every rank
+//! down (SIGTERM, then SIGKILL after a second) as soon as one fails, aborts or is killed,
+//! or mpirun itself is interrupted. In every case it removes the shared-memory files the
+//! MPI core names `/dev/shm/tsunagi-<kvsname>-*`.
+//!
+//! The boundary: the launcher never touches the ranks' stdout or stderr (they inherit
+//! mpirun's, so output arrives byte for byte and mpirun prints nothing of its own on
+//! success); the MPI library side of PMI is `tsunagi_core::pmi`, whose wire codec the
+//! server here reuses.
+//!
+//! Layout:
+//! - [`cli`]: option parsing;
+//! - [`server`]: the PMI-1 server as a sans-IO state machine (lines in, replies and events
+//!   out), independent of how lines arrive;
+//! - [`local`]: spawning ranks on this host and the poll(2) loop that serves their PMI
+//!   sockets and reaps them;
+//! - [`signals`]: signals delivered into that loop through a pipe.
+//!
+//! Only one host is supported for now. Multi-host fits in by giving each remote host an
+//! agent that does `local`'s spawning and reaping there and relays PMI lines and exits to
+//! the one [`server::PmiServer`] here; the process mapping then lists several nodes.
+
+pub mod cli;
+pub mod local;
+pub mod server;
+pub mod signals;
+
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// Exit status for bad usage.
+pub const EXIT_USAGE: i32 = 2;
+
+/// Write one line to stderr, ignoring failure (a closed stderr must not make us panic
+/// while ranks still need to be cleaned up).
+fn say(prog: &str, msg: &str) {
+    let _ = writeln!(std::io::stderr(), "{prog}: {msg}");
+}
+
+/// Find the program the way execvp would: a name with a slash as is, otherwise along PATH.
+/// Errors are the line to print and the exit status (127 not found, 126 not executable, as
+/// shells use).
+pub fn resolve_program(
+    program: &OsStr,
+    path_var: Option<&OsStr>,
+) -> Result<PathBuf, (String, i32)> {
+    let shown = Path::new(program).display().to_string();
+    let executable = |p: &Path| -> bool {
+        let Ok(c) = std::ffi::CString::new(p.as_os_str().as_bytes()) else {
+            return false;
+        };
+        // SAFETY: access only reads the NUL-terminated path we pass.
+        p.is_file() && unsafe { libc::access(c.as_ptr(), libc::X_OK) } == 0
+    };
+    if program.is_empty() {
+        return Err(("empty program name".to_string(), 127));
+    }
+    if program.as_bytes().contains(&b'/') {
+        let p = PathBuf::from(program);
+        if !p.exists() {
+            return Err((format!("program '{shown}' not found"), 127));
+        }
+        if !executable(&p) {
+            return Err((
+                format!("cannot execute '{shown}': not an executable file"),
+                126,
+            ));
+        }
+        return Ok(p);
+    }
+    let mut found_non_exec = false;
+    let path_var = path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    for dir in path_var.as_bytes().split(|&b| b == b':') {
+        let dir = if dir.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(OsStr::from_bytes(dir))
+        };
+        let p = dir.join(program);
+        if executable(&p) {
+            return Ok(p);
+        }
+        found_non_exec |= p.is_file();
+    }
+    if found_non_exec {
+        Err((
+            format!("cannot execute '{shown}': not an executable file"),
+            126,
+        ))
+    } else {
+        Err((format!("program '{shown}' not found in PATH"), 127))
+    }
+}
+
+/// A kvsname unique per job: mpirun's pid plus 32 random bits (time-based if the kernel
+/// will not give randomness), so two jobs never share shared-memory segment names.
+pub fn new_kvsname() -> String {
+    let mut r = 0u32;
+    // SAFETY: getrandom writes at most the 4 bytes of `r`.
+    let got = unsafe { libc::getrandom((&mut r as *mut u32).cast(), 4, libc::GRND_NONBLOCK) };
+    if got != 4 {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        r = t.subsec_nanos() ^ (t.as_secs() as u32).rotate_left(16);
+    }
+    format!("tsunagi_{}_{r:08x}", std::process::id())
+}
+
+/// Remove `/dev/shm/tsunagi-<kvsname>-*`: what the job's ranks left behind if they died
+/// before unlinking their segments.
+pub fn remove_job_shm(kvsname: &str) {
+    remove_job_shm_in(Path::new("/dev/shm"), kvsname);
+}
+
+fn remove_job_shm_in(dir: &Path, kvsname: &str) {
+    let prefix = format!("tsunagi-{kvsname}-");
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        if e.file_name().as_bytes().starts_with(prefix.as_bytes()) {
+            let _ = std::fs::remove_file(e.path());
+        }
+    }
+}
+
+/// Removes the job's shared-memory files when dropped, so every way out of [`main_with`]
+/// (including a panic) cleans up.
+struct ShmCleanup(String);
+
+impl Drop for ShmCleanup {
+    fn drop(&mut self) {
+        remove_job_shm(&self.0);
+    }
+}
+
+/// mpirun's main: `args` is the whole argv. Returns the exit status.
+pub fn main_with(args: Vec<OsString>) -> i32 {
+    let prog = args
+        .first()
+        .map(|a| {
+            Path::new(a)
+                .file_name()
+                .unwrap_or(a)
+                .to_string_lossy()
+                .into_owned()
+        })
+        .unwrap_or_else(|| "mpirun".to_string());
+    let rest = args.get(1..).unwrap_or(&[]);
+    let opts = match cli::parse(rest, |k| std::env::var_os(k)) {
+        Ok(cli::Action::Help) => {
+            print!("{}", cli::usage(&prog));
+            return 0;
+        }
+        Ok(cli::Action::Version) => {
+            println!("Tsunagi {prog} {}", env!("CARGO_PKG_VERSION"));
+            return 0;
+        }
+        Ok(cli::Action::Run(o)) => o,
+        Err(e) => {
+            say(&prog, &format!("{e} (see {prog} --help)"));
+            return EXIT_USAGE;
+        }
+    };
+    let program = match resolve_program(&opts.program, std::env::var_os("PATH").as_deref()) {
+        Ok(p) => p,
+        Err((msg, code)) => {
+            say(&prog, &msg);
+            return code;
+        }
+    };
+    let sigs = match signals::SignalPipe::install() {
+        Ok(s) => s,
+        Err(e) => {
+            say(&prog, &format!("cannot set up signal handling: {e}"));
+            return 1;
+        }
+    };
+    let kvsname = new_kvsname();
+    let _cleanup = ShmCleanup(kvsname.clone());
+    let np = opts.np as usize;
+    let job = local::LocalJob {
+        program,
+        argv0: opts.program,
+        args: opts.args,
+        ranks: (0..np).collect(),
+        size: np,
+        env: opts.env,
+        kvsname,
+    };
+    let outcome = local::run(&job, &sigs);
+    if let Some(msg) = &outcome.message {
+        say(&prog, msg);
+    }
+    outcome.exit_code
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kvsnames_are_unique_and_well_formed() {
+        let a = new_kvsname();
+        let b = new_kvsname();
+        assert_ne!(a, b);
+        assert!(a.starts_with(&format!("tsunagi_{}_", std::process::id())));
+        assert!(a.len() < server::KVSNAME_MAX);
+        assert!(a.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    }
+
+    #[test]
+    fn shm_cleanup_removes_only_this_jobs_files() {
+        let dir = std::env::temp_dir().join(format!("tsunagi-shm-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for f in [
+            "tsunagi-job_1-a",
+            "tsunagi-job_1-b",
+            "tsunagi-job_10-a",
+            "other",
+        ] {
+            std::fs::write(dir.join(f), b"x").unwrap();
+        }
+        remove_job_shm_in(&dir, "job_1");
+        let mut left: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        left.sort();
+        assert_eq!(left, vec!["other", "tsunagi-job_10-a"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn resolves_programs() {
+        assert!(resolve_program(OsStr::new("sh"), Some(OsStr::new("/nonexistent:/bin"))).is_ok());
+        assert_eq!(
+            resolve_program(OsStr::new("no-such-prog-xyz"), Some(OsStr::new("/bin")))
+                .unwrap_err()
+                .1,
+            127
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("/no/such/file"), None)
+                .unwrap_err()
+                .1,
+            127
+        );
+        assert_eq!(
+            resolve_program(OsStr::new("/etc/passwd"), None)
+                .unwrap_err()
+                .1,
+            126
+        );
+        assert_eq!(resolve_program(OsStr::new("/"), None).unwrap_err().1, 126);
+    }
+}

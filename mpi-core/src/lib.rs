@@ -1,0 +1,24 @@
+//! Tsunagi's MPI core: communicators, groups, datatypes, the request layer (matching,
+//! eager and rendezvous protocols), errors, attributes and start-up through PMI.
+//!
+//! Boundary: below it is the P2P layer (`tsunagi-p2p`, which moves header+payload messages
+//! between world ranks over shared memory, sockets and other transports); above it are the
+//! collectives, the C ABI and the safe Rust API, which call [`runtime::Runtime`]'s methods.
+//! The core works on raw buffer addresses and typed handles ([`CommId`], [`ReqId`],
+//! [`datatype::TypeRef`]); handle tables with MPICH's integer values belong to the C ABI.
+
+pub mod comm;
+pub mod datatype;
+mod engine;
+pub mod error;
+pub mod group;
+pub mod pmi;
+pub mod protocol;
+pub mod runtime;
+
+pub use comm::{CommId, ErrHandler, Keyval};
+pub use engine::{
+    Buf, MsgId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL,
+};
+pub use error::{ErrorClass, MpiError, MpiResult};
+pub use runtime::{finalize, init, initialized, finalized, rt, Runtime, ThreadLevel};

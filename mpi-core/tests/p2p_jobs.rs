@@ -1,0 +1,204 @@
+//! Runs the `p2p_check` example as real multi-process jobs under our `mpirun` (and under
+//! MPICH's `mpiexec.hydra` when installed): 1 to 8 ranks on this machine's 2 cores, both
+//! progress engines, shared memory alone and shared memory mixed with the stream transport
+//! (pretend nodes), and the failure paths (MPI_Abort, a rank killed by SIGKILL, a fatal
+//! error), checking that nothing is left behind.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+/// Jobs run one at a time: they share two cores, and the orphan checks look for any rank.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// target/<profile>/ of this test binary.
+fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("test exe");
+    exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf()
+}
+
+fn ensure_built() -> (PathBuf, PathBuf) {
+    let dir = target_dir();
+    let mpirun = dir.join("mpirun");
+    let check = dir.join("examples").join("p2p_check");
+    if !mpirun.exists() || !check.exists() {
+        let profile_release = dir.ends_with("release");
+        let mut c = Command::new(env!("CARGO"));
+        c.args(["build", "-p", "tsunagi-launcher", "-p", "tsunagi-core", "--examples", "--bins"]);
+        if profile_release {
+            c.arg("--release");
+        }
+        let st = c.status().expect("cargo build");
+        assert!(st.success(), "building mpirun and p2p_check failed");
+    }
+    (mpirun, check)
+}
+
+fn shm_leftovers() -> Vec<String> {
+    std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("tsunagi-"))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn run(mut cmd: Command, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn job");
+    let pid = child.id();
+    // A watchdog so a hang fails the test instead of blocking CI.
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    std::thread::spawn(move || {
+        let t = Instant::now();
+        while t.elapsed() < limit {
+            if d2.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        // SAFETY: sending a signal to our own child's pid.
+        unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    });
+    let out = child.wait_with_output().expect("wait job");
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    (out, start.elapsed())
+}
+
+fn job(n: usize, progress: &str, node_map: Option<&str>, tests: &[&str]) -> (Output, Duration) {
+    let (mpirun, check) = ensure_built();
+    let mut c = Command::new(mpirun);
+    c.arg("-n").arg(n.to_string()).arg(&check).args(tests);
+    c.env("TSUNAGI_PROGRESS", progress);
+    match node_map {
+        Some(m) => c.env("TSUNAGI_NODE_MAP", m),
+        None => c.env_remove("TSUNAGI_NODE_MAP"),
+    };
+    run(c, Duration::from_secs(240))
+}
+
+fn assert_ok(out: &Output, tests: &[&str], what: &str) {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{what}: exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    for t in tests {
+        assert!(stdout.contains(&format!("OK {t}")), "{what}: no 'OK {t}'\nstdout:\n{stdout}\nstderr:\n{stderr}");
+    }
+    assert!(stderr.is_empty(), "{what}: unexpected stderr:\n{stderr}");
+}
+
+const ALL: &[&str] = &["sizes", "order", "modes", "datatypes", "comms", "errors"];
+
+#[test]
+fn singleton_without_launcher() {
+    let _serial = serial();
+    let (_, check) = ensure_built();
+    let mut c = Command::new(check);
+    for v in ["PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "TSUNAGI_NODE_MAP"] {
+        c.env_remove(v);
+    }
+    c.args(ALL);
+    let (out, _) = run(c, Duration::from_secs(120));
+    assert_ok(&out, ALL, "singleton");
+}
+
+#[test]
+fn polling_1_to_8_ranks() {
+    let _serial = serial();
+    for n in [1usize, 2, 3, 4, 8] {
+        let tests: &[&str] = if n == 8 { &["order", "modes", "comms", "errors", "datatypes"] } else { ALL };
+        let (out, _) = job(n, "polling", None, tests);
+        assert_ok(&out, tests, &format!("polling n={n}"));
+    }
+    assert!(shm_leftovers().is_empty(), "leftover /dev/shm files: {:?}", shm_leftovers());
+}
+
+#[test]
+fn threaded_1_to_8_ranks() {
+    let _serial = serial();
+    for n in [1usize, 2, 4, 8] {
+        let tests: &[&str] = if n == 8 { &["order", "modes", "comms"] } else { ALL };
+        let (out, _) = job(n, "threaded", None, tests);
+        assert_ok(&out, tests, &format!("threaded n={n}"));
+    }
+}
+
+/// Two pretend nodes: shared memory inside each, the stream transport between them, both
+/// live at once under each engine.
+#[test]
+fn shm_and_stream_mixed_both_engines() {
+    let _serial = serial();
+    for progress in ["polling", "threaded"] {
+        let (out, _) = job(4, progress, Some("2"), ALL);
+        assert_ok(&out, ALL, &format!("mixed {progress}"));
+        let (out, _) = job(5, progress, Some("0,1,0,1,1"), &["order", "modes", "comms"]);
+        assert_ok(&out, &["order", "modes", "comms"], &format!("mixed interleaved {progress}"));
+    }
+}
+
+fn assert_failed_cleanly(out: &Output, took: Duration, what: &str, expect: &str) {
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{what}: job should fail");
+    assert!(took < Duration::from_secs(20), "{what}: took {took:?}");
+    assert!(stderr.contains(expect), "{what}: stderr lacks '{expect}':\n{stderr}");
+    // No rank of the job may survive it.
+    let ps = Command::new("pgrep").args(["-f", "examples/p2p_check"]).output().expect("pgrep");
+    let left = String::from_utf8_lossy(&ps.stdout);
+    assert!(left.trim().is_empty(), "{what}: orphans left: {left}");
+    assert!(shm_leftovers().is_empty(), "{what}: leftover /dev/shm files: {:?}", shm_leftovers());
+}
+
+#[test]
+fn abort_ends_job_cleanly() {
+    let _serial = serial();
+    let (out, took) = job(4, "polling", None, &["abort"]);
+    assert_failed_cleanly(&out, took, "abort", "MPI_Abort");
+    assert_eq!(out.status.code(), Some(3), "exit code of MPI_Abort(3)");
+}
+
+#[test]
+fn killed_rank_ends_job_cleanly() {
+    let _serial = serial();
+    let (out, took) = job(4, "polling", None, &["sigkill"]);
+    assert_failed_cleanly(&out, took, "sigkill", "signal");
+}
+
+#[test]
+fn fatal_error_names_call_and_argument() {
+    let _serial = serial();
+    let (out, took) = job(2, "polling", None, &["fatal"]);
+    assert_failed_cleanly(&out, took, "fatal", "MPI_Send");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("rank 1000000"), "message names the argument:\n{stderr}");
+}
+
+/// The same program started by MPICH's Hydra (PMI-1 over PMI_FD), if installed.
+#[test]
+fn runs_under_mpich_hydra() {
+    let _serial = serial();
+    if Command::new("mpiexec.hydra").arg("--version").output().is_err() {
+        eprintln!("mpiexec.hydra not installed; skipped");
+        return;
+    }
+    let (_, check) = ensure_built();
+    let mut c = Command::new("mpiexec.hydra");
+    c.args(["-n", "4"]).arg(check).args(["order", "modes", "comms", "sizes"]);
+    c.env_remove("TSUNAGI_NODE_MAP");
+    let (out, _) = run(c, Duration::from_secs(240));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "hydra: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    for t in ["order", "modes", "comms", "sizes"] {
+        assert!(stdout.contains(&format!("OK {t}")), "hydra: no OK {t}:\n{stdout}");
+    }
+}

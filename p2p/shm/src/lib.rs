@@ -1,0 +1,779 @@
+//! Tsunagi's shared-memory transport: the ranks of one node exchange messages through
+//! lock-free rings in a POSIX shared-memory segment, sleep on futex doorbells when idle, and
+//! copy large payloads directly out of each other's memory with CMA (`process_vm_readv`).
+//!
+//! Boundary: this crate implements [`tsunagi_p2p::Transport`] for the peers on this node and
+//! nothing else. It moves a 32-byte [`Header`] plus payload per message, in order per peer,
+//! never blocks, and offers `read_remote` for single-copy rendezvous; the protocols on top
+//! (eager vs. rendezvous, matching, the streamed fallback when CMA is off) belong to
+//! `tsunagi-core`. Start-up (who creates, barriers, names) is driven by the core: the node
+//! leader calls [`ShmTransport::create`], the others [`ShmTransport::attach`] after a
+//! barrier, and the leader [`ShmTransport::unlink`]s after a second barrier.
+//!
+//! Layout and memory ordering are documented in `layout.rs` (what lives where) and
+//! `ring.rs` (the single-producer/single-consumer protocol). In short: one segment per node,
+//! a slot per local rank (pid, CMA probe address, doorbell), one ring per ordered pair of
+//! local ranks; each cell's first cache line carries a stamp (sequence + length), the header
+//! and the first payload bytes, published with one Release store.
+
+use std::cell::Cell;
+use std::ptr::NonNull;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tsunagi_p2p::futex::DoorbellWords;
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport};
+
+mod layout;
+mod ring;
+mod segment;
+
+use layout::{round_up, InfoLine, Layout, SegHeader, Slot, LINE, MAGIC, PAYLOAD_OFFSET, VERSION};
+use ring::{Consumer, Producer, RingRef};
+use segment::Mapping;
+
+/// Tunables of the shared-memory transport.
+///
+/// The leader's values of `eager_limit`, `cell_bytes` and `cells_per_ring` are stored in the
+/// segment and adopted by every attaching rank, so ranks with different environments still
+/// agree on the layout; the remaining fields are per process.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ShmConfig {
+    /// Largest payload sent eagerly (bytes). Cells grow to hold at least this much.
+    pub eager_limit: usize,
+    /// Bytes per ring cell including its 40-byte stamp+header (rounded up to 64).
+    pub cell_bytes: usize,
+    /// Cells per ring (at least 2); reduced automatically when the segment would exceed
+    /// `max_segment_bytes`.
+    pub cells_per_ring: usize,
+    /// Pause iterations an [`EventSource::sleep`] spins watching the doorbell before it
+    /// enters the futex (a short spin saves a wake-up system call when the event is near).
+    pub spin_iters: u32,
+    /// Use CMA (`process_vm_readv`) for single-copy reads when the kernel permits it.
+    pub cma: bool,
+    /// Messages taken from one peer's ring per `poll` call before moving to the next peer.
+    pub poll_batch: usize,
+    /// Upper bound for the segment size; `cells_per_ring` shrinks (down to 4) to respect it.
+    pub max_segment_bytes: usize,
+    /// How long `attach` waits for the leader's segment to appear and be initialised.
+    pub attach_timeout: Duration,
+}
+
+impl Default for ShmConfig {
+    /// 16 KiB eager limit, cells of 16 KiB payload + one header line, 32 cells per ring
+    /// (≈ 514 KiB per ring, ≈ 29 MiB for 8 local ranks), CMA on.
+    fn default() -> ShmConfig {
+        ShmConfig {
+            eager_limit: 16 * 1024,
+            cell_bytes: 16 * 1024 + LINE,
+            cells_per_ring: 32,
+            spin_iters: 64,
+            cma: true,
+            poll_batch: 16,
+            max_segment_bytes: 512 << 20,
+            attach_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+fn env_usize(var: &str) -> Option<usize> {
+    let v = std::env::var(var).ok()?;
+    match v.trim().parse::<usize>() {
+        Ok(x) => Some(x),
+        Err(_) => {
+            eprintln!("tsunagi-shm: ignoring {var}={v:?} (not a number of bytes/count)");
+            None
+        }
+    }
+}
+
+impl ShmConfig {
+    /// The defaults, overridden by `TSUNAGI_SHM_EAGER` (bytes), `TSUNAGI_SHM_CELL` (bytes per
+    /// cell), `TSUNAGI_SHM_CELLS` (cells per ring), `TSUNAGI_SHM_SPIN` (pause iterations)
+    /// and `TSUNAGI_SHM_CMA=0` (disable CMA, forcing the streamed rendezvous fallback).
+    pub fn from_env() -> ShmConfig {
+        let mut c = ShmConfig::default();
+        if let Some(e) = env_usize("TSUNAGI_SHM_EAGER") {
+            c.eager_limit = e;
+        }
+        if let Some(b) = env_usize("TSUNAGI_SHM_CELL") {
+            c.cell_bytes = b;
+        }
+        if let Some(n) = env_usize("TSUNAGI_SHM_CELLS") {
+            c.cells_per_ring = n;
+        }
+        if let Some(s) = env_usize("TSUNAGI_SHM_SPIN") {
+            c.spin_iters = s.min(u32::MAX as usize) as u32;
+        }
+        if let Ok(v) = std::env::var("TSUNAGI_SHM_CMA") {
+            c.cma = !matches!(v.trim(), "0" | "no" | "off" | "false");
+        }
+        c
+    }
+
+    /// The layout the leader creates for `nlocal` ranks and the eager limit it records.
+    fn resolve(&self, nlocal: usize) -> (Layout, usize) {
+        // Cells are limited to 256 MiB so the length fits the stamp with room to spare.
+        let eager = self.eager_limit.min(256 << 20);
+        let cell = round_up(
+            self.cell_bytes
+                .max(eager + PAYLOAD_OFFSET)
+                .clamp(2 * LINE, (256 << 20) + LINE),
+            LINE,
+        );
+        let mut cells = self.cells_per_ring.max(2);
+        let nrings = nlocal * nlocal.saturating_sub(1);
+        if let Some(per_ring) = self.max_segment_bytes.checked_div(nrings) {
+            let fit = per_ring.saturating_sub(layout::PAD) / cell;
+            if fit < cells {
+                cells = fit.max(4).min(cells);
+            }
+        }
+        let l = Layout::new(nlocal, cell, cells);
+        (l, eager.min(cell - PAYLOAD_OFFSET))
+    }
+}
+
+/// True unless the kernel says no such process.
+fn pid_alive(pid: i32) -> bool {
+    // SAFETY: signal 0 only checks existence and permission.
+    let r = unsafe { libc::kill(pid, 0) };
+    r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
+}
+
+/// Read `dst.len()` bytes at `addr` in process `pid`, looping over partial reads.
+fn vm_read(pid: i32, addr: u64, dst: &mut [u8]) -> Result<(), P2pError> {
+    let mut done = 0usize;
+    while done < dst.len() {
+        let rest = dst.len() - done;
+        let local = libc::iovec {
+            // SAFETY: done < dst.len(), so the pointer stays inside dst.
+            iov_base: unsafe { dst.as_mut_ptr().add(done) } as *mut libc::c_void,
+            iov_len: rest,
+        };
+        let remote = libc::iovec {
+            iov_base: (addr + done as u64) as *mut libc::c_void,
+            iov_len: rest,
+        };
+        // SAFETY: the local iovec describes memory we exclusively borrow; the kernel checks
+        // the remote one against the other process's mappings (and our permission).
+        let r = unsafe { libc::process_vm_readv(pid, &local, 1, &remote, 1, 0) };
+        if r < 0 {
+            let e = std::io::Error::last_os_error().raw_os_error().unwrap_or(0);
+            if e == libc::EINTR {
+                continue;
+            }
+            return Err(P2pError::Os {
+                call: "process_vm_readv",
+                errno: e,
+            });
+        }
+        if r == 0 {
+            // No progress: the remote range ended in an unmapped page.
+            return Err(P2pError::Os {
+                call: "process_vm_readv",
+                errno: libc::EFAULT,
+            });
+        }
+        done += r as usize;
+    }
+    Ok(())
+}
+
+/// Sending side of one peer.
+struct Tx {
+    prod: Producer,
+    /// The receiver's doorbell.
+    bell: NonNull<DoorbellWords>,
+    /// The receiver's identity line (pid for failure checks).
+    info: NonNull<InfoLine>,
+    peer: Rank,
+    /// Consecutive `try_send` calls that found this ring full.
+    full_tries: u32,
+}
+
+/// Receiving side of one peer.
+struct Rx {
+    cons: Consumer,
+    /// The sender's doorbell (rung when it waits for room).
+    bell: NonNull<DoorbellWords>,
+    peer: Rank,
+}
+
+/// CMA probe states.
+const CMA_UNKNOWN: u8 = 0;
+const CMA_YES: u8 = 1;
+const CMA_NO: u8 = 2;
+
+/// Full-ring attempts between two checks whether the receiver still exists.
+const FAILURE_CHECK_EVERY: u32 = 1 << 16;
+
+/// The shared-memory transport of one rank. See the crate documentation.
+pub struct ShmTransport {
+    map: Arc<Mapping>,
+    layout: Layout,
+    me: Rank,
+    my_idx: usize,
+    ranks: Vec<Rank>,
+    /// `ranks` is `ranks[0]..=ranks[0]+n-1`: peer lookup is a subtraction.
+    contiguous: bool,
+    leader: bool,
+    /// Per peer (local index with `my_idx` removed).
+    tx: Vec<Tx>,
+    rx: Vec<Rx>,
+    /// Peer the next `poll` starts with (round robin).
+    rr: usize,
+    eager_limit: usize,
+    max_payload: usize,
+    poll_batch: usize,
+    spin_iters: u32,
+    cma_enabled: bool,
+    cma: Vec<Cell<u8>>,
+}
+
+// SAFETY: the raw pointers point into `map`, which the transport keeps alive; the shared
+// structures they reach are atomics or protected by the ring protocol, and no state is tied
+// to a thread. (Not Sync: `cma` uses Cell, and the rings are single-producer/consumer.)
+unsafe impl Send for ShmTransport {}
+
+impl ShmTransport {
+    /// Node leader (lowest world rank on the node) creates the segment /dev/shm/<name>
+    /// (O_CREAT|O_EXCL, mode 0600), sizes and initialises it.
+    pub fn create(
+        name: &str,
+        local_ranks: &[Rank],
+        me: Rank,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
+        let my_idx = check_ranks(local_ranks, me)?;
+        let (layout, eager) = cfg.resolve(local_ranks.len());
+        let map = Mapping::create(name, layout.total_bytes)?;
+        let base = map.base();
+        // SAFETY: the mapping is at least `total_bytes` long, page aligned, zero filled and
+        // not yet visible to anyone else as initialised (magic is still 0), so writing the
+        // plain header fields and slot ranks is race free.
+        unsafe {
+            let h = &mut *(base as *mut SegHeader);
+            h.version = VERSION;
+            h.nlocal = local_ranks.len() as u32;
+            h.cell_bytes = layout.cell_bytes as u64;
+            h.cells_per_ring = layout.cells_per_ring as u64;
+            h.eager_limit = eager as u64;
+            h.slots_offset = layout.slots_offset as u64;
+            h.rings_offset = layout.rings_offset as u64;
+            h.ring_stride = layout.ring_stride as u64;
+            h.total_bytes = layout.total_bytes as u64;
+            for (i, &r) in local_ranks.iter().enumerate() {
+                let slot = &mut *(base.add(layout.slot_offset(i)) as *mut Slot);
+                slot.info.world_rank = r;
+            }
+            // Release: everything above is visible to whoever Acquire-loads the magic.
+            (*(base as *const SegHeader))
+                .magic
+                .store(MAGIC, Ordering::Release);
+        }
+        ShmTransport::finish(
+            Arc::new(map),
+            layout,
+            eager,
+            local_ranks,
+            me,
+            my_idx,
+            true,
+            cfg,
+        )
+    }
+
+    /// The other local ranks attach after the leader created it (the core puts a PMI
+    /// barrier in between; this also tolerates launch skew by waiting up to
+    /// `cfg.attach_timeout` for the segment to appear).
+    pub fn attach(
+        name: &str,
+        local_ranks: &[Rank],
+        me: Rank,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
+        let my_idx = check_ranks(local_ranks, me)?;
+        let deadline = std::time::Instant::now() + cfg.attach_timeout;
+        let map = Mapping::open(name, cfg.attach_timeout, std::mem::size_of::<SegHeader>())?;
+        let base = map.base();
+        // SAFETY: the mapping holds at least a SegHeader (checked by open); magic is atomic.
+        let hdr = unsafe { &*(base as *const SegHeader) };
+        // Acquire pairs with the leader's Release store of the magic.
+        while hdr.magic.load(Ordering::Acquire) != MAGIC {
+            if std::time::Instant::now() >= deadline {
+                return Err(P2pError::Other(format!(
+                    "shm segment {name}: not initialised by the leader in time (bad magic)"
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        if hdr.version != VERSION {
+            return Err(P2pError::Other(format!(
+                "shm segment {name}: layout version {} but this library speaks {VERSION}",
+                hdr.version
+            )));
+        }
+        if hdr.nlocal as usize != local_ranks.len() {
+            return Err(P2pError::Other(format!(
+                "shm segment {name}: created for {} local ranks, attaching with {}",
+                hdr.nlocal,
+                local_ranks.len()
+            )));
+        }
+        let cell = hdr.cell_bytes as usize;
+        let cells = hdr.cells_per_ring as usize;
+        if cell & (LINE - 1) != 0 || cell <= PAYLOAD_OFFSET || cells < 2 {
+            return Err(P2pError::Other(format!(
+                "shm segment {name}: bad geometry ({cells} cells of {cell} bytes)"
+            )));
+        }
+        let layout = Layout::new(local_ranks.len(), cell, cells);
+        if layout.total_bytes as u64 != hdr.total_bytes
+            || layout.rings_offset as u64 != hdr.rings_offset
+            || layout.total_bytes > map.len()
+        {
+            return Err(P2pError::Other(format!(
+                "shm segment {name}: layout mismatch (size {} vs {})",
+                hdr.total_bytes, layout.total_bytes
+            )));
+        }
+        for (i, &r) in local_ranks.iter().enumerate() {
+            // SAFETY: slot i is inside the mapping (layout checked against its length);
+            // world_rank was written before the magic we acquired.
+            let wr = unsafe {
+                (*(base.add(layout.slot_offset(i)) as *const Slot))
+                    .info
+                    .world_rank
+            };
+            if wr != r {
+                return Err(P2pError::Other(format!(
+                    "shm segment {name}: local rank {i} is world rank {wr}, expected {r}"
+                )));
+            }
+        }
+        let eager = (hdr.eager_limit as usize).min(cell - PAYLOAD_OFFSET);
+        ShmTransport::finish(
+            Arc::new(map),
+            layout,
+            eager,
+            local_ranks,
+            me,
+            my_idx,
+            false,
+            cfg,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish(
+        map: Arc<Mapping>,
+        layout: Layout,
+        eager: usize,
+        local_ranks: &[Rank],
+        me: Rank,
+        my_idx: usize,
+        leader: bool,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
+        let base = map.base();
+        let n = local_ranks.len();
+        let slot = |i: usize| -> NonNull<Slot> {
+            // SAFETY: i < n and the layout fits the mapping.
+            NonNull::new(unsafe { base.add(layout.slot_offset(i)) } as *mut Slot).unwrap()
+        };
+        let ring = |s: usize, r: usize| -> RingRef {
+            // SAFETY: the ring (s, r) lies inside the mapping, is 128-aligned (page-aligned
+            // base + multiples of 128), zero-initialised by tmpfs, and in this process only
+            // this transport's single Producer or Consumer for it will use it.
+            unsafe {
+                RingRef::new(
+                    base.add(layout.ring_offset(s, r)),
+                    layout.cells_per_ring,
+                    layout.cell_bytes,
+                )
+            }
+        };
+        let mut tx = Vec::with_capacity(n.saturating_sub(1));
+        let mut rx = Vec::with_capacity(n.saturating_sub(1));
+        for (i, &peer) in local_ranks.iter().enumerate() {
+            if i == my_idx {
+                continue;
+            }
+            let s = slot(i);
+            // SAFETY: s points to a Slot in the live mapping; we only form field pointers.
+            let (bell, info) = unsafe {
+                (
+                    NonNull::from(&(*s.as_ptr()).bell.words),
+                    NonNull::from(&(*s.as_ptr()).info),
+                )
+            };
+            tx.push(Tx {
+                prod: Producer::new(ring(my_idx, i)),
+                bell,
+                info,
+                peer,
+                full_tries: 0,
+            });
+            rx.push(Rx {
+                cons: Consumer::new(ring(i, my_idx)),
+                bell,
+                peer,
+            });
+        }
+        // Publish who we are: base address first, pid last with Release, so a peer that
+        // sees our pid also sees the probe address.
+        // SAFETY: our own slot, inside the mapping; fields are atomics.
+        unsafe {
+            let info = &(*slot(my_idx).as_ptr()).info;
+            info.base_addr.store(base as u64, Ordering::Relaxed);
+            info.pid.store(libc::getpid(), Ordering::Release);
+        }
+        let contiguous = local_ranks[n - 1] - local_ranks[0] == (n - 1) as Rank;
+        Ok(ShmTransport {
+            map,
+            layout,
+            me,
+            my_idx,
+            ranks: local_ranks.to_vec(),
+            contiguous,
+            leader,
+            tx,
+            rx,
+            rr: 0,
+            eager_limit: eager,
+            max_payload: layout.cell_bytes - PAYLOAD_OFFSET,
+            poll_batch: cfg.poll_batch.max(1),
+            spin_iters: cfg.spin_iters,
+            cma_enabled: cfg.cma,
+            cma: (0..n).map(|_| Cell::new(CMA_UNKNOWN)).collect(),
+        })
+    }
+
+    /// Remove the name from /dev/shm (the core calls it on the leader after a second
+    /// barrier, once every local rank attached; mappings stay valid). Idempotent.
+    pub fn unlink(&self) -> Result<(), P2pError> {
+        self.map.unlink()
+    }
+
+    /// Remove `/dev/shm/<name>` ignoring errors (for cleanup paths such as abort).
+    pub fn unlink_name(name: &str) {
+        segment::unlink_name(name)
+    }
+
+    /// The segment name (without the leading '/').
+    pub fn segment_name(&self) -> &str {
+        self.map.name()
+    }
+
+    /// Size of the mapped segment in bytes.
+    pub fn segment_bytes(&self) -> usize {
+        self.map.len()
+    }
+
+    /// The world ranks on this node, ascending.
+    pub fn local_ranks(&self) -> &[Rank] {
+        &self.ranks
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+
+    /// Bytes per ring cell and cells per ring, as laid out by the leader.
+    pub fn geometry(&self) -> (usize, usize) {
+        (self.layout.cell_bytes, self.layout.cells_per_ring)
+    }
+
+    /// True once every local rank has attached (published its pid).
+    pub fn all_attached(&self) -> bool {
+        (0..self.ranks.len()).all(|i| self.slot_info(i).pid.load(Ordering::Acquire) != 0)
+    }
+
+    /// The pid `peer` published when it attached, if it has.
+    pub fn peer_pid(&self, peer: Rank) -> Option<i32> {
+        let i = self.ranks.binary_search(&peer).ok()?;
+        match self.slot_info(i).pid.load(Ordering::Acquire) {
+            0 => None,
+            p => Some(p),
+        }
+    }
+
+    fn slot_info(&self, i: usize) -> &InfoLine {
+        // SAFETY: i < nlocal; the slot lies inside the mapping we hold; pid/base_addr are
+        // atomics and world_rank is immutable after creation.
+        unsafe { &(*(self.map.base().add(self.layout.slot_offset(i)) as *const Slot)).info }
+    }
+
+    /// Local index of `peer` (not `me`), as an index into `tx`/`rx`.
+    #[inline]
+    fn peer_index(&self, peer: Rank) -> Option<usize> {
+        let idx = if self.contiguous {
+            let i = peer.wrapping_sub(self.ranks[0]) as usize;
+            if i >= self.ranks.len() {
+                return None;
+            }
+            i
+        } else {
+            self.ranks.binary_search(&peer).ok()?
+        };
+        if idx == self.my_idx {
+            return None;
+        }
+        Some(idx - (idx > self.my_idx) as usize)
+    }
+
+    fn no_route(&self, peer: Rank) -> P2pError {
+        if peer == self.me {
+            P2pError::Unsupported("shm does not send to self".into())
+        } else {
+            P2pError::Unsupported(format!("rank {peer} is not on this node"))
+        }
+    }
+
+    /// Probe CMA towards local index `i`: read the magic at the peer's mapping address.
+    fn probe_cma(&self, i: usize) -> u8 {
+        let info = self.slot_info(i);
+        let pid = info.pid.load(Ordering::Acquire);
+        if pid == 0 {
+            return CMA_UNKNOWN; // not attached yet; ask again later
+        }
+        let addr = info.base_addr.load(Ordering::Relaxed);
+        let mut buf = [0u8; 8];
+        match vm_read(pid, addr, &mut buf) {
+            Ok(()) if u64::from_ne_bytes(buf) == MAGIC => CMA_YES,
+            _ => CMA_NO,
+        }
+    }
+
+    #[cold]
+    fn on_full(&mut self, pi: usize) -> Result<bool, P2pError> {
+        let tx = &mut self.tx[pi];
+        tx.full_tries = tx.full_tries.wrapping_add(1);
+        if tx.full_tries & (FAILURE_CHECK_EVERY - 1) == 0 {
+            // SAFETY: info points into our live mapping; pid is atomic.
+            let pid = unsafe { tx.info.as_ref() }.pid.load(Ordering::Acquire);
+            if pid != 0 && !pid_alive(pid) {
+                return Err(P2pError::PeerFailed {
+                    peer: tx.peer,
+                    why: format!("process {pid} is gone and its shm ring stays full"),
+                });
+            }
+        }
+        Ok(false)
+    }
+}
+
+impl Drop for ShmTransport {
+    fn drop(&mut self) {
+        // A leader that goes away (also on error paths before the core's unlink) must not
+        // leave its name behind; after unlink() this is a no-op.
+        if self.leader {
+            let _ = self.map.unlink();
+        }
+    }
+}
+
+fn check_ranks(local_ranks: &[Rank], me: Rank) -> Result<usize, P2pError> {
+    if local_ranks.is_empty() || local_ranks.len() > u16::MAX as usize {
+        return Err(P2pError::Other(format!(
+            "shm: {} local ranks (need 1..=65535)",
+            local_ranks.len()
+        )));
+    }
+    if local_ranks.windows(2).any(|w| w[0] >= w[1]) {
+        return Err(P2pError::Other(
+            "shm: local ranks must be strictly ascending".into(),
+        ));
+    }
+    local_ranks
+        .binary_search(&me)
+        .map_err(|_| P2pError::Other(format!("shm: rank {me} is not among the local ranks")))
+}
+
+/// Ring `bell` if its owner announced that it sleeps (or is about to).
+///
+/// The SeqCst fence sits between our Release of the stamp and the load of `sleeping`; the
+/// sleeper has SeqCst on `sleeping.fetch_add` and a SeqCst fence before its final poll
+/// (see [`ShmEvents::prepare`]). Either we see `sleeping != 0` and ring (bumping `count`,
+/// which makes its futex wait return), or its final poll sees our message. Skipping the
+/// atomic add when nobody sleeps keeps the doorbell line shared-clean among many senders.
+#[inline]
+fn notify(bell: &DoorbellWords) {
+    fence(Ordering::SeqCst);
+    if bell.sleeping.load(Ordering::Relaxed) != 0 {
+        bell.ring();
+    }
+}
+
+impl Transport for ShmTransport {
+    fn name(&self) -> &'static str {
+        "shm"
+    }
+
+    fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn single_copy(&self, peer: Rank) -> bool {
+        if !self.cma_enabled {
+            return false;
+        }
+        let Ok(i) = self.ranks.binary_search(&peer) else {
+            return false;
+        };
+        if i == self.my_idx {
+            return false;
+        }
+        let c = &self.cma[i];
+        if c.get() == CMA_UNKNOWN {
+            c.set(self.probe_cma(i));
+        }
+        c.get() == CMA_YES
+    }
+
+    #[inline]
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        if payload.len() > self.max_payload {
+            return Err(P2pError::Other(format!(
+                "shm: payload of {} bytes exceeds max_payload {}",
+                payload.len(),
+                self.max_payload
+            )));
+        }
+        let Some(pi) = self.peer_index(peer) else {
+            return Err(self.no_route(peer));
+        };
+        let tx = &mut self.tx[pi];
+        if !tx.prod.try_push(hdr, payload) {
+            return self.on_full(pi);
+        }
+        tx.full_tries = 0;
+        // SAFETY: bell points to the receiver's doorbell inside our live mapping.
+        notify(unsafe { tx.bell.as_ref() });
+        Ok(true)
+    }
+
+    #[inline]
+    fn poll(&mut self, sink: &mut tsunagi_p2p::Sink<'_>) -> Result<usize, P2pError> {
+        let n = self.rx.len();
+        if n == 0 {
+            return Ok(0);
+        }
+        let start = self.rr;
+        self.rr = if start + 1 == n { 0 } else { start + 1 };
+        let mut total = 0;
+        for k in 0..n {
+            let i = if start + k >= n {
+                start + k - n
+            } else {
+                start + k
+            };
+            let rx = &mut self.rx[i];
+            let peer = rx.peer;
+            let got = rx.cons.pop(self.poll_batch, |h, p| sink(peer, h, p));
+            if got.wake_producer {
+                // SAFETY: the sender's doorbell inside our live mapping.
+                unsafe { rx.bell.as_ref() }.ring();
+            }
+            total += got.count;
+        }
+        Ok(total)
+    }
+
+    fn read_remote(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        if !self.cma_enabled {
+            return Err(P2pError::Unsupported(
+                "shm: CMA disabled (TSUNAGI_SHM_CMA=0)".into(),
+            ));
+        }
+        let i = match self.ranks.binary_search(&peer) {
+            Ok(i) if i != self.my_idx => i,
+            _ => return Err(self.no_route(peer)),
+        };
+        let pid = self.slot_info(i).pid.load(Ordering::Acquire);
+        if pid == 0 {
+            return Err(P2pError::Other(format!(
+                "shm: rank {peer} has not attached; its pid is unknown"
+            )));
+        }
+        vm_read(pid, remote_addr, dst)
+    }
+
+    fn event_source(&self) -> Arc<dyn EventSource> {
+        // SAFETY: our slot lies in the mapping the event source keeps alive via its Arc.
+        let words = unsafe {
+            NonNull::from(
+                &(*(self.map.base().add(self.layout.slot_offset(self.my_idx)) as *const Slot))
+                    .bell
+                    .words,
+            )
+        };
+        Arc::new(ShmEvents {
+            _map: self.map.clone(),
+            words,
+            spin_iters: self.spin_iters,
+        })
+    }
+}
+
+/// This rank's doorbell in the segment, as an [`EventSource`]. Holds the mapping alive.
+pub struct ShmEvents {
+    _map: Arc<Mapping>,
+    words: NonNull<DoorbellWords>,
+    spin_iters: u32,
+}
+
+// SAFETY: `words` points into the mapping `_map` keeps alive; DoorbellWords is all atomics.
+unsafe impl Send for ShmEvents {}
+// SAFETY: as above.
+unsafe impl Sync for ShmEvents {}
+
+impl ShmEvents {
+    #[inline]
+    fn words(&self) -> &DoorbellWords {
+        // SAFETY: see the Send/Sync justification.
+        unsafe { self.words.as_ref() }
+    }
+}
+
+impl EventSource for ShmEvents {
+    fn prepare(&self) -> u64 {
+        let t = self.words().prepare();
+        // Pairs with the fence in `notify`: orders our `sleeping` increment before the
+        // caller's final poll of the rings (see `notify`).
+        fence(Ordering::SeqCst);
+        t
+    }
+
+    fn sleep(&self, token: u64, timeout: Duration) {
+        let w = self.words();
+        // A short spin catches a message that is about to arrive without a futex round trip.
+        for _ in 0..self.spin_iters {
+            if w.count.load(Ordering::Acquire) as u64 != token {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        w.sleep(token, timeout);
+    }
+
+    fn cancel(&self) {
+        self.words().cancel()
+    }
+
+    fn notify(&self) {
+        self.words().ring()
+    }
+}

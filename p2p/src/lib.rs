@@ -1,0 +1,299 @@
+//! Tsunagi's P2P layer: the contract every transport fulfils, the router that maps a peer
+//! rank to one transport, and the pieces the progress engines are built from.
+//!
+//! Boundary: this crate moves *messages* (a fixed 32-byte [`Header`] plus payload bytes)
+//! between world ranks. It knows nothing of communicators, tags or matching; the header
+//! fields other than `src` are opaque to it and interpreted by the request layer
+//! (`tsunagi-core`). Transports live in their own crates (`tsunagi-shm`, later TCP, vendor
+//! MPI, PM, IMPI); this crate also carries the in-process [`SelfTransport`] and the
+//! [`stream::StreamTransport`] over Unix-domain sockets, which serves as the second live
+//! transport in tests of multi-transport progress until TCP lands.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+pub mod futex;
+pub mod self_transport;
+pub mod stream;
+
+pub use self_transport::SelfTransport;
+
+/// A process's rank in MPI_COMM_WORLD.
+pub type Rank = u32;
+
+/// The fixed message header carried in front of every payload.
+///
+/// `#[repr(C)]`, 32 bytes, so that transports can copy it as plain bytes into shared memory
+/// or onto a socket. Only `src` has a meaning to the P2P layer; the request layer defines
+/// the others per `kind` (see `tsunagi_core::protocol`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    /// Protocol message kind, defined by the request layer.
+    pub kind: u8,
+    /// Protocol flags, defined by the request layer.
+    pub flags: u8,
+    /// Reserved; zero.
+    pub reserved: u16,
+    /// Sender's world rank.
+    pub src: Rank,
+    /// MPI tag (or a protocol field for control messages).
+    pub tag: i32,
+    /// Communicator context id (or a protocol field for control messages).
+    pub context: u32,
+    /// Whole message length in bytes (or a protocol field for control messages).
+    pub len: u64,
+    /// A request id chosen by one side and echoed by the other.
+    pub cookie: u64,
+}
+
+/// Size of [`Header`] on the wire.
+pub const HEADER_BYTES: usize = std::mem::size_of::<Header>();
+const _: () = assert!(HEADER_BYTES == 32);
+
+impl Header {
+    /// The header as its 32 wire bytes (native byte order: transports that cross hosts
+    /// with different byte order must convert).
+    pub fn to_bytes(&self) -> [u8; HEADER_BYTES] {
+        let mut out = [0u8; HEADER_BYTES];
+        out[0] = self.kind;
+        out[1] = self.flags;
+        out[2..4].copy_from_slice(&self.reserved.to_ne_bytes());
+        out[4..8].copy_from_slice(&self.src.to_ne_bytes());
+        out[8..12].copy_from_slice(&self.tag.to_ne_bytes());
+        out[12..16].copy_from_slice(&self.context.to_ne_bytes());
+        out[16..24].copy_from_slice(&self.len.to_ne_bytes());
+        out[24..32].copy_from_slice(&self.cookie.to_ne_bytes());
+        out
+    }
+
+    /// Inverse of [`Header::to_bytes`].
+    pub fn from_bytes(b: &[u8; HEADER_BYTES]) -> Header {
+        let u16_at = |i: usize| u16::from_ne_bytes([b[i], b[i + 1]]);
+        let u32_at = |i: usize| u32::from_ne_bytes(b[i..i + 4].try_into().unwrap());
+        let u64_at = |i: usize| u64::from_ne_bytes(b[i..i + 8].try_into().unwrap());
+        Header {
+            kind: b[0],
+            flags: b[1],
+            reserved: u16_at(2),
+            src: u32_at(4),
+            tag: u32_at(8) as i32,
+            context: u32_at(12),
+            len: u64_at(16),
+            cookie: u64_at(24),
+        }
+    }
+}
+
+/// Why a transport operation failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum P2pError {
+    /// The peer is gone (process died, connection lost); the job cannot go on with it.
+    PeerFailed { peer: Rank, why: String },
+    /// The transport does not reach this peer or does not offer the operation.
+    Unsupported(String),
+    /// A system call failed.
+    Os { call: &'static str, errno: i32 },
+    /// Anything else, with a message.
+    Other(String),
+}
+
+impl fmt::Display for P2pError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            P2pError::PeerFailed { peer, why } => write!(f, "peer rank {peer} failed: {why}"),
+            P2pError::Unsupported(s) => write!(f, "unsupported: {s}"),
+            P2pError::Os { call, errno } => write!(
+                f,
+                "{call} failed: {}",
+                std::io::Error::from_raw_os_error(*errno)
+            ),
+            P2pError::Other(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for P2pError {}
+
+impl P2pError {
+    /// The error of the last failed system call.
+    pub fn last_os(call: &'static str) -> P2pError {
+        P2pError::Os {
+            call,
+            errno: std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+        }
+    }
+}
+
+/// What a transport calls for each message that arrived: the peer it came from, its header
+/// and its payload. The payload slice is only valid during the call (it may point into a
+/// shared-memory ring), so the request layer copies it out or into the user's buffer.
+pub type Sink<'a> = dyn FnMut(Rank, &Header, &[u8]) + 'a;
+
+/// The contract of a transport.
+///
+/// A transport reaches a set of peers and moves messages to them reliably and in order per
+/// peer. No method blocks: a send that finds no room returns `Ok(false)` and the caller
+/// retries after making progress (which frees room). A send that returns `Ok(true)` has
+/// copied the payload: the caller's buffer is free, i.e. send completion is immediate.
+pub trait Transport: Send {
+    /// A short name for logs and errors ("shm", "self", "stream").
+    fn name(&self) -> &'static str;
+
+    /// Messages up to this many payload bytes go eagerly; larger ones use rendezvous.
+    fn eager_limit(&self) -> usize;
+
+    /// The largest payload of one message; streamed rendezvous data is cut into chunks of
+    /// at most this size. At least `eager_limit()`.
+    fn max_payload(&self) -> usize;
+
+    /// True if [`Transport::read_remote`] works for `peer` (single-copy rendezvous).
+    fn single_copy(&self, _peer: Rank) -> bool {
+        false
+    }
+
+    /// Try to send one message (`payload.len() <= max_payload()`).
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError>;
+
+    /// Deliver arrived messages to `sink`, in order per peer, without blocking. Returns how
+    /// many were delivered. A transport may bound the number delivered per call.
+    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError>;
+
+    /// Copy `dst.len()` bytes from address `remote_addr` in `peer`'s address space into
+    /// `dst` (single copy, e.g. process_vm_readv). Only valid where `single_copy(peer)`.
+    fn read_remote(
+        &mut self,
+        peer: Rank,
+        _remote_addr: u64,
+        _dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        Err(P2pError::Unsupported(format!(
+            "{} cannot read rank {peer}'s memory",
+            self.name()
+        )))
+    }
+
+    /// What to block on when idle. The object outlives borrows of the transport so that a
+    /// progress thread can sleep on it without holding the request-layer lock.
+    fn event_source(&self) -> Arc<dyn EventSource>;
+}
+
+/// Something an idle rank can sleep on until a transport may have work.
+///
+/// The protocol avoids lost wake-ups: call [`EventSource::prepare`], then poll the transport
+/// once more, and only if that found nothing call [`EventSource::sleep`] with the token.
+/// A sender that publishes a message after `prepare` makes `sleep` return at once.
+pub trait EventSource: Send + Sync {
+    /// Announce the intent to sleep; returns a token for `sleep`.
+    fn prepare(&self) -> u64;
+    /// Sleep until an event may have happened since `prepare` returned `token`, or until
+    /// `timeout`. Spurious returns are allowed. Clears the intent announced by `prepare`.
+    fn sleep(&self, token: u64, timeout: Duration);
+    /// Withdraw the intent announced by `prepare` without sleeping.
+    fn cancel(&self);
+    /// Wake a sleeper (used to stop progress threads and for in-process events).
+    fn notify(&self);
+}
+
+/// Which progress engine drives the transports (chosen at run time).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProgressMode {
+    /// Every progress call visits every transport without blocking, round robin.
+    Polling,
+    /// One thread per transport blocks on its own event source and hands events to the
+    /// request layer under its lock.
+    Threaded,
+}
+
+impl ProgressMode {
+    /// From `TSUNAGI_PROGRESS` (`polling`, the default, or `threaded`).
+    pub fn from_env() -> Result<ProgressMode, String> {
+        match std::env::var("TSUNAGI_PROGRESS") {
+            Err(_) => Ok(ProgressMode::Polling),
+            Ok(v) => match v.as_str() {
+                "" | "polling" | "poll" => Ok(ProgressMode::Polling),
+                "threaded" | "thread" | "threads" => Ok(ProgressMode::Threaded),
+                other => Err(format!(
+                    "TSUNAGI_PROGRESS={other}: expected 'polling' or 'threaded'"
+                )),
+            },
+        }
+    }
+}
+
+/// Maps each world rank to the transport that reaches it.
+pub struct Router {
+    transports: Vec<Box<dyn Transport>>,
+    route: Vec<u8>,
+}
+
+/// Marks a rank no transport reaches.
+const NO_ROUTE: u8 = u8::MAX;
+
+impl Router {
+    /// A router for a job of `size` ranks with no routes yet.
+    pub fn new(size: usize) -> Router {
+        Router {
+            transports: Vec::new(),
+            route: vec![NO_ROUTE; size],
+        }
+    }
+
+    /// Add a transport that reaches `peers`; later additions override earlier routes.
+    /// Returns the transport's index.
+    pub fn add(&mut self, transport: Box<dyn Transport>, peers: &[Rank]) -> usize {
+        let idx = self.transports.len();
+        assert!(idx < NO_ROUTE as usize, "too many transports");
+        self.transports.push(transport);
+        for &p in peers {
+            self.route[p as usize] = idx as u8;
+        }
+        idx
+    }
+
+    /// Index of the transport reaching `peer`, if any.
+    #[inline]
+    pub fn route_of(&self, peer: Rank) -> Option<usize> {
+        match self.route.get(peer as usize) {
+            Some(&i) if i != NO_ROUTE => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// The transport reaching `peer`.
+    #[inline]
+    pub fn to(&mut self, peer: Rank) -> Option<&mut dyn Transport> {
+        let i = self.route_of(peer)?;
+        Some(self.transports[i].as_mut())
+    }
+
+    /// All transports, in the order they were added.
+    pub fn transports(&mut self) -> &mut [Box<dyn Transport>] {
+        &mut self.transports
+    }
+
+    /// Number of transports.
+    pub fn len(&self) -> usize {
+        self.transports.len()
+    }
+
+    /// True when no transport was added.
+    pub fn is_empty(&self) -> bool {
+        self.transports.is_empty()
+    }
+
+    /// The event sources of all transports, index-aligned with `transports()`.
+    pub fn event_sources(&self) -> Vec<Arc<dyn EventSource>> {
+        self.transports.iter().map(|t| t.event_source()).collect()
+    }
+
+    /// Polling engine step: visit every transport once without blocking.
+    pub fn poll_all(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        let mut n = 0;
+        for t in self.transports.iter_mut() {
+            n += t.poll(sink)?;
+        }
+        Ok(n)
+    }
+}
