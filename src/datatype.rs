@@ -1,6 +1,40 @@
 //! Datatypes: the [`Equivalence`] trait that maps Rust types to MPI datatypes, user-built
 //! derived datatypes ([`UserDatatype`]), and the buffer traits ([`Buffer`], [`BufferMut`])
 //! with their explicit-datatype views ([`View`], [`MutView`]).
+//!
+//! ```
+//! use tsunagi::datatype::{UserDatatype, View};
+//! use tsunagi::traits::*;
+//!
+//! #[derive(tsunagi::Equivalence, Clone, Copy)]
+//! #[repr(C)]
+//! struct Particle { id: u32, pos: [f64; 3], charge: f32 }
+//!
+//! // The derived datatype carries the fields' bytes (no padding) and has the Rust size
+//! // as its extent, so slices of particles can be sent as they are.
+//! let dt = Particle::equivalent_datatype();
+//! assert_eq!(dt.size(), 4 + 24 + 4);
+//! assert_eq!(dt.extent() as usize, std::mem::size_of::<Particle>());
+//!
+//! // Column 2 of a 4 x 3 row-major matrix: 4 blocks of 1 element, 3 elements apart.
+//! let m: Vec<f64> = (0..12).map(f64::from).collect();
+//! let column = UserDatatype::vector(4, 1, 3, &f64::equivalent_datatype()).unwrap();
+//! let view = View::new(&m[2..], 1, &column).unwrap(); // sendable like any buffer
+//! assert_eq!(view.buffer_count(), 1);
+//! // A view reaching past the end of its slice is refused.
+//! assert!(View::new(&m[3..], 1, &column).is_err());
+//! ```
+//!
+//! Enums and unions cannot derive `Equivalence`:
+//! ```compile_fail
+//! #[derive(tsunagi::Equivalence)]
+//! enum E { A(u32), B(f64) }
+//! ```
+//! nor can structs with a field that has no datatype:
+//! ```compile_fail
+//! #[derive(tsunagi::Equivalence)]
+//! struct S { name: String }
+//! ```
 
 use std::any::TypeId;
 use std::collections::HashMap;
@@ -174,7 +208,12 @@ impl UserDatatype {
         stride: Count,
         old: &impl AsDatatype,
     ) -> Result<UserDatatype> {
-        built(Datatype::vector(count, blocklength, stride, &old.as_datatype().0))
+        built(Datatype::vector(
+            count,
+            blocklength,
+            stride,
+            &old.as_datatype().0,
+        ))
     }
     /// Like [`UserDatatype::vector`] with the stride in bytes (MPI_Type_create_hvector).
     pub fn heterogeneous_vector(
@@ -183,7 +222,12 @@ impl UserDatatype {
         stride: Address,
         old: &impl AsDatatype,
     ) -> Result<UserDatatype> {
-        built(Datatype::hvector(count, blocklength, stride, &old.as_datatype().0))
+        built(Datatype::hvector(
+            count,
+            blocklength,
+            stride,
+            &old.as_datatype().0,
+        ))
     }
     /// Blocks of `blocklengths[i]` elements at `displacements[i]` elements
     /// (MPI_Type_indexed).
@@ -205,7 +249,11 @@ impl UserDatatype {
         displacements: &[Address],
         old: &impl AsDatatype,
     ) -> Result<UserDatatype> {
-        check_same_len("heterogeneous_indexed", blocklengths.len(), displacements.len())?;
+        check_same_len(
+            "heterogeneous_indexed",
+            blocklengths.len(),
+            displacements.len(),
+        )?;
         built(Datatype::hindexed(
             blocklengths,
             displacements,
@@ -272,7 +320,7 @@ impl UserDatatype {
         UserDatatype(commit(Datatype::dup(&old.as_datatype().0)))
     }
     /// The datatype as a shared handle.
-    pub fn as_ref(&self) -> &DatatypeRef {
+    pub fn datatype_ref(&self) -> &DatatypeRef {
         &self.0
     }
     /// Bytes of data one element carries.

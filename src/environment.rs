@@ -179,7 +179,10 @@ impl AttachedBuffer {
     }
     fn detach_inner(&mut self) -> Result<Vec<u8>> {
         if self.buf.is_none() {
-            return Err(Error::new(ErrorClass::Buffer, "MPI_Buffer_detach: already detached"));
+            return Err(Error::new(
+                ErrorClass::Buffer,
+                "MPI_Buffer_detach: already detached",
+            ));
         }
         match runtime::rt("MPI_Buffer_detach") {
             Ok(rt) => {
@@ -228,7 +231,9 @@ pub fn time_resolution() -> f64 {
 
 /// The name of the host this process runs on (MPI_Get_processor_name).
 pub fn processor_name() -> Result<String> {
-    Ok(runtime::rt("MPI_Get_processor_name")?.processor_name().to_string())
+    Ok(runtime::rt("MPI_Get_processor_name")?
+        .processor_name()
+        .to_string())
 }
 
 /// The version of the MPI standard implemented, (major, minor) (MPI_Get_version).

@@ -69,10 +69,10 @@ pub use tsunagi_derive::Equivalence;
 
 /// Count of elements (MPI_Count).
 pub use datatype::Count;
-/// A rank in a communicator.
-pub use topology::Rank;
 /// A message tag.
 pub use point_to_point::Tag;
+/// A rank in a communicator.
+pub use topology::Rank;
 
 /// MPI_Wtime under its MPI name.
 #[allow(non_snake_case)]
@@ -135,13 +135,13 @@ mod tests {
 
     #[test]
     fn views_check_bounds() {
-        let m = vec![0f64; 12]; // 3 x 4
+        let m = [0f64; 12]; // 3 x 4
         let col = UserDatatype::vector(3, 1, 4, &f64::equivalent_datatype()).unwrap();
         assert!(View::new(&m[..], 1, &col).is_ok());
         assert!(View::new(&m[3..], 1, &col).is_ok());
         assert!(View::new(&m[4..], 1, &col).is_err());
         assert!(View::new(&m[..], -1, &col).is_err());
-        let mut r = vec![0f64; 3];
+        let mut r = [0f64; 3];
         let c3 = UserDatatype::contiguous(3, &f64::equivalent_datatype()).unwrap();
         assert!(MutView::new(&mut r[..], 1, &c3).is_ok());
         assert!(MutView::new(&mut r[..], 2, &c3).is_err());

@@ -8,7 +8,7 @@ use tsunagi_core::{rt, CommId, MsgId, SendMode, ANY_SOURCE, ANY_TAG, PROC_NULL};
 
 use crate::datatype::{AsDatatype, Buffer, BufferMut, Count, DatatypeRef, Equivalence};
 use crate::error::{Error, ErrorClass, Result};
-use crate::request::{Request, Scope};
+use crate::request::{PersistentRequest, Request, Scope};
 use crate::topology::{same_comm, Communicator, Rank};
 
 /// A message tag.
@@ -58,7 +58,8 @@ fn count_of_bytes(bytes: usize, dt: &DatatypeRef) -> Option<usize> {
     if size == 0 {
         return if bytes == 0 { Some(0) } else { None };
     }
-    (bytes % size == 0).then_some(bytes / size)
+    let n = bytes / size;
+    (n * size == bytes).then_some(n)
 }
 
 /// A process to send to or receive from: a rank in a communicator.
@@ -211,6 +212,32 @@ pub trait Destination {
             Ok(Request::from_raw(id, scope))
         }
     }
+    /// A persistent standard-mode send of `buf` with `tag` (MPI_Send_init); `buf` stays
+    /// borrowed for the scope's `'a`.
+    fn send_init<'a, S: Scope<'a>, B: Buffer + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a B,
+        tag: Tag,
+    ) -> Result<PersistentRequest<'a, S>> {
+        let call = "MPI_Send_init";
+        let dt = buf.buffer_datatype();
+        // SAFETY: `buf` is borrowed (shared) for 'a, and the scope completes and frees the
+        // request within 'a.
+        unsafe {
+            let id = rt(call)?.persistent(
+                call,
+                Some(SendMode::Standard),
+                buf.buffer_pointer() as *mut u8,
+                buf.buffer_count(),
+                dt.as_raw(),
+                self.destination_rank(),
+                tag,
+                self.destination_comm(),
+            )?;
+            Ok(PersistentRequest::from_raw(id, scope))
+        }
+    }
     /// Start a send with tag 0 (MPI_Isend).
     fn immediate_send<'a, S: Scope<'a>, B: Buffer + ?Sized>(
         &self,
@@ -338,7 +365,11 @@ pub trait Source {
         self.receive_into_with_tag(buf, ANY_TAG)
     }
     /// Receive into `buf` with `tag`.
-    fn receive_into_with_tag<B: BufferMut + ?Sized>(&self, buf: &mut B, tag: Tag) -> Result<Status> {
+    fn receive_into_with_tag<B: BufferMut + ?Sized>(
+        &self,
+        buf: &mut B,
+        tag: Tag,
+    ) -> Result<Status> {
         let call = "MPI_Recv";
         let dt = buf.buffer_datatype();
         let count = buf.buffer_count();
@@ -395,6 +426,33 @@ pub trait Source {
                 self.source_comm(),
             )?;
             Ok(Request::from_raw(id, scope))
+        }
+    }
+    /// A persistent receive into `buf` with `tag` (MPI_Recv_init); `buf` stays borrowed
+    /// for the scope's `'a`.
+    fn receive_init<'a, S: Scope<'a>, B: BufferMut + ?Sized>(
+        &self,
+        scope: S,
+        buf: &'a mut B,
+        tag: Tag,
+    ) -> Result<PersistentRequest<'a, S>> {
+        let call = "MPI_Recv_init";
+        let dt = buf.buffer_datatype();
+        let count = buf.buffer_count();
+        // SAFETY: `buf` is borrowed mutably for 'a, and the scope completes and frees the
+        // request within 'a.
+        unsafe {
+            let id = rt(call)?.persistent(
+                call,
+                None,
+                buf.buffer_pointer_mut(),
+                count,
+                dt.as_raw(),
+                self.source_rank(),
+                tag,
+                self.source_comm(),
+            )?;
+            Ok(PersistentRequest::from_raw(id, scope))
         }
     }
     /// Block until a message is available and return its status (MPI_Probe).
@@ -490,7 +548,8 @@ impl Message {
         let count = buf.buffer_count();
         let msg = self.msg.take();
         // SAFETY: BufferMut describes writable memory borrowed by `buf` for this call.
-        let st = unsafe { rt(call)?.mrecv(call, buf.buffer_pointer_mut(), count, dt.as_raw(), msg)? };
+        let st =
+            unsafe { rt(call)?.mrecv(call, buf.buffer_pointer_mut(), count, dt.as_raw(), msg)? };
         Ok(Status(st))
     }
 
@@ -501,7 +560,8 @@ impl Message {
         let mut slot = MaybeUninit::<T>::uninit();
         let msg = self.msg.take();
         // SAFETY: the slot has room for one element of T's datatype.
-        let st = unsafe { rt(call)?.mrecv(call, slot.as_mut_ptr() as *mut u8, 1, dt.as_raw(), msg)? };
+        let st =
+            unsafe { rt(call)?.mrecv(call, slot.as_mut_ptr() as *mut u8, 1, dt.as_raw(), msg)? };
         finish_single(call, slot, st)
     }
 
@@ -522,7 +582,10 @@ impl Message {
         })?;
         let mut v: Vec<T> = Vec::new();
         v.try_reserve_exact(n).map_err(|_| {
-            Error::new(ErrorClass::NoMem, format!("{call}: cannot allocate {n} elements"))
+            Error::new(
+                ErrorClass::NoMem,
+                format!("{call}: cannot allocate {n} elements"),
+            )
         })?;
         let msg = self.msg.take();
         // SAFETY: the vector's spare capacity holds n elements of T (extent size_of::<T>()).
@@ -532,7 +595,11 @@ impl Message {
         if st.bytes != n * dt.size() {
             return Err(Error::new(
                 ErrorClass::Intern,
-                format!("{call}: expected {} bytes, received {}", n * dt.size(), st.bytes),
+                format!(
+                    "{call}: expected {} bytes, received {}",
+                    n * dt.size(),
+                    st.bytes
+                ),
             ));
         }
         // SAFETY: all n elements were written with data of T's type signature.
@@ -621,7 +688,12 @@ where
 }
 
 /// [`send_receive_into_with_tags`] with send tag 0 and any receive tag.
-pub fn send_receive_into<S, D, B, R>(msg: &S, destination: &D, buf: &mut B, source: &R) -> Result<Status>
+pub fn send_receive_into<S, D, B, R>(
+    msg: &S,
+    destination: &D,
+    buf: &mut B,
+    source: &R,
+) -> Result<Status>
 where
     S: Buffer + ?Sized,
     D: Destination,
@@ -665,7 +737,11 @@ where
 
 /// Send `buf` to `destination`, then replace its contents with the message received from
 /// `source` (MPI_Sendrecv_replace).
-pub fn send_receive_replace_into<B, D, R>(buf: &mut B, destination: &D, source: &R) -> Result<Status>
+pub fn send_receive_replace_into<B, D, R>(
+    buf: &mut B,
+    destination: &D,
+    source: &R,
+) -> Result<Status>
 where
     B: BufferMut + ?Sized,
     D: Destination,
@@ -675,9 +751,21 @@ where
     same_comm(call, destination.destination_comm(), source.source_comm())?;
     let dt = buf.buffer_datatype();
     let count = buf.buffer_count();
+    let r = rt(call)?;
+    // The core posts the receive before it starts the send and does not withdraw the
+    // receive if the send is refused, which would leave `buf` in use after we return:
+    // check the destination here first.
+    let size = r.comm_size(destination.destination_comm())? as Rank;
+    let dest = destination.destination_rank();
+    if dest != PROC_NULL && !(0..size).contains(&dest) {
+        return Err(Error::new(
+            ErrorClass::Rank,
+            format!("{call}: invalid destination rank {dest} (communicator size {size})"),
+        ));
+    }
     // SAFETY: `buf` is uniquely borrowed across the blocking call.
     let st = unsafe {
-        rt(call)?.sendrecv_replace(
+        r.sendrecv_replace(
             buf.buffer_pointer_mut(),
             count,
             dt.as_raw(),

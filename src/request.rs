@@ -65,7 +65,9 @@ pub struct LocalScope<'a> {
 impl std::fmt::Debug for LocalScope<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.outstanding.lock().map(|v| v.len()).unwrap_or(0);
-        f.debug_struct("LocalScope").field("outstanding", &n).finish()
+        f.debug_struct("LocalScope")
+            .field("outstanding", &n)
+            .finish()
     }
 }
 
@@ -93,7 +95,11 @@ unsafe impl<'a> Scope<'a> for &LocalScope<'a> {
 
 impl Drop for LocalScope<'_> {
     fn drop(&mut self) {
-        let ids = std::mem::take(self.outstanding.get_mut().unwrap_or_else(|p| p.into_inner()));
+        let ids = std::mem::take(
+            self.outstanding
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner()),
+        );
         if ids.is_empty() {
             return;
         }
@@ -102,14 +108,24 @@ impl Drop for LocalScope<'_> {
             return;
         };
         for id in ids {
+            let persistent = r.is_persistent(id);
             if r.wait_raw("request scope end", id).is_err() {
+                if !r.is_active(id) {
+                    // Gone or inactive: the core holds no pointer to the buffer.
+                    continue;
+                }
                 let _ = r.cancel(id);
                 if let Err(e) = r.wait_raw("request scope end", id) {
                     // The buffer may still be in use by the core and is about to be
                     // released: the only safe way out is to stop the process.
-                    eprintln!("tsunagi: a request could not be completed at the end of its scope: {e}");
+                    eprintln!(
+                        "tsunagi: a request could not be completed at the end of its scope: {e}"
+                    );
                     std::process::abort();
                 }
+            }
+            if persistent {
+                let _ = r.request_free(id);
             }
         }
     }
@@ -235,6 +251,89 @@ impl<'a, S: Scope<'a>> Drop for Request<'a, S> {
     }
 }
 
+/// A persistent request (MPI_Send_init / MPI_Recv_init): the same operation started
+/// again and again with [`PersistentRequest::start`], borrowing its buffer for `'a`.
+/// Dropping it frees it once it is inactive; an active one is completed by its scope.
+#[must_use = "a persistent request does nothing until started"]
+pub struct PersistentRequest<'a, S: Scope<'a>> {
+    id: ReqId,
+    scope: S,
+    active: bool,
+    _lt: PhantomData<fn(&'a ()) -> &'a ()>,
+}
+
+impl<'a, S: Scope<'a>> std::fmt::Debug for PersistentRequest<'a, S> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PersistentRequest")
+            .field("id", &self.id.0)
+            .field("active", &self.active)
+            .finish()
+    }
+}
+
+impl<'a, S: Scope<'a>> PersistentRequest<'a, S> {
+    /// Wrap an inactive persistent core request; it is registered with `scope`.
+    ///
+    /// # Safety
+    /// The request's buffer must be borrowed (mutably for receives) for `'a`.
+    pub(crate) unsafe fn from_raw(id: ReqId, scope: S) -> PersistentRequest<'a, S> {
+        scope.register(id);
+        PersistentRequest {
+            id,
+            scope,
+            active: false,
+            _lt: PhantomData,
+        }
+    }
+
+    /// Start the operation (MPI_Start). An error if it is already active.
+    pub fn start(&mut self) -> Result<()> {
+        if self.active {
+            return Err(Error::new(
+                ErrorClass::Request,
+                "MPI_Start: the persistent request is already active (wait for it first)",
+            ));
+        }
+        rt("MPI_Start")?.start(self.id)?;
+        self.active = true;
+        Ok(())
+    }
+
+    /// Wait for the current operation (MPI_Wait); the request becomes inactive and can
+    /// be started again. An inactive request gives the empty status at once.
+    pub fn wait(&mut self) -> Result<Status> {
+        let st = rt("MPI_Wait")?.wait_raw("MPI_Wait", self.id)?;
+        self.active = false;
+        truncation("MPI_Wait", &st)?;
+        Ok(Status::from_raw(st))
+    }
+
+    /// Complete the current operation if it is done (MPI_Test): `Some(status)` then.
+    pub fn test(&mut self) -> Result<Option<Status>> {
+        match rt("MPI_Test")?.request_get_status(self.id)? {
+            Some(_) => self.wait().map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// True while started and not yet waited for.
+    pub fn is_active(&self) -> bool {
+        self.active
+    }
+}
+
+impl<'a, S: Scope<'a>> Drop for PersistentRequest<'a, S> {
+    fn drop(&mut self) {
+        if self.active {
+            // The scope completes and frees it.
+            self.scope.abandon(self.id);
+        } else if let Ok(r) = rt("MPI_Request_free") {
+            self.scope.unregister(self.id);
+            let _ = r.request_free(self.id);
+        }
+    }
+}
+
 /// Wait for all `requests` (MPI_Waitall); statuses in order. If a receive was truncated,
 /// all requests are still completed and the error is returned.
 pub fn wait_all<'a, S: Scope<'a>>(
@@ -294,3 +393,55 @@ pub fn test_all<'a, S: Scope<'a>>(
     }
     Ok(wait_all(requests))
 }
+
+/// The borrow rules at work (these do not compile).
+///
+/// A buffer declared inside the scope cannot be used by a request of the scope:
+/// ```compile_fail
+/// use tsunagi::traits::*;
+/// let u = tsunagi::initialize().unwrap();
+/// let w = u.world();
+/// let p = w.process_at_rank(0);
+/// tsunagi::request::scope(|scope| {
+///     let local = [1u8; 4];
+///     let _r = p.immediate_send(scope, &local[..]).unwrap();
+/// });
+/// ```
+///
+/// A receive buffer cannot be read while its request may be writing it:
+/// ```compile_fail
+/// use tsunagi::traits::*;
+/// let u = tsunagi::initialize().unwrap();
+/// let w = u.world();
+/// let p = w.process_at_rank(0);
+/// let mut buf = [0u8; 4];
+/// tsunagi::request::scope(|scope| {
+///     let r = p.immediate_receive_into(scope, &mut buf[..]).unwrap();
+///     let peek = buf[0];
+///     r.wait().unwrap();
+/// });
+/// ```
+///
+/// Nor can a send buffer be modified or freed while it is being sent:
+/// ```compile_fail
+/// use tsunagi::traits::*;
+/// let u = tsunagi::initialize().unwrap();
+/// let w = u.world();
+/// let p = w.process_at_rank(0);
+/// let mut buf = vec![0u8; 4];
+/// tsunagi::request::scope(|scope| {
+///     let _r = p.immediate_send(scope, &buf[..]).unwrap();
+///     drop(buf);
+/// });
+/// ```
+///
+/// A request cannot escape its scope:
+/// ```compile_fail
+/// use tsunagi::traits::*;
+/// let u = tsunagi::initialize().unwrap();
+/// let w = u.world();
+/// let p = w.process_at_rank(0);
+/// let buf = [0u8; 4];
+/// let r = tsunagi::request::scope(|scope| p.immediate_send(scope, &buf[..]).unwrap());
+/// ```
+pub mod borrow_rules {}

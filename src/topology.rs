@@ -7,6 +7,10 @@ use tsunagi_core::{rt, CommId};
 use crate::error::{Error, ErrorClass, Result};
 use crate::point_to_point::{AnyProcess, Process};
 
+/// How two groups or communicators relate: identical, congruent (same members in the
+/// same order, different context), similar (same members, other order) or unequal.
+pub use tsunagi_core::group::Comparison;
+
 /// A rank in a communicator.
 pub type Rank = i32;
 
@@ -77,7 +81,11 @@ pub trait Communicator {
         self.split_by_color_with_key(color, key)
     }
     /// Split by colour, ordering by `key` then rank (MPI_Comm_split; collective).
-    fn split_by_color_with_key(&self, color: Color, key: i32) -> Result<Option<SimpleCommunicator>> {
+    fn split_by_color_with_key(
+        &self,
+        color: Color,
+        key: i32,
+    ) -> Result<Option<SimpleCommunicator>> {
         let r = rt("MPI_Comm_split")?.comm_split(self.comm_id(), color.0, key)?;
         Ok(r.map(SimpleCommunicator::owned))
     }
@@ -86,6 +94,25 @@ pub trait Communicator {
     fn split_by_subgroup_collective(&self, group: &Group) -> Result<Option<SimpleCommunicator>> {
         let r = rt("MPI_Comm_create")?.comm_create(self.comm_id(), &group.0)?;
         Ok(r.map(SimpleCommunicator::owned))
+    }
+    /// Split into one communicator per shared-memory node, ordered by `key` then rank
+    /// (MPI_Comm_split_type with MPI_COMM_TYPE_SHARED; collective).
+    fn split_shared(&self, key: i32) -> Result<SimpleCommunicator> {
+        let r = rt("MPI_Comm_split_type")?;
+        let nodes = r.comm_nodes(self.comm_id())?;
+        let me = r.comm_rank(self.comm_id())?;
+        let color = nodes[me] as i32;
+        let c = r.comm_split(self.comm_id(), color, key)?;
+        c.map(SimpleCommunicator::owned).ok_or_else(|| {
+            Error::new(
+                ErrorClass::Intern,
+                "MPI_Comm_split_type: no communicator for my node",
+            )
+        })
+    }
+    /// How this communicator relates to `other` (MPI_Comm_compare).
+    fn compare(&self, other: &impl Communicator) -> Result<Comparison> {
+        Ok(rt("MPI_Comm_compare")?.comm_compare(self.comm_id(), other.comm_id())?)
     }
     /// The group of the communicator (MPI_Comm_group).
     fn group(&self) -> Result<Group> {
@@ -198,6 +225,37 @@ impl Group {
     pub fn include(&self, ranks: &[Rank]) -> Result<Group> {
         Ok(Group(Arc::new(self.0.incl(ranks)?)))
     }
+    /// This group without the processes with ranks `ranks` (MPI_Group_excl).
+    pub fn exclude(&self, ranks: &[Rank]) -> Result<Group> {
+        Ok(Group(Arc::new(self.0.excl(ranks)?)))
+    }
+    /// The processes of the rank ranges `[first, last, stride]` (MPI_Group_range_incl).
+    pub fn range_include(&self, ranges: &[[Rank; 3]]) -> Result<Group> {
+        Ok(Group(Arc::new(self.0.range_incl(ranges)?)))
+    }
+    /// Members of either group, this group's first (MPI_Group_union).
+    pub fn union(&self, other: &Group) -> Group {
+        Group(Arc::new(self.0.union(&other.0)))
+    }
+    /// Members of both groups, in this group's order (MPI_Group_intersection).
+    pub fn intersection(&self, other: &Group) -> Group {
+        Group(Arc::new(self.0.intersection(&other.0)))
+    }
+    /// Members of this group that are not in `other` (MPI_Group_difference).
+    pub fn difference(&self, other: &Group) -> Group {
+        Group(Arc::new(self.0.difference(&other.0)))
+    }
+    /// The ranks in `other` of the processes with `ranks` in this group;
+    /// [`Group::UNDEFINED_RANK`] for those not in `other` (MPI_Group_translate_ranks).
+    pub fn translate_ranks(&self, ranks: &[Rank], other: &Group) -> Result<Vec<Rank>> {
+        Ok(self.0.translate_ranks(ranks, &other.0)?)
+    }
+    /// How this group relates to `other` (MPI_Group_compare).
+    pub fn compare(&self, other: &Group) -> Comparison {
+        self.0.compare(&other.0)
+    }
+    /// The rank [`Group::translate_ranks`] gives for a process not in the other group.
+    pub const UNDEFINED_RANK: Rank = tsunagi_core::group::UNDEFINED;
     /// The core's group.
     pub fn as_raw(&self) -> &tsunagi_core::group::Group {
         &self.0

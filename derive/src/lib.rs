@@ -35,18 +35,14 @@ fn expand(input: DeriveInput) -> syn::Result<TokenStream2> {
     let name = &input.ident;
     let fields = match &input.data {
         Data::Struct(s) => &s.fields,
-        Data::Enum(e) => {
-            return Err(syn::Error::new(
-                e.enum_token.span,
-                "derive(Equivalence) supports structs only: an MPI datatype cannot describe an enum",
-            ))
-        }
-        Data::Union(u) => {
-            return Err(syn::Error::new(
-                u.union_token.span,
-                "derive(Equivalence) supports structs only: an MPI datatype cannot describe a union",
-            ))
-        }
+        Data::Enum(e) => return Err(syn::Error::new(
+            e.enum_token.span,
+            "derive(Equivalence) supports structs only: an MPI datatype cannot describe an enum",
+        )),
+        Data::Union(u) => return Err(syn::Error::new(
+            u.union_token.span,
+            "derive(Equivalence) supports structs only: an MPI datatype cannot describe a union",
+        )),
     };
 
     // (offset expression, field type) per field.

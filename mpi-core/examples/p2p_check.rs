@@ -44,14 +44,41 @@ fn fill(buf: &mut [u8], src: usize, dst: usize, seq: usize) {
 
 fn send_bytes(rt: &Runtime, buf: &[u8], dest: i32, tag: i32, comm: CommId) {
     // SAFETY: `buf` is a live slice of `buf.len()` bytes for the blocking call.
-    unsafe { rt.send("MPI_Send", buf.as_ptr(), buf.len() as i64, &byte(), dest, tag, comm, SendMode::Standard) }
-        .unwrap_or_else(|e| fail(format!("send: {e}")));
+    unsafe {
+        rt.send(
+            "MPI_Send",
+            buf.as_ptr(),
+            buf.len() as i64,
+            &byte(),
+            dest,
+            tag,
+            comm,
+            SendMode::Standard,
+        )
+    }
+    .unwrap_or_else(|e| fail(format!("send: {e}")));
 }
 
-fn recv_bytes(rt: &Runtime, buf: &mut [u8], src: i32, tag: i32, comm: CommId) -> tsunagi_core::Status {
+fn recv_bytes(
+    rt: &Runtime,
+    buf: &mut [u8],
+    src: i32,
+    tag: i32,
+    comm: CommId,
+) -> tsunagi_core::Status {
     // SAFETY: `buf` is a live, exclusively borrowed slice for the blocking call.
-    unsafe { rt.recv("MPI_Recv", buf.as_mut_ptr(), buf.len() as i64, &byte(), src, tag, comm) }
-        .unwrap_or_else(|e| fail(format!("recv: {e}")))
+    unsafe {
+        rt.recv(
+            "MPI_Recv",
+            buf.as_mut_ptr(),
+            buf.len() as i64,
+            &byte(),
+            src,
+            tag,
+            comm,
+        )
+    }
+    .unwrap_or_else(|e| fail(format!("recv: {e}")))
 }
 
 /// Sizes straddling every transport's eager limit, up to 64 MiB, with checksums, in a ring.
@@ -70,13 +97,28 @@ fn test_sizes(rt: &Runtime) {
         let mut inb = vec![0u8; sz];
         // SAFETY: both buffers outlive the sendrecv.
         let st = unsafe {
-            rt.sendrecv(out.as_ptr(), sz as i64, &byte(), right, seq as i32, inb.as_mut_ptr(), sz as i64, &byte(), left, seq as i32, CommId::WORLD)
+            rt.sendrecv(
+                out.as_ptr(),
+                sz as i64,
+                &byte(),
+                right,
+                seq as i32,
+                inb.as_mut_ptr(),
+                sz as i64,
+                &byte(),
+                left,
+                seq as i32,
+                CommId::WORLD,
+            )
         }
         .unwrap_or_else(|e| fail(format!("sendrecv {sz}: {e}")));
         let mut want = vec![0u8; sz];
         fill(&mut want, left as usize, me, seq);
         check!(inb == want, "size {sz}: payload from rank {left} corrupted");
-        check!(st.bytes == sz && st.source == left && st.tag == seq as i32, "size {sz}: status {st:?}");
+        check!(
+            st.bytes == sz && st.source == left && st.tag == seq as i32,
+            "size {sz}: status {st:?}"
+        );
     }
 }
 
@@ -98,18 +140,34 @@ fn test_order(rt: &Runtime) {
         for (i, b) in bufs.iter().enumerate() {
             let tag = (i % 5) as i32;
             // SAFETY: `bufs` lives until the waitall below.
-            let r = unsafe { rt.isend("MPI_Isend", b.as_ptr(), b.len() as i64, &byte(), 0, tag, CommId::WORLD, SendMode::Standard) }
-                .unwrap_or_else(|e| fail(format!("isend: {e}")));
+            let r = unsafe {
+                rt.isend(
+                    "MPI_Isend",
+                    b.as_ptr(),
+                    b.len() as i64,
+                    &byte(),
+                    0,
+                    tag,
+                    CommId::WORLD,
+                    SendMode::Standard,
+                )
+            }
+            .unwrap_or_else(|e| fail(format!("isend: {e}")));
             reqs.push(Some(r));
         }
-        rt.waitall("MPI_Waitall", &reqs).unwrap_or_else(|e| fail(format!("waitall: {e}")));
+        rt.waitall("MPI_Waitall", &reqs)
+            .unwrap_or_else(|e| fail(format!("waitall: {e}")));
     } else {
         let mut last = vec![-1i64; n];
         let mut last_tag = vec![vec![-1i64; 5]; n];
         let mut buf = vec![0u8; 70_000];
         // Alternate specific-tag receives and full wildcards.
         for k in 0..PER_PEER * (n - 1) {
-            let (src, tag) = if k % 3 == 0 { (ANY_SOURCE, ANY_TAG) } else { (ANY_SOURCE, ANY_TAG) };
+            let (src, tag) = if k % 3 == 0 {
+                (ANY_SOURCE, ANY_TAG)
+            } else {
+                (ANY_SOURCE, ANY_TAG)
+            };
             let st = recv_bytes(rt, &mut buf, src, tag, CommId::WORLD);
             let s = st.source as usize;
             let seq = u64::from_ne_bytes(buf[..8].try_into().unwrap()) as i64;
@@ -130,7 +188,20 @@ fn test_order(rt: &Runtime) {
         let mut reqs = Vec::new();
         for (t, b) in bufs.iter_mut().enumerate().rev() {
             // SAFETY: `bufs` outlives the waitall.
-            reqs.push(Some(unsafe { rt.irecv("MPI_Irecv", b.as_mut_ptr(), 16, &byte(), peer, t as i32 + 10, CommId::WORLD) }.unwrap()));
+            reqs.push(Some(
+                unsafe {
+                    rt.irecv(
+                        "MPI_Irecv",
+                        b.as_mut_ptr(),
+                        16,
+                        &byte(),
+                        peer,
+                        t as i32 + 10,
+                        CommId::WORLD,
+                    )
+                }
+                .unwrap(),
+            ));
         }
         rt.barrier_internal(CommId::WORLD).unwrap();
         for t in 0..4 {
@@ -139,7 +210,12 @@ fn test_order(rt: &Runtime) {
         }
         rt.waitall("MPI_Waitall", &reqs).unwrap();
         for (t, b) in bufs.iter().enumerate() {
-            check!(b.iter().all(|&x| x == t as u8 + 1), "tag {} got {:?}", t + 10, &b[..2]);
+            check!(
+                b.iter().all(|&x| x == t as u8 + 1),
+                "tag {} got {:?}",
+                t + 10,
+                &b[..2]
+            );
         }
     } else {
         rt.barrier_internal(CommId::WORLD).unwrap();
@@ -153,15 +229,43 @@ fn test_modes(rt: &Runtime) {
     let left = ((me + n - 1) % n) as i32;
     let w = CommId::WORLD;
     // Synchronous, ready (receive pre-posted + barrier), buffered.
-    for (mode, sz) in [(SendMode::Synchronous, 10usize), (SendMode::Synchronous, 300_000), (SendMode::Ready, 40), (SendMode::Ready, 200_000)] {
+    for (mode, sz) in [
+        (SendMode::Synchronous, 10usize),
+        (SendMode::Synchronous, 300_000),
+        (SendMode::Ready, 40),
+        (SendMode::Ready, 200_000),
+    ] {
         let mut inb = vec![0u8; sz];
         // SAFETY: `inb` outlives the wait below.
-        let r = unsafe { rt.irecv("MPI_Irecv", inb.as_mut_ptr(), sz as i64, &byte(), left, 7, w) }.unwrap();
+        let r = unsafe {
+            rt.irecv(
+                "MPI_Irecv",
+                inb.as_mut_ptr(),
+                sz as i64,
+                &byte(),
+                left,
+                7,
+                w,
+            )
+        }
+        .unwrap();
         rt.barrier_internal(w).unwrap();
         let mut out = vec![0u8; sz];
         fill(&mut out, me, right as usize, sz);
         // SAFETY: `out` outlives the blocking send.
-        unsafe { rt.send("MPI_Send", out.as_ptr(), sz as i64, &byte(), right, 7, w, mode) }.unwrap_or_else(|e| fail(format!("{mode:?}: {e}")));
+        unsafe {
+            rt.send(
+                "MPI_Send",
+                out.as_ptr(),
+                sz as i64,
+                &byte(),
+                right,
+                7,
+                w,
+                mode,
+            )
+        }
+        .unwrap_or_else(|e| fail(format!("{mode:?}: {e}")));
         rt.wait("MPI_Wait", r).unwrap();
         let mut want = vec![0u8; sz];
         fill(&mut want, left as usize, me, sz);
@@ -169,16 +273,40 @@ fn test_modes(rt: &Runtime) {
     }
     // Buffered: attach, several bsends outstanding, detach waits.
     let mut attached = vec![0u8; 3 * (1000 + tsunagi_core::BSEND_OVERHEAD)];
-    rt.buffer_attach(attached.as_mut_ptr(), attached.len()).unwrap();
+    rt.buffer_attach(attached.as_mut_ptr(), attached.len())
+        .unwrap();
     for k in 0..3 {
         let out = vec![k as u8; 1000];
         // SAFETY: `out` is copied by the buffered send before it returns.
-        unsafe { rt.send("MPI_Bsend", out.as_ptr(), 1000, &byte(), right, 20 + k, w, SendMode::Buffered) }.unwrap();
+        unsafe {
+            rt.send(
+                "MPI_Bsend",
+                out.as_ptr(),
+                1000,
+                &byte(),
+                right,
+                20 + k,
+                w,
+                SendMode::Buffered,
+            )
+        }
+        .unwrap();
     }
     {
         let out = vec![0u8; 1000];
         // SAFETY: as above.
-        let e = unsafe { rt.isend("MPI_Ibsend", out.as_ptr(), 1000, &byte(), right, 99, w, SendMode::Buffered) };
+        let e = unsafe {
+            rt.isend(
+                "MPI_Ibsend",
+                out.as_ptr(),
+                1000,
+                &byte(),
+                right,
+                99,
+                w,
+                SendMode::Buffered,
+            )
+        };
         // Either the first three already left (space is free again) or it must fail cleanly.
         match e {
             Ok(r) => {
@@ -202,7 +330,10 @@ fn test_modes(rt: &Runtime) {
         recv_bytes(rt, &mut b, left, 99, w);
     }
     let (addr, size) = rt.buffer_detach().unwrap();
-    check!(addr == attached.as_mut_ptr() && size == attached.len(), "detach returned another buffer");
+    check!(
+        addr == attached.as_mut_ptr() && size == attached.len(),
+        "detach returned another buffer"
+    );
 
     // Persistent requests, started three times.
     let mut pin = vec![0i32; 64];
@@ -210,14 +341,39 @@ fn test_modes(rt: &Runtime) {
     // SAFETY: both buffers live until the requests are freed below.
     let (ps, pr) = unsafe {
         (
-            rt.persistent("MPI_Send_init", Some(SendMode::Standard), pout.as_ptr() as *mut u8, 64, &int(), right, 3, w).unwrap(),
-            rt.persistent("MPI_Recv_init", None, pin.as_mut_ptr() as *mut u8, 64, &int(), left, 3, w).unwrap(),
+            rt.persistent(
+                "MPI_Send_init",
+                Some(SendMode::Standard),
+                pout.as_ptr() as *mut u8,
+                64,
+                &int(),
+                right,
+                3,
+                w,
+            )
+            .unwrap(),
+            rt.persistent(
+                "MPI_Recv_init",
+                None,
+                pin.as_mut_ptr() as *mut u8,
+                64,
+                &int(),
+                left,
+                3,
+                w,
+            )
+            .unwrap(),
         )
     };
     for _ in 0..3 {
         rt.startall(&[pr, ps]).unwrap();
         rt.waitall("MPI_Waitall", &[Some(ps), Some(pr)]).unwrap();
-        check!(pin.iter().enumerate().all(|(i, &v)| v == i as i32 * (left + 1)), "persistent data");
+        check!(
+            pin.iter()
+                .enumerate()
+                .all(|(i, &v)| v == i as i32 * (left + 1)),
+            "persistent data"
+        );
         pin.iter_mut().for_each(|v| *v = 0);
     }
     rt.request_free(ps).unwrap();
@@ -226,9 +382,24 @@ fn test_modes(rt: &Runtime) {
     // Probe, then mprobe/mrecv.
     let out = vec![5u8; 333];
     // SAFETY: `out` outlives the wait.
-    let s = unsafe { rt.isend("MPI_Isend", out.as_ptr(), 333, &byte(), right, 11, w, SendMode::Standard) }.unwrap();
+    let s = unsafe {
+        rt.isend(
+            "MPI_Isend",
+            out.as_ptr(),
+            333,
+            &byte(),
+            right,
+            11,
+            w,
+            SendMode::Standard,
+        )
+    }
+    .unwrap();
     let (st, _) = rt.probe("MPI_Probe", left, 11, w, false).unwrap();
-    check!(st.bytes == 333 && st.source == left && st.tag == 11, "probe status {st:?}");
+    check!(
+        st.bytes == 333 && st.source == left && st.tag == 11,
+        "probe status {st:?}"
+    );
     let (st2, msg) = rt.probe("MPI_Mprobe", ANY_SOURCE, 11, w, true).unwrap();
     check!(st2.bytes == 333, "mprobe status");
     let mut inb = vec![0u8; 333];
@@ -240,14 +411,18 @@ fn test_modes(rt: &Runtime) {
     // Cancel a receive that cannot match.
     let mut never = [0u8; 4];
     // SAFETY: `never` outlives the wait.
-    let r = unsafe { rt.irecv("MPI_Irecv", never.as_mut_ptr(), 4, &byte(), left, 12345, w) }.unwrap();
+    let r =
+        unsafe { rt.irecv("MPI_Irecv", never.as_mut_ptr(), 4, &byte(), left, 12345, w) }.unwrap();
     rt.cancel(r).unwrap();
     let st = rt.wait("MPI_Wait", r).unwrap();
     check!(st.cancelled, "receive not cancelled");
 
     // PROC_NULL: completes at once with the PROC_NULL status.
     let st = recv_bytes(rt, &mut never, PROC_NULL, 0, w);
-    check!(st.source == PROC_NULL && st.tag == ANY_TAG && st.bytes == 0, "proc null status {st:?}");
+    check!(
+        st.source == PROC_NULL && st.tag == ANY_TAG && st.bytes == 0,
+        "proc null status {st:?}"
+    );
     send_bytes(rt, &never, PROC_NULL, 0, w);
 
     // Waitany / waitsome / testall over a mix with a null entry.
@@ -255,7 +430,20 @@ fn test_modes(rt: &Runtime) {
     let mut ids = vec![None];
     for (k, b) in bufs.iter_mut().enumerate() {
         // SAFETY: `bufs` outlives the waits.
-        ids.push(Some(unsafe { rt.irecv("MPI_Irecv", b.as_mut_ptr(), 8, &byte(), left, 40 + k as i32, w) }.unwrap()));
+        ids.push(Some(
+            unsafe {
+                rt.irecv(
+                    "MPI_Irecv",
+                    b.as_mut_ptr(),
+                    8,
+                    &byte(),
+                    left,
+                    40 + k as i32,
+                    w,
+                )
+            }
+            .unwrap(),
+        ));
     }
     for k in 0..3 {
         send_bytes(rt, &[k as u8 + 1; 8], right, 40 + k, w);
@@ -264,23 +452,46 @@ fn test_modes(rt: &Runtime) {
     while got < 3 {
         match rt.waitany("MPI_Waitany", &ids).unwrap() {
             Some((i, st)) => {
-                check!(st.tag == 40 + i as i32 - 1, "waitany index {i} tag {}", st.tag);
+                check!(
+                    st.tag == 40 + i as i32 - 1,
+                    "waitany index {i} tag {}",
+                    st.tag
+                );
                 ids[i] = None;
                 got += 1;
             }
             None => fail("waitany: no active request".into()),
         }
     }
-    check!(rt.waitany("MPI_Waitany", &ids).unwrap().is_none(), "waitany on nulls");
+    check!(
+        rt.waitany("MPI_Waitany", &ids).unwrap().is_none(),
+        "waitany on nulls"
+    );
     for (k, b) in bufs.iter().enumerate() {
         check!(b.iter().all(|&x| x == k as u8 + 1), "waitany data");
     }
     // Sendrecv_replace.
     let mut rep: Vec<i32> = vec![me as i32; 1000];
     // SAFETY: `rep` is live for the call.
-    unsafe { rt.sendrecv_replace(rep.as_mut_ptr() as *mut u8, 1000, &int(), right, 50, left, 50, w) }.unwrap();
+    unsafe {
+        rt.sendrecv_replace(
+            rep.as_mut_ptr() as *mut u8,
+            1000,
+            &int(),
+            right,
+            50,
+            left,
+            50,
+            w,
+        )
+    }
+    .unwrap();
     check!(rep.iter().all(|&v| v == left), "sendrecv_replace");
-    check!(rt.live_requests() == 0, "{} requests leaked", rt.live_requests());
+    check!(
+        rt.live_requests() == 0,
+        "{} requests leaked",
+        rt.live_requests()
+    );
 }
 
 /// Non-contiguous datatypes on the wire, eager and rendezvous.
@@ -296,7 +507,19 @@ fn test_datatypes(rt: &Runtime) {
         let mut inb = vec![-1i32; rows];
         // SAFETY: buffers outlive the call; the vector type covers rows*8 ints of `m`.
         unsafe {
-            rt.sendrecv(m.as_ptr().add(2) as *const u8, 1, &col, right, 60, inb.as_mut_ptr() as *mut u8, rows as i64, &int(), left, 60, CommId::WORLD)
+            rt.sendrecv(
+                m.as_ptr().add(2) as *const u8,
+                1,
+                &col,
+                right,
+                60,
+                inb.as_mut_ptr() as *mut u8,
+                rows as i64,
+                &int(),
+                left,
+                60,
+                CommId::WORLD,
+            )
         }
         .unwrap_or_else(|e| fail(format!("vector sendrecv: {e}")));
         for (r, v) in inb.iter().enumerate() {
@@ -307,12 +530,27 @@ fn test_datatypes(rt: &Runtime) {
         let mut target = vec![-7i32; rows * 8];
         // SAFETY: as above.
         unsafe {
-            rt.sendrecv(vals.as_ptr() as *const u8, rows as i64, &int(), right, 61, target.as_mut_ptr().add(5) as *mut u8, 1, &col, left, 61, CommId::WORLD)
+            rt.sendrecv(
+                vals.as_ptr() as *const u8,
+                rows as i64,
+                &int(),
+                right,
+                61,
+                target.as_mut_ptr().add(5) as *mut u8,
+                1,
+                &col,
+                left,
+                61,
+                CommId::WORLD,
+            )
         }
         .unwrap();
         for (i, v) in target.iter().enumerate() {
             if i % 8 == 5 {
-                check!(*v == (i / 8) as i32 + 1000 * left as i32, "vector recv at {i}");
+                check!(
+                    *v == (i / 8) as i32 + 1000 * left as i32,
+                    "vector recv at {i}"
+                );
             } else {
                 check!(*v == -7, "gap {i} overwritten");
             }
@@ -325,8 +563,14 @@ fn test_comms(rt: &Runtime) {
     let (me, n) = (rt.world_rank(), rt.world_size());
     let w = CommId::WORLD;
     let dup = rt.comm_dup(w).unwrap();
-    check!(rt.comm_size(dup).unwrap() == n && rt.comm_rank(dup).unwrap() == me, "dup size/rank");
-    check!(rt.comm_compare(w, dup).unwrap() == tsunagi_core::group::Comparison::Congruent, "dup congruent");
+    check!(
+        rt.comm_size(dup).unwrap() == n && rt.comm_rank(dup).unwrap() == me,
+        "dup size/rank"
+    );
+    check!(
+        rt.comm_compare(w, dup).unwrap() == tsunagi_core::group::Comparison::Congruent,
+        "dup congruent"
+    );
     // Messages on dup and world with the same tag do not mix.
     if n >= 2 {
         let peer = if me == 0 { 1 } else { 0 };
@@ -344,12 +588,18 @@ fn test_comms(rt: &Runtime) {
     }
     // Split into evens and odds, reversed key order.
     let color = (me % 2) as i32;
-    let sub = rt.comm_split(w, color, -(me as i32)).unwrap().expect("member");
+    let sub = rt
+        .comm_split(w, color, -(me as i32))
+        .unwrap()
+        .expect("member");
     let sub_size = rt.comm_size(sub).unwrap();
     let expect_size = (0..n).filter(|r| r % 2 == me % 2).count();
     check!(sub_size == expect_size, "split size {sub_size}");
     let members: Vec<usize> = (0..n).filter(|r| r % 2 == me % 2).rev().collect();
-    check!(members[rt.comm_rank(sub).unwrap()] == me, "split order by key");
+    check!(
+        members[rt.comm_rank(sub).unwrap()] == me,
+        "split order by key"
+    );
     // A ring inside the sub-communicator.
     let sr = rt.comm_rank(sub).unwrap();
     let right = ((sr + 1) % sub_size) as i32;
@@ -357,10 +607,39 @@ fn test_comms(rt: &Runtime) {
     let out = [me as u8; 4];
     let mut inb = [0u8; 4];
     // SAFETY: buffers are live for the call.
-    let st = unsafe { rt.sendrecv(out.as_ptr(), 4, &byte(), right, 1, inb.as_mut_ptr(), 4, &byte(), left, 1, sub) }.unwrap();
-    check!(st.source == left && inb[0] as usize == members[left as usize], "split ring got {}", inb[0]);
+    let st = unsafe {
+        rt.sendrecv(
+            out.as_ptr(),
+            4,
+            &byte(),
+            right,
+            1,
+            inb.as_mut_ptr(),
+            4,
+            &byte(),
+            left,
+            1,
+            sub,
+        )
+    }
+    .unwrap();
+    check!(
+        st.source == left && inb[0] as usize == members[left as usize],
+        "split ring got {}",
+        inb[0]
+    );
     // MPI_UNDEFINED colour gives no communicator.
-    let none = rt.comm_split(w, if me == 0 { tsunagi_core::group::UNDEFINED } else { 0 }, 0).unwrap();
+    let none = rt
+        .comm_split(
+            w,
+            if me == 0 {
+                tsunagi_core::group::UNDEFINED
+            } else {
+                0
+            },
+            0,
+        )
+        .unwrap();
     check!(none.is_none() == (me == 0), "undefined colour");
     if let Some(c) = none {
         rt.comm_free(c).unwrap();
@@ -394,13 +673,19 @@ fn test_comms(rt: &Runtime) {
     let dup2 = rt.comm_dup(dup).unwrap();
     check!(rt.get_attr(dup2, kv).unwrap() == Some(42), "attribute copy");
     rt.comm_free(dup2).unwrap();
-    check!(DELETED.load(Ordering::SeqCst) == 1, "delete callback on free");
+    check!(
+        DELETED.load(Ordering::SeqCst) == 1,
+        "delete callback on free"
+    );
     rt.delete_attr(dup, kv).unwrap();
     check!(rt.get_attr(dup, kv).unwrap().is_none(), "deleted attribute");
     rt.free_keyval(kv).unwrap();
     rt.comm_free(sub).unwrap();
     rt.comm_free(dup).unwrap();
-    check!(rt.comm_size(dup).is_err(), "freed communicator still usable");
+    check!(
+        rt.comm_size(dup).is_err(),
+        "freed communicator still usable"
+    );
     // Many dups and frees must recycle context ids.
     for _ in 0..100 {
         let c = rt.comm_dup(w).unwrap();
@@ -417,29 +702,116 @@ fn test_errors(rt: &Runtime) {
     let class = |r: tsunagi_core::MpiResult<()>| r.err().map(|e| e.class);
     // SAFETY (all sends below): `b` is live; invalid arguments are rejected before use.
     unsafe {
-        check!(class(rt.send("MPI_Send", b.as_ptr(), 1, &byte(), n, 0, w, SendMode::Standard)) == Some(ErrorClass::Rank), "bad rank");
-        check!(class(rt.send("MPI_Send", b.as_ptr(), 1, &byte(), 0, -5, w, SendMode::Standard)) == Some(ErrorClass::Tag), "bad tag");
-        check!(class(rt.send("MPI_Send", b.as_ptr(), -1, &byte(), 0, 0, w, SendMode::Standard)) == Some(ErrorClass::Count), "bad count");
-        check!(class(rt.send("MPI_Send", b.as_ptr(), 1, &byte(), 0, 0, CommId(999), SendMode::Standard)) == Some(ErrorClass::Comm), "bad comm");
-        check!(class(rt.send("MPI_Send", std::ptr::null(), 4, &byte(), 0, 0, w, SendMode::Standard)) == Some(ErrorClass::Buffer), "null buffer");
+        check!(
+            class(rt.send(
+                "MPI_Send",
+                b.as_ptr(),
+                1,
+                &byte(),
+                n,
+                0,
+                w,
+                SendMode::Standard
+            )) == Some(ErrorClass::Rank),
+            "bad rank"
+        );
+        check!(
+            class(rt.send(
+                "MPI_Send",
+                b.as_ptr(),
+                1,
+                &byte(),
+                0,
+                -5,
+                w,
+                SendMode::Standard
+            )) == Some(ErrorClass::Tag),
+            "bad tag"
+        );
+        check!(
+            class(rt.send(
+                "MPI_Send",
+                b.as_ptr(),
+                -1,
+                &byte(),
+                0,
+                0,
+                w,
+                SendMode::Standard
+            )) == Some(ErrorClass::Count),
+            "bad count"
+        );
+        check!(
+            class(rt.send(
+                "MPI_Send",
+                b.as_ptr(),
+                1,
+                &byte(),
+                0,
+                0,
+                CommId(999),
+                SendMode::Standard
+            )) == Some(ErrorClass::Comm),
+            "bad comm"
+        );
+        check!(
+            class(rt.send(
+                "MPI_Send",
+                std::ptr::null(),
+                4,
+                &byte(),
+                0,
+                0,
+                w,
+                SendMode::Standard
+            )) == Some(ErrorClass::Buffer),
+            "null buffer"
+        );
         let unc: TypeRef = Arc::new(Datatype::contiguous(2, &int()).unwrap());
-        check!(class(rt.send("MPI_Send", b.as_ptr(), 1, &unc, 0, 0, w, SendMode::Standard)) == Some(ErrorClass::Type), "uncommitted type");
+        check!(
+            class(rt.send("MPI_Send", b.as_ptr(), 1, &unc, 0, 0, w, SendMode::Standard))
+                == Some(ErrorClass::Type),
+            "uncommitted type"
+        );
     }
     let e = rt.send_err_message();
-    check!(e.contains("MPI_Send") && e.contains("rank"), "message names call and argument: {e}");
+    check!(
+        e.contains("MPI_Send") && e.contains("rank"),
+        "message names call and argument: {e}"
+    );
     // Truncation: 100 bytes into 10.
     let me = rt.world_rank() as i32;
     let big = [9u8; 100];
     let mut small = [0u8; 10];
     // SAFETY: buffers live through the calls.
     unsafe {
-        let s = rt.isend("MPI_Isend", big.as_ptr(), 100, &byte(), me, 77, w, SendMode::Standard).unwrap();
+        let s = rt
+            .isend(
+                "MPI_Isend",
+                big.as_ptr(),
+                100,
+                &byte(),
+                me,
+                77,
+                w,
+                SendMode::Standard,
+            )
+            .unwrap();
         let r = rt.recv("MPI_Recv", small.as_mut_ptr(), 10, &byte(), me, 77, w);
-        check!(r.err().map(|e| e.class) == Some(ErrorClass::Truncate), "truncate class");
+        check!(
+            r.err().map(|e| e.class) == Some(ErrorClass::Truncate),
+            "truncate class"
+        );
         rt.wait("MPI_Wait", s).unwrap();
     }
     check!(small == [9u8; 10], "truncated data kept what fits");
-    check!(rt.wait("MPI_Wait", tsunagi_core::ReqId(123_456)).err().map(|e| e.class) == Some(ErrorClass::Request), "bad request");
+    check!(
+        rt.wait("MPI_Wait", tsunagi_core::ReqId(123_456))
+            .err()
+            .map(|e| e.class)
+            == Some(ErrorClass::Request),
+        "bad request"
+    );
     rt.set_errhandler(w, ErrHandler::Fatal).unwrap();
 }
 
@@ -450,10 +822,21 @@ impl LastMessage for Runtime {
     fn send_err_message(&self) -> String {
         let b = [0u8; 1];
         // SAFETY: the call is rejected before the buffer is used.
-        unsafe { self.send("MPI_Send", b.as_ptr(), 1, &byte(), -7, 0, CommId::WORLD, SendMode::Standard) }
-            .err()
-            .map(|e| e.to_string())
-            .unwrap_or_default()
+        unsafe {
+            self.send(
+                "MPI_Send",
+                b.as_ptr(),
+                1,
+                &byte(),
+                -7,
+                0,
+                CommId::WORLD,
+                SendMode::Standard,
+            )
+        }
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default()
     }
 }
 
@@ -462,7 +845,11 @@ fn main() {
     let rt = tsunagi_core::rt("main").unwrap();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let all = ["sizes", "order", "modes", "datatypes", "comms", "errors"];
-    let tests: Vec<&str> = if args.is_empty() { all.to_vec() } else { args.iter().map(|s| s.as_str()).collect() };
+    let tests: Vec<&str> = if args.is_empty() {
+        all.to_vec()
+    } else {
+        args.iter().map(|s| s.as_str()).collect()
+    };
     for t in tests {
         match t {
             "sizes" => test_sizes(rt),
@@ -491,7 +878,18 @@ fn main() {
                 // Default handler: an invalid rank ends the job with one line.
                 let b = [0u8; 1];
                 // SAFETY: rejected before use.
-                let r = unsafe { rt.send("MPI_Send", b.as_ptr(), 1, &byte(), 1_000_000, 0, CommId::WORLD, SendMode::Standard) };
+                let r = unsafe {
+                    rt.send(
+                        "MPI_Send",
+                        b.as_ptr(),
+                        1,
+                        &byte(),
+                        1_000_000,
+                        0,
+                        CommId::WORLD,
+                        SendMode::Standard,
+                    )
+                };
                 if let Err(e) = r {
                     rt.handle_error(Some(CommId::WORLD), &e);
                 }

@@ -385,7 +385,9 @@ impl Engine {
                 .to(peer as Rank)
                 .expect("pending messages only for routed peers");
             while let Some(o) = q.front() {
-                if t.try_send(peer as Rank, &o.hdr, &o.payload).map_err(p2p_fault)? {
+                if t.try_send(peer as Rank, &o.hdr, &o.payload)
+                    .map_err(p2p_fault)?
+                {
                     let o = q.pop_front().expect("front exists");
                     core.pool.push(o.payload);
                 } else {
@@ -423,7 +425,10 @@ impl Engine {
 
     fn do_cma_read(&mut self, r: CmaRead) -> MpiResult<()> {
         let Engine { router, core } = self;
-        let req = core.reqs.get_mut(r.recv.0).expect("cma read for a live request");
+        let req = core
+            .reqs
+            .get_mut(r.recv.0)
+            .expect("cma read for a live request");
         let take = r.len.min(req.capacity);
         let t = router.to(r.peer).ok_or_else(|| no_route(r.peer))?;
         let contiguous = req.dtype.contiguous_offset();
@@ -572,7 +577,11 @@ impl Engine {
 
     /// Start a request made by [`Engine::new_request`] (MPI_Start for persistent ones).
     pub(crate) fn start(&mut self, id: ReqId) -> MpiResult<()> {
-        let req = self.core.reqs.get_mut(id.0).ok_or_else(|| bad_request("MPI_Start", id))?;
+        let req = self
+            .core
+            .reqs
+            .get_mut(id.0)
+            .ok_or_else(|| bad_request("MPI_Start", id))?;
         if req.phase == Phase::Active {
             return Err(mpi_err(
                 ErrorClass::Request,
@@ -755,11 +764,12 @@ impl Engine {
 
     /// MPI_Mrecv / MPI_Imrecv: receive a message taken by mprobe into a started request.
     pub(crate) fn start_mrecv(&mut self, id: ReqId, msg: MsgId) -> MpiResult<()> {
-        let (_, a) = self
-            .core
-            .msgs
-            .remove(msg.0)
-            .ok_or_else(|| mpi_err(ErrorClass::Request, "MPI_Mrecv: invalid message handle".into()))?;
+        let (_, a) = self.core.msgs.remove(msg.0).ok_or_else(|| {
+            mpi_err(
+                ErrorClass::Request,
+                "MPI_Mrecv: invalid message handle".into(),
+            )
+        })?;
         let req = self.core.reqs.get_mut(id.0).expect("live request");
         req.phase = Phase::Active;
         self.core.consume(id, a);
@@ -812,7 +822,11 @@ impl Engine {
     /// Has the request completed? Returns its status if so (and releases non-persistent
     /// requests).
     pub(crate) fn test(&mut self, id: ReqId) -> MpiResult<Option<Status>> {
-        let req = self.core.reqs.get_mut(id.0).ok_or_else(|| bad_request("MPI_Test", id))?;
+        let req = self
+            .core
+            .reqs
+            .get_mut(id.0)
+            .ok_or_else(|| bad_request("MPI_Test", id))?;
         match req.phase {
             Phase::Done => {
                 let st = req.status;
@@ -856,7 +870,11 @@ impl Engine {
     }
 
     pub(crate) fn is_persistent(&self, id: ReqId) -> bool {
-        self.core.reqs.get(id.0).map(|r| r.persistent).unwrap_or(false)
+        self.core
+            .reqs
+            .get(id.0)
+            .map(|r| r.persistent)
+            .unwrap_or(false)
     }
 
     /// Active in MPI's sense: started and not yet collected by a wait or test (it may
@@ -889,7 +907,10 @@ impl Engine {
     /// completes normally and MPI_Test_cancelled reports false.
     pub(crate) fn cancel(&mut self, id: ReqId) -> MpiResult<()> {
         let core = &mut self.core;
-        let req = core.reqs.get(id.0).ok_or_else(|| bad_request("MPI_Cancel", id))?;
+        let req = core
+            .reqs
+            .get(id.0)
+            .ok_or_else(|| bad_request("MPI_Cancel", id))?;
         if req.phase != Phase::Active {
             return Ok(());
         }
@@ -914,10 +935,9 @@ impl Engine {
                     .map(|c| c.group.world_rank(req.peer as usize))
                     .unwrap_or(0);
                 let q = &mut core.pending[dest as usize];
-                if let Some(pos) = q
-                    .iter()
-                    .position(|o| (o.hdr.kind == EAGER || o.hdr.kind == RTS) && o.hdr.cookie == id.0 as u64)
-                {
+                if let Some(pos) = q.iter().position(|o| {
+                    (o.hdr.kind == EAGER || o.hdr.kind == RTS) && o.hdr.cookie == id.0 as u64
+                }) {
                     q.remove(pos);
                     if q.is_empty() {
                         core.pending_peers -= 1;
@@ -964,7 +984,10 @@ fn no_route(peer: Rank) -> MpiError {
 fn bad_request(call: &str, id: ReqId) -> MpiError {
     mpi_err(
         ErrorClass::Request,
-        format!("{call}: request {} is not a valid active or inactive request", id.0),
+        format!(
+            "{call}: request {} is not a valid active or inactive request",
+            id.0
+        ),
     )
 }
 
@@ -1114,7 +1137,10 @@ impl Core {
                     std::ptr::copy_nonoverlapping(data.as_ptr(), req.buf.0.offset(off), take)
                 },
                 // SAFETY: the receive buffer holds `count` elements of `dtype`.
-                None => unsafe { req.dtype.unpack_range(req.buf.0, req.count, 0, &data[..take]) },
+                None => unsafe {
+                    req.dtype
+                        .unpack_range(req.buf.0, req.count, 0, &data[..take])
+                },
             }
         }
         req.status = Status {

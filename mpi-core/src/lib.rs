@@ -21,4 +21,4 @@ pub use engine::{
     Buf, MsgId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL,
 };
 pub use error::{ErrorClass, MpiError, MpiResult};
-pub use runtime::{finalize, init, initialized, finalized, rt, Runtime, ThreadLevel};
+pub use runtime::{finalize, finalized, init, initialized, rt, Runtime, ThreadLevel};

@@ -80,6 +80,12 @@ pub struct Runtime {
     epoch: Instant,
     spin: u32,
     yields: u32,
+    /// Threaded engine: polls and yields of an idle progress thread before it sleeps.
+    thread_spin: u32,
+    thread_yields: u32,
+    /// Completions seen by the progress threads (mirrors the engine's counter so that
+    /// waiting application threads can watch it without the lock).
+    completed: std::sync::atomic::AtomicU64,
     context_mask: Mutex<[u64; MASK_WORDS]>,
     keyvals: Mutex<Slab<Keyval>>,
     /// Node id of every world rank.
@@ -184,7 +190,13 @@ pub fn parse_node_map(spec: &str, size: usize) -> Result<Vec<u32>, String> {
 
 fn sanitize(name: &str) -> String {
     name.chars()
-        .map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '-' { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect()
 }
 
@@ -215,9 +227,9 @@ impl Runtime {
                     let mut ids: Vec<String> = Vec::new();
                     let mut nodes = Vec::with_capacity(size);
                     for r in 0..size {
-                        let h = p.get(&format!("tsunagi-host-{r}"))?.ok_or_else(|| {
-                            init_err(format!("rank {r} published no host id"))
-                        })?;
+                        let h = p
+                            .get(&format!("tsunagi-host-{r}"))?
+                            .ok_or_else(|| init_err(format!("rank {r} published no host id")))?;
                         let id = match ids.iter().position(|x| *x == h) {
                             Some(i) => i,
                             None => {
@@ -256,7 +268,8 @@ impl Runtime {
         }
         let mut stream: Option<StreamTransport> = None;
         if !remote.is_empty() {
-            let mut s = StreamTransport::listen(&format!("tsunagi-{kvs}"), rank).map_err(init_err)?;
+            let mut s =
+                StreamTransport::listen(&format!("tsunagi-{kvs}"), rank).map_err(init_err)?;
             s.set_peers(&remote);
             stream = Some(s);
         }
@@ -335,6 +348,12 @@ impl Runtime {
             epoch: Instant::now(),
             spin,
             yields,
+            thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
+            thread_yields: env_u32(
+                "TSUNAGI_THREAD_YIELDS",
+                if oversubscribed { 50 } else { 20_000 },
+            ),
+            completed: std::sync::atomic::AtomicU64::new(0),
             context_mask: Mutex::new(mask),
             keyvals: Mutex::new(Slab::default()),
             nodes,
@@ -361,27 +380,44 @@ impl Runtime {
     /// Threaded engine: block on this transport's event source, then handle its events
     /// under the engine lock.
     fn progress_thread(&self, idx: usize, src: Arc<dyn EventSource>, stop: Arc<AtomicBool>) {
+        // Poll, then spin and yield for a while before sleeping: a futex wake-up costs tens
+        // of microseconds (far more in a VM), which is the whole latency budget.
+        let mut idle: u32 = 0;
         while !stop.load(Ordering::Acquire) {
-            let token = src.prepare();
+            let sleeping = idle >= self.thread_spin.saturating_add(self.thread_yields);
+            let token = if sleeping { src.prepare() } else { 0 };
             let (n, busy) = {
                 let mut e = self.lock();
                 let before = e.core.completions;
                 let n = e.progress_one(idx).unwrap_or(0);
                 if e.core.completions != before || e.core.fault.is_some() {
+                    self.completed.store(e.core.completions, Ordering::Release);
                     self.completion_bell.ring();
                 }
                 (n, e.core_has_outgoing())
             };
             if n > 0 {
-                src.cancel();
-            } else {
-                let t = if busy {
-                    Duration::from_micros(50)
-                } else {
-                    Duration::from_millis(20)
-                };
-                src.sleep(token, t);
+                idle = 0;
+                if sleeping {
+                    src.cancel();
+                }
+                continue;
             }
+            idle = idle.saturating_add(1);
+            if !sleeping {
+                if idle < self.thread_spin {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            let t = if busy {
+                Duration::from_micros(50)
+            } else {
+                Duration::from_millis(20)
+            };
+            src.sleep(token, t);
         }
     }
 
@@ -454,7 +490,7 @@ impl Runtime {
             }
             iter = iter.saturating_add(1);
             let (spin, yields) = if threaded {
-                (0, 4)
+                (0, 0)
             } else {
                 (self.spin, self.yields)
             };
@@ -469,13 +505,26 @@ impl Runtime {
                 continue;
             }
             if threaded {
+                // Wait for a progress thread to complete something: watch the counter
+                // without the lock, yielding, and sleep on the completion doorbell only
+                // after a while.
+                let seen = self.completed.load(Ordering::Acquire);
                 let token = self.completion_bell.prepare();
                 if done(&mut e)? {
                     self.completion_bell.cancel();
                     return Ok(());
                 }
                 drop(e);
-                self.completion_bell.sleep(token, Duration::from_millis(20));
+                let mut waited: u32 = 0;
+                while self.completed.load(Ordering::Acquire) == seen && waited < self.yields {
+                    std::thread::yield_now();
+                    waited += 1;
+                }
+                if self.completed.load(Ordering::Acquire) == seen {
+                    self.completion_bell.sleep(token, Duration::from_millis(20));
+                } else {
+                    self.completion_bell.cancel();
+                }
                 continue;
             }
             // Polling engine, idle for a while: sleep on the transports.
@@ -517,7 +566,10 @@ impl Runtime {
         e.core.comm(comm).ok_or_else(|| {
             MpiError::new(
                 ErrorClass::Comm,
-                format!("{call}: invalid communicator (handle {} is not a live communicator)", comm.0),
+                format!(
+                    "{call}: invalid communicator (handle {} is not a live communicator)",
+                    comm.0
+                ),
             )
         })
     }
@@ -562,8 +614,17 @@ impl Runtime {
         ))
     }
 
-    fn check_rank(call: &str, what: &str, rank: i32, size: usize, allow_any: bool) -> MpiResult<()> {
-        if rank == PROC_NULL || (allow_any && rank == ANY_SOURCE) || (rank >= 0 && (rank as usize) < size) {
+    fn check_rank(
+        call: &str,
+        what: &str,
+        rank: i32,
+        size: usize,
+        allow_any: bool,
+    ) -> MpiResult<()> {
+        if rank == PROC_NULL
+            || (allow_any && rank == ANY_SOURCE)
+            || (rank >= 0 && (rank as usize) < size)
+        {
             return Ok(());
         }
         Err(MpiError::new(
@@ -598,8 +659,23 @@ impl Runtime {
         Self::check_buf(call, buf, count, dtype)?;
         let is_recv = send.is_none();
         Self::check_tag(call, tag, is_recv)?;
-        Self::check_rank(call, if is_recv { "source" } else { "destination" }, peer, c.size(), is_recv)?;
-        Ok(e.new_request(send, Buf(buf), count, dtype.clone(), comm, peer, tag, persistent))
+        Self::check_rank(
+            call,
+            if is_recv { "source" } else { "destination" },
+            peer,
+            c.size(),
+            is_recv,
+        )?;
+        Ok(e.new_request(
+            send,
+            Buf(buf),
+            count,
+            dtype.clone(),
+            comm,
+            peer,
+            tag,
+            persistent,
+        ))
     }
 
     /// MPI_Isend / MPI_Issend / MPI_Irsend / MPI_Ibsend.
@@ -620,7 +696,18 @@ impl Runtime {
         mode: SendMode,
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
-        let id = self.make_request(&mut e, call, Some(mode), buf as *mut u8, count, dtype, dest, tag, comm, false)?;
+        let id = self.make_request(
+            &mut e,
+            call,
+            Some(mode),
+            buf as *mut u8,
+            count,
+            dtype,
+            dest,
+            tag,
+            comm,
+            false,
+        )?;
         if let Err(err) = e.start(id) {
             e.detach(id);
             return Err(with_call(call, err));
@@ -644,8 +731,13 @@ impl Runtime {
         comm: CommId,
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
-        let id = self.make_request(&mut e, call, None, buf, count, dtype, source, tag, comm, false)?;
-        e.start(id)?;
+        let id = self.make_request(
+            &mut e, call, None, buf, count, dtype, source, tag, comm, false,
+        )?;
+        if let Err(err) = e.start(id) {
+            e.detach(id);
+            return Err(with_call(call, err));
+        }
         Ok(id)
     }
 
@@ -665,7 +757,32 @@ impl Runtime {
         comm: CommId,
         mode: SendMode,
     ) -> MpiResult<()> {
-        let id = self.isend(call, buf, count, dtype, dest, tag, comm, mode)?;
+        let id = {
+            let mut e = self.lock();
+            let id = self.make_request(
+                &mut e,
+                call,
+                Some(mode),
+                buf as *mut u8,
+                count,
+                dtype,
+                dest,
+                tag,
+                comm,
+                false,
+            )?;
+            if let Err(err) = e.start(id) {
+                e.detach(id);
+                return Err(with_call(call, err));
+            }
+            // Eager sends are complete once handed to the transport: collect them under
+            // the same lock, without another progress pass.
+            if e.is_done(id) {
+                e.test(id)?;
+                return Ok(());
+            }
+            id
+        };
         self.wait(call, id).map(|_| ())
     }
 
@@ -767,7 +884,10 @@ impl Runtime {
         let mut out = None;
         self.block_until(|e| {
             if !e.request_exists(id) {
-                return Err(MpiError::new(ErrorClass::Request, format!("{call}: invalid request")));
+                return Err(MpiError::new(
+                    ErrorClass::Request,
+                    format!("{call}: invalid request"),
+                ));
             }
             if e.is_done(id) {
                 out = e.test(id)?;
@@ -785,7 +905,10 @@ impl Runtime {
             e.progress()?;
         }
         if !e.request_exists(id) {
-            return Err(MpiError::new(ErrorClass::Request, format!("{call}: invalid request")));
+            return Err(MpiError::new(
+                ErrorClass::Request,
+                format!("{call}: invalid request"),
+            ));
         }
         match e.test(id)? {
             Some(st) => Self::complete_status(call, st).map(Some),
@@ -823,7 +946,10 @@ impl Runtime {
                 let i = left[k];
                 let id = ids[i].expect("filtered");
                 if !e.request_exists(id) {
-                    return Err(MpiError::new(ErrorClass::Request, format!("{call}: invalid request at index {i}")));
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
                 }
                 if e.is_done(id) {
                     out[i] = e.test(id)?.unwrap_or(Status::EMPTY);
@@ -847,7 +973,10 @@ impl Runtime {
         for (i, id) in ids.iter().enumerate() {
             if let Some(id) = id {
                 if !e.request_exists(*id) {
-                    return Err(MpiError::new(ErrorClass::Request, format!("{call}: invalid request at index {i}")));
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
                 }
                 if !e.is_done(*id) {
                     return Ok(None);
@@ -864,11 +993,18 @@ impl Runtime {
     }
 
     /// Index and status of one completed active request among `ids`, if any (collected).
-    fn any_done(e: &mut Engine, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Option<(usize, Status)>> {
+    fn any_done(
+        e: &mut Engine,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Option<(usize, Status)>> {
         for (i, id) in ids.iter().enumerate() {
             if let Some(id) = id {
                 if !e.request_exists(*id) {
-                    return Err(MpiError::new(ErrorClass::Request, format!("{call}: invalid request at index {i}")));
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
                 }
                 if e.is_active(*id) && e.is_done(*id) {
                     return Ok(e.test(*id)?.map(|s| (i, s)));
@@ -897,7 +1033,11 @@ impl Runtime {
 
     /// MPI_Testany: Ok(Err(())) when no request is active; Ok(Ok(None)) when none is done.
     #[allow(clippy::type_complexity)]
-    pub fn testany(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Result<Option<(usize, Status)>, ()>> {
+    pub fn testany(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Result<Option<(usize, Status)>, ()>> {
         let mut e = self.lock();
         if self.mode == ProgressMode::Polling {
             e.progress()?;
@@ -911,12 +1051,19 @@ impl Runtime {
         Ok(Ok(None))
     }
 
-    fn all_done_now(e: &mut Engine, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Vec<(usize, Status)>> {
+    fn all_done_now(
+        e: &mut Engine,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Vec<(usize, Status)>> {
         let mut done = Vec::new();
         for (i, id) in ids.iter().enumerate() {
             if let Some(id) = id {
                 if !e.request_exists(*id) {
-                    return Err(MpiError::new(ErrorClass::Request, format!("{call}: invalid request at index {i}")));
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
                 }
                 if e.is_active(*id) && e.is_done(*id) {
                     if let Some(s) = e.test(*id)? {
@@ -929,7 +1076,11 @@ impl Runtime {
     }
 
     /// MPI_Waitsome: None when no request is active (outcount MPI_UNDEFINED).
-    pub fn waitsome(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Option<Vec<(usize, Status)>>> {
+    pub fn waitsome(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Option<Vec<(usize, Status)>>> {
         let mut out = None;
         self.block_until(|e| {
             if !Self::has_active(e, ids) {
@@ -946,7 +1097,11 @@ impl Runtime {
     }
 
     /// MPI_Testsome: None when no request is active.
-    pub fn testsome(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Option<Vec<(usize, Status)>>> {
+    pub fn testsome(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Option<Vec<(usize, Status)>>> {
         let mut e = self.lock();
         if self.mode == ProgressMode::Polling {
             e.progress()?;
@@ -990,7 +1145,14 @@ impl Runtime {
     }
 
     /// MPI_Probe (with `take`: MPI_Mprobe).
-    pub fn probe(&self, call: &str, source: i32, tag: i32, comm: CommId, take: bool) -> MpiResult<(Status, Option<MsgId>)> {
+    pub fn probe(
+        &self,
+        call: &str,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+        take: bool,
+    ) -> MpiResult<(Status, Option<MsgId>)> {
         {
             let e = self.lock();
             let c = self.check_comm(&e, call, comm)?;
@@ -1013,20 +1175,48 @@ impl Runtime {
     ///
     /// # Safety
     /// As [`Runtime::irecv`].
-    pub unsafe fn imrecv(&self, call: &str, buf: *mut u8, count: i64, dtype: &TypeRef, msg: Option<MsgId>) -> MpiResult<ReqId> {
+    pub unsafe fn imrecv(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        msg: Option<MsgId>,
+    ) -> MpiResult<ReqId> {
         let mut e = self.lock();
         let count = Self::check_count(call, count)?;
         Self::check_type(call, dtype)?;
         Self::check_buf(call, buf, count, dtype)?;
         let Some(msg) = msg else {
-            let id = e.new_request(None, Buf(buf), count, dtype.clone(), CommId::SELF, PROC_NULL, 0, false);
+            let id = e.new_request(
+                None,
+                Buf(buf),
+                count,
+                dtype.clone(),
+                CommId::SELF,
+                PROC_NULL,
+                0,
+                false,
+            );
             e.start(id)?;
             return Ok(id);
         };
-        let id = e.new_request(None, Buf(buf), count, dtype.clone(), CommId::WORLD, ANY_SOURCE, ANY_TAG, false);
         let comm = e.msg_comm(msg).ok_or_else(|| {
-            MpiError::new(ErrorClass::Request, format!("{call}: invalid message handle"))
+            MpiError::new(
+                ErrorClass::Request,
+                format!("{call}: invalid message handle"),
+            )
         })?;
+        let id = e.new_request(
+            None,
+            Buf(buf),
+            count,
+            dtype.clone(),
+            CommId::WORLD,
+            ANY_SOURCE,
+            ANY_TAG,
+            false,
+        );
         e.set_request_comm(id, comm);
         e.start_mrecv(id, msg)?;
         Ok(id)
@@ -1036,7 +1226,14 @@ impl Runtime {
     ///
     /// # Safety
     /// As [`Runtime::recv`].
-    pub unsafe fn mrecv(&self, call: &str, buf: *mut u8, count: i64, dtype: &TypeRef, msg: Option<MsgId>) -> MpiResult<Status> {
+    pub unsafe fn mrecv(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        msg: Option<MsgId>,
+    ) -> MpiResult<Status> {
         let id = self.imrecv(call, buf, count, dtype, msg)?;
         self.wait(call, id)
     }
@@ -1062,7 +1259,16 @@ impl Runtime {
     ) -> MpiResult<Status> {
         let call = "MPI_Sendrecv";
         let r = self.irecv(call, rbuf, rcount, rtype, source, rtag, comm)?;
-        let s = match self.isend(call, sbuf, scount, stype, dest, stag, comm, SendMode::Standard) {
+        let s = match self.isend(
+            call,
+            sbuf,
+            scount,
+            stype,
+            dest,
+            stag,
+            comm,
+            SendMode::Standard,
+        ) {
             Ok(s) => s,
             Err(err) => {
                 let _ = self.cancel(r);
@@ -1099,7 +1305,25 @@ impl Runtime {
         dtype.pack_range(buf, n, 0, &mut packed);
         let byte = self.lock().byte_type();
         let r = self.irecv(call, buf, count, dtype, source, rtag, comm)?;
-        let s = self.isend(call, packed.as_ptr(), bytes as i64, &byte, dest, stag, comm, SendMode::Standard)?;
+        let sent = self.isend(
+            call,
+            packed.as_ptr(),
+            bytes as i64,
+            &byte,
+            dest,
+            stag,
+            comm,
+            SendMode::Standard,
+        );
+        let s = match sent {
+            Ok(s) => s,
+            Err(err) => {
+                // The receive must not stay posted on the caller's buffer.
+                let _ = self.cancel(r);
+                let _ = self.wait_raw(call, r);
+                return Err(err);
+            }
+        };
         let st = self.waitall(call, &[Some(s), Some(r)])?;
         drop(packed);
         Self::complete_status(call, st[1])
@@ -1125,7 +1349,10 @@ impl Runtime {
         let mut e = self.lock();
         match e.core.bsend_buffer.take() {
             Some((a, s)) => Ok((a as *mut u8, s)),
-            None => Err(MpiError::new(ErrorClass::Buffer, "MPI_Buffer_detach: no buffer is attached")),
+            None => Err(MpiError::new(
+                ErrorClass::Buffer,
+                "MPI_Buffer_detach: no buffer is attached",
+            )),
         }
     }
 
@@ -1136,7 +1363,12 @@ impl Runtime {
 
     // ----- communicators -----
 
-    fn with_comm<T>(&self, call: &str, comm: CommId, f: impl FnOnce(&CommData) -> T) -> MpiResult<T> {
+    fn with_comm<T>(
+        &self,
+        call: &str,
+        comm: CommId,
+        f: impl FnOnce(&CommData) -> T,
+    ) -> MpiResult<T> {
         let e = self.lock();
         let c = self.check_comm(&e, call, comm)?;
         Ok(f(c))
@@ -1180,7 +1412,12 @@ impl Runtime {
 
     /// Internal all-gather of byte blocks over `comm`'s collective context (used to make
     /// communicators; the collectives layer has the fast algorithms).
-    pub fn allgather_bytes(&self, call: &str, comm: CommId, mine: &[u8]) -> MpiResult<Vec<Vec<u8>>> {
+    pub fn allgather_bytes(
+        &self,
+        call: &str,
+        comm: CommId,
+        mine: &[u8],
+    ) -> MpiResult<Vec<Vec<u8>>> {
         let (ctx_comm, size, rank, group) = {
             let e = self.lock();
             let c = self.check_comm(&e, call, comm)?;
@@ -1189,7 +1426,14 @@ impl Runtime {
         let _ = group;
         // Lengths first, then data, both as all-to-all of point-to-point messages on the
         // collective context (tag space below zero is reserved for internal traffic).
-        let lens = self.exchange(ctx_comm, size, rank, -100, &(mine.len() as u64).to_ne_bytes(), |_| 8)?;
+        let lens = self.exchange(
+            ctx_comm,
+            size,
+            rank,
+            -100,
+            &(mine.len() as u64).to_ne_bytes(),
+            |_| 8,
+        )?;
         let lens: Vec<usize> = lens
             .iter()
             .map(|b| u64::from_ne_bytes(b[..8].try_into().expect("8 bytes")) as usize)
@@ -1218,7 +1462,16 @@ impl Runtime {
                 if r == rank {
                     continue;
                 }
-                let id = e.new_request(None, Buf(buf.as_mut_ptr()), buf.len(), byte.clone(), comm, r as i32, tag, false);
+                let id = e.new_request(
+                    None,
+                    Buf(buf.as_mut_ptr()),
+                    buf.len(),
+                    byte.clone(),
+                    comm,
+                    r as i32,
+                    tag,
+                    false,
+                );
                 e.set_request_context(id, ctx);
                 e.start(id)?;
                 reqs.push(Some(id));
@@ -1246,6 +1499,86 @@ impl Runtime {
         Ok(out)
     }
 
+    /// Non-blocking send on `comm`'s collective context, for the collectives layer and
+    /// internal protocols: any tag (negative ones are reserved for internal use), no
+    /// user-argument checks beyond the communicator and the rank.
+    ///
+    /// # Safety
+    /// As [`Runtime::isend`].
+    pub unsafe fn coll_isend(
+        &self,
+        buf: *const u8,
+        count: usize,
+        dtype: &TypeRef,
+        dest: usize,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        self.coll_request(
+            Some(SendMode::Standard),
+            buf as *mut u8,
+            count,
+            dtype,
+            dest,
+            tag,
+            comm,
+        )
+    }
+
+    /// Non-blocking receive on `comm`'s collective context (see [`Runtime::coll_isend`]).
+    ///
+    /// # Safety
+    /// As [`Runtime::irecv`].
+    pub unsafe fn coll_irecv(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        source: usize,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        self.coll_request(None, buf, count, dtype, source, tag, comm)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn coll_request(
+        &self,
+        send: Option<SendMode>,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        peer: usize,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        let mut e = self.lock();
+        let c = self.check_comm(&e, "collective", comm)?;
+        if peer >= c.size() {
+            return Err(MpiError::new(
+                ErrorClass::Rank,
+                format!(
+                    "collective: rank {peer} outside communicator of size {}",
+                    c.size()
+                ),
+            ));
+        }
+        let ctx = c.coll_context();
+        let id = e.new_request(
+            send,
+            Buf(buf),
+            count,
+            dtype.clone(),
+            comm,
+            peer as i32,
+            tag,
+            false,
+        );
+        e.set_request_context(id, ctx);
+        e.start(id)?;
+        Ok(id)
+    }
+
     /// Internal barrier over `comm`.
     pub fn barrier_internal(&self, comm: CommId) -> MpiResult<()> {
         self.allgather_bytes("MPI_Barrier", comm, &[]).map(|_| ())
@@ -1261,7 +1594,10 @@ impl Runtime {
             }
         }
         let k = comm::lowest_free(&and).ok_or_else(|| {
-            MpiError::new(ErrorClass::Other, "out of communicator context ids (too many communicators)")
+            MpiError::new(
+                ErrorClass::Other,
+                "out of communicator context ids (too many communicators)",
+            )
         })?;
         comm::mark(&mut self.context_mask.lock().expect("mask lock"), k, true);
         Ok((2 * k) as u32)
@@ -1272,7 +1608,13 @@ impl Runtime {
         m.iter().flat_map(|w| w.to_ne_bytes()).collect()
     }
 
-    fn insert_comm(&self, parent: CommId, group: Group, rank: usize, context: u32) -> MpiResult<CommId> {
+    fn insert_comm(
+        &self,
+        parent: CommId,
+        group: Group,
+        rank: usize,
+        context: u32,
+    ) -> MpiResult<CommId> {
         let mut e = self.lock();
         let (errhandler, world_nodes) = {
             let p = self.check_comm(&e, "communicator creation", parent)?;
@@ -1321,8 +1663,18 @@ impl Runtime {
         let new = self.insert_comm(comm, group, rank, context)?;
         // Copy callbacks run without the engine lock: they may call MPI.
         for (kv, val) in attrs {
-            let keyval = self.keyvals.lock().expect("keyvals").get(kv_index(kv)).cloned();
-            if let Some(Keyval { copy: Some(f), extra, .. }) = keyval {
+            let keyval = self
+                .keyvals
+                .lock()
+                .expect("keyvals")
+                .get(kv_index(kv))
+                .cloned();
+            if let Some(Keyval {
+                copy: Some(f),
+                extra,
+                ..
+            }) = keyval
+            {
                 if let Some(v) = f(comm, kv, extra, val)? {
                     let mut e = self.lock();
                     e.core.comm_mut(new).expect("just made").attrs.insert(kv, v);
@@ -1335,14 +1687,22 @@ impl Runtime {
     /// MPI_Comm_split: None for MPI_UNDEFINED colour (MPI_COMM_NULL).
     pub fn comm_split(&self, comm: CommId, color: i32, key: i32) -> MpiResult<Option<CommId>> {
         let call = "MPI_Comm_split";
-        if color < 0 && color != crate::group::UNDEFINED {
-            return Err(MpiError::new(ErrorClass::Arg, format!("{call}: invalid color {color}")));
-        }
         let mut mine = Vec::with_capacity(8 + MASK_WORDS * 8);
         mine.extend_from_slice(&color.to_ne_bytes());
         mine.extend_from_slice(&key.to_ne_bytes());
         mine.extend_from_slice(&self.mask_bytes());
         let all = self.allgather_bytes(call, comm, &mine)?;
+        // The colours are checked after the exchange, so that every member sees the same
+        // verdict and nobody is left waiting for a rank that gave up early.
+        for (r, b) in all.iter().enumerate() {
+            let c = i32::from_ne_bytes(b[0..4].try_into().expect("4 bytes"));
+            if c < 0 && c != crate::group::UNDEFINED {
+                return Err(MpiError::new(
+                    ErrorClass::Arg,
+                    format!("{call}: invalid color {c} (given by rank {r}; colors must be >= 0 or MPI_UNDEFINED)"),
+                ));
+            }
+        }
         let masks: Vec<Vec<u8>> = all.iter().map(|b| b[8..].to_vec()).collect();
         let context = self.agree_context(&masks)?;
         if color == crate::group::UNDEFINED {
@@ -1366,7 +1726,8 @@ impl Runtime {
             .iter()
             .position(|&(_, r)| r == my_parent_rank)
             .expect("a member with my colour is me");
-        self.insert_comm(comm, Group::new(ranks), rank, context).map(Some)
+        self.insert_comm(comm, Group::new(ranks), rank, context)
+            .map(Some)
     }
 
     /// MPI_Comm_create: None for processes outside `group`.
@@ -1384,7 +1745,9 @@ impl Runtime {
         let masks = self.allgather_bytes(call, comm, &self.mask_bytes())?;
         let context = self.agree_context(&masks)?;
         match group.rank_of(self.rank) {
-            Some(rank) => self.insert_comm(comm, group.clone(), rank, context).map(Some),
+            Some(rank) => self
+                .insert_comm(comm, group.clone(), rank, context)
+                .map(Some),
             None => {
                 self.release_context(context);
                 Ok(None)
@@ -1393,7 +1756,11 @@ impl Runtime {
     }
 
     fn release_context(&self, context: u32) {
-        comm::mark(&mut self.context_mask.lock().expect("mask lock"), (context / 2) as usize, false);
+        comm::mark(
+            &mut self.context_mask.lock().expect("mask lock"),
+            (context / 2) as usize,
+            false,
+        );
     }
 
     /// MPI_Comm_free (attribute delete callbacks run first).
@@ -1505,15 +1872,35 @@ impl Runtime {
     }
 
     fn check_keyval(&self, call: &str, keyval: i32) -> MpiResult<()> {
-        if keyval < FIRST_USER_KEYVAL || self.keyvals.lock().expect("keyvals").get(kv_index(keyval)).is_none() {
-            return Err(MpiError::new(ErrorClass::Keyval, format!("{call}: invalid keyval {keyval}")));
+        if keyval < FIRST_USER_KEYVAL
+            || self
+                .keyvals
+                .lock()
+                .expect("keyvals")
+                .get(kv_index(keyval))
+                .is_none()
+        {
+            return Err(MpiError::new(
+                ErrorClass::Keyval,
+                format!("{call}: invalid keyval {keyval}"),
+            ));
         }
         Ok(())
     }
 
     fn run_delete(&self, comm: CommId, keyval: i32, val: usize) -> MpiResult<()> {
-        let kv = self.keyvals.lock().expect("keyvals").get(kv_index(keyval)).cloned();
-        if let Some(Keyval { delete: Some(f), extra, .. }) = kv {
+        let kv = self
+            .keyvals
+            .lock()
+            .expect("keyvals")
+            .get(kv_index(keyval))
+            .cloned();
+        if let Some(Keyval {
+            delete: Some(f),
+            extra,
+            ..
+        }) = kv
+        {
             f(comm, keyval, val, extra)?;
         }
         Ok(())
@@ -1529,7 +1916,11 @@ impl Runtime {
         }
         let mut e = self.lock();
         self.check_comm(&e, call, comm)?;
-        e.core.comm_mut(comm).expect("checked").attrs.insert(keyval, val);
+        e.core
+            .comm_mut(comm)
+            .expect("checked")
+            .attrs
+            .insert(keyval, val);
         Ok(())
     }
 
@@ -1626,10 +2017,19 @@ pub const VERSION: (i32, i32) = (3, 1);
 
 /// MPI_Get_library_version's text.
 pub fn library_version() -> String {
-    format!("Tsunagi {} (MPI {}.{})", env!("CARGO_PKG_VERSION"), VERSION.0, VERSION.1)
+    format!(
+        "Tsunagi {} (MPI {}.{})",
+        env!("CARGO_PKG_VERSION"),
+        VERSION.0,
+        VERSION.1
+    )
 }
 
 /// A transport's name for each peer (diagnostics).
 pub fn transport_names(router: &mut Router) -> Vec<&'static str> {
-    router.transports().iter().map(|t: &Box<dyn Transport>| t.name()).collect()
+    router
+        .transports()
+        .iter()
+        .map(|t: &Box<dyn Transport>| t.name())
+        .collect()
 }

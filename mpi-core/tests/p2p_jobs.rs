@@ -18,7 +18,10 @@ fn serial() -> std::sync::MutexGuard<'static, ()> {
 /// target/<profile>/ of this test binary.
 fn target_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("test exe");
-    exe.parent().and_then(|d| d.parent()).expect("target dir").to_path_buf()
+    exe.parent()
+        .and_then(|d| d.parent())
+        .expect("target dir")
+        .to_path_buf()
 }
 
 fn ensure_built() -> (PathBuf, PathBuf) {
@@ -28,7 +31,15 @@ fn ensure_built() -> (PathBuf, PathBuf) {
     if !mpirun.exists() || !check.exists() {
         let profile_release = dir.ends_with("release");
         let mut c = Command::new(env!("CARGO"));
-        c.args(["build", "-p", "tsunagi-launcher", "-p", "tsunagi-core", "--examples", "--bins"]);
+        c.args([
+            "build",
+            "-p",
+            "tsunagi-launcher",
+            "-p",
+            "tsunagi-core",
+            "--examples",
+            "--bins",
+        ]);
         if profile_release {
             c.arg("--release");
         }
@@ -91,9 +102,16 @@ fn job(n: usize, progress: &str, node_map: Option<&str>, tests: &[&str]) -> (Out
 fn assert_ok(out: &Output, tests: &[&str], what: &str) {
     let stdout = String::from_utf8_lossy(&out.stdout);
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{what}: exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}", out.status);
+    assert!(
+        out.status.success(),
+        "{what}: exit {:?}\nstdout:\n{stdout}\nstderr:\n{stderr}",
+        out.status
+    );
     for t in tests {
-        assert!(stdout.contains(&format!("OK {t}")), "{what}: no 'OK {t}'\nstdout:\n{stdout}\nstderr:\n{stderr}");
+        assert!(
+            stdout.contains(&format!("OK {t}")),
+            "{what}: no 'OK {t}'\nstdout:\n{stdout}\nstderr:\n{stderr}"
+        );
     }
     assert!(stderr.is_empty(), "{what}: unexpected stderr:\n{stderr}");
 }
@@ -105,7 +123,13 @@ fn singleton_without_launcher() {
     let _serial = serial();
     let (_, check) = ensure_built();
     let mut c = Command::new(check);
-    for v in ["PMI_FD", "PMI_PORT", "PMI_RANK", "PMI_SIZE", "TSUNAGI_NODE_MAP"] {
+    for v in [
+        "PMI_FD",
+        "PMI_PORT",
+        "PMI_RANK",
+        "PMI_SIZE",
+        "TSUNAGI_NODE_MAP",
+    ] {
         c.env_remove(v);
     }
     c.args(ALL);
@@ -117,18 +141,30 @@ fn singleton_without_launcher() {
 fn polling_1_to_8_ranks() {
     let _serial = serial();
     for n in [1usize, 2, 3, 4, 8] {
-        let tests: &[&str] = if n == 8 { &["order", "modes", "comms", "errors", "datatypes"] } else { ALL };
+        let tests: &[&str] = if n == 8 {
+            &["order", "modes", "comms", "errors", "datatypes"]
+        } else {
+            ALL
+        };
         let (out, _) = job(n, "polling", None, tests);
         assert_ok(&out, tests, &format!("polling n={n}"));
     }
-    assert!(shm_leftovers().is_empty(), "leftover /dev/shm files: {:?}", shm_leftovers());
+    assert!(
+        shm_leftovers().is_empty(),
+        "leftover /dev/shm files: {:?}",
+        shm_leftovers()
+    );
 }
 
 #[test]
 fn threaded_1_to_8_ranks() {
     let _serial = serial();
     for n in [1usize, 2, 4, 8] {
-        let tests: &[&str] = if n == 8 { &["order", "modes", "comms"] } else { ALL };
+        let tests: &[&str] = if n == 8 {
+            &["order", "modes", "comms"]
+        } else {
+            ALL
+        };
         let (out, _) = job(n, "threaded", None, tests);
         assert_ok(&out, tests, &format!("threaded n={n}"));
     }
@@ -143,7 +179,11 @@ fn shm_and_stream_mixed_both_engines() {
         let (out, _) = job(4, progress, Some("2"), ALL);
         assert_ok(&out, ALL, &format!("mixed {progress}"));
         let (out, _) = job(5, progress, Some("0,1,0,1,1"), &["order", "modes", "comms"]);
-        assert_ok(&out, &["order", "modes", "comms"], &format!("mixed interleaved {progress}"));
+        assert_ok(
+            &out,
+            &["order", "modes", "comms"],
+            &format!("mixed interleaved {progress}"),
+        );
     }
 }
 
@@ -151,12 +191,22 @@ fn assert_failed_cleanly(out: &Output, took: Duration, what: &str, expect: &str)
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{what}: job should fail");
     assert!(took < Duration::from_secs(20), "{what}: took {took:?}");
-    assert!(stderr.contains(expect), "{what}: stderr lacks '{expect}':\n{stderr}");
+    assert!(
+        stderr.contains(expect),
+        "{what}: stderr lacks '{expect}':\n{stderr}"
+    );
     // No rank of the job may survive it.
-    let ps = Command::new("pgrep").args(["-f", "examples/p2p_check"]).output().expect("pgrep");
+    let ps = Command::new("pgrep")
+        .args(["-f", "examples/p2p_check"])
+        .output()
+        .expect("pgrep");
     let left = String::from_utf8_lossy(&ps.stdout);
     assert!(left.trim().is_empty(), "{what}: orphans left: {left}");
-    assert!(shm_leftovers().is_empty(), "{what}: leftover /dev/shm files: {:?}", shm_leftovers());
+    assert!(
+        shm_leftovers().is_empty(),
+        "{what}: leftover /dev/shm files: {:?}",
+        shm_leftovers()
+    );
 }
 
 #[test]
@@ -180,25 +230,42 @@ fn fatal_error_names_call_and_argument() {
     let (out, took) = job(2, "polling", None, &["fatal"]);
     assert_failed_cleanly(&out, took, "fatal", "MPI_Send");
     let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(stderr.contains("rank 1000000"), "message names the argument:\n{stderr}");
+    assert!(
+        stderr.contains("rank 1000000"),
+        "message names the argument:\n{stderr}"
+    );
 }
 
 /// The same program started by MPICH's Hydra (PMI-1 over PMI_FD), if installed.
 #[test]
 fn runs_under_mpich_hydra() {
     let _serial = serial();
-    if Command::new("mpiexec.hydra").arg("--version").output().is_err() {
+    if Command::new("mpiexec.hydra")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
         eprintln!("mpiexec.hydra not installed; skipped");
         return;
     }
     let (_, check) = ensure_built();
     let mut c = Command::new("mpiexec.hydra");
-    c.args(["-n", "4"]).arg(check).args(["order", "modes", "comms", "sizes"]);
+    c.args(["-n", "4"])
+        .arg(check)
+        .args(["order", "modes", "comms", "sizes"]);
     c.env_remove("TSUNAGI_NODE_MAP");
     let (out, _) = run(c, Duration::from_secs(240));
     let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "hydra: {:?}\n{stdout}\n{}", out.status, String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "hydra: {:?}\n{stdout}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
     for t in ["order", "modes", "comms", "sizes"] {
-        assert!(stdout.contains(&format!("OK {t}")), "hydra: no OK {t}:\n{stdout}");
+        assert!(
+            stdout.contains(&format!("OK {t}")),
+            "hydra: no OK {t}:\n{stdout}"
+        );
     }
 }

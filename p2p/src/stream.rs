@@ -1579,6 +1579,14 @@ mod tests {
             })
             .unwrap();
         }
+        // A send "completes" once queued, so the last messages may still sit in our queue:
+        // keep making progress until they are in the socket, where the peer can read them
+        // without us (the threaded engine does this on EPOLLOUT wake-ups).
+        while !t.peers[peer as usize].queue.is_empty() {
+            assert!(Instant::now() < deadline, "flush stalled");
+            t.poll(&mut |_, _, _| panic!("more messages than sent"))
+                .unwrap();
+        }
         backpressure
     }
 

@@ -15,6 +15,13 @@
 //! a slot per local rank (pid, CMA probe address, doorbell), one ring per ordered pair of
 //! local ranks; each cell's first cache line carries a stamp (sequence + length), the header
 //! and the first payload bytes, published with one Release store.
+//!
+//! Sleeping: [`Transport::event_source`] is this rank's doorbell in the segment. A sender
+//! rings it only when the receiver announced that it sleeps (one fence and one load
+//! otherwise). A sender whose ring is full is woken by the receiver once half the ring has
+//! been drained, so a caller with a blocked send should, like the final poll, retry that
+//! send between [`EventSource::prepare`] and [`EventSource::sleep`]: a wake-up that came
+//! before `prepare` is otherwise only noticed at the sleep's timeout.
 
 use std::cell::Cell;
 use std::ptr::NonNull;
@@ -238,7 +245,7 @@ pub struct ShmTransport {
 unsafe impl Send for ShmTransport {}
 
 impl ShmTransport {
-    /// Node leader (lowest world rank on the node) creates the segment /dev/shm/<name>
+    /// Node leader (lowest world rank on the node) creates the segment `/dev/shm/<name>`
     /// (O_CREAT|O_EXCL, mode 0600), sizes and initialises it.
     pub fn create(
         name: &str,
