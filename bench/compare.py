@@ -44,6 +44,8 @@ def main():
     ap.add_argument("--tsunagi-bin", default=os.path.join(TOP, "target/release/tsunagi-pingpong"))
     ap.add_argument("--mpirun", default=os.path.join(TOP, "target/release/mpirun"))
     ap.add_argument("--out", help="also write the Markdown table here")
+    ap.add_argument("--c-abi-lib", help="a lib/ dir holding Tsunagi's libmpich.so.12: also run the "
+                    "MPICH-built C program on Tsunagi (drop-in, polling engine)")
     a = ap.parse_args()
 
     build = tempfile.mkdtemp(prefix="tsunagi-compare.")
@@ -59,6 +61,9 @@ def main():
         ("mpich", ["mpiexec.hydra", "-n", "2", f"{build}/pp.mpich"], {}),
         ("openmpi", ompi + [f"{build}/pp.ompi"], ompi_env),
     ]
+    if a.c_abi_lib:
+        contenders.insert(2, ("tsunagi-c-dropin", [a.mpirun, "-n", "2", f"{build}/pp.mpich"],
+                              {"LD_LIBRARY_PATH": a.c_abi_lib, "TSUNAGI_PROGRESS": "polling"}))
     results = {name: [] for name, _, _ in contenders}
     for rep in range(a.r):
         for name, cmd, env in contenders:
@@ -87,6 +92,14 @@ def main():
             f"| {cell('tsunagi-threaded')} | {cell('mpich')} | {cell('openmpi')} "
             f"| {ratio('tsunagi-polling', 'mpich')} | {ratio('tsunagi-polling', 'openmpi')} "
             f"| {ratio('tsunagi-threaded', 'mpich')} | {ratio('tsunagi-threaded', 'openmpi')} |")
+    if a.c_abi_lib:
+        lines += ["", "Drop-in C ABI: the same MPICH-built binary on Tsunagi's libmpi vs Tsunagi's Rust API.", "",
+                  "| metric | bytes | C drop-in on Tsunagi | Rust API on Tsunagi | C/Rust | C drop-in/MPICH |",
+                  "|---|---|---|---|---|---|"]
+        for p in points:
+            c, r, m = med["tsunagi-c-dropin"][p], med["tsunagi-polling"][p], med["mpich"][p]
+            lines.append(f"| {'latency' if p[0] == 'lat' else 'bandwidth'} | {p[1]} | {c:.3f} | {r:.3f} "
+                         f"| {c / r if r else 0:.2f} | {c / m if m else 0:.2f} |")
     text = "\n".join(lines)
     print(text)
     if a.out:

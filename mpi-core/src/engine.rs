@@ -653,11 +653,33 @@ impl Engine {
                 ));
             }
             self.core.bsend_used += need;
-            req.bsend_bytes = need;
             let mut packed = vec![0u8; bytes];
             // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
             unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
-            req.packed = Some(packed);
+            // A buffered send completes locally: the copy travels as an internal request
+            // (standard mode, eager or rendezvous) that gives the attached-buffer space
+            // back when it is done, and the user's request completes now.
+            let (comm, peer, context) = (req.comm, req.peer, req.context);
+            req.status.bytes = bytes;
+            let byte = self.core.byte_type.clone();
+            let copy = self.new_request(
+                Some(SendMode::Standard),
+                Buf(packed.as_mut_ptr()),
+                bytes,
+                byte,
+                comm,
+                peer,
+                tag,
+                false,
+            );
+            let creq = self.core.reqs.get_mut(copy.0).expect("just made");
+            creq.context = context;
+            creq.packed = Some(packed);
+            creq.bsend_bytes = need;
+            creq.detached = true;
+            creq.phase = Phase::Active;
+            self.core.complete(id);
+            return self.start_send(copy, SendMode::Standard);
         }
 
         let req = self.core.reqs.get_mut(id.0).expect("live request");

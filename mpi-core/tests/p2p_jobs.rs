@@ -269,3 +269,27 @@ fn runs_under_mpich_hydra() {
         );
     }
 }
+
+/// With single copy refused (TSUNAGI_SHM_CMA=0), rendezvous data streams through the rings
+/// in chunks; a tiny eager limit pushes most sizes through that path.
+#[test]
+fn streamed_rendezvous_without_cma() {
+    let _serial = serial();
+    let (mpirun, check) = ensure_built();
+    for progress in ["polling", "threaded"] {
+        let mut c = Command::new(&mpirun);
+        c.args(["-n", "3"])
+            .arg(&check)
+            .args(["sizes", "datatypes", "modes"]);
+        c.env("TSUNAGI_PROGRESS", progress)
+            .env("TSUNAGI_SHM_CMA", "0")
+            .env("TSUNAGI_SHM_EAGER", "512")
+            .env_remove("TSUNAGI_NODE_MAP");
+        let (out, _) = run(c, Duration::from_secs(240));
+        assert_ok(
+            &out,
+            &["sizes", "datatypes", "modes"],
+            &format!("no CMA {progress}"),
+        );
+    }
+}
