@@ -302,9 +302,13 @@ impl Runtime {
         let ncpu = std::thread::available_parallelism()
             .map(|n| n.get())
             .unwrap_or(1);
+        // Waiting policy: poll, then yield, then sleep on the transports. A futex wake-up
+        // costs tens of microseconds (about 100 in a VM), so a rank that has a core of its
+        // own stays runnable for a long while (~tens of ms of yields); ranks that outnumber
+        // the cores give their core away quickly instead.
         let oversubscribed = local.len() > ncpu;
         let spin = env_u32("TSUNAGI_SPIN", if oversubscribed { 50 } else { 20_000 });
-        let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 2_000 });
+        let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
 
         let mut engine = Engine::new(rank, size, router);
         let nodes = Arc::new(nodes);
@@ -678,6 +682,31 @@ impl Runtime {
         ))
     }
 
+    /// Make and start a non-persistent request; on failure nothing stays posted.
+    ///
+    /// # Safety
+    /// As [`Runtime::make_request`].
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn start_new(
+        &self,
+        e: &mut Engine,
+        call: &str,
+        send: Option<SendMode>,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        peer: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        let id = self.make_request(e, call, send, buf, count, dtype, peer, tag, comm, false)?;
+        if let Err(err) = e.start(id) {
+            e.detach(id);
+            return Err(with_call(call, err));
+        }
+        Ok(id)
+    }
+
     /// MPI_Isend / MPI_Issend / MPI_Irsend / MPI_Ibsend.
     ///
     /// # Safety
@@ -696,7 +725,7 @@ impl Runtime {
         mode: SendMode,
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
-        let id = self.make_request(
+        self.start_new(
             &mut e,
             call,
             Some(mode),
@@ -706,13 +735,7 @@ impl Runtime {
             dest,
             tag,
             comm,
-            false,
-        )?;
-        if let Err(err) = e.start(id) {
-            e.detach(id);
-            return Err(with_call(call, err));
-        }
-        Ok(id)
+        )
     }
 
     /// MPI_Irecv.
@@ -731,14 +754,7 @@ impl Runtime {
         comm: CommId,
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
-        let id = self.make_request(
-            &mut e, call, None, buf, count, dtype, source, tag, comm, false,
-        )?;
-        if let Err(err) = e.start(id) {
-            e.detach(id);
-            return Err(with_call(call, err));
-        }
-        Ok(id)
+        self.start_new(&mut e, call, None, buf, count, dtype, source, tag, comm)
     }
 
     /// MPI_Send / MPI_Ssend / MPI_Rsend / MPI_Bsend.
@@ -759,7 +775,7 @@ impl Runtime {
     ) -> MpiResult<()> {
         let id = {
             let mut e = self.lock();
-            let id = self.make_request(
+            let id = self.start_new(
                 &mut e,
                 call,
                 Some(mode),
@@ -769,12 +785,7 @@ impl Runtime {
                 dest,
                 tag,
                 comm,
-                false,
             )?;
-            if let Err(err) = e.start(id) {
-                e.detach(id);
-                return Err(with_call(call, err));
-            }
             // Eager sends are complete once handed to the transport: collect them under
             // the same lock, without another progress pass.
             if e.is_done(id) {
