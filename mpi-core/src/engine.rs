@@ -434,9 +434,13 @@ impl Engine {
         let contiguous = req.dtype.contiguous_offset();
         let result = match contiguous {
             Some(off) => {
-                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off` (MPI
-                // contract for a contiguous type); `take <= capacity`.
-                let dst = unsafe { std::slice::from_raw_parts_mut(req.buf.0.offset(off), take) };
+                let dst: &mut [u8] = if take == 0 {
+                    &mut []
+                } else {
+                    // SAFETY: the receive buffer holds `capacity` bytes from `buf + off` (MPI
+                    // contract for a contiguous type); `take <= capacity`.
+                    unsafe { std::slice::from_raw_parts_mut(req.buf.0.offset(off), take) }
+                };
                 t.read_remote(r.peer, r.addr, dst)
             }
             None => {
@@ -698,8 +702,13 @@ impl Engine {
             if let Some(p) = req.packed.take() {
                 self.send_or_queue(dest, hdr, &p)?;
             } else if let Some(off) = req.dtype.contiguous_offset() {
-                // SAFETY: the send buffer holds `bytes` bytes from `buf + off`.
-                let data = unsafe { std::slice::from_raw_parts(req.buf.0.offset(off), bytes) };
+                let data: &[u8] = if bytes == 0 {
+                    // A zero-byte message may come from a NULL buffer: no slice from it.
+                    &[]
+                } else {
+                    // SAFETY: the send buffer holds `bytes` bytes from `buf + off`.
+                    unsafe { std::slice::from_raw_parts(req.buf.0.offset(off), bytes) }
+                };
                 self.send_or_queue(dest, hdr, data)?;
             } else {
                 let mut tmp = std::mem::take(&mut self.core.scratch);
@@ -1242,7 +1251,7 @@ impl Core {
             ));
             return;
         };
-        if offset < req.capacity {
+        if offset < req.capacity && !p.is_empty() {
             let take = p.len().min(req.capacity - offset);
             match req.dtype.contiguous_offset() {
                 // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`, and
