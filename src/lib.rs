@@ -38,6 +38,11 @@
 //! - [`point_to_point`]: [`Destination`](point_to_point::Destination) (blocking and
 //!   immediate sends in all modes) and [`Source`](point_to_point::Source) (receives,
 //!   probes, matched probes), [`Status`](point_to_point::Status), send-receive.
+//! - [`collective`][]: [`CommunicatorCollectives`](collective::CommunicatorCollectives)
+//!   (all-gather, all-to-all, all-reduce, scans, reduce-scatter) and
+//!   [`Root`](collective::Root) (broadcast, gather, scatter, reduce on a root process),
+//!   with [`SystemOperation`](collective::SystemOperation)s and user closures; non-blocking
+//!   ones on owned buffers.
 //! - [`request`]: scoped non-blocking requests: a request borrows its buffer for the
 //!   scope, and the scope waits for unfinished requests at its end.
 //! - [`datatype`]: [`Equivalence`](datatype::Equivalence) (primitives, `bool`, arrays,
@@ -52,6 +57,7 @@
 
 extern crate self as tsunagi;
 
+pub mod collective;
 pub mod datatype;
 pub mod environment;
 pub mod error;
@@ -82,6 +88,7 @@ pub fn Wtime() -> f64 {
 
 /// The traits to import for method syntax: `use tsunagi::traits::*;`.
 pub mod traits {
+    pub use crate::collective::{CommunicatorCollectives, CommunicatorImmediateCollectives, Root};
     pub use crate::datatype::{AsDatatype, Buffer, BufferMut, Equivalence, PlainData};
     pub use crate::point_to_point::{Destination, Source};
     pub use crate::request::Scope;

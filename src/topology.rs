@@ -120,7 +120,10 @@ pub trait Communicator {
     }
     /// Block until every process of the communicator has called it (MPI_Barrier).
     fn barrier(&self) -> Result<()> {
-        Ok(rt("MPI_Barrier")?.barrier_internal(self.comm_id())?)
+        Ok(tsunagi_collectives::barrier(
+            rt("MPI_Barrier")?,
+            self.comm_id(),
+        )?)
     }
     /// End the whole job with `code` (MPI_Abort). Never returns.
     fn abort(&self, code: i32) -> ! {

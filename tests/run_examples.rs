@@ -169,9 +169,13 @@ fn check(name: &str, n: usize, what: &str, o: &Output) {
 }
 
 fn launcher_matrix(name: &str) {
+    launcher_ranks(name, &[1, 2, 4, 8]);
+}
+
+fn launcher_ranks(name: &str, ranks: &[usize]) {
     let exe = example(name);
     for mode in ["polling", "threaded"] {
-        for n in [1usize, 2, 4, 8] {
+        for &n in ranks {
             let what = format!("{name} -n {n} {mode}");
             let mut cmd = Command::new(mpirun());
             cmd.arg("-n").arg(n.to_string()).arg(&exe);
@@ -246,6 +250,23 @@ macro_rules! example_tests {
 }
 
 example_tests!(hello, ring, ping_pong, datatype_exchange, api_tour);
+
+/// The collectives example: 1, 2 and 4 ranks (the collectives crate's own tests cover
+/// more), on two pretend nodes (hierarchical algorithms) and as a singleton.
+mod collectives {
+    #[test]
+    fn launcher_1_2_4_ranks_both_progress_modes() {
+        super::launcher_ranks("collectives", &[1, 2, 4]);
+    }
+    #[test]
+    fn four_ranks_on_two_pretend_nodes() {
+        super::two_nodes("collectives");
+    }
+    #[test]
+    fn singleton_without_launcher() {
+        super::singleton("collectives");
+    }
+}
 
 #[test]
 fn pingpong_benchmark_output_format() {

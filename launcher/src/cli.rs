@@ -22,6 +22,20 @@ pub struct Options {
     /// Variables to set in every rank, in command-line order (later ones win): from
     /// `--env VAR=VAL`, `-env VAR VAL`, `-x VAR[=VAL]`, `--progress` and `--node-map`.
     pub env: Vec<(OsString, OsString)>,
+    /// `-n` was given (otherwise a multi-host job runs one rank per slot).
+    pub np_given: bool,
+    /// `--host h1:2,h2:2`.
+    pub host: Option<String>,
+    /// `--hostfile FILE`.
+    pub hostfile: Option<OsString>,
+    /// `--map-by slot|node`.
+    pub map_by: crate::hosts::MapBy,
+    /// `--oversubscribe`: more ranks than slots allowed.
+    pub oversubscribe: bool,
+    /// `--launch-agent TEMPLATE`: how to start an agent on `{host}` (default `ssh`).
+    pub launch_agent: Option<String>,
+    /// `--launch-addr IP`: the address agents connect back to.
+    pub launch_addr: Option<String>,
 }
 
 /// The text of `--help`.
@@ -29,11 +43,18 @@ pub fn usage(prog: &str) -> String {
     format!(
         "Usage: {prog} [options] program [args...]\n\
          \n\
-         Start `program` as an MPI job on this host.\n\
+         Start `program` as an MPI job on this host or on several hosts.\n\
          \n\
          Options:\n  \
            -n N, -np N, --np N   number of ranks (default 1)\n  \
-           --oversubscribe       accepted; more ranks than cores are always allowed\n  \
+           --host H1:N1,H2:N2    run on these hosts with these slot counts\n  \
+           --hostfile FILE       hosts from FILE (lines `host slots=N` or `host:N`, # comments)\n  \
+           --map-by slot|node    fill each host's slots first (default) or round robin\n  \
+           --oversubscribe       allow more ranks than slots (more than cores is always allowed)\n  \
+           --launch-agent CMD    start remote agents with CMD, `{{host}}` replaced by the host\n  \
+                                 (default: ssh -o BatchMode=yes {{host}})\n  \
+           --launch-addr IP      address remote agents connect back to (default: the first\n  \
+                                 non-loopback IPv4 address, or TSUNAGI_LAUNCH_ADDR)\n  \
            -x VAR[=VAL]          export VAR (from this environment, or set to VAL) to the ranks\n  \
            --env VAR=VAL         set VAR=VAL in the ranks (also: -env VAR VAL)\n  \
            --progress MODE       progress engine for the ranks: polling or threaded\n  \
@@ -55,6 +76,12 @@ pub fn parse(
 ) -> Result<Action, String> {
     let mut np: Option<u32> = None;
     let mut env = Vec::new();
+    let mut host = None;
+    let mut hostfile = None;
+    let mut map_by = crate::hosts::MapBy::Slot;
+    let mut oversubscribe = false;
+    let mut launch_agent = None;
+    let mut launch_addr = None;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -98,7 +125,31 @@ pub fn parse(
                     _ => return Err(format!("{name}: invalid number of ranks {v:?}")),
                 }
             }
-            "--oversubscribe" | "-oversubscribe" => {}
+            "--oversubscribe" | "-oversubscribe" => oversubscribe = true,
+            "--host" | "-host" | "-H" | "--hosts" | "-hosts" => host = Some(value("a host list")?),
+            "--hostfile" | "-hostfile" | "--machinefile" | "-machinefile" | "-f" => {
+                hostfile = Some(OsString::from(value("a file name")?))
+            }
+            "--map-by" | "-map-by" => {
+                let v = value("slot or node")?;
+                map_by = match v.as_str() {
+                    "slot" | "core" => crate::hosts::MapBy::Slot,
+                    "node" => crate::hosts::MapBy::Node,
+                    _ => {
+                        return Err(format!(
+                            "--map-by: unknown policy {v:?} (expected slot or node)"
+                        ))
+                    }
+                };
+            }
+            "--launch-agent" | "-launch-agent" | "--launcher-exec" => {
+                let v = value("a command")?;
+                if v.split_whitespace().next().is_none() {
+                    return Err("--launch-agent: empty command".to_string());
+                }
+                launch_agent = Some(v);
+            }
+            "--launch-addr" => launch_addr = Some(value("an IP address")?),
             "-x" => {
                 let v = value("a variable name")?;
                 match v.split_once('=') {
@@ -147,11 +198,21 @@ pub fn parse(
     let Some(program) = args.get(i).cloned() else {
         return Err("no program given".to_string());
     };
+    if host.is_some() && hostfile.is_some() {
+        return Err("--host and --hostfile cannot be combined".to_string());
+    }
     Ok(Action::Run(Options {
         np: np.unwrap_or(1),
+        np_given: np.is_some(),
         program,
         args: args[i + 1..].to_vec(),
         env,
+        host,
+        hostfile,
+        map_by,
+        oversubscribe,
+        launch_agent,
+        launch_addr,
     }))
 }
 
@@ -235,6 +296,31 @@ mod tests {
         );
         assert!(p(&["--progress", "busy", "prog"]).is_err());
         assert!(p(&["--env", "=x", "prog"]).is_err());
+    }
+
+    #[test]
+    fn host_options() {
+        let o = run(&[
+            "--host",
+            "a:2,b:2",
+            "--map-by",
+            "node",
+            "--oversubscribe",
+            "--launch-agent",
+            "ip netns exec {host}",
+            "--launch-addr",
+            "10.0.0.1",
+            "prog",
+        ]);
+        assert_eq!(o.host.as_deref(), Some("a:2,b:2"));
+        assert_eq!(o.map_by, crate::hosts::MapBy::Node);
+        assert!(o.oversubscribe && !o.np_given);
+        assert_eq!(o.launch_agent.as_deref(), Some("ip netns exec {host}"));
+        assert_eq!(o.launch_addr.as_deref(), Some("10.0.0.1"));
+        assert_eq!(run(&["--hostfile", "f", "prog"]).hostfile, Some("f".into()));
+        assert!(p(&["--map-by", "socket", "prog"]).is_err());
+        assert!(p(&["--host", "a", "--hostfile", "f", "prog"]).is_err());
+        assert!(p(&["--launch-agent", " ", "prog"]).is_err());
     }
 
     #[test]

@@ -20,11 +20,23 @@
 //!   sockets and reaps them;
 //! - [`signals`]: signals delivered into that loop through a pipe.
 //!
-//! Only one host is supported for now. Multi-host fits in by giving each remote host an
-//! agent that does `local`'s spawning and reaping there and relays PMI lines and exits to
-//! the one [`server::PmiServer`] here; the process mapping then lists several nodes.
+//! - [`hosts`]: `--host`/`--hostfile` parsing, placement by slot or node, the
+//!   `PMI_process_mapping` of a placement;
+//! - [`agent`]: the per-host agent (`mpirun --agent ...`) and its control protocol.
+//!
+//! Several hosts: ranks on hosts named `localhost` (or this host's name) start here as
+//! above; every other host gets an agent, started through the launch command (default
+//! `ssh -o BatchMode=yes -o ConnectTimeout=10 {host}`, e.g. `ip netns exec {host}`), which
+//! connects back to mpirun over TCP, spawns and reaps its ranks there and relays their PMI
+//! lines and exits to the one [`server::PmiServer`] here. Ranks' output travels through the
+//! launch command's own stdout/stderr (inherited), and stdin goes to the launch command of
+//! rank 0's host. A lost agent, a launch command that fails or an agent that does not
+//! connect back within [`local::AGENT_CONNECT_TIMEOUT`] ends the whole job; agents kill
+//! their ranks when their connection to mpirun ends, so no host keeps orphans.
 
+pub mod agent;
 pub mod cli;
+pub mod hosts;
 pub mod local;
 pub mod server;
 pub mod signals;
@@ -154,6 +166,10 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
         })
         .unwrap_or_else(|| "mpirun".to_string());
     let rest = args.get(1..).unwrap_or(&[]);
+    // Started by a launch command on another host: be that host's agent.
+    if rest.first().is_some_and(|a| a == "--agent") {
+        return agent::agent_main(&rest[1..]);
+    }
     let opts = match cli::parse(rest, |k| std::env::var_os(k)) {
         Ok(cli::Action::Help) => {
             print!("{}", cli::usage(&prog));
@@ -185,21 +201,171 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
     };
     let kvsname = new_kvsname();
     let _cleanup = ShmCleanup(kvsname.clone());
-    let np = opts.np as usize;
-    let job = local::LocalJob {
-        program,
-        argv0: opts.program,
-        args: opts.args,
-        ranks: (0..np).collect(),
-        size: np,
-        env: opts.env,
-        kvsname,
+    // The per-job secret every TCP connection between ranks must present.
+    let key = tsunagi_tcp::JobKey::random().to_hex();
+    let mut env: Vec<(OsString, OsString)> = vec![("TSUNAGI_JOB_KEY".into(), key.clone().into())];
+    env.extend(opts.env.iter().cloned());
+    let outcome = if opts.host.is_some() || opts.hostfile.is_some() {
+        match multi_host(&opts, program, kvsname, key, env, &sigs) {
+            Ok(o) => o,
+            Err(msg) => {
+                say(&prog, &msg);
+                return EXIT_USAGE;
+            }
+        }
+    } else {
+        let np = opts.np as usize;
+        let job = local::LocalJob {
+            program,
+            argv0: opts.program,
+            args: opts.args,
+            ranks: (0..np).collect(),
+            size: np,
+            env,
+            kvsname,
+        };
+        local::run(&job, &sigs)
     };
-    let outcome = local::run(&job, &sigs);
     if let Some(msg) = &outcome.message {
         say(&prog, msg);
     }
     outcome.exit_code
+}
+
+/// This host's name (for recognising it in host lists).
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// The default launch command: ssh that never prompts (a prompt would hang the job).
+pub const DEFAULT_LAUNCH: &str = "ssh -o BatchMode=yes -o ConnectTimeout=10 {host}";
+
+/// A job over `--host`/`--hostfile`: place ranks, start agents for remote hosts, run.
+/// Errors are bad input (one line, exit status 2).
+fn multi_host(
+    opts: &cli::Options,
+    program: PathBuf,
+    kvsname: String,
+    key: String,
+    env: Vec<(OsString, OsString)>,
+    sigs: &signals::SignalPipe,
+) -> Result<local::Outcome, String> {
+    let hosts = match (&opts.host, &opts.hostfile) {
+        (Some(h), _) => hosts::parse_host_list(h)?,
+        (None, Some(f)) => {
+            let shown = Path::new(f).display().to_string();
+            let text = std::fs::read_to_string(f)
+                .map_err(|e| format!("cannot read hostfile {shown}: {e}"))?;
+            hosts::parse_hostfile(&text, &shown)?
+        }
+        (None, None) => unreachable!("multi_host without hosts"),
+    };
+    let np = if opts.np_given {
+        opts.np as usize
+    } else {
+        hosts.iter().map(|h| h.slots).sum()
+    };
+    let placement = hosts::place(&hosts, np, opts.map_by, opts.oversubscribe)?;
+    let mapping = hosts::process_mapping(&placement);
+    let me = hostname();
+    let local_ranks: Vec<usize> = (0..np)
+        .filter(|&r| hosts::is_local(&hosts[placement[r]].name, &me))
+        .collect();
+    let job = local::LocalJob {
+        program: program.clone(),
+        argv0: opts.program.clone(),
+        args: opts.args.clone(),
+        ranks: local_ranks,
+        size: np,
+        env: env.clone(),
+        kvsname: kvsname.clone(),
+    };
+    let remote_hosts: Vec<usize> = (0..hosts.len())
+        .filter(|&h| !hosts::is_local(&hosts[h].name, &me) && placement.contains(&h))
+        .collect();
+    if remote_hosts.is_empty() {
+        return Ok(local::run_with(&job, &mapping, None, sigs));
+    }
+    let listener = std::net::TcpListener::bind("0.0.0.0:0")
+        .map_err(|e| format!("cannot listen for agents: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen for agents: {e}"))?
+        .port();
+    let addr_spec = opts
+        .launch_addr
+        .clone()
+        .or_else(|| std::env::var("TSUNAGI_LAUNCH_ADDR").ok())
+        .filter(|s| !s.is_empty());
+    let ip: std::net::IpAddr = match addr_spec {
+        Some(a) => a
+            .parse()
+            .map_err(|_| format!("--launch-addr {a}: not an IP address"))?,
+        None => tsunagi_tcp::config::choose_address(None, &tsunagi_tcp::config::interfaces())?.1,
+    };
+    let advertise = std::net::SocketAddr::new(ip, port);
+    let exe = std::env::current_exe().map_err(|e| format!("cannot find mpirun itself: {e}"))?;
+    // Agents prove they belong to the job with a key of their own: it is visible on their
+    // command lines (ps), unlike the job key, which they receive over the connection.
+    let agent_key = tsunagi_tcp::JobKey::random().to_hex();
+    let template = opts.launch_agent.as_deref().unwrap_or(DEFAULT_LAUNCH);
+    let agents = remote_hosts
+        .iter()
+        .enumerate()
+        .map(|(id, &h)| {
+            let name = &hosts[h].name;
+            let mut argv: Vec<OsString> = template
+                .split_whitespace()
+                .map(|w| OsString::from(w.replace("{host}", name)))
+                .collect();
+            argv.push(exe.clone().into_os_string());
+            argv.push("--agent".into());
+            argv.push(advertise.to_string().into());
+            argv.push(id.to_string().into());
+            argv.push(agent_key.clone().into());
+            let ranks: Vec<usize> = (0..np).filter(|&r| placement[r] == h).collect();
+            local::AgentPlan {
+                host: name.clone(),
+                stdin: ranks.contains(&0),
+                ranks,
+                argv,
+            }
+        })
+        .collect();
+    // Remote ranks get the job key, mpirun's TSUNAGI_* settings (ssh starts them with a
+    // fresh environment) and the user's -x/--env variables, in that order.
+    let mut spec_env: Vec<(OsString, OsString)> =
+        vec![("TSUNAGI_JOB_KEY".into(), key.clone().into())];
+    for (k, v) in std::env::vars_os() {
+        if k.to_str()
+            .is_some_and(|k| k.starts_with("TSUNAGI_") && k != "TSUNAGI_JOB_KEY")
+        {
+            spec_env.push((k, v));
+        }
+    }
+    spec_env.extend(opts.env.iter().cloned());
+    let spec = local::LocalJob {
+        program,
+        argv0: opts.program.clone(),
+        args: opts.args.clone(),
+        ranks: Vec::new(),
+        size: np,
+        env: spec_env,
+        kvsname,
+    };
+    let remote = local::Remote {
+        agents,
+        listener,
+        key: agent_key,
+        spec,
+    };
+    Ok(local::run_with(&job, &mapping, Some(remote), sigs))
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@
 //! the launcher must not compete with them for the CPU.
 
 use std::ffi::OsString;
-use std::io;
+use std::io::{self, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::path::PathBuf;
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use tsunagi_core::pmi::wire::LineBuffer;
 
+use crate::agent::Msg;
 use crate::server::{Event, PmiServer};
 use crate::signals::{self, SignalPipe};
 
@@ -60,6 +61,8 @@ struct Rank {
 struct Runner {
     server: PmiServer,
     ranks: Vec<Rank>,
+    /// Agents on other hosts and the listener they connect back to (multi-host jobs).
+    remote: Option<RemoteState>,
     /// The first failure: the line to print and the exit code. Later ones are consequences.
     failure: Option<Outcome>,
     /// When survivors of a failure get SIGKILL.
@@ -97,7 +100,7 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
 }
 
 /// Start one rank with the client end of a fresh socketpair as its PMI_FD.
-fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, OwnedFd)> {
+pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, OwnedFd)> {
     let (server_end, client_end) = socketpair()?;
     set_nonblocking(server_end.as_raw_fd())?;
     let client_fd = client_end.as_raw_fd();
@@ -165,12 +168,27 @@ fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, OwnedFd)> {
 /// Run `job` to the end. Returns how it ended; prints nothing itself.
 pub fn run(job: &LocalJob, sigs: &SignalPipe) -> Outcome {
     let mapping = format!("(vector,(0,1,{}))", job.size);
+    run_with(job, &mapping, None, sigs)
+}
+
+/// Run a job whose ranks are `job.ranks` here and `remote`'s on other hosts, with the given
+/// `PMI_process_mapping`.
+pub fn run_with(
+    job: &LocalJob,
+    mapping: &str,
+    remote: Option<Remote>,
+    sigs: &SignalPipe,
+) -> Outcome {
     let mut r = Runner {
-        server: PmiServer::new(&job.kvsname, job.size, &mapping),
+        server: PmiServer::new(&job.kvsname, job.size, mapping),
         ranks: Vec::with_capacity(job.ranks.len()),
+        remote: None,
         failure: None,
         kill_at: None,
     };
+    if let Some(rem) = remote {
+        r.start_agents(rem);
+    }
     for &rank in &job.ranks {
         // A signal during start-up: start no more ranks.
         if r.failure.is_some() {
@@ -228,12 +246,13 @@ impl Runner {
         self.kill_at = Some(Instant::now() + GRACE);
     }
 
-    fn signal_all(&self, sig: libc::c_int) {
+    fn signal_all(&mut self, sig: libc::c_int) {
         for rk in self.ranks.iter().filter(|rk| !rk.exited) {
             // SAFETY: kill on a pid we spawned and have not reaped, so it cannot have
             // been reused by another process.
             unsafe { libc::kill(rk.pid, sig) };
         }
+        self.signal_agents(sig);
     }
 
     fn on_signal(&mut self, sig: libc::c_int) {
@@ -264,7 +283,9 @@ impl Runner {
                 self.on_signal(sig);
             }
             self.reap(&mut buf);
-            if self.ranks.iter().all(|rk| rk.exited) {
+            self.reap_agents();
+            if self.ranks.iter().all(|rk| rk.exited) && self.agents_done() {
+                self.kill_agents();
                 return;
             }
             if let Some(t) = self.kill_at {
@@ -293,6 +314,8 @@ impl Runner {
                     polled.push(i);
                 }
             }
+            let remote_from = pfds.len();
+            let remote_polled = self.remote_pollfds(&mut pfds);
             let timeout = match self.kill_at {
                 Some(t) => {
                     t.saturating_duration_since(Instant::now())
@@ -301,6 +324,12 @@ impl Runner {
                         + 1
                 }
                 None => -1,
+            };
+            // Agents are watched for connect deadlines and launch processes by the clock.
+            let timeout = if self.remote.is_some() && !(0..=200).contains(&timeout) {
+                200
+            } else {
+                timeout
             };
             // SAFETY: pfds is a valid array of pollfd of the length we pass.
             let n = unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
@@ -318,12 +347,14 @@ impl Runner {
                     self.on_signal(sig);
                 }
             }
-            for (p, &i) in pfds[1..].iter().zip(&polled) {
+            for (p, &i) in pfds[1..remote_from].iter().zip(&polled) {
                 if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
                     self.read_rank(i, &mut buf);
                 }
             }
+            self.service_remote(&pfds[remote_from..], &remote_polled, &mut buf);
             self.flush_all();
+            self.flush_agents();
         }
     }
 
@@ -367,6 +398,19 @@ impl Runner {
                     detail: e.to_string(),
                 }),
             };
+            let pid = self.ranks[i].pid;
+            if self.on_event(event, &format!("pid {pid}")) {
+                self.ranks[i].conn = None;
+                break;
+            }
+        }
+        self.route_replies(replies);
+    }
+
+    /// Act on a PMI server event of a rank (`who` says where it runs, for messages).
+    /// Returns true when the rank's PMI connection must be dropped.
+    fn on_event(&mut self, event: Option<Event>, who: &str) -> bool {
+        {
             match event {
                 Some(Event::Abort {
                     rank,
@@ -389,23 +433,30 @@ impl Runner {
                     self.fail(msg, status, libc::SIGTERM);
                 }
                 Some(Event::ProtocolError { rank, detail }) => {
-                    let pid = self.ranks[i].pid;
                     self.fail(
-                        format!("rank {rank} (pid {pid}) broke the PMI protocol ({detail}); job aborted"),
+                        format!(
+                            "rank {rank} ({who}) broke the PMI protocol ({detail}); job aborted"
+                        ),
                         1,
                         libc::SIGTERM,
                     );
-                    self.ranks[i].conn = None;
-                    break;
+                    return true;
                 }
                 None => {}
             }
         }
+        false
+    }
+
+    /// Send PMI replies to local ranks' sockets or through their host's agent.
+    fn route_replies(&mut self, replies: Vec<(usize, String)>) {
         for (rank, line) in replies {
             if let Some(rk) = self.ranks.iter_mut().find(|rk| rk.rank == rank) {
                 if rk.conn.is_some() {
                     rk.out.extend_from_slice(line.as_bytes());
                 }
+            } else {
+                self.send_to_agent_of(rank, &line);
             }
         }
     }
@@ -460,31 +511,522 @@ impl Runner {
             rk.child = None;
             rk.conn = None;
             let (rank, pid) = (rk.rank, rk.pid);
-            if let Some(sig) = status.signal() {
+            self.judge_exit(rank, &format!("pid {pid}"), status.code(), status.signal());
+        }
+    }
+
+    /// Decide what a rank's exit means for the job (`who`: where it ran, for messages).
+    fn judge_exit(&mut self, rank: usize, who: &str, code: Option<i32>, signal: Option<i32>) {
+        {
+            if let Some(sig) = signal {
                 self.fail(
                     format!(
-                        "rank {rank} (pid {pid}) killed by signal {sig} ({}); job aborted",
+                        "rank {rank} ({who}) killed by signal {sig} ({}); job aborted",
                         signals::name(sig)
                     ),
                     128 + sig,
                     libc::SIGTERM,
                 );
             } else {
-                let code = status.code().unwrap_or(1);
+                let code = code.unwrap_or(1);
                 if code != 0 {
                     self.fail(
-                        format!("rank {rank} (pid {pid}) exited with code {code}; job aborted"),
+                        format!("rank {rank} ({who}) exited with code {code}; job aborted"),
                         code,
                         libc::SIGTERM,
                     );
                 } else if self.server.initialized(rank) && !self.server.finalized(rank) {
                     self.fail(
                         format!(
-                            "rank {rank} (pid {pid}) exited without calling MPI_Finalize; job aborted"
+                            "rank {rank} ({who}) exited without calling MPI_Finalize; job aborted"
                         ),
                         1,
                         libc::SIGTERM,
                     );
+                }
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Ranks on other hosts, through agents
+// ---------------------------------------------------------------------------------------
+
+/// How long an agent may take to connect back after its launch command started.
+pub const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
+/// After SIGKILL was requested from the agents, how long they get before their launch
+/// commands are killed outright.
+const AGENT_GRACE: Duration = Duration::from_secs(2);
+
+/// One host's agent to start.
+#[derive(Clone, Debug)]
+pub struct AgentPlan {
+    pub host: String,
+    /// Global ranks the agent starts.
+    pub ranks: Vec<usize>,
+    /// The launch command's argv, the agent's own command line included.
+    pub argv: Vec<OsString>,
+    /// The launch command gets mpirun's stdin (its host runs rank 0).
+    pub stdin: bool,
+}
+
+/// The remote part of a job.
+pub struct Remote {
+    pub agents: Vec<AgentPlan>,
+    /// Where agents connect back (already listening).
+    pub listener: std::net::TcpListener,
+    /// The job key in hex; an agent's hello must carry it.
+    pub key: String,
+    /// The job description sent to the agents (their ranks are filled in per agent).
+    pub spec: LocalJob,
+}
+
+struct Agent {
+    plan: AgentPlan,
+    child: Option<Child>,
+    pid: i32,
+    conn: Option<std::net::TcpStream>,
+    lines: LineBuffer,
+    out: Vec<u8>,
+    /// Ranks whose exit was not reported yet.
+    left: usize,
+    started: Instant,
+    /// Gave up on it (connection lost, did not connect): its ranks count as gone.
+    lost: bool,
+}
+
+pub(crate) struct RemoteState {
+    agents: Vec<Agent>,
+    listener: std::net::TcpListener,
+    key: String,
+    spec: LocalJob,
+    /// Accepted connections that have not said hello yet.
+    fresh: Vec<(std::net::TcpStream, LineBuffer)>,
+    /// When the launch commands of agents still running get SIGKILL.
+    hard_kill_at: Option<Instant>,
+}
+
+/// What a pollfd past the local ranks' belongs to.
+#[derive(Clone, Copy)]
+enum Polled {
+    Listener,
+    Fresh(usize),
+    Agent(usize),
+}
+
+fn spawn_launch(plan: &AgentPlan) -> io::Result<Child> {
+    let mut cmd = Command::new(&plan.argv[0]);
+    cmd.args(&plan.argv[1..]);
+    cmd.stdin(if plan.stdin {
+        Stdio::inherit()
+    } else {
+        Stdio::null()
+    });
+    // The agent's (and so its ranks') output reaches the user through the launch command.
+    cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());
+    // SAFETY: the closure runs in the forked child before exec and only makes
+    // async-signal-safe calls (signal, prctl); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            for &sig in &signals::CAUGHT {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            // The launch command dies with mpirun; the agent then loses its connection
+            // and takes its ranks down.
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            Ok(())
+        });
+    }
+    cmd.spawn()
+}
+
+impl Runner {
+    fn start_agents(&mut self, rem: Remote) {
+        let _ = rem.listener.set_nonblocking(true);
+        let mut st = RemoteState {
+            agents: Vec::new(),
+            listener: rem.listener,
+            key: rem.key,
+            spec: rem.spec,
+            fresh: Vec::new(),
+            hard_kill_at: None,
+        };
+        let mut failed = None;
+        for plan in rem.agents {
+            if failed.is_some() {
+                break;
+            }
+            match spawn_launch(&plan) {
+                Ok(child) => st.agents.push(Agent {
+                    pid: child.id() as i32,
+                    child: Some(child),
+                    conn: None,
+                    lines: LineBuffer::new(),
+                    out: Vec::new(),
+                    left: plan.ranks.len(),
+                    started: Instant::now(),
+                    lost: false,
+                    plan,
+                }),
+                Err(e) => {
+                    failed = Some(format!(
+                        "cannot start the agent for host {} ({}): {e}; job aborted",
+                        plan.host,
+                        plan.argv[0].to_string_lossy()
+                    ))
+                }
+            }
+        }
+        self.remote = Some(st);
+        if let Some(msg) = failed {
+            self.fail(msg, 1, libc::SIGTERM);
+        }
+    }
+
+    fn agents_done(&self) -> bool {
+        self.remote.as_ref().is_none_or(|st| {
+            st.agents
+                .iter()
+                .all(|a| (a.left == 0 || a.lost) && a.child.is_none())
+        })
+    }
+
+    /// Forward a signal to every agent's ranks (through the agent when connected).
+    fn signal_agents(&mut self, sig: libc::c_int) {
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        for a in st.agents.iter_mut() {
+            match (&a.conn, a.child.is_some()) {
+                (Some(_), _) => a
+                    .out
+                    .extend_from_slice(Msg::Signal(sig).encode().as_bytes()),
+                // Not connected (yet): stop the launch command itself.
+                (None, true) => {
+                    // SAFETY: a pid we spawned and have not reaped.
+                    unsafe { libc::kill(a.pid, sig) };
+                }
+                (None, false) => {}
+            }
+        }
+        if sig == libc::SIGKILL && st.hard_kill_at.is_none() {
+            st.hard_kill_at = Some(Instant::now() + AGENT_GRACE);
+        }
+    }
+
+    /// Kill and reap every launch command still running (end of the job).
+    fn kill_agents(&mut self) {
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        for a in st.agents.iter_mut() {
+            if let Some(mut c) = a.child.take() {
+                let _ = c.kill();
+                let _ = c.wait();
+            }
+        }
+    }
+
+    fn reap_agents(&mut self) {
+        let mut failures = Vec::new();
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        let hard = st.hard_kill_at.is_some_and(|t| now >= t);
+        for a in st.agents.iter_mut() {
+            if hard {
+                if let Some(c) = a.child.as_mut() {
+                    let _ = c.kill();
+                }
+                a.lost = true;
+            }
+            if a.conn.is_none() && !a.lost && a.left > 0 && now - a.started > AGENT_CONNECT_TIMEOUT
+            {
+                a.lost = true;
+                if let Some(c) = a.child.as_mut() {
+                    let _ = c.kill();
+                }
+                failures.push(format!(
+                    "the agent for host {} did not connect back within {}s (unreachable host?); job aborted",
+                    a.plan.host,
+                    AGENT_CONNECT_TIMEOUT.as_secs()
+                ));
+            }
+            let Some(status) = a.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) else {
+                continue;
+            };
+            a.child = None;
+            // Its last messages (exits) may still be in the socket: the connection's EOF
+            // decides. Only an agent that never connected fails here.
+            if a.conn.is_none() && a.left > 0 && !a.lost {
+                a.lost = true;
+                let how = match (status.code(), status.signal()) {
+                    (Some(c), _) => format!("exited with code {c}"),
+                    (None, Some(s)) => format!("was killed by {}", signals::name(s)),
+                    _ => "ended".to_string(),
+                };
+                failures.push(format!(
+                    "the launch command for host {} ({}) {how} before its agent connected; job aborted",
+                    a.plan.host,
+                    a.plan.argv[0].to_string_lossy()
+                ));
+            }
+        }
+        for f in failures {
+            self.fail(f, 1, libc::SIGTERM);
+        }
+    }
+
+    fn remote_pollfds(&self, pfds: &mut Vec<libc::pollfd>) -> Vec<Polled> {
+        let mut polled = Vec::new();
+        let Some(st) = self.remote.as_ref() else {
+            return polled;
+        };
+        let mut add = |fd: RawFd, out: bool, what: Polled| {
+            pfds.push(libc::pollfd {
+                fd,
+                events: libc::POLLIN | if out { libc::POLLOUT } else { 0 },
+                revents: 0,
+            });
+            polled.push(what);
+        };
+        add(st.listener.as_raw_fd(), false, Polled::Listener);
+        for (i, (s, _)) in st.fresh.iter().enumerate() {
+            add(s.as_raw_fd(), false, Polled::Fresh(i));
+        }
+        for (i, a) in st.agents.iter().enumerate() {
+            if let Some(c) = &a.conn {
+                add(c.as_raw_fd(), !a.out.is_empty(), Polled::Agent(i));
+            }
+        }
+        polled
+    }
+
+    fn service_remote(&mut self, pfds: &[libc::pollfd], polled: &[Polled], buf: &mut [u8]) {
+        let mut fresh_ready = Vec::new();
+        let mut agents_ready = Vec::new();
+        for (p, w) in pfds.iter().zip(polled) {
+            if p.revents == 0 {
+                continue;
+            }
+            match *w {
+                Polled::Listener => self.accept_agents(),
+                Polled::Fresh(i) => fresh_ready.push(i),
+                Polled::Agent(i) => agents_ready.push(i),
+            }
+        }
+        // Highest index first, so removals keep the other indices valid.
+        fresh_ready.sort_unstable_by(|a, b| b.cmp(a));
+        for i in fresh_ready {
+            self.read_fresh(i, buf);
+        }
+        for i in agents_ready {
+            self.read_agent(i, buf);
+        }
+    }
+
+    fn accept_agents(&mut self) {
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        while let Ok((s, _)) = st.listener.accept() {
+            let _ = s.set_nonblocking(true);
+            let _ = s.set_nodelay(true);
+            st.fresh.push((s, LineBuffer::new()));
+        }
+    }
+
+    /// A connection that has not identified itself yet: wait for its hello.
+    fn read_fresh(&mut self, i: usize, buf: &mut [u8]) {
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        let (s, lines) = &mut st.fresh[i];
+        let mut s2: &std::net::TcpStream = s;
+        let drop_it = match std::io::Read::read(&mut s2, buf) {
+            Ok(0) => true,
+            Ok(n) => {
+                lines.push(&buf[..n]);
+                false
+            }
+            Err(e) => !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            ),
+        };
+        if drop_it {
+            st.fresh.swap_remove(i);
+            return;
+        }
+        let line = match lines.next_line() {
+            Ok(Some(l)) => l,
+            Ok(None) => return,
+            Err(_) => {
+                st.fresh.swap_remove(i);
+                return;
+            }
+        };
+        let (s, rest) = st.fresh.swap_remove(i);
+        let hello = Msg::decode(&line);
+        let agent = match hello {
+            Ok(Msg::Hello { id, key }) if key == st.key => st
+                .agents
+                .get_mut(id)
+                .filter(|a| a.conn.is_none() && !a.lost),
+            _ => None,
+        };
+        let Some(a) = agent else {
+            // Not one of our agents (or a duplicate): close it.
+            let _ = writeln!(
+                io::stderr(),
+                "mpirun: refused a control connection from {} (not an agent of this job)",
+                s.peer_addr().map_or("?".into(), |a| a.to_string())
+            );
+            return;
+        };
+        let mut spec = st.spec.clone();
+        spec.ranks = a.plan.ranks.clone();
+        for m in Msg::job_spec(&spec) {
+            a.out.extend_from_slice(m.encode().as_bytes());
+        }
+        a.lines = rest;
+        a.conn = Some(s);
+    }
+
+    fn read_agent(&mut self, i: usize, buf: &mut [u8]) {
+        loop {
+            let Some(st) = self.remote.as_mut() else {
+                return;
+            };
+            let a = &mut st.agents[i];
+            let Some(c) = a.conn.as_ref() else {
+                return;
+            };
+            let mut c2: &std::net::TcpStream = c;
+            let eof = match std::io::Read::read(&mut c2, buf) {
+                Ok(0) => true,
+                Ok(n) => {
+                    a.lines.push(&buf[..n]);
+                    false
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    self.agent_lines(i);
+                    return;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => false,
+                Err(_) => true,
+            };
+            self.agent_lines(i);
+            if eof {
+                let st = self.remote.as_mut().expect("remote");
+                let a = &mut st.agents[i];
+                a.conn = None;
+                a.out.clear();
+                if a.left > 0 && !a.lost {
+                    a.lost = true;
+                    let host = a.plan.host.clone();
+                    self.fail(
+                        format!("lost the agent on host {host} (its ranks are gone); job aborted"),
+                        1,
+                        libc::SIGTERM,
+                    );
+                }
+                return;
+            }
+        }
+    }
+
+    /// Act on complete lines from agent `i`.
+    fn agent_lines(&mut self, i: usize) {
+        loop {
+            let Some(st) = self.remote.as_mut() else {
+                return;
+            };
+            let a = &mut st.agents[i];
+            let host = a.plan.host.clone();
+            let line = match a.lines.next_line() {
+                Ok(Some(l)) => l,
+                Ok(None) => return,
+                Err(e) => {
+                    a.conn = None;
+                    a.lost = true;
+                    self.fail(
+                        format!("the agent on host {host} broke the protocol ({e}); job aborted"),
+                        1,
+                        libc::SIGTERM,
+                    );
+                    return;
+                }
+            };
+            let msg = Msg::decode(&line);
+            match msg {
+                Ok(Msg::Pmi(rank, l)) if a.plan.ranks.contains(&rank) => {
+                    let mut replies = Vec::new();
+                    let ev = self.server.handle_line(rank, &l, &mut replies);
+                    self.on_event(ev, &format!("on host {host}"));
+                    self.route_replies(replies);
+                }
+                Ok(Msg::Exit { rank, code, signal }) if a.plan.ranks.contains(&rank) => {
+                    a.left = a.left.saturating_sub(1);
+                    let (code, sig) = if signal != 0 {
+                        (None, Some(signal))
+                    } else {
+                        (Some(code), None)
+                    };
+                    self.judge_exit(rank, &format!("on host {host}"), code, sig);
+                }
+                Ok(Msg::Failed(m)) => {
+                    self.fail(format!("host {host}: {m}; job aborted"), 126, libc::SIGTERM);
+                }
+                _ => {
+                    a.conn = None;
+                    a.lost = true;
+                    self.fail(
+                        format!("the agent on host {host} sent an unexpected message; job aborted"),
+                        1,
+                        libc::SIGTERM,
+                    );
+                    return;
+                }
+            }
+        }
+    }
+
+    fn send_to_agent_of(&mut self, rank: usize, line: &str) {
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        if let Some(a) = st
+            .agents
+            .iter_mut()
+            .find(|a| a.conn.is_some() && a.plan.ranks.contains(&rank))
+        {
+            a.out
+                .extend_from_slice(Msg::Pmi(rank, line.to_string()).encode().as_bytes());
+        }
+    }
+
+    fn flush_agents(&mut self) {
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        for a in st.agents.iter_mut() {
+            while !a.out.is_empty() {
+                let Some(c) = a.conn.as_ref() else {
+                    a.out.clear();
+                    break;
+                };
+                let mut c2: &std::net::TcpStream = c;
+                match std::io::Write::write(&mut c2, &a.out) {
+                    Ok(n) if n > 0 => {
+                        a.out.drain(..n);
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // A broken connection shows up as EOF on the read side.
+                    _ => break,
                 }
             }
         }

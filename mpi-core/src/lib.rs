@@ -12,6 +12,7 @@ pub mod datatype;
 mod engine;
 pub mod error;
 pub mod group;
+mod internode;
 pub mod pmi;
 pub mod protocol;
 pub mod runtime;

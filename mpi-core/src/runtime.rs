@@ -13,7 +13,6 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use tsunagi_p2p::futex::LocalDoorbell;
-use tsunagi_p2p::stream::StreamTransport;
 use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router, SelfTransport, Transport};
 use tsunagi_shm::{ShmConfig, ShmTransport};
 
@@ -69,6 +68,8 @@ pub struct Runtime {
     mode: ProgressMode,
     /// Event sources of the transports that can wake us (all but the self path).
     sources: Vec<(usize, Arc<dyn EventSource>)>,
+    /// Which event source the polling engine sleeps on next (several transports).
+    sleep_turn: std::sync::atomic::AtomicUsize,
     /// Rung by progress threads when requests complete (threaded engine).
     completion_bell: Arc<LocalDoorbell>,
     stop_threads: Arc<AtomicBool>,
@@ -266,13 +267,9 @@ impl Runtime {
         if local.len() > 1 && leader {
             shm = Some(ShmTransport::create(&shm_name, &local, rank, &cfg).map_err(init_err)?);
         }
-        let mut stream: Option<StreamTransport> = None;
-        if !remote.is_empty() {
-            let mut s =
-                StreamTransport::listen(&format!("tsunagi-{kvs}"), rank).map_err(init_err)?;
-            s.set_peers(&remote);
-            stream = Some(s);
-        }
+        // Ranks on other nodes: TCP, or the stream transport (see internode.rs). Cards are
+        // published before the barrier below and read after it.
+        let internode = crate::internode::listen(pmi.as_mut(), rank, &kvs, &remote)?;
         if let Some(p) = pmi.as_mut() {
             p.barrier()?;
         }
@@ -289,8 +286,8 @@ impl Runtime {
             let peers: Vec<Rank> = local.iter().copied().filter(|&r| r != rank).collect();
             router.add(Box::new(s), &peers);
         }
-        if let Some(s) = stream {
-            router.add(Box::new(s), &remote);
+        if let Some(t) = internode {
+            router.add(t.connect(pmi.as_mut(), &remote)?, &remote);
         }
         let sources: Vec<(usize, Arc<dyn EventSource>)> = router
             .event_sources()
@@ -342,6 +339,7 @@ impl Runtime {
             size,
             mode,
             sources,
+            sleep_turn: std::sync::atomic::AtomicUsize::new(0),
             completion_bell: LocalDoorbell::new(),
             stop_threads: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
@@ -550,16 +548,23 @@ impl Runtime {
             }
             let busy = e.core_has_outgoing();
             drop(e);
+            // One thread can block on one event source only. With several transports
+            // (shared memory's futex, a socket's epoll) take turns, with short sleeps, so
+            // that an arrival on any of them is seen within ~100 µs.
+            let n = self.sources.len();
             let timeout = if busy {
                 Duration::from_micros(50)
-            } else if self.sources.len() > 1 {
-                Duration::from_millis(1)
+            } else if n > 1 {
+                Duration::from_micros(100)
             } else {
                 Duration::from_millis(20)
             };
-            self.sources[0].1.sleep(tokens[0], timeout);
-            for (_, s) in &self.sources[1..] {
-                s.cancel();
+            let turn = self.sleep_turn.fetch_add(1, Ordering::Relaxed) % n;
+            self.sources[turn].1.sleep(tokens[turn], timeout);
+            for (i, (_, s)) in self.sources.iter().enumerate() {
+                if i != turn {
+                    s.cancel();
+                }
             }
         }
     }

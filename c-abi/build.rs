@@ -1,0 +1,531 @@
+//! The generator of the C ABI. It reads the declarative table `api.in` and writes:
+//!
+//! - `$OUT_DIR/entry_points.rs`: one `extern "C" fn PMPI_X` per implemented function. Each
+//!   decodes and checks its handle arguments (kind, range, freed, null) and its pointer and
+//!   count arguments, then calls the hand-written `imp::x`, inside `entry`, which catches
+//!   panics and routes errors through the communicator's error handler; plus a
+//!   `global_asm!` block making every `MPI_X` a weak alias of `PMPI_X` (same module, so
+//!   the same codegen unit as the functions);
+//! - `$OUT_DIR/exports.map`: the linker version script that exports the aliases (rustc's
+//!   own script only knows the Rust-defined symbols);
+//! - `include/mpi.h`: `mpi.h.in` with the prototype section filled in;
+//! - `../docs/coverage.md`: implemented and missing functions.
+//!
+//! The two source-tree files are rewritten only when their content changes.
+
+use std::collections::BTreeSet;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// Handle types decoded through a table when passed by value.
+const HANDLES: &[&str] = &[
+    "MPI_Comm",
+    "MPI_Datatype",
+    "MPI_Group",
+    "MPI_Op",
+    "MPI_Errhandler",
+    "MPI_Info",
+    "MPI_Request",
+    "MPI_Message",
+    "MPI_Win",
+];
+/// Scalar types whose pointers become references.
+const SCALARS: &[&str] = &["int", "MPI_Aint", "MPI_Count", "MPI_Fint", "double"];
+/// Function-pointer typedefs (`X *f` in C is `X` in Rust, an `Option<fn>`).
+const FN_TYPES: &[&str] = &[
+    "MPI_Win_copy_attr_function",
+    "MPI_Win_delete_attr_function",
+    "MPI_Win_errhandler_function",
+    "MPI_File_errhandler_function",
+    "MPI_Type_copy_attr_function",
+    "MPI_Type_delete_attr_function",
+    "MPI_Grequest_query_function",
+    "MPI_Grequest_free_function",
+    "MPI_Grequest_cancel_function",
+    "MPI_Datarep_conversion_function",
+    "MPI_Datarep_extent_function",
+    "MPI_User_function",
+    "MPI_Comm_errhandler_function",
+    "MPI_Comm_copy_attr_function",
+    "MPI_Comm_delete_attr_function",
+    "MPI_Copy_function",
+    "MPI_Delete_function",
+];
+
+struct Arg {
+    /// The C declaration as written (without annotations).
+    c: String,
+    name: String,
+    base: String,
+    konst: bool,
+    /// Pointer depth (stars plus array brackets).
+    depth: usize,
+    is_array: bool,
+    /// Inner fixed array, as in `int ranges[][3]`.
+    fixed: Option<String>,
+    ann: BTreeSet<String>,
+    varargs: bool,
+}
+
+struct Func {
+    /// Exported, but returns MPI_ERR_UNSUPPORTED_OPERATION.
+    stub: bool,
+    ret: String,
+    name: String,
+    args: Vec<Arg>,
+    section: String,
+}
+
+struct Missing {
+    names: Vec<String>,
+    reason: String,
+}
+
+fn parse_arg(text: &str) -> Arg {
+    let text = text.trim();
+    if text == "..." {
+        return Arg {
+            c: "...".into(),
+            name: String::new(),
+            base: String::new(),
+            konst: false,
+            depth: 0,
+            is_array: false,
+            fixed: None,
+            ann: BTreeSet::new(),
+            varargs: true,
+        };
+    }
+    let (decl, ann) = match text.find('{') {
+        Some(i) => {
+            let a = text[i + 1..].trim_end_matches('}');
+            (
+                text[..i].trim().to_string(),
+                a.split(',').map(|s| s.trim().to_string()).collect(),
+            )
+        }
+        None => (text.to_string(), BTreeSet::new()),
+    };
+    // Array suffixes.
+    let mut rest = decl.clone();
+    let mut dims = Vec::new();
+    while rest.ends_with(']') {
+        let open = rest.rfind('[').expect("balanced brackets");
+        dims.push(rest[open + 1..rest.len() - 1].to_string());
+        rest.truncate(open);
+    }
+    dims.reverse();
+    let name_start = rest
+        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
+        .map(|i| i + 1)
+        .unwrap_or(0);
+    let name = rest[name_start..].to_string();
+    let ty = rest[..name_start].trim();
+    let stars = ty.matches('*').count();
+    let ty = ty.replace('*', " ");
+    let mut words: Vec<&str> = ty.split_whitespace().collect();
+    let konst = words.first() == Some(&"const");
+    words.retain(|w| *w != "const");
+    let base = words.join(" ");
+    let fixed = dims.get(1).cloned();
+    let is_array = !dims.is_empty() || ann.contains("array");
+    Arg {
+        c: decl,
+        name,
+        base,
+        konst,
+        depth: stars + usize::from(!dims.is_empty()),
+        is_array,
+        fixed,
+        ann,
+        varargs: false,
+    }
+}
+
+fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
+    let mut funcs = Vec::new();
+    let mut missing = Vec::new();
+    let mut section = String::from("General");
+    for (lineno, line) in table.lines().enumerate() {
+        let line = line.trim();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if let Some(s) = line.strip_prefix("==") {
+            section = s.trim().to_string();
+            continue;
+        }
+        if let Some(m) = line.strip_prefix("missing ") {
+            let (names, reason) = m.split_once(':').expect("missing NAMES: reason");
+            missing.push(Missing {
+                names: names.split_whitespace().map(String::from).collect(),
+                reason: reason.trim().to_string(),
+            });
+            continue;
+        }
+        let (stub, line) = match line.strip_prefix("stub ") {
+            Some(rest) => (true, rest),
+            None => (false, line),
+        };
+        let open = line
+            .find('(')
+            .unwrap_or_else(|| panic!("api.in:{}: no '('", lineno + 1));
+        let head = &line[..open];
+        let (ret, name) = head.trim().rsplit_once(' ').expect("RET Name(");
+        let body = line[open + 1..]
+            .trim_end()
+            .strip_suffix(')')
+            .expect("ends with ')'");
+        let args = if body.trim().is_empty() {
+            Vec::new()
+        } else {
+            body.split(',').map(parse_arg).collect()
+        };
+        funcs.push(Func {
+            stub,
+            ret: ret.trim().to_string(),
+            name: name.to_string(),
+            args,
+            section: section.clone(),
+        });
+    }
+    (funcs, missing)
+}
+
+fn rust_base(base: &str) -> String {
+    match base {
+        "int" => "c_int".into(),
+        "double" => "f64".into(),
+        "char" => "c_char".into(),
+        "void" => "c_void".into(),
+        other => other.into(),
+    }
+}
+
+fn rust_type(a: &Arg) -> String {
+    if FN_TYPES.contains(&a.base.as_str()) && a.depth == 1 {
+        return a.base.clone();
+    }
+    let mut t = rust_base(&a.base);
+    if let Some(n) = &a.fixed {
+        t = format!("[{t}; {n}]");
+    }
+    for level in 0..a.depth {
+        let q = if level == 0 && a.konst {
+            "*const "
+        } else {
+            "*mut "
+        };
+        t = format!("{q}{t}");
+    }
+    t
+}
+
+fn snake(name: &str) -> String {
+    name.to_lowercase()
+}
+
+/// The conversion line for one argument, and the expression passed to `imp`.
+fn convert(a: &Arg) -> (Option<String>, String) {
+    let n = &a.name;
+    let null_ok = a.ann.contains("null");
+    if a.ann.contains("raw") {
+        return (None, n.clone());
+    }
+    if a.depth == 0 {
+        let line = match a.base.as_str() {
+            "MPI_Comm" if null_ok => Some(format!("let {n} = h::comm_or_null(\"{n}\", {n})?;")),
+            "MPI_Comm" => Some(format!("let {n} = h::comm(\"{n}\", {n})?;")),
+            "MPI_Datatype" => Some(format!("let {n} = h::dtype(\"{n}\", {n})?;")),
+            "MPI_Group" => Some(format!("let {n} = h::group(\"{n}\", {n})?;")),
+            "MPI_Op" => Some(format!("let {n} = h::op(\"{n}\", {n})?;")),
+            "MPI_Errhandler" => Some(format!("let {n} = h::errhandler(\"{n}\", {n})?;")),
+            "MPI_Info" if null_ok => Some(format!("let {n} = h::info_or_null(\"{n}\", {n})?;")),
+            "MPI_Info" => Some(format!("let {n} = h::info(\"{n}\", {n})?;")),
+            _ if a.ann.contains("count") => Some(format!("h::check_count(\"{n}\", {n})?;")),
+            _ if a.ann.contains("nonneg") => Some(format!("h::check_nonneg(\"{n}\", {n})?;")),
+            _ => None,
+        };
+        let pass = match a.base.as_str() {
+            "MPI_Datatype" | "MPI_Group" => format!("&{n}"),
+            _ => n.clone(),
+        };
+        return (line, pass);
+    }
+    if a.depth == 1 && !a.is_array {
+        let safety = "// SAFETY: the C caller passes a pointer that is valid for this call, as the MPI\n        // standard requires; the helper checks it for NULL first.\n        ";
+        if a.base == "MPI_Status" {
+            if a.konst {
+                return (
+                    Some(format!(
+                        "{safety}let {n} = unsafe {{ h::status_in(\"{n}\", {n})? }};"
+                    )),
+                    n.clone(),
+                );
+            }
+            return (
+                Some(format!(
+                    "{safety}let {n} = unsafe {{ h::status_out({n}) }};"
+                )),
+                n.clone(),
+            );
+        }
+        if a.base == "char" && a.konst {
+            return (
+                Some(format!(
+                    "{safety}let {n} = unsafe {{ h::cstr(\"{n}\", {n})? }};"
+                )),
+                n.clone(),
+            );
+        }
+        if SCALARS.contains(&a.base.as_str()) || HANDLES.contains(&a.base.as_str()) {
+            let f = match (a.konst, null_ok) {
+                (true, false) => "in_ref",
+                (true, true) => "opt_ref",
+                (false, false) => "out_mut",
+                (false, true) => "opt_mut",
+            };
+            let q = if null_ok { "" } else { "?" };
+            return (
+                Some(format!(
+                    "{safety}let {n} = unsafe {{ h::{f}(\"{n}\", {n}){q} }};"
+                )),
+                n.clone(),
+            );
+        }
+    }
+    (None, n.clone())
+}
+
+fn gen_rust(funcs: &[Func]) -> String {
+    let mut out = String::new();
+    out.push_str("// Generated by c-abi/build.rs from c-abi/api.in. Do not edit.\n\n");
+    for f in funcs {
+        let call = format!("MPI_{}", f.name);
+        let prefix = if f.stub { "_" } else { "" };
+        let params: Vec<String> = f
+            .args
+            .iter()
+            .filter(|a| !a.varargs)
+            .map(|a| format!("{prefix}{}: {}", a.name, rust_type(a)))
+            .collect();
+        let ret = match f.ret.as_str() {
+            "int" => "c_int".to_string(),
+            other => rust_base(other),
+        };
+        if f.stub {
+            writeln!(
+                out,
+                "/// `{call}`: exported stub; returns MPI_ERR_UNSUPPORTED_OPERATION."
+            )
+            .unwrap();
+        } else {
+            writeln!(
+                out,
+                "/// `{call}`: C entry point (generated; the work is in `imp::{}`).",
+                snake(&f.name)
+            )
+            .unwrap();
+        }
+        writeln!(out, "///\n/// # Safety\n/// Pointer arguments must be valid as the MPI standard requires for `{call}`.").unwrap();
+        writeln!(out, "#[no_mangle]").unwrap();
+        writeln!(
+            out,
+            "pub unsafe extern \"C\" fn PMPI_{}({}) -> {ret} {{",
+            f.name,
+            params.join(", ")
+        )
+        .unwrap();
+        let args: Vec<&Arg> = f.args.iter().filter(|a| !a.varargs).collect();
+        if f.stub {
+            let err_comm = args
+                .iter()
+                .find(|a| a.base == "MPI_Comm" && a.depth == 0)
+                .map(|a| format!("h::err_comm(_{})", a.name))
+                .unwrap_or_else(|| "None".into());
+            writeln!(
+                out,
+                "    entry(\"{call}\", {err_comm}, || Err(h::unsupported(\"{}\")))",
+                f.section
+            )
+            .unwrap();
+            out.push_str("}\n\n");
+            continue;
+        }
+        if f.ret != "int" {
+            let pass: Vec<String> = args.iter().map(|a| a.name.clone()).collect();
+            if pass.is_empty() {
+                writeln!(out, "    entry_value(\"{call}\", imp::{})", snake(&f.name)).unwrap();
+            } else {
+                writeln!(
+                    out,
+                    "    entry_value(\"{call}\", move || imp::{}({}))",
+                    snake(&f.name),
+                    pass.join(", ")
+                )
+                .unwrap();
+            }
+            out.push_str("}\n\n");
+            continue;
+        }
+        let err_comm = args
+            .iter()
+            .find(|a| a.base == "MPI_Comm" && a.depth == 0 && !a.ann.contains("raw"))
+            .map(|a| format!("h::err_comm({})", a.name))
+            .unwrap_or_else(|| "None".into());
+        writeln!(out, "    entry(\"{call}\", {err_comm}, move || {{").unwrap();
+        // The communicator is checked first (as MPICH does), then the arguments in order.
+        let mut pass = Vec::new();
+        let mut lines = Vec::new();
+        for a in &args {
+            let (line, p) = convert(a);
+            if let Some(l) = line {
+                let first = a.base == "MPI_Comm" && a.depth == 0;
+                lines.push((!first, l));
+            }
+            pass.push(p);
+        }
+        lines.sort_by_key(|(later, _)| *later);
+        for (_, l) in lines {
+            writeln!(out, "        {l}").unwrap();
+        }
+        writeln!(out, "        imp::{}({})", snake(&f.name), pass.join(", ")).unwrap();
+        out.push_str("    })\n}\n\n");
+    }
+    // Weak aliases, in this module (hence the same codegen unit as the functions).
+    out.push_str("core::arch::global_asm!(\n");
+    for f in funcs {
+        writeln!(
+            out,
+            "    \".weak MPI_{0}\", \".set MPI_{0}, PMPI_{0}\",",
+            f.name
+        )
+        .unwrap();
+    }
+    out.push_str(");\n\n");
+    out.push_str("/// Every function with a generated entry point (stubs included), by MPI name.\npub const IMPLEMENTED: &[&str] = &[\n");
+    for f in funcs {
+        writeln!(out, "    \"MPI_{}\",", f.name).unwrap();
+    }
+    out.push_str("];\n");
+    out
+}
+
+fn c_proto(f: &Func, prefix: &str) -> String {
+    let args: Vec<&str> = f.args.iter().map(|a| a.c.as_str()).collect();
+    let args = if args.is_empty() {
+        "void".to_string()
+    } else {
+        args.join(", ")
+    };
+    format!("{} {prefix}{}({args});", f.ret, f.name)
+}
+
+fn gen_header(template: &str, funcs: &[Func]) -> String {
+    let mut p = String::new();
+    let mut section = "";
+    for f in funcs {
+        if f.section != section {
+            section = &f.section;
+            writeln!(p, "\n/* {section} */").unwrap();
+        }
+        writeln!(p, "{}", c_proto(f, "MPI_")).unwrap();
+    }
+    p.push_str("\n/* The profiling interface: every function above as PMPI_ */\n");
+    for f in funcs {
+        writeln!(p, "{}", c_proto(f, "PMPI_")).unwrap();
+    }
+    template.replace("@PROTOTYPES@", p.trim())
+}
+
+fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
+    let mut s = String::new();
+    s.push_str("# C API coverage\n\n");
+    s.push_str(
+        "Generated by `c-abi/build.rs` from `c-abi/api.in`; do not edit. Every implemented\n",
+    );
+    s.push_str("function is exported as `PMPI_X` with `MPI_X` as a weak alias and declared in\n");
+    s.push_str("`c-abi/include/mpi.h`.\n\n");
+    let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
+    let nstub = funcs.iter().filter(|f| f.stub).count();
+    writeln!(
+        s,
+        "{} functions implemented; {nstub} exported as stubs that return\n\
+         MPI_ERR_UNSUPPORTED_OPERATION; {nmiss} MPI-3.1 functions missing (not exported).\n",
+        funcs.len() - nstub,
+    )
+    .unwrap();
+    for (title, stubs) in [
+        ("## Implemented", false),
+        (
+            "## Stubs (return MPI_ERR_UNSUPPORTED_OPERATION with a message)",
+            true,
+        ),
+    ] {
+        s.push_str(title);
+        let mut section = "";
+        for f in funcs.iter().filter(|f| f.stub == stubs) {
+            if f.section != section {
+                section = &f.section;
+                write!(s, "\n\n**{section}:**").unwrap();
+            }
+            write!(s, " MPI_{}", f.name).unwrap();
+        }
+        s.push_str("\n\n");
+    }
+    s.push_str("## Missing (not exported; programs that call them do not link)\n\n");
+    for m in missing {
+        let names: Vec<String> = m.names.iter().map(|n| format!("MPI_{n}")).collect();
+        writeln!(s, "- {}: {}", m.reason, names.join(" ")).unwrap();
+    }
+    s
+}
+
+fn write_if_changed(path: &Path, content: &str) {
+    if std::fs::read_to_string(path).ok().as_deref() != Some(content) {
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir).expect("create output directory");
+        }
+        std::fs::write(path, content).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    }
+}
+
+fn main() {
+    let dir = PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").expect("manifest dir"));
+    let out = PathBuf::from(std::env::var("OUT_DIR").expect("OUT_DIR"));
+    println!("cargo:rerun-if-changed=api.in");
+    println!("cargo:rerun-if-changed=mpi.h.in");
+    println!("cargo:rerun-if-changed=build.rs");
+    let table = std::fs::read_to_string(dir.join("api.in")).expect("read api.in");
+    let (funcs, missing) = parse(&table);
+    let mut seen = BTreeSet::new();
+    for f in &funcs {
+        assert!(
+            seen.insert(f.name.clone()),
+            "api.in: {} listed twice",
+            f.name
+        );
+    }
+    for m in &missing {
+        for n in &m.names {
+            assert!(
+                !seen.contains(n),
+                "api.in: {n} is both implemented and missing"
+            );
+        }
+    }
+    write_if_changed(&out.join("entry_points.rs"), &gen_rust(&funcs));
+    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n};\n";
+    write_if_changed(&out.join("exports.map"), map);
+    let template = std::fs::read_to_string(dir.join("mpi.h.in")).expect("read mpi.h.in");
+    write_if_changed(&dir.join("include/mpi.h"), &gen_header(&template, &funcs));
+    write_if_changed(
+        &dir.join("../docs/coverage.md"),
+        &gen_coverage(&funcs, &missing),
+    );
+    println!(
+        "cargo:rustc-cdylib-link-arg=-Wl,--version-script={}",
+        out.join("exports.map").display()
+    );
+    println!("cargo:rustc-cdylib-link-arg=-Wl,-soname,libmpi.so.12");
+}

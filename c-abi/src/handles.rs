@@ -1,0 +1,855 @@
+//! Handle tables: MPICH-valued integer handles ↔ core objects, and the argument decoders
+//! the generated entry points call (`h::comm`, `h::dtype`, `h::out_mut`, ...).
+//!
+//! Encoding (MPICH's): bits 31-30 kind (1 builtin, 2 direct, 3 indirect), bits 29-26 the
+//! object type, the rest an index. Predefined objects keep MPICH's values; objects made by
+//! the program are `kind 2 | type | index` (derived datatypes use kind 3, because MPICH's
+//! pair types already occupy the first direct datatype indices).
+//!
+//! Decoders return errors without the call name; `entry` prefixes it.
+
+use std::ffi::{c_char, c_int, CStr};
+use std::sync::atomic::{AtomicPtr, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use tsunagi_core::datatype::{Builtin, Datatype, TypeRef};
+use tsunagi_core::group::Group;
+use tsunagi_core::{rt, CommId, ErrHandler, ErrorClass, MpiError, MpiResult, MsgId, ReqId};
+
+use crate::ffi::*;
+
+const KIND_MASK: u32 = 0xfc00_0000;
+const INDEX_MASK: u32 = 0x03ff_ffff;
+const COMM_DIRECT: u32 = 0x8400_0000;
+const GROUP_DIRECT: u32 = 0x8800_0000;
+const DTYPE_DERIVED: u32 = 0xcc00_0000;
+const ERRH_DIRECT: u32 = 0x9400_0000;
+const OP_DIRECT: u32 = 0x9800_0000;
+const INFO_DIRECT: u32 = 0x9c00_0000;
+const REQ_DIRECT: u32 = 0xac00_0000;
+/// Set in a request handle for persistent requests (which stay allocated when complete).
+const REQ_PERSISTENT: u32 = 0x0200_0000;
+/// Set in a request handle for non-blocking collectives (an index in [`COLLS`], not a
+/// core request).
+const REQ_COLL: u32 = 0x0100_0000;
+const MSG_INDIRECT: u32 = 0xec00_0000;
+const OP_BUILTIN: u32 = 0x5800_0000;
+
+pub(crate) fn err(class: ErrorClass, msg: impl Into<String>) -> MpiError {
+    MpiError::new(class, msg)
+}
+
+/// A slab of objects addressed by index, with slot reuse.
+pub(crate) struct Table<T> {
+    slots: Vec<Option<T>>,
+    free: Vec<usize>,
+}
+
+impl<T> Table<T> {
+    pub(crate) const fn new() -> Table<T> {
+        Table {
+            slots: Vec::new(),
+            free: Vec::new(),
+        }
+    }
+    pub(crate) fn insert(&mut self, v: T) -> usize {
+        match self.free.pop() {
+            Some(i) => {
+                self.slots[i] = Some(v);
+                i
+            }
+            None => {
+                self.slots.push(Some(v));
+                self.slots.len() - 1
+            }
+        }
+    }
+    pub(crate) fn get(&self, i: usize) -> Option<&T> {
+        self.slots.get(i).and_then(|s| s.as_ref())
+    }
+    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
+        self.slots.get_mut(i).and_then(|s| s.as_mut())
+    }
+    pub(crate) fn remove(&mut self, i: usize) -> Option<T> {
+        let v = self.slots.get_mut(i)?.take();
+        if v.is_some() {
+            self.free.push(i);
+        }
+        v
+    }
+    /// One past the highest slot index in use (slots below may be empty).
+    pub(crate) fn slot_count(&self) -> usize {
+        self.slots.len()
+    }
+    pub(crate) fn find(&self, mut f: impl FnMut(&T) -> bool) -> Option<usize> {
+        self.slots
+            .iter()
+            .position(|s| s.as_ref().is_some_and(&mut f))
+    }
+}
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn index(h: c_int) -> usize {
+    (h as u32 & INDEX_MASK) as usize
+}
+
+fn kind(h: c_int) -> u32 {
+    h as u32 & KIND_MASK
+}
+
+/// The error of an exported stub: `what` is the family (the api.in section title).
+#[cold]
+pub(crate) fn unsupported(what: &str) -> MpiError {
+    let what = what.strip_prefix("Not supported: ").unwrap_or(what);
+    err(
+        ErrorClass::UnsupportedOperation,
+        format!("not supported by Tsunagi yet ({what})"),
+    )
+}
+
+// ----- counts -----
+
+pub(crate) fn check_count(name: &str, v: impl Into<i64>) -> MpiResult<()> {
+    let v = v.into();
+    if v < 0 {
+        return Err(err(ErrorClass::Count, format!("{name} = {v} is negative")));
+    }
+    Ok(())
+}
+
+pub(crate) fn check_nonneg(name: &str, v: impl Into<i64>) -> MpiResult<()> {
+    let v = v.into();
+    if v < 0 {
+        return Err(err(ErrorClass::Arg, format!("{name} = {v} is negative")));
+    }
+    Ok(())
+}
+
+// ----- pointers -----
+
+/// `&mut *p`, or MPI_ERR_ARG if `p` is NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for reads and writes for the call.
+pub(crate) unsafe fn out_mut<'a, T>(name: &str, p: *mut T) -> MpiResult<&'a mut T> {
+    // SAFETY: non-NULL pointers are valid per the caller's contract.
+    unsafe { p.as_mut() }.ok_or_else(|| err(ErrorClass::Arg, format!("argument {name} is NULL")))
+}
+
+/// `Some(&mut *p)` unless `p` is NULL.
+///
+/// # Safety
+/// As [`out_mut`].
+pub(crate) unsafe fn opt_mut<'a, T>(_name: &str, p: *mut T) -> Option<&'a mut T> {
+    // SAFETY: as in out_mut.
+    unsafe { p.as_mut() }
+}
+
+/// `&*p`, or MPI_ERR_ARG if `p` is NULL.
+///
+/// # Safety
+/// `p` is NULL or valid for reads for the call.
+pub(crate) unsafe fn in_ref<'a, T>(name: &str, p: *const T) -> MpiResult<&'a T> {
+    // SAFETY: non-NULL pointers are valid per the caller's contract.
+    unsafe { p.as_ref() }.ok_or_else(|| err(ErrorClass::Arg, format!("argument {name} is NULL")))
+}
+
+/// `Some(&*p)` unless `p` is NULL.
+///
+/// # Safety
+/// As [`in_ref`].
+#[allow(dead_code)]
+pub(crate) unsafe fn opt_ref<'a, T>(_name: &str, p: *const T) -> Option<&'a T> {
+    // SAFETY: as in in_ref.
+    unsafe { p.as_ref() }
+}
+
+/// A status to fill in: None for MPI_STATUS_IGNORE (and NULL).
+///
+/// # Safety
+/// `p` is NULL, MPI_STATUS_IGNORE, or valid for writes.
+pub(crate) unsafe fn status_out<'a>(p: *mut MPI_Status) -> Option<&'a mut MPI_Status> {
+    if p as usize == 1 {
+        return None;
+    }
+    // SAFETY: per the contract, any other non-NULL value is a valid status.
+    unsafe { p.as_mut() }
+}
+
+/// A status to read: MPI_ERR_ARG for NULL or MPI_STATUS_IGNORE.
+///
+/// # Safety
+/// `p` is NULL, MPI_STATUS_IGNORE, or valid for reads.
+pub(crate) unsafe fn status_in<'a>(name: &str, p: *const MPI_Status) -> MpiResult<&'a MPI_Status> {
+    if p.is_null() || p as usize == 1 {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("argument {name} is NULL or MPI_STATUS_IGNORE"),
+        ));
+    }
+    // SAFETY: any other value is a valid status per the contract.
+    Ok(unsafe { &*p })
+}
+
+/// The C string at `p`, as UTF-8 (lossy).
+///
+/// # Safety
+/// `p` is NULL or a NUL-terminated string.
+pub(crate) unsafe fn cstr<'a>(name: &str, p: *const c_char) -> MpiResult<&'a str> {
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, format!("argument {name} is NULL")));
+    }
+    // SAFETY: a NUL-terminated string per the contract.
+    let s = unsafe { CStr::from_ptr(p) };
+    s.to_str()
+        .map_err(|_| err(ErrorClass::Arg, format!("argument {name} is not UTF-8")))
+}
+
+/// The slice of `n` elements at `p` (empty when `n` is 0, whatever `p` is).
+///
+/// # Safety
+/// When `n > 0`, `p` is NULL or valid for reads of `n` elements.
+pub(crate) unsafe fn slice<'a, T>(name: &str, p: *const T, n: usize) -> MpiResult<&'a [T]> {
+    if n == 0 {
+        return Ok(&[]);
+    }
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, format!("array {name} is NULL")));
+    }
+    // SAFETY: valid for n elements per the contract.
+    Ok(unsafe { std::slice::from_raw_parts(p, n) })
+}
+
+/// The mutable slice of `n` elements at `p`.
+///
+/// # Safety
+/// When `n > 0`, `p` is NULL or valid for reads and writes of `n` elements.
+pub(crate) unsafe fn slice_mut<'a, T>(name: &str, p: *mut T, n: usize) -> MpiResult<&'a mut [T]> {
+    if n == 0 {
+        return Ok(&mut []);
+    }
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, format!("array {name} is NULL")));
+    }
+    // SAFETY: valid for n elements per the contract.
+    Ok(unsafe { std::slice::from_raw_parts_mut(p, n) })
+}
+
+/// Copy `s` into the C buffer `p` of `cap` bytes, NUL-terminated; returns the length
+/// written (without the NUL).
+///
+/// # Safety
+/// `p` is NULL or valid for writes of `cap` bytes.
+pub(crate) unsafe fn write_cstr(
+    name: &str,
+    p: *mut c_char,
+    cap: usize,
+    s: &str,
+) -> MpiResult<usize> {
+    if p.is_null() {
+        return Err(err(ErrorClass::Arg, format!("argument {name} is NULL")));
+    }
+    let n = s.len().min(cap.saturating_sub(1));
+    // SAFETY: p has room for cap >= n + 1 bytes per the contract.
+    unsafe {
+        std::ptr::copy_nonoverlapping(s.as_ptr(), p as *mut u8, n);
+        *p.add(n) = 0;
+    }
+    Ok(n)
+}
+
+// ----- communicators -----
+
+/// The communicator a handle names, if it is a communicator handle (fast path).
+#[inline]
+fn comm_id(c: MPI_Comm) -> Option<CommId> {
+    match c {
+        MPI_COMM_WORLD => Some(CommId::WORLD),
+        MPI_COMM_SELF => Some(CommId::SELF),
+        _ if kind(c) == COMM_DIRECT && index(c) >= 2 => Some(CommId(index(c) as u32)),
+        _ => None,
+    }
+}
+
+#[cold]
+fn bad_comm(name: &str, c: MPI_Comm) -> MpiError {
+    if c == MPI_COMM_NULL {
+        return err(ErrorClass::Comm, format!("{name} is MPI_COMM_NULL"));
+    }
+    err(
+        ErrorClass::Comm,
+        format!("{name} = {c:#x} is not a communicator handle"),
+    )
+}
+
+#[inline]
+pub(crate) fn comm(name: &str, c: MPI_Comm) -> MpiResult<CommId> {
+    comm_id(c).ok_or_else(|| bad_comm(name, c))
+}
+
+#[allow(dead_code)]
+pub(crate) fn comm_or_null(name: &str, c: MPI_Comm) -> MpiResult<Option<CommId>> {
+    if c == MPI_COMM_NULL {
+        return Ok(None);
+    }
+    comm(name, c).map(Some)
+}
+
+/// The communicator whose error handler takes an error of a call with this argument.
+#[inline]
+pub(crate) fn err_comm(c: MPI_Comm) -> Option<CommId> {
+    comm_id(c)
+}
+
+pub(crate) fn comm_handle(id: CommId) -> MPI_Comm {
+    match id {
+        CommId::WORLD => MPI_COMM_WORLD,
+        CommId::SELF => MPI_COMM_SELF,
+        CommId(i) => (COMM_DIRECT | i) as c_int,
+    }
+}
+
+// ----- datatypes -----
+
+struct Builtins {
+    /// By the low byte of 0x4c0000xx handles.
+    plain: Vec<Option<TypeRef>>,
+    /// MPICH's pair types 0x8c00000x.
+    pairs: Vec<TypeRef>,
+    /// Handle of each core builtin, by `Builtin as usize`.
+    handle: Vec<MPI_Datatype>,
+}
+
+fn builtins() -> &'static Builtins {
+    static B: OnceLock<Builtins> = OnceLock::new();
+    B.get_or_init(|| {
+        let mut plain = vec![None; 256];
+        let mut pairs = vec![Datatype::builtin(Builtin::Byte); 5];
+        let mut handle = vec![MPI_DATATYPE_NULL; Builtin::ALL.len()];
+        for &(name, h) in BUILTIN_TYPES {
+            let b = Builtin::from_name(name).unwrap_or_else(|| panic!("core lacks {name}"));
+            let t = Datatype::builtin(b);
+            if (h as u32) & 0xff00_0000 == 0x8c00_0000 {
+                pairs[index(h)] = t;
+            } else {
+                plain[h as usize & 0xff] = Some(t);
+            }
+            handle[b as usize] = h;
+        }
+        Builtins {
+            plain,
+            pairs,
+            handle,
+        }
+    })
+}
+
+static DTYPES: Mutex<Table<TypeRef>> = Mutex::new(Table::new());
+
+/// A decoded datatype: builtins are borrowed from a static table (no reference counting
+/// on the hot path), derived types are held for the duration of the call.
+#[derive(Debug)]
+pub(crate) enum DtRef {
+    Static(&'static TypeRef),
+    Owned(TypeRef),
+}
+
+impl std::ops::Deref for DtRef {
+    type Target = TypeRef;
+    fn deref(&self) -> &TypeRef {
+        match self {
+            DtRef::Static(t) => t,
+            DtRef::Owned(t) => t,
+        }
+    }
+}
+
+pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
+    let u = d as u32;
+    if u & 0xffff_0000 == 0x4c00_0000 {
+        if let Some(t) = &builtins().plain[u as usize & 0xff] {
+            if builtins().handle[t.is_builtin().expect("builtin") as usize] == d {
+                return Ok(DtRef::Static(t));
+            }
+        }
+        if d == 0x4c00_0010 || d == 0x4c00_0011 {
+            return Err(err(
+                ErrorClass::Type,
+                format!("{name}: MPI_LB and MPI_UB are only bound markers in MPI_Type_struct"),
+            ));
+        }
+    } else if u & 0xffff_fff8 == 0x8c00_0000 && index(d) < 5 {
+        return Ok(DtRef::Static(&builtins().pairs[index(d)]));
+    } else if kind(d) == DTYPE_DERIVED {
+        return lock(&DTYPES)
+            .get(index(d))
+            .cloned()
+            .map(DtRef::Owned)
+            .ok_or_else(|| {
+                err(
+                    ErrorClass::Type,
+                    format!("{name} = {d:#x} is a freed datatype"),
+                )
+            });
+    } else if d == MPI_DATATYPE_NULL {
+        return Err(err(
+            ErrorClass::Type,
+            format!("{name} is MPI_DATATYPE_NULL"),
+        ));
+    }
+    Err(err(
+        ErrorClass::Type,
+        format!("{name} = {d:#x} is not a datatype handle"),
+    ))
+}
+
+/// A new handle for a derived type.
+pub(crate) fn new_dtype(t: Datatype) -> MPI_Datatype {
+    let i = lock(&DTYPES).insert(Arc::new(t));
+    (DTYPE_DERIVED | i as u32) as c_int
+}
+
+/// The handle of a type (builtins: their value; derived: the existing handle, else a new one).
+pub(crate) fn dtype_handle(t: &TypeRef) -> MPI_Datatype {
+    if let Some(b) = t.is_builtin() {
+        return builtins().handle[b as usize];
+    }
+    let mut tab = lock(&DTYPES);
+    let i = match tab.find(|x| Arc::ptr_eq(x, t)) {
+        Some(i) => i,
+        None => tab.insert(t.clone()),
+    };
+    (DTYPE_DERIVED | i as u32) as c_int
+}
+
+/// MPI_Type_free.
+pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<()> {
+    let t = dtype("datatype", *d)?;
+    if t.is_builtin().is_some() || kind(*d) != DTYPE_DERIVED {
+        return Err(err(
+            ErrorClass::Type,
+            "a predefined datatype cannot be freed",
+        ));
+    }
+    lock(&DTYPES).remove(index(*d));
+    *d = MPI_DATATYPE_NULL;
+    Ok(())
+}
+
+// ----- groups -----
+
+static GROUPS: Mutex<Table<Arc<Group>>> = Mutex::new(Table::new());
+
+fn empty_group() -> Arc<Group> {
+    static E: OnceLock<Arc<Group>> = OnceLock::new();
+    E.get_or_init(|| Arc::new(Group::empty())).clone()
+}
+
+pub(crate) fn group(name: &str, g: MPI_Group) -> MpiResult<Arc<Group>> {
+    if g == MPI_GROUP_EMPTY {
+        return Ok(empty_group());
+    }
+    if g == MPI_GROUP_NULL {
+        return Err(err(ErrorClass::Group, format!("{name} is MPI_GROUP_NULL")));
+    }
+    if kind(g) == GROUP_DIRECT {
+        return lock(&GROUPS).get(index(g)).cloned().ok_or_else(|| {
+            err(
+                ErrorClass::Group,
+                format!("{name} = {g:#x} is a freed group"),
+            )
+        });
+    }
+    Err(err(
+        ErrorClass::Group,
+        format!("{name} = {g:#x} is not a group handle"),
+    ))
+}
+
+/// A handle for a group (MPI_GROUP_EMPTY for an empty one).
+pub(crate) fn new_group(g: Arc<Group>) -> MPI_Group {
+    if g.size() == 0 {
+        return MPI_GROUP_EMPTY;
+    }
+    (GROUP_DIRECT | lock(&GROUPS).insert(g) as u32) as c_int
+}
+
+pub(crate) fn free_group(g: &mut MPI_Group) -> MpiResult<()> {
+    group("group", *g)?;
+    if kind(*g) == GROUP_DIRECT {
+        lock(&GROUPS).remove(index(*g));
+    }
+    *g = MPI_GROUP_NULL;
+    Ok(())
+}
+
+// ----- requests and messages -----
+
+/// A decoded request handle: None for MPI_REQUEST_NULL.
+pub(crate) fn request(name: &str, r: MPI_Request) -> MpiResult<Option<ReqId>> {
+    if r == MPI_REQUEST_NULL {
+        return Ok(None);
+    }
+    if r as u32 & 0xfc00_0000 == REQ_DIRECT && r as u32 & REQ_COLL == 0 {
+        return Ok(Some(ReqId(r as u32 & (INDEX_MASK & !REQ_PERSISTENT))));
+    }
+    Err(err(
+        ErrorClass::Request,
+        format!("{name} = {r:#x} is not a request handle"),
+    ))
+}
+
+pub(crate) fn is_persistent(r: MPI_Request) -> bool {
+    r != MPI_REQUEST_NULL && r as u32 & REQ_PERSISTENT != 0
+}
+
+pub(crate) fn request_handle(id: ReqId, persistent: bool) -> MPI_Request {
+    assert!(id.0 < REQ_COLL, "request index out of handle range");
+    (REQ_DIRECT | id.0 | if persistent { REQ_PERSISTENT } else { 0 }) as c_int
+}
+
+/// The slot of a non-blocking collective request in [`COLLS`], if `r` is one.
+pub(crate) fn coll_index(r: MPI_Request) -> Option<usize> {
+    let u = r as u32;
+    (r != MPI_REQUEST_NULL && u & 0xfc00_0000 == REQ_DIRECT && u & REQ_COLL != 0)
+        .then_some((u & INDEX_MASK & !REQ_COLL) as usize)
+}
+
+/// An outstanding non-blocking collective as the C ABI keeps it.
+pub(crate) struct CollSlot {
+    /// The schedule; None while some thread is advancing it (outside the table lock, so
+    /// that user op callbacks may call MPI).
+    pub req: Option<Box<tsunagi_collectives::CollRequest>>,
+    /// The schedule has completed.
+    pub done: bool,
+    /// The schedule failed (reported by the completion call).
+    pub error: Option<MpiError>,
+}
+
+/// Outstanding non-blocking collectives.
+pub(crate) static COLLS: Mutex<Table<CollSlot>> = Mutex::new(Table::new());
+/// Number of slots in [`COLLS`] (a lock-free check on the point-to-point fast path).
+pub(crate) static NCOLLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// A handle for a new non-blocking collective request.
+pub(crate) fn new_coll(req: tsunagi_collectives::CollRequest) -> MPI_Request {
+    let i = lock(&COLLS).insert(CollSlot {
+        req: Some(Box::new(req)),
+        done: false,
+        error: None,
+    });
+    NCOLLS.fetch_add(1, Ordering::AcqRel);
+    assert!(
+        (i as u32) < REQ_COLL,
+        "too many outstanding collective requests"
+    );
+    (REQ_DIRECT | REQ_COLL | i as u32) as c_int
+}
+
+/// Remove a slot (the request completed and was collected).
+pub(crate) fn remove_coll(i: usize) {
+    if lock(&COLLS).remove(i).is_some() {
+        NCOLLS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// A decoded message handle: None for MPI_MESSAGE_NO_PROC.
+pub(crate) fn message(name: &str, m: MPI_Message) -> MpiResult<Option<MsgId>> {
+    match m {
+        MPI_MESSAGE_NO_PROC => Ok(None),
+        MPI_MESSAGE_NULL => Err(err(
+            ErrorClass::Request,
+            format!("{name} is MPI_MESSAGE_NULL"),
+        )),
+        _ if kind(m) == MSG_INDIRECT => Ok(Some(MsgId(index(m) as u32))),
+        _ => Err(err(
+            ErrorClass::Request,
+            format!("{name} = {m:#x} is not a message handle"),
+        )),
+    }
+}
+
+pub(crate) fn message_handle(m: Option<MsgId>) -> MPI_Message {
+    match m {
+        None => MPI_MESSAGE_NO_PROC,
+        Some(MsgId(i)) => (MSG_INDIRECT | i) as c_int,
+    }
+}
+
+// ----- operations -----
+
+/// A reduction operation as the C ABI knows it.
+#[derive(Clone, Copy, Debug)]
+pub enum OpDef {
+    /// A predefined operation: MPI_MAX (1) .. MPI_NO_OP (14), MPICH's index.
+    Builtin(u32),
+    /// A user function from MPI_Op_create.
+    User {
+        func: MPI_User_function,
+        commute: bool,
+    },
+}
+
+static OPS: Mutex<Table<OpDef>> = Mutex::new(Table::new());
+
+/// The operation behind an `MPI_Op` handle (for the collectives layer too).
+pub fn op(name: &str, o: MPI_Op) -> MpiResult<OpDef> {
+    if o as u32 & 0xffff_ff00 == OP_BUILTIN && (1..=14).contains(&index(o)) {
+        return Ok(OpDef::Builtin(index(o) as u32));
+    }
+    if o == MPI_OP_NULL {
+        return Err(err(ErrorClass::Op, format!("{name} is MPI_OP_NULL")));
+    }
+    if kind(o) == OP_DIRECT {
+        return lock(&OPS).get(index(o)).copied().ok_or_else(|| {
+            err(
+                ErrorClass::Op,
+                format!("{name} = {o:#x} is a freed operation"),
+            )
+        });
+    }
+    Err(err(
+        ErrorClass::Op,
+        format!("{name} = {o:#x} is not an operation handle"),
+    ))
+}
+
+pub(crate) fn new_op(d: OpDef) -> MPI_Op {
+    (OP_DIRECT | lock(&OPS).insert(d) as u32) as c_int
+}
+
+pub(crate) fn free_op(o: &mut MPI_Op) -> MpiResult<()> {
+    match op("op", *o)? {
+        OpDef::Builtin(_) => Err(err(
+            ErrorClass::Op,
+            "a predefined operation cannot be freed",
+        )),
+        OpDef::User { .. } => {
+            lock(&OPS).remove(index(*o));
+            *o = MPI_OP_NULL;
+            Ok(())
+        }
+    }
+}
+
+// ----- error handlers -----
+
+static ERRHS: Mutex<Table<MPI_Comm_errhandler_function>> = Mutex::new(Table::new());
+
+pub(crate) fn errhandler(name: &str, e: MPI_Errhandler) -> MpiResult<ErrHandler> {
+    match e {
+        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => Ok(ErrHandler::Fatal),
+        MPI_ERRORS_RETURN => Ok(ErrHandler::Return),
+        MPI_ERRHANDLER_NULL => Err(err(
+            ErrorClass::Arg,
+            format!("{name} is MPI_ERRHANDLER_NULL"),
+        )),
+        _ if kind(e) == ERRH_DIRECT => {
+            let f = lock(&ERRHS).get(index(e)).copied().ok_or_else(|| {
+                err(
+                    ErrorClass::Arg,
+                    format!("{name} = {e:#x} is a freed error handler"),
+                )
+            })?;
+            let f = f.ok_or_else(|| err(ErrorClass::Arg, "error handler without a function"))?;
+            Ok(ErrHandler::User(
+                e as u32,
+                Arc::new(move |comm: CommId, code: i32| {
+                    let mut c = comm_handle(comm);
+                    let mut code = code;
+                    // SAFETY: a C function of the MPI_Comm_errhandler_function type, given
+                    // pointers to locals that live for the call.
+                    unsafe { f(&mut c, &mut code) };
+                }),
+            ))
+        }
+        _ => Err(err(
+            ErrorClass::Arg,
+            format!("{name} = {e:#x} is not an error handler handle"),
+        )),
+    }
+}
+
+pub(crate) fn new_errhandler(f: MPI_Comm_errhandler_function) -> MPI_Errhandler {
+    (ERRH_DIRECT | lock(&ERRHS).insert(f) as u32) as c_int
+}
+
+pub(crate) fn errhandler_handle(h: &ErrHandler) -> MPI_Errhandler {
+    match h {
+        ErrHandler::Fatal => MPI_ERRORS_ARE_FATAL,
+        ErrHandler::Return => MPI_ERRORS_RETURN,
+        ErrHandler::User(id, _) => *id as c_int,
+    }
+}
+
+pub(crate) fn free_errhandler(e: &mut MPI_Errhandler) -> MpiResult<()> {
+    errhandler("errhandler", *e)?;
+    if kind(*e) == ERRH_DIRECT {
+        lock(&ERRHS).remove(index(*e));
+    }
+    *e = MPI_ERRHANDLER_NULL;
+    Ok(())
+}
+
+// ----- info objects -----
+
+/// An info object: ordered (key, value) pairs.
+pub(crate) type InfoData = Vec<(String, String)>;
+
+pub(crate) static INFOS: Mutex<Table<InfoData>> = Mutex::new(Table::new());
+
+/// An info handle: an index in [`INFOS`], or None for MPI_INFO_ENV (read-only, empty).
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct InfoId(pub Option<usize>);
+
+pub(crate) fn info(name: &str, i: MPI_Info) -> MpiResult<InfoId> {
+    match i {
+        MPI_INFO_ENV => Ok(InfoId(None)),
+        MPI_INFO_NULL => Err(err(ErrorClass::Info, format!("{name} is MPI_INFO_NULL"))),
+        _ if kind(i) == INFO_DIRECT => {
+            if lock(&INFOS).get(index(i)).is_none() {
+                return Err(err(
+                    ErrorClass::Info,
+                    format!("{name} = {i:#x} is a freed info object"),
+                ));
+            }
+            Ok(InfoId(Some(index(i))))
+        }
+        _ => Err(err(
+            ErrorClass::Info,
+            format!("{name} = {i:#x} is not an info handle"),
+        )),
+    }
+}
+
+pub(crate) fn info_or_null(name: &str, i: MPI_Info) -> MpiResult<Option<InfoId>> {
+    if i == MPI_INFO_NULL {
+        return Ok(None);
+    }
+    info(name, i).map(Some)
+}
+
+pub(crate) fn new_info(d: InfoData) -> MPI_Info {
+    (INFO_DIRECT | lock(&INFOS).insert(d) as u32) as c_int
+}
+
+// ----- the runtime -----
+
+/// The runtime while MPI runs (set by MPI_Init, cleared by MPI_Finalize): one load on the
+/// hot path instead of the core's state check.
+static RUNNING: AtomicPtr<tsunagi_core::Runtime> = AtomicPtr::new(std::ptr::null_mut());
+
+/// The running runtime (MPI_ERR_OTHER if MPI is not initialized or already finalized).
+#[inline]
+pub(crate) fn runtime(call: &str) -> MpiResult<&'static tsunagi_core::Runtime> {
+    let p = RUNNING.load(Ordering::Acquire);
+    if p.is_null() {
+        return rt(call);
+    }
+    // SAFETY: the pointer is the core's `&'static Runtime`, stored by `set_running`.
+    Ok(unsafe { &*p })
+}
+
+/// Record (after MPI_Init) or forget (after MPI_Finalize) the running runtime.
+pub(crate) fn set_running(r: Option<&'static tsunagi_core::Runtime>) {
+    let p = r.map_or(std::ptr::null_mut(), |r| r as *const _ as *mut _);
+    RUNNING.store(p, Ordering::Release);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_core_builtin_has_its_mpich_handle_and_decodes_back() {
+        assert_eq!(BUILTIN_TYPES.len(), Builtin::ALL.len());
+        for &b in Builtin::ALL {
+            let h = builtins().handle[b as usize];
+            assert_ne!(h, MPI_DATATYPE_NULL, "{} has no handle", b.name());
+            let t = dtype("t", h).expect("decodes");
+            assert_eq!(t.is_builtin(), Some(b));
+            // MPICH encodes the size in bits 8-15 of the plain builtins.
+            if (h as u32) & 0xff00_0000 == 0x4c00_0000 {
+                assert_eq!(((h >> 8) & 0xff) as usize, b.size(), "{}", b.name());
+            }
+            assert_eq!(dtype_handle(&t), h);
+        }
+        assert!(dtype("t", MPI_DATATYPE_NULL).is_err());
+        assert!(dtype("t", 0x4c00_0010).is_err()); // MPI_LB
+        assert!(dtype("t", 0x4c00_04ff).is_err());
+    }
+
+    #[test]
+    fn derived_types_and_groups_round_trip_and_free() {
+        let t = Datatype::contiguous(3, &Datatype::builtin(Builtin::Int)).expect("type");
+        let mut h = new_dtype(t);
+        let r = dtype("t", h).expect("live");
+        assert_eq!(r.size(), 12);
+        assert_eq!(dtype_handle(&r), h);
+        let keep = h;
+        free_dtype(&mut h).expect("free");
+        assert_eq!(h, MPI_DATATYPE_NULL);
+        assert_eq!(dtype("t", keep).unwrap_err().class, ErrorClass::Type);
+        let mut int = MPI_INT_HANDLE;
+        assert!(free_dtype(&mut int).is_err());
+
+        let g = new_group(Arc::new(Group::new(vec![0, 1])));
+        assert_eq!(group("g", g).expect("live").size(), 2);
+        assert_eq!(new_group(Arc::new(Group::empty())), MPI_GROUP_EMPTY);
+        let mut g2 = g;
+        free_group(&mut g2).expect("free");
+        assert_eq!(group("g", g).unwrap_err().class, ErrorClass::Group);
+    }
+
+    const MPI_INT_HANDLE: MPI_Datatype = 0x4c00_0405;
+
+    #[test]
+    fn handle_kinds_are_checked() {
+        assert_eq!(comm("c", MPI_COMM_WORLD).unwrap(), CommId::WORLD);
+        assert_eq!(comm_handle(CommId(7)), 0x8400_0007u32 as c_int);
+        assert_eq!(comm("c", comm_handle(CommId(7))).unwrap(), CommId(7));
+        assert_eq!(
+            comm("c", MPI_COMM_NULL).unwrap_err().class,
+            ErrorClass::Comm
+        );
+        assert_eq!(
+            comm("c", MPI_INT_HANDLE).unwrap_err().class,
+            ErrorClass::Comm
+        );
+        assert_eq!(request("r", MPI_REQUEST_NULL).unwrap(), None);
+        let r = request_handle(ReqId(5), true);
+        assert!(is_persistent(r));
+        assert_eq!(request("r", r).unwrap(), Some(ReqId(5)));
+        assert!(!is_persistent(request_handle(ReqId(5), false)));
+        // Collective requests: their own slots, not core requests.
+        let c = (REQ_DIRECT | REQ_COLL | 5) as c_int;
+        assert_eq!(coll_index(c), Some(5));
+        assert_eq!(coll_index(request_handle(ReqId(5), false)), None);
+        assert_eq!(coll_index(MPI_REQUEST_NULL), None);
+        assert!(request("r", c).is_err());
+        assert!(!is_persistent(c));
+        assert_eq!(
+            request("r", MPI_COMM_WORLD).unwrap_err().class,
+            ErrorClass::Request
+        );
+        assert_eq!(
+            message("m", message_handle(Some(MsgId(3)))).unwrap(),
+            Some(MsgId(3))
+        );
+        assert_eq!(message("m", MPI_MESSAGE_NO_PROC).unwrap(), None);
+        assert!(matches!(op("o", 0x5800_0003).unwrap(), OpDef::Builtin(3)));
+        assert_eq!(op("o", MPI_OP_NULL).unwrap_err().class, ErrorClass::Op);
+        assert!(matches!(
+            errhandler("e", MPI_ERRORS_RETURN).unwrap(),
+            ErrHandler::Return
+        ));
+        assert_eq!(
+            info("i", MPI_INFO_NULL).unwrap_err().class,
+            ErrorClass::Info
+        );
+        assert!(info_or_null("i", MPI_INFO_NULL).unwrap().is_none());
+    }
+}

@@ -1,0 +1,270 @@
+//! Communicators and groups.
+
+use std::ffi::{c_char, c_int};
+use std::sync::Arc;
+
+use tsunagi_core::group::{Group, UNDEFINED};
+use tsunagi_core::{CommId, ErrorClass, MpiResult};
+
+use super::flag;
+use crate::ffi::*;
+use crate::handles::{self as h, err, InfoId};
+
+pub(crate) fn comm_size(comm: CommId, size: &mut c_int) -> MpiResult<()> {
+    let r = h::runtime("MPI_Comm_size")?;
+    // The predefined communicators never change: no need for the engine lock.
+    *size = match comm {
+        CommId::WORLD => r.world_size(),
+        CommId::SELF => 1,
+        _ => r.comm_size(comm)?,
+    } as c_int;
+    Ok(())
+}
+
+pub(crate) fn comm_rank(comm: CommId, rank: &mut c_int) -> MpiResult<()> {
+    let r = h::runtime("MPI_Comm_rank")?;
+    *rank = match comm {
+        CommId::WORLD => r.world_rank(),
+        CommId::SELF => 0,
+        _ => r.comm_rank(comm)?,
+    } as c_int;
+    Ok(())
+}
+
+fn out_comm(c: Option<CommId>) -> MPI_Comm {
+    c.map(h::comm_handle).unwrap_or(MPI_COMM_NULL)
+}
+
+pub(crate) fn comm_dup(comm: CommId, new: &mut MPI_Comm) -> MpiResult<()> {
+    *new = h::comm_handle(h::runtime("MPI_Comm_dup")?.comm_dup(comm)?);
+    Ok(())
+}
+
+pub(crate) fn comm_dup_with_info(
+    comm: CommId,
+    _info: Option<InfoId>,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    comm_dup(comm, new)
+}
+
+pub(crate) fn comm_split(
+    comm: CommId,
+    color: c_int,
+    key: c_int,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    *new = out_comm(h::runtime("MPI_Comm_split")?.comm_split(comm, color, key)?);
+    Ok(())
+}
+
+pub(crate) fn comm_split_type(
+    comm: CommId,
+    split_type: c_int,
+    key: c_int,
+    _info: Option<InfoId>,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Comm_split_type")?;
+    let color = match split_type {
+        MPI_UNDEFINED => UNDEFINED,
+        MPI_COMM_TYPE_SHARED => {
+            let nodes = r.comm_nodes(comm)?;
+            nodes[r.comm_rank(comm)?] as c_int
+        }
+        other => {
+            return Err(err(
+                ErrorClass::Arg,
+                format!(
+                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED or MPI_UNDEFINED)"
+                ),
+            ))
+        }
+    };
+    *new = out_comm(r.comm_split(comm, color, key)?);
+    Ok(())
+}
+
+pub(crate) fn comm_create(comm: CommId, group: &Arc<Group>, new: &mut MPI_Comm) -> MpiResult<()> {
+    *new = out_comm(h::runtime("MPI_Comm_create")?.comm_create(comm, group)?);
+    Ok(())
+}
+
+pub(crate) fn comm_free(comm: &mut MPI_Comm) -> MpiResult<()> {
+    let id = h::comm("comm", *comm)?;
+    h::runtime("MPI_Comm_free")?.comm_free(id)?;
+    *comm = MPI_COMM_NULL;
+    Ok(())
+}
+
+pub(crate) fn comm_compare(a: CommId, b: CommId, result: &mut c_int) -> MpiResult<()> {
+    *result = h::runtime("MPI_Comm_compare")?
+        .comm_compare(a, b)?
+        .as_mpich();
+    Ok(())
+}
+
+pub(crate) fn comm_group(comm: CommId, group: &mut MPI_Group) -> MpiResult<()> {
+    *group = h::new_group(h::runtime("MPI_Comm_group")?.comm_group(comm)?);
+    Ok(())
+}
+
+pub(crate) fn comm_set_name(comm: CommId, name: &str) -> MpiResult<()> {
+    let name: String = name.chars().take(MPI_MAX_OBJECT_NAME - 1).collect();
+    h::runtime("MPI_Comm_set_name")?.comm_set_name(comm, &name)
+}
+
+pub(crate) fn comm_get_name(comm: CommId, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+    let n = h::runtime("MPI_Comm_get_name")?.comm_get_name(comm)?;
+    // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
+    *len = unsafe { h::write_cstr("comm_name", name, MPI_MAX_OBJECT_NAME, &n)? } as c_int;
+    Ok(())
+}
+
+pub(crate) fn comm_get_parent(parent: &mut MPI_Comm) -> MpiResult<()> {
+    h::runtime("MPI_Comm_get_parent")?;
+    // No process of Tsunagi is started by MPI_Comm_spawn.
+    *parent = MPI_COMM_NULL;
+    Ok(())
+}
+
+pub(crate) fn comm_disconnect(comm: &mut MPI_Comm) -> MpiResult<()> {
+    // For an intracommunicator: wait for nothing pending (our sends and receives on it
+    // complete before they return or are waited for), then free it.
+    comm_free(comm)
+}
+
+pub(crate) fn comm_test_inter(comm: CommId, f: &mut c_int) -> MpiResult<()> {
+    h::runtime("MPI_Comm_test_inter")?.check_comm_id("MPI_Comm_test_inter", comm)?;
+    *f = flag(false);
+    Ok(())
+}
+
+pub(crate) fn comm_remote_size(comm: CommId, _size: &mut c_int) -> MpiResult<()> {
+    h::runtime("MPI_Comm_remote_size")?.check_comm_id("MPI_Comm_remote_size", comm)?;
+    Err(err(
+        ErrorClass::Comm,
+        "comm is not an intercommunicator (Tsunagi has none yet)",
+    ))
+}
+
+pub(crate) fn comm_set_info(comm: CommId, _info: InfoId) -> MpiResult<()> {
+    h::runtime("MPI_Comm_set_info")?.check_comm_id("MPI_Comm_set_info", comm)
+}
+
+pub(crate) fn comm_get_info(comm: CommId, info: &mut MPI_Info) -> MpiResult<()> {
+    h::runtime("MPI_Comm_get_info")?.check_comm_id("MPI_Comm_get_info", comm)?;
+    *info = h::new_info(Vec::new());
+    Ok(())
+}
+
+pub(crate) fn barrier(comm: CommId) -> MpiResult<()> {
+    tsunagi_collectives::barrier(h::runtime("MPI_Barrier")?, comm)
+}
+
+// ----- groups -----
+
+pub(crate) fn group_size(g: &Arc<Group>, size: &mut c_int) -> MpiResult<()> {
+    *size = g.size() as c_int;
+    Ok(())
+}
+
+pub(crate) fn group_rank(g: &Arc<Group>, rank: &mut c_int) -> MpiResult<()> {
+    let me = h::runtime("MPI_Group_rank")?.world_rank() as u32;
+    *rank = g.rank_of(me).map(|r| r as c_int).unwrap_or(MPI_UNDEFINED);
+    Ok(())
+}
+
+fn ranks<'a>(name: &str, p: *const c_int, n: c_int) -> MpiResult<&'a [c_int]> {
+    // SAFETY: MPI requires an array of `n` ranks.
+    unsafe { h::slice(name, p, n as usize) }
+}
+
+fn triples<'a>(p: *mut [c_int; 3], n: c_int) -> MpiResult<&'a [[c_int; 3]]> {
+    // SAFETY: MPI requires an array of `n` (first, last, stride) triples.
+    unsafe { h::slice("ranges", p as *const [c_int; 3], n as usize) }
+}
+
+fn made(g: MpiResult<Group>, out: &mut MPI_Group) -> MpiResult<()> {
+    *out = h::new_group(Arc::new(g?));
+    Ok(())
+}
+
+pub(crate) fn group_incl(
+    g: &Arc<Group>,
+    n: c_int,
+    r: *const c_int,
+    new: &mut MPI_Group,
+) -> MpiResult<()> {
+    made(g.incl(ranks("ranks", r, n)?), new)
+}
+
+pub(crate) fn group_excl(
+    g: &Arc<Group>,
+    n: c_int,
+    r: *const c_int,
+    new: &mut MPI_Group,
+) -> MpiResult<()> {
+    made(g.excl(ranks("ranks", r, n)?), new)
+}
+
+pub(crate) fn group_range_incl(
+    g: &Arc<Group>,
+    n: c_int,
+    r: *mut [c_int; 3],
+    new: &mut MPI_Group,
+) -> MpiResult<()> {
+    made(g.range_incl(triples(r, n)?), new)
+}
+
+pub(crate) fn group_range_excl(
+    g: &Arc<Group>,
+    n: c_int,
+    r: *mut [c_int; 3],
+    new: &mut MPI_Group,
+) -> MpiResult<()> {
+    made(g.range_excl(triples(r, n)?), new)
+}
+
+pub(crate) fn group_union(a: &Arc<Group>, b: &Arc<Group>, new: &mut MPI_Group) -> MpiResult<()> {
+    made(Ok(a.union(b)), new)
+}
+
+pub(crate) fn group_intersection(
+    a: &Arc<Group>,
+    b: &Arc<Group>,
+    new: &mut MPI_Group,
+) -> MpiResult<()> {
+    made(Ok(a.intersection(b)), new)
+}
+
+pub(crate) fn group_difference(
+    a: &Arc<Group>,
+    b: &Arc<Group>,
+    new: &mut MPI_Group,
+) -> MpiResult<()> {
+    made(Ok(a.difference(b)), new)
+}
+
+pub(crate) fn group_translate_ranks(
+    a: &Arc<Group>,
+    n: c_int,
+    r1: *const c_int,
+    b: &Arc<Group>,
+    r2: *mut c_int,
+) -> MpiResult<()> {
+    let out = a.translate_ranks(ranks("ranks1", r1, n)?, b)?;
+    // SAFETY: MPI requires room for `n` ranks.
+    let dst = unsafe { h::slice_mut("ranks2", r2, n as usize)? };
+    dst.copy_from_slice(&out);
+    Ok(())
+}
+
+pub(crate) fn group_compare(a: &Arc<Group>, b: &Arc<Group>, result: &mut c_int) -> MpiResult<()> {
+    *result = a.compare(b).as_mpich();
+    Ok(())
+}
+
+pub(crate) fn group_free(g: &mut MPI_Group) -> MpiResult<()> {
+    h::free_group(g)
+}

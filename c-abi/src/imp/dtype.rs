@@ -1,0 +1,523 @@
+//! Datatypes: constructors, queries, decoding, names, addresses, pack/unpack.
+
+use std::ffi::{c_char, c_int, c_void};
+
+use tsunagi_core::datatype::{Count, Datatype, Order, TypeRef};
+use tsunagi_core::{CommId, ErrorClass, MpiResult};
+
+use crate::ffi::*;
+use crate::handles::{self as h, err};
+
+fn ints(name: &str, p: *const c_int, n: c_int) -> MpiResult<Vec<Count>> {
+    // SAFETY: MPI requires an array of `n` ints.
+    Ok(unsafe { h::slice(name, p, n as usize)? }
+        .iter()
+        .map(|&v| v as Count)
+        .collect())
+}
+
+fn aints(name: &str, p: *const MPI_Aint, n: c_int) -> MpiResult<Vec<isize>> {
+    // SAFETY: MPI requires an array of `n` addresses.
+    Ok(unsafe { h::slice(name, p, n as usize)? }
+        .iter()
+        .map(|&v| v as isize)
+        .collect())
+}
+
+fn made(t: MpiResult<Datatype>, out: &mut MPI_Datatype) -> MpiResult<()> {
+    *out = h::new_dtype(t?);
+    Ok(())
+}
+
+pub(crate) fn type_contiguous(
+    count: c_int,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    made(Datatype::contiguous(count as Count, old), new)
+}
+
+pub(crate) fn type_vector(
+    count: c_int,
+    bl: c_int,
+    stride: c_int,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    made(
+        Datatype::vector(count as Count, bl as Count, stride as Count, old),
+        new,
+    )
+}
+
+pub(crate) fn type_create_hvector(
+    count: c_int,
+    bl: c_int,
+    stride: MPI_Aint,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    made(
+        Datatype::hvector(count as Count, bl as Count, stride as isize, old),
+        new,
+    )
+}
+
+pub(crate) fn type_hvector(
+    count: c_int,
+    bl: c_int,
+    stride: MPI_Aint,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    type_create_hvector(count, bl, stride, old, new)
+}
+
+pub(crate) fn type_indexed(
+    count: c_int,
+    bls: *const c_int,
+    displs: *const c_int,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let b = ints("array_of_blocklengths", bls, count)?;
+    let d = ints("array_of_displacements", displs, count)?;
+    made(Datatype::indexed(&b, &d, old), new)
+}
+
+pub(crate) fn type_create_hindexed(
+    count: c_int,
+    bls: *const c_int,
+    displs: *const MPI_Aint,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let b = ints("array_of_blocklengths", bls, count)?;
+    let d = aints("array_of_displacements", displs, count)?;
+    made(Datatype::hindexed(&b, &d, old), new)
+}
+
+pub(crate) fn type_hindexed(
+    count: c_int,
+    bls: *const c_int,
+    displs: *const MPI_Aint,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    type_create_hindexed(count, bls, displs, old, new)
+}
+
+pub(crate) fn type_create_indexed_block(
+    count: c_int,
+    bl: c_int,
+    displs: *const c_int,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let d = ints("array_of_displacements", displs, count)?;
+    made(Datatype::indexed_block(bl as Count, &d, old), new)
+}
+
+pub(crate) fn type_create_hindexed_block(
+    count: c_int,
+    bl: c_int,
+    displs: *const MPI_Aint,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let d = aints("array_of_displacements", displs, count)?;
+    made(Datatype::hindexed_block(bl as Count, &d, old), new)
+}
+
+/// MPI-1's bound markers, still in MPICH's header: accepted in struct types only.
+const MPI_LB: MPI_Datatype = 0x4c00_0010;
+const MPI_UB: MPI_Datatype = 0x4c00_0011;
+
+pub(crate) fn type_create_struct(
+    count: c_int,
+    bls: *const c_int,
+    displs: *const MPI_Aint,
+    types: *const MPI_Datatype,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let b = ints("array_of_blocklengths", bls, count)?;
+    let d = aints("array_of_displacements", displs, count)?;
+    // SAFETY: MPI requires an array of `count` datatypes.
+    let hs = unsafe { h::slice("array_of_types", types, count as usize)? };
+    let (mut lb, mut ub) = (None::<isize>, None::<isize>);
+    let (mut bl2, mut d2, mut ts) = (Vec::new(), Vec::new(), Vec::new());
+    for (i, &t) in hs.iter().enumerate() {
+        match t {
+            MPI_LB => lb = Some(lb.map_or(d[i], |v| v.min(d[i]))),
+            MPI_UB => ub = Some(ub.map_or(d[i], |v| v.max(d[i]))),
+            _ => {
+                ts.push((*h::dtype(&format!("array_of_types[{i}]"), t)?).clone());
+                bl2.push(b[i]);
+                d2.push(d[i]);
+            }
+        }
+    }
+    let t = Datatype::structure(&bl2, &d2, &ts)?;
+    if lb.is_none() && ub.is_none() {
+        return made(Ok(t), new);
+    }
+    // Explicit markers set the bounds (MPI-1 semantics, as a resized type).
+    let t = std::sync::Arc::new(t);
+    let l = lb.unwrap_or(t.lb());
+    let u = ub.unwrap_or(t.ub());
+    made(Datatype::resized(&t, l, u - l), new)
+}
+
+pub(crate) fn type_struct(
+    count: c_int,
+    bls: *const c_int,
+    displs: *const MPI_Aint,
+    types: *const MPI_Datatype,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    type_create_struct(count, bls, displs, types, new)
+}
+
+pub(crate) fn type_create_subarray(
+    ndims: c_int,
+    sizes: *const c_int,
+    subsizes: *const c_int,
+    starts: *const c_int,
+    order: c_int,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let order = Order::from_mpich(order).ok_or_else(|| {
+        err(
+            ErrorClass::Arg,
+            format!("order = {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"),
+        )
+    })?;
+    let s = ints("array_of_sizes", sizes, ndims)?;
+    let ss = ints("array_of_subsizes", subsizes, ndims)?;
+    let st = ints("array_of_starts", starts, ndims)?;
+    made(Datatype::subarray(&s, &ss, &st, order, old), new)
+}
+
+pub(crate) fn type_create_resized(
+    old: &TypeRef,
+    lb: MPI_Aint,
+    extent: MPI_Aint,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    made(Datatype::resized(old, lb as isize, extent as isize), new)
+}
+
+pub(crate) fn type_dup(oldtype: MPI_Datatype, new: &mut MPI_Datatype) -> MpiResult<()> {
+    let old = h::dtype("oldtype", oldtype)?;
+    let mut out = MPI_DATATYPE_NULL;
+    made(Ok(Datatype::dup(&old)), &mut out)?;
+    if let Err(e) = super::tattr::copy_all(oldtype, out) {
+        let _ = h::free_dtype(&mut out);
+        return Err(e);
+    }
+    *new = out;
+    Ok(())
+}
+
+/// MPI_TYPECLASS_REAL / INTEGER / COMPLEX.
+const TYPECLASSES: [(c_int, &[MPI_Datatype]); 3] = [
+    // MPI_REAL4, MPI_REAL8, MPI_REAL16
+    (1, &[0x4c00_0427, 0x4c00_0829, 0x4c00_102b]),
+    // MPI_INTEGER1, MPI_INTEGER2, MPI_INTEGER4, MPI_INTEGER8
+    (2, &[0x4c00_012d, 0x4c00_022f, 0x4c00_0430, 0x4c00_0831]),
+    // MPI_COMPLEX8, MPI_COMPLEX16, MPI_COMPLEX32
+    (3, &[0x4c00_0828, 0x4c00_102a, 0x4c00_202c]),
+];
+
+pub(crate) fn type_match_size(class: c_int, size: c_int, out: &mut MPI_Datatype) -> MpiResult<()> {
+    let (_, types) = TYPECLASSES
+        .iter()
+        .find(|(c, _)| *c == class)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("typeclass = {class} is not an MPI_TYPECLASS_*"),
+            )
+        })?;
+    // MPICH's builtin handles carry their size in bits 8-15.
+    *out = *types
+        .iter()
+        .find(|&&t| (t >> 8) & 0xff == size)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("no type of class {class} has size {size}"),
+            )
+        })?;
+    Ok(())
+}
+
+pub(crate) fn type_commit(d: &mut MPI_Datatype) -> MpiResult<()> {
+    h::dtype("datatype", *d)?.commit();
+    Ok(())
+}
+
+pub(crate) fn type_free(d: &mut MPI_Datatype) -> MpiResult<()> {
+    h::dtype("datatype", *d)?;
+    super::tattr::delete_all(*d)?;
+    h::free_dtype(d)
+}
+
+fn narrow(v: usize) -> c_int {
+    if v > c_int::MAX as usize {
+        MPI_UNDEFINED
+    } else {
+        v as c_int
+    }
+}
+
+pub(crate) fn type_size(t: &TypeRef, size: &mut c_int) -> MpiResult<()> {
+    *size = narrow(t.size());
+    Ok(())
+}
+
+pub(crate) fn type_size_x(t: &TypeRef, size: &mut MPI_Count) -> MpiResult<()> {
+    *size = t.size() as MPI_Count;
+    Ok(())
+}
+
+pub(crate) fn type_get_extent(
+    t: &TypeRef,
+    lb: &mut MPI_Aint,
+    extent: &mut MPI_Aint,
+) -> MpiResult<()> {
+    *lb = t.lb() as MPI_Aint;
+    *extent = t.extent() as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn type_get_extent_x(
+    t: &TypeRef,
+    lb: &mut MPI_Count,
+    extent: &mut MPI_Count,
+) -> MpiResult<()> {
+    *lb = t.lb() as MPI_Count;
+    *extent = t.extent() as MPI_Count;
+    Ok(())
+}
+
+pub(crate) fn type_get_true_extent(
+    t: &TypeRef,
+    lb: &mut MPI_Aint,
+    extent: &mut MPI_Aint,
+) -> MpiResult<()> {
+    *lb = t.true_lb() as MPI_Aint;
+    *extent = t.true_extent() as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn type_get_true_extent_x(
+    t: &TypeRef,
+    lb: &mut MPI_Count,
+    extent: &mut MPI_Count,
+) -> MpiResult<()> {
+    *lb = t.true_lb() as MPI_Count;
+    *extent = t.true_extent() as MPI_Count;
+    Ok(())
+}
+
+pub(crate) fn type_extent(t: &TypeRef, extent: &mut MPI_Aint) -> MpiResult<()> {
+    *extent = t.extent() as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn type_lb(t: &TypeRef, d: &mut MPI_Aint) -> MpiResult<()> {
+    *d = t.lb() as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn type_ub(t: &TypeRef, d: &mut MPI_Aint) -> MpiResult<()> {
+    *d = t.ub() as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn type_get_envelope(
+    t: &TypeRef,
+    ni: &mut c_int,
+    na: &mut c_int,
+    nd: &mut c_int,
+    combiner: &mut c_int,
+) -> MpiResult<()> {
+    let (i, a, d, c) = t.envelope();
+    *ni = i as c_int;
+    *na = a as c_int;
+    *nd = d as c_int;
+    *combiner = c.as_mpich();
+    Ok(())
+}
+
+pub(crate) fn type_get_contents(
+    t: &TypeRef,
+    max_i: c_int,
+    max_a: c_int,
+    max_d: c_int,
+    ints_out: *mut c_int,
+    addrs_out: *mut MPI_Aint,
+    types_out: *mut MPI_Datatype,
+) -> MpiResult<()> {
+    if t.is_builtin().is_some() {
+        return Err(err(
+            ErrorClass::Type,
+            "a predefined datatype has no contents (combiner MPI_COMBINER_NAMED)",
+        ));
+    }
+    let (is, as_, ds) = t.contents();
+    if is.len() > max_i as usize || as_.len() > max_a as usize || ds.len() > max_d as usize {
+        return Err(err(
+            ErrorClass::Arg,
+            "the output arrays are smaller than MPI_Type_get_envelope says",
+        ));
+    }
+    // SAFETY: MPI requires arrays of max_integers, max_addresses, max_datatypes elements.
+    let (io, ao, dout) = unsafe {
+        (
+            h::slice_mut("array_of_integers", ints_out, is.len())?,
+            h::slice_mut("array_of_addresses", addrs_out, as_.len())?,
+            h::slice_mut("array_of_datatypes", types_out, ds.len())?,
+        )
+    };
+    for (o, v) in io.iter_mut().zip(&is) {
+        *o = *v as c_int;
+    }
+    for (o, v) in ao.iter_mut().zip(&as_) {
+        *o = *v as MPI_Aint;
+    }
+    for (o, v) in dout.iter_mut().zip(&ds) {
+        *o = h::dtype_handle(v);
+    }
+    Ok(())
+}
+
+pub(crate) fn type_get_name(t: &TypeRef, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+    // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
+    *len = unsafe { h::write_cstr("type_name", name, MPI_MAX_OBJECT_NAME, &t.name())? } as c_int;
+    Ok(())
+}
+
+pub(crate) fn type_set_name(t: &TypeRef, name: &str) -> MpiResult<()> {
+    t.set_name(name);
+    Ok(())
+}
+
+pub(crate) fn get_address(location: *const c_void, address: &mut MPI_Aint) -> MpiResult<()> {
+    *address = location as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn address(location: *mut c_void, address: &mut MPI_Aint) -> MpiResult<()> {
+    get_address(location, address)
+}
+
+pub(crate) fn aint_add(base: MPI_Aint, disp: MPI_Aint) -> MPI_Aint {
+    base.wrapping_add(disp)
+}
+
+pub(crate) fn aint_diff(a: MPI_Aint, b: MPI_Aint) -> MPI_Aint {
+    a.wrapping_sub(b)
+}
+
+/// Bytes `count` elements take packed, or MPI_ERR_COUNT when that overflows.
+fn packed_bytes(t: &TypeRef, count: c_int) -> MpiResult<usize> {
+    t.size()
+        .checked_mul(count as usize)
+        .map(|_| t.packed_size(count as usize))
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Count,
+                format!("{count} elements of {} overflow", t.name()),
+            )
+        })
+}
+
+fn committed(t: &TypeRef) -> MpiResult<()> {
+    if !t.is_committed() {
+        return Err(err(
+            ErrorClass::Type,
+            format!("datatype {} is not committed", t.name()),
+        ));
+    }
+    Ok(())
+}
+
+pub(crate) fn pack(
+    inbuf: *const c_void,
+    incount: c_int,
+    t: &TypeRef,
+    outbuf: *mut c_void,
+    outsize: c_int,
+    position: &mut c_int,
+    comm: CommId,
+) -> MpiResult<()> {
+    h::runtime("MPI_Pack")?.check_comm_id("MPI_Pack", comm)?;
+    committed(t)?;
+    let n = packed_bytes(t, incount)?;
+    let pos = *position;
+    if pos < 0 || n > (outsize as usize).saturating_sub(pos as usize) {
+        return Err(err(
+            ErrorClass::Truncate,
+            format!("{n} bytes at position {pos} do not fit in outsize {outsize}"),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if outbuf.is_null() {
+        return Err(err(ErrorClass::Buffer, "outbuf is NULL"));
+    }
+    // SAFETY: outbuf holds outsize >= pos + n bytes (checked above, MPI's contract).
+    let out = unsafe { std::slice::from_raw_parts_mut((outbuf as *mut u8).add(pos as usize), n) };
+    // SAFETY: MPI requires inbuf to hold incount elements of the type.
+    unsafe { t.pack_range(inbuf as *const u8, incount as usize, 0, out) };
+    *position = pos + n as c_int;
+    Ok(())
+}
+
+pub(crate) fn unpack(
+    inbuf: *const c_void,
+    insize: c_int,
+    position: &mut c_int,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    t: &TypeRef,
+    comm: CommId,
+) -> MpiResult<()> {
+    h::runtime("MPI_Unpack")?.check_comm_id("MPI_Unpack", comm)?;
+    committed(t)?;
+    let n = packed_bytes(t, outcount)?;
+    let pos = *position;
+    if pos < 0 || n > (insize as usize).saturating_sub(pos as usize) {
+        return Err(err(
+            ErrorClass::Truncate,
+            format!("{n} bytes at position {pos} exceed insize {insize}"),
+        ));
+    }
+    if n == 0 {
+        return Ok(());
+    }
+    if inbuf.is_null() {
+        return Err(err(ErrorClass::Buffer, "inbuf is NULL"));
+    }
+    // SAFETY: inbuf holds insize >= pos + n bytes (checked above, MPI's contract).
+    let input = unsafe { std::slice::from_raw_parts((inbuf as *const u8).add(pos as usize), n) };
+    // SAFETY: MPI requires room for outcount elements of the type at outbuf.
+    unsafe { t.unpack_range(outbuf as *mut u8, outcount as usize, 0, input) };
+    *position = pos + n as c_int;
+    Ok(())
+}
+
+pub(crate) fn pack_size(
+    incount: c_int,
+    t: &TypeRef,
+    comm: CommId,
+    size: &mut c_int,
+) -> MpiResult<()> {
+    h::runtime("MPI_Pack_size")?.check_comm_id("MPI_Pack_size", comm)?;
+    *size = narrow(packed_bytes(t, incount)?);
+    Ok(())
+}

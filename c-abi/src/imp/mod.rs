@@ -1,0 +1,37 @@
+//! The hand-written implementation of each MPI function, one small function each, called by
+//! the generated entry points with decoded arguments (see `build.rs` for the mapping of C
+//! types to parameters: handles arrive as core objects, pointers to scalars as references,
+//! `MPI_Status *` as `Option<&mut MPI_Status>`, arrays and buffers as raw pointers).
+
+#![allow(clippy::too_many_arguments)]
+
+mod attr;
+pub(crate) mod coll;
+mod comm;
+mod dtype;
+mod env;
+mod info;
+mod misc;
+mod p2p;
+mod request;
+mod tattr;
+mod topo;
+
+pub(crate) use attr::*;
+pub(crate) use coll::*;
+pub(crate) use comm::*;
+pub(crate) use dtype::*;
+pub(crate) use env::*;
+pub(crate) use info::*;
+pub(crate) use misc::*;
+pub(crate) use p2p::*;
+pub(crate) use request::*;
+pub(crate) use tattr::*;
+pub(crate) use topo::*;
+
+use std::ffi::c_int;
+
+/// C's boolean.
+pub(crate) fn flag(b: bool) -> c_int {
+    c_int::from(b)
+}

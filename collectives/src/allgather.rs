@@ -1,0 +1,312 @@
+//! MPI_Allgather(v): recursive doubling (powers of two), Bruck, ring, and hierarchical
+//! (gather to the node leader, ring among leaders, broadcast inside the node). All work
+//! on the packed blocks of the receive buffer (the buffer itself when it is contiguous).
+
+use tsunagi_core::datatype::TypeRef;
+use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
+
+use crate::select::{choose, Coll};
+use crate::util::{
+    check_buf, check_count, check_counts, check_displs, check_type, err, tag, Blocks, Ctx, Hier,
+    SendBuf, Team,
+};
+
+/// `MPI_Allgather`.
+///
+/// # Safety
+/// `sendcount` elements of `sendtype` readable at `sendbuf` (unless in place); room for
+/// `size * recvcount` elements of `recvtype` at `recvbuf`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn allgather(
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    sendcount: i64,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    recvcount: i64,
+    recvtype: &TypeRef,
+    comm: CommId,
+) -> MpiResult<()> {
+    let call = "MPI_Allgather";
+    let ctx = Ctx::new(rt, comm, call)?;
+    let rc = check_count(call, recvcount)?;
+    let counts = vec![rc as i64; ctx.size];
+    let displs: Vec<i64> = (0..ctx.size).map(|i| (i * rc) as i64).collect();
+    // SAFETY: forwarded caller contract (same layout as the v form with these counts).
+    unsafe {
+        allgather_impl(
+            ctx, call, sendbuf, sendcount, sendtype, recvbuf, &counts, &displs, recvtype,
+        )
+    }
+}
+
+/// `MPI_Allgatherv` (`displs` in elements of `recvtype`).
+///
+/// # Safety
+/// As [`allgather`], block i at `recvbuf + displs[i] * extent`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn allgatherv(
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    sendcount: i64,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    recvcounts: &[i64],
+    displs: &[i64],
+    recvtype: &TypeRef,
+    comm: CommId,
+) -> MpiResult<()> {
+    let call = "MPI_Allgatherv";
+    let ctx = Ctx::new(rt, comm, call)?;
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        allgather_impl(
+            ctx, call, sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
+        )
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+unsafe fn allgather_impl(
+    mut ctx: Ctx,
+    call: &'static str,
+    sendbuf: SendBuf,
+    sendcount: i64,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    recvcounts: &[i64],
+    displs: &[i64],
+    recvtype: &TypeRef,
+) -> MpiResult<()> {
+    let p = ctx.size;
+    check_type(call, recvtype)?;
+    let counts = check_counts(call, "recvcounts", recvcounts, p)?;
+    check_displs(call, "displs", displs, p)?;
+    let ext = recvtype.extent();
+    let user: Vec<_> = (0..p)
+        .map(|i| {
+            (
+                recvbuf.wrapping_offset(displs[i] as isize * ext),
+                counts[i],
+                recvtype.clone(),
+            )
+        })
+        .collect();
+    let mut blocks = Blocks::new(user);
+    let me = ctx.rank;
+    match sendbuf {
+        // SAFETY: the caller's receive block `me` is readable.
+        SendBuf::InPlace => unsafe { blocks.load(me) },
+        SendBuf::Ptr(s) => {
+            let sc = check_count(call, sendcount)?;
+            check_type(call, sendtype)?;
+            check_buf(call, "sendbuf", s, sc, sendtype)?;
+            // SAFETY: the caller's send buffer is readable.
+            if !unsafe { blocks.fill_from(me, s, sc, sendtype) } {
+                return Err(err(
+                    ErrorClass::Truncate,
+                    format!("{call}: send size differs from the receive count of this rank"),
+                ));
+            }
+        }
+    }
+    if p > 1 {
+        let total = blocks.total();
+        let hier = ctx.is_hierarchical()?;
+        let alg = choose(Coll::Allgather, || {
+            if hier {
+                "hierarchical"
+            } else if p.is_power_of_two() && total < 512 * 1024 {
+                "recursive_doubling"
+            } else if total < 80 * 1024 {
+                "bruck"
+            } else {
+                "ring"
+            }
+        });
+        let team = Team::all(&ctx);
+        match alg {
+            "recursive_doubling" if p.is_power_of_two() => {
+                recursive_doubling(&ctx, &team, &blocks, tag::ALLGATHER)?
+            }
+            "recursive_doubling" | "bruck" => bruck(&ctx, &blocks)?,
+            "hierarchical" => {
+                let nodes = ctx.nodes()?;
+                hierarchical(&ctx, &Hier::new(&nodes, me), &blocks)?
+            }
+            _ => ring(
+                &ctx,
+                &team,
+                blocks.base,
+                &blocks.off,
+                &blocks.len,
+                tag::ALLGATHER + 1,
+            )?,
+        }
+    }
+    for i in 0..p {
+        if i != me || sendbuf != SendBuf::InPlace {
+            // SAFETY: the caller's receive blocks are writable.
+            unsafe { blocks.store(i) };
+        }
+    }
+    Ok(())
+}
+
+/// Ring allgather over a team: member i's block is at `base + off[i]`, `len[i]` bytes.
+pub(crate) fn ring(
+    ctx: &Ctx,
+    team: &Team,
+    base: *mut u8,
+    off: &[usize],
+    len: &[usize],
+    tag: i32,
+) -> MpiResult<()> {
+    let n = team.len();
+    let me = team.me;
+    let right = team.ranks[(me + 1) % n];
+    let left = team.ranks[(me + n - 1) % n];
+    for s in 0..n.saturating_sub(1) {
+        let sb = (me + n - s) % n;
+        let rb = (me + 2 * n - s - 1) % n;
+        // SAFETY: distinct blocks of the working buffer.
+        unsafe {
+            ctx.sendrecv(
+                base.add(off[sb]),
+                len[sb],
+                right,
+                base.add(off[rb]),
+                len[rb],
+                left,
+                tag,
+            )?
+        };
+    }
+    Ok(())
+}
+
+/// Recursive doubling (team size a power of two): exchange ever larger aligned groups
+/// of blocks, which are contiguous in the working buffer.
+fn recursive_doubling(ctx: &Ctx, team: &Team, b: &Blocks, tag: i32) -> MpiResult<()> {
+    let n = team.len();
+    let me = team.me;
+    let mut mask = 1;
+    while mask < n {
+        let partner = me ^ mask;
+        let mine = me & !(mask - 1);
+        let theirs = partner & !(mask - 1);
+        // SAFETY: disjoint block groups of the working buffer.
+        unsafe {
+            ctx.sendrecv(
+                b.ptr(mine),
+                b.span(mine, mine + mask),
+                team.ranks[partner],
+                b.ptr(theirs),
+                b.span(theirs, theirs + mask),
+                team.ranks[partner],
+                tag,
+            )?
+        };
+        mask <<= 1;
+    }
+    Ok(())
+}
+
+/// Bruck: blocks in rank-relative order in a scratch buffer, log2(p) rounds of sending the
+/// first k blocks to rank - k, then rotate into place.
+fn bruck(ctx: &Ctx, b: &Blocks) -> MpiResult<()> {
+    let p = ctx.size;
+    let me = ctx.rank;
+    let order: Vec<usize> = (0..p).map(|j| (me + j) % p).collect();
+    let mut toff = Vec::with_capacity(p);
+    let mut acc = 0;
+    for &r in &order {
+        toff.push(acc);
+        acc += b.len[r];
+    }
+    let mut t = vec![0u8; acc];
+    // SAFETY: block `me` of the working buffer is `len[me]` readable bytes.
+    unsafe { crate::util::copy_bytes(b.ptr(me), t.as_mut_ptr(), b.len[me]) };
+    let span = |a: usize, c: usize| -> usize { (a..a + c).map(|j| b.len[order[j]]).sum() };
+    let mut k = 1;
+    while k < p {
+        let cnt = k.min(p - k);
+        let dst = (me + p - k) % p;
+        let src = (me + k) % p;
+        let sl = span(0, cnt);
+        let rl = span(k, cnt);
+        let tp = t.as_mut_ptr();
+        // SAFETY: blocks [0, cnt) and [k, k+cnt) of t are disjoint (cnt <= k).
+        unsafe { ctx.sendrecv(tp, sl, dst, tp.add(toff[k]), rl, src, tag::ALLGATHER + 2)? };
+        k <<= 1;
+    }
+    for (j, &r) in order.iter().enumerate() {
+        if r != me {
+            // SAFETY: block r of the working buffer has len[r] bytes; t is ours.
+            unsafe { crate::util::copy_bytes(t.as_ptr().add(toff[j]), b.ptr(r), b.len[r]) };
+        }
+    }
+    Ok(())
+}
+
+/// Gather to the node leader, ring among leaders over whole nodes, then broadcast the
+/// full result inside each node.
+fn hierarchical(ctx: &Ctx, h: &Hier, b: &Blocks) -> MpiResult<()> {
+    let local = &h.members[h.my_node];
+    let leader = local[0];
+    if !h.is_leader() {
+        // SAFETY: our block of the working buffer; blocking send.
+        unsafe { ctx.send(b.ptr(ctx.rank), b.len[ctx.rank], leader, tag::ALLGATHER + 3)? };
+    } else {
+        let mut reqs = Vec::new();
+        for &r in &local[1..] {
+            // SAFETY: block r of the working buffer, untouched until the wait.
+            reqs.push(unsafe { ctx.irecv(b.ptr(r), b.len[r], r, tag::ALLGATHER + 3)? });
+        }
+        ctx.waitall(&mut reqs)?;
+        let nn = h.members.len();
+        if nn > 1 {
+            // Node aggregates: node k's blocks in member order, nodes in order.
+            let mut noff = Vec::with_capacity(nn);
+            let mut nlen = Vec::with_capacity(nn);
+            let mut acc = 0;
+            for m in &h.members {
+                noff.push(acc);
+                let l: usize = m.iter().map(|&r| b.len[r]).sum();
+                nlen.push(l);
+                acc += l;
+            }
+            let mut agg = vec![0u8; acc];
+            let copy_node = |agg: &mut [u8], k: usize, into_agg: bool| {
+                let mut pos = noff[k];
+                for &r in &h.members[k] {
+                    // SAFETY: block r of the working buffer and a disjoint slice of agg.
+                    unsafe {
+                        if into_agg {
+                            crate::util::copy_bytes(b.ptr(r), agg.as_mut_ptr().add(pos), b.len[r]);
+                        } else {
+                            crate::util::copy_bytes(agg.as_ptr().add(pos), b.ptr(r), b.len[r]);
+                        }
+                    }
+                    pos += b.len[r];
+                }
+            };
+            copy_node(&mut agg, h.my_node, true);
+            ring(
+                ctx,
+                &h.leader_team(),
+                agg.as_mut_ptr(),
+                &noff,
+                &nlen,
+                tag::ALLGATHER + 4,
+            )?;
+            for k in 0..nn {
+                if k != h.my_node {
+                    copy_node(&mut agg, k, false);
+                }
+            }
+        }
+    }
+    let team = h.local_team();
+    crate::bcast::binomial(ctx, &team, b.base, b.total(), 0, tag::ALLGATHER + 5)
+}

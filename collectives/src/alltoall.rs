@@ -1,0 +1,491 @@
+//! MPI_Alltoall(v,w): Bruck (small blocks, alltoall only), pairwise shift, linear (all
+//! at once), and the 2-level ring of seed 003 §5.1: an outer ring over nodes, so that in
+//! each phase every node sends to exactly one other node, and inside a phase a rotation
+//! over the core pairs of the two nodes.
+
+use std::collections::BTreeSet;
+
+use tsunagi_core::datatype::TypeRef;
+use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
+
+use crate::select::{choose, Coll};
+use crate::util::{
+    byte_type, check_count, check_counts, check_displs, check_type, copy_typed, err, tag, Ctx,
+    Hier, SendBuf,
+};
+
+/// One peer's block: address, count, type (user layout).
+type Spec = (*mut u8, usize, TypeRef);
+
+/// Per phase of one rank's schedule: destinations in send order, and sources.
+pub(crate) type Phases = Vec<(Vec<usize>, Vec<usize>)>;
+
+/// The 2-level ring schedule of rank `me`: phase t pairs node n with node n + t (send)
+/// and node n - t (receive); inside a phase, local index i sends to the destination
+/// node's members starting at index i, rotating.
+pub(crate) fn two_level_phases(nodes: &[u32], me: usize) -> Phases {
+    let h = Hier::new(nodes, me);
+    let nn = h.members.len();
+    let n = h.my_node;
+    let i = h.my_local;
+    (0..nn)
+        .map(|t| {
+            let d = &h.members[(n + t) % nn];
+            let s = &h.members[(n + nn - t) % nn];
+            let dests = (0..d.len()).map(|u| d[(i + u) % d.len()]).collect();
+            let srcs = (0..s.len())
+                .map(|u| s[(i + s.len() - u % s.len()) % s.len()])
+                .collect();
+            (dests, srcs)
+        })
+        .collect()
+}
+
+fn pairwise_phases(p: usize, me: usize) -> Phases {
+    (0..p)
+        .map(|s| (vec![(me + s) % p], vec![(me + p - s) % p]))
+        .collect()
+}
+
+fn linear_phases(p: usize, me: usize) -> Phases {
+    vec![(
+        (0..p).map(|s| (me + s) % p).collect(),
+        (0..p).map(|s| (me + p - s) % p).collect(),
+    )]
+}
+
+/// For a node map (node id of every rank), the 2-level ring all-to-all's schedule seen
+/// from the nodes: per phase, per node (in order of first appearance in the map), the
+/// set of destination node ids of that node's ranks. Every set has exactly one member.
+pub fn two_level_ring_schedule(nodes: &[u32]) -> Vec<Vec<BTreeSet<u32>>> {
+    node_view(nodes, |me| two_level_phases(nodes, me))
+}
+
+/// The same view of the plain ring (pairwise shift: in phase s rank r sends to r + s).
+pub fn plain_ring_schedule(nodes: &[u32]) -> Vec<Vec<BTreeSet<u32>>> {
+    node_view(nodes, |me| pairwise_phases(nodes.len(), me))
+}
+
+fn node_view(nodes: &[u32], phases_of: impl Fn(usize) -> Phases) -> Vec<Vec<BTreeSet<u32>>> {
+    if nodes.is_empty() {
+        return Vec::new();
+    }
+    let h = Hier::new(nodes, 0);
+    let mut out: Vec<Vec<BTreeSet<u32>>> = Vec::new();
+    for r in 0..nodes.len() {
+        for (t, (dests, _)) in phases_of(r).into_iter().enumerate() {
+            if out.len() <= t {
+                out.push(vec![BTreeSet::new(); h.members.len()]);
+            }
+            for d in dests {
+                out[t][h.node_of[r]].insert(nodes[d]);
+            }
+        }
+    }
+    out
+}
+
+/// `MPI_Alltoall`.
+///
+/// # Safety
+/// `size * sendcount` elements of `sendtype` readable at `sendbuf` (unless in place);
+/// room for `size * recvcount` elements of `recvtype` at `recvbuf`.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn alltoall(
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    sendcount: i64,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    recvcount: i64,
+    recvtype: &TypeRef,
+    comm: CommId,
+) -> MpiResult<()> {
+    let call = "MPI_Alltoall";
+    let ctx = Ctx::new(rt, comm, call)?;
+    let p = ctx.size;
+    let rc = check_count(call, recvcount)?;
+    check_type(call, recvtype)?;
+    let rext = recvtype.extent();
+    let recv: Vec<Spec> = (0..p)
+        .map(|j| {
+            (
+                recvbuf.wrapping_offset(j as isize * rc as isize * rext),
+                rc,
+                recvtype.clone(),
+            )
+        })
+        .collect();
+    let send: Option<Vec<Spec>> = match sendbuf {
+        SendBuf::InPlace => None,
+        SendBuf::Ptr(s) => {
+            let sc = check_count(call, sendcount)?;
+            check_type(call, sendtype)?;
+            if sc * sendtype.size() != rc * recvtype.size() {
+                return Err(err(
+                    ErrorClass::Truncate,
+                    format!("{call}: send block size differs from receive block size"),
+                ));
+            }
+            let sext = sendtype.extent();
+            Some(
+                (0..p)
+                    .map(|j| {
+                        (
+                            s.wrapping_offset(j as isize * sc as isize * sext) as *mut u8,
+                            sc,
+                            sendtype.clone(),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { alltoall_impl(ctx, send, recv, true) }
+}
+
+/// `MPI_Alltoallv` (displacements in elements of the respective type).
+///
+/// # Safety
+/// Block j of the send buffer at `sendbuf + sdispls[j] * extent` readable (unless in
+/// place), of the receive buffer at `recvbuf + rdispls[j] * extent` writable.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn alltoallv(
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    sendcounts: &[i64],
+    sdispls: &[i64],
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    recvcounts: &[i64],
+    rdispls: &[i64],
+    recvtype: &TypeRef,
+    comm: CommId,
+) -> MpiResult<()> {
+    let call = "MPI_Alltoallv";
+    let ctx = Ctx::new(rt, comm, call)?;
+    let p = ctx.size;
+    check_type(call, recvtype)?;
+    let rcs = check_counts(call, "recvcounts", recvcounts, p)?;
+    check_displs(call, "rdispls", rdispls, p)?;
+    let rext = recvtype.extent();
+    let recv: Vec<Spec> = (0..p)
+        .map(|j| {
+            (
+                recvbuf.wrapping_offset(rdispls[j] as isize * rext),
+                rcs[j],
+                recvtype.clone(),
+            )
+        })
+        .collect();
+    let send = match sendbuf {
+        SendBuf::InPlace => None,
+        SendBuf::Ptr(s) => {
+            check_type(call, sendtype)?;
+            let scs = check_counts(call, "sendcounts", sendcounts, p)?;
+            check_displs(call, "sdispls", sdispls, p)?;
+            let sext = sendtype.extent();
+            Some(
+                (0..p)
+                    .map(|j| {
+                        (
+                            s.wrapping_offset(sdispls[j] as isize * sext) as *mut u8,
+                            scs[j],
+                            sendtype.clone(),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { alltoall_impl(ctx, send, recv, false) }
+}
+
+/// `MPI_Alltoallw` (displacements in bytes, one type per peer).
+///
+/// # Safety
+/// As [`alltoallv`] with byte displacements.
+#[allow(clippy::too_many_arguments)]
+pub unsafe fn alltoallw(
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    sendcounts: &[i64],
+    sdispls: &[i64],
+    sendtypes: &[TypeRef],
+    recvbuf: *mut u8,
+    recvcounts: &[i64],
+    rdispls: &[i64],
+    recvtypes: &[TypeRef],
+    comm: CommId,
+) -> MpiResult<()> {
+    let call = "MPI_Alltoallw";
+    let ctx = Ctx::new(rt, comm, call)?;
+    let p = ctx.size;
+    let rcs = check_counts(call, "recvcounts", recvcounts, p)?;
+    check_displs(call, "rdispls", rdispls, p)?;
+    if recvtypes.len() < p {
+        return Err(err(
+            ErrorClass::Arg,
+            format!(
+                "{call}: recvtypes has {} entries for {p} ranks",
+                recvtypes.len()
+            ),
+        ));
+    }
+    for t in &recvtypes[..p] {
+        check_type(call, t)?;
+    }
+    let recv: Vec<Spec> = (0..p)
+        .map(|j| {
+            (
+                recvbuf.wrapping_offset(rdispls[j] as isize),
+                rcs[j],
+                recvtypes[j].clone(),
+            )
+        })
+        .collect();
+    let send = match sendbuf {
+        SendBuf::InPlace => None,
+        SendBuf::Ptr(s) => {
+            let scs = check_counts(call, "sendcounts", sendcounts, p)?;
+            check_displs(call, "sdispls", sdispls, p)?;
+            if sendtypes.len() < p {
+                return Err(err(
+                    ErrorClass::Arg,
+                    format!(
+                        "{call}: sendtypes has {} entries for {p} ranks",
+                        sendtypes.len()
+                    ),
+                ));
+            }
+            for t in &sendtypes[..p] {
+                check_type(call, t)?;
+            }
+            Some(
+                (0..p)
+                    .map(|j| {
+                        (
+                            s.wrapping_offset(sdispls[j] as isize) as *mut u8,
+                            scs[j],
+                            sendtypes[j].clone(),
+                        )
+                    })
+                    .collect(),
+            )
+        }
+    };
+    // SAFETY: forwarded caller contract.
+    unsafe { alltoall_impl(ctx, send, recv, false) }
+}
+
+/// The common body: `send = None` means in place (send what the receive blocks hold).
+unsafe fn alltoall_impl(
+    mut ctx: Ctx,
+    send: Option<Vec<Spec>>,
+    recv: Vec<Spec>,
+    uniform: bool,
+) -> MpiResult<()> {
+    let p = ctx.size;
+    let me = ctx.rank;
+    let call = ctx.call;
+    // In place: pack every receive block first, and send from that copy.
+    let mut keep = Vec::new();
+    let send: Vec<Spec> = match send {
+        Some(s) => s,
+        None => {
+            let byte = byte_type();
+            let lens: Vec<usize> = recv.iter().map(|(_, c, t)| c * t.size()).collect();
+            keep = vec![0u8; lens.iter().sum()];
+            let mut off = 0;
+            let mut out = Vec::with_capacity(p);
+            for (j, (ptr, c, t)) in recv.iter().enumerate() {
+                // SAFETY: the caller's receive blocks are readable; slice inside `keep`.
+                unsafe { t.pack_range(*ptr, *c, 0, &mut keep[off..off + lens[j]]) };
+                out.push((keep.as_mut_ptr().wrapping_add(off), lens[j], byte.clone()));
+                off += lens[j];
+            }
+            out
+        }
+    };
+    // The automatic choice must be the same on every rank: it may depend on the block
+    // size only when all blocks are equal (alltoall); the v/w forms use placement alone.
+    let block = recv[0].1 * recv[0].2.size();
+    let hier = ctx.is_hierarchical()?;
+    let alg = choose(Coll::Alltoall, || {
+        if uniform && block <= 256 && p >= 8 {
+            "bruck"
+        } else if hier {
+            "two_level_ring"
+        } else if !uniform || block <= 1024 {
+            "linear"
+        } else {
+            "pairwise"
+        }
+    });
+    if alg == "bruck" && uniform && p > 1 {
+        let r = bruck(&ctx, &send, &recv, block);
+        drop(keep);
+        return r;
+    }
+    let phases = match alg {
+        "two_level_ring" => {
+            let nodes = ctx.nodes()?;
+            two_level_phases(&nodes, me)
+        }
+        "linear" => linear_phases(p, me),
+        _ => pairwise_phases(p, me),
+    };
+    // The local block is copied while the first phase with transfers is in flight.
+    let mut self_copy = false;
+    for (dests, srcs) in phases {
+        let mut reqs = Vec::new();
+        for &s in &srcs {
+            if s != me {
+                let (ptr, c, t) = &recv[s];
+                // SAFETY: receive block s is writable until the waitall.
+                reqs.push(unsafe { ctx.irecv_typed(*ptr, *c, t, s, tag::ALLTOALL)? });
+            }
+        }
+        for &d in &dests {
+            if d == me {
+                self_copy = true;
+            } else {
+                let (ptr, c, t) = &send[d];
+                // SAFETY: send block d is readable until the waitall.
+                reqs.push(unsafe { ctx.isend_typed(*ptr, *c, t, d, tag::ALLTOALL)? });
+            }
+        }
+        if self_copy && (!reqs.is_empty() || p == 1) {
+            self_copy = false;
+            let (sp, sc, st) = &send[me];
+            let (rp, rc, rt) = &recv[me];
+            // SAFETY: the caller's own blocks (in place: from our packed copy); no
+            // transfer touches them.
+            unsafe { copy_typed(call, *sp, *sc, st, *rp, *rc, rt)? };
+        }
+        ctx.waitall(&mut reqs)?;
+    }
+    if self_copy {
+        let (sp, sc, st) = &send[me];
+        let (rp, rc, rt) = &recv[me];
+        // SAFETY: as above.
+        unsafe { copy_typed(call, *sp, *sc, st, *rp, *rc, rt)? };
+    }
+    drop(keep);
+    Ok(())
+}
+
+/// Bruck's all-to-all for equal blocks of `b` bytes: rotate, log2(p) rounds of sending
+/// the blocks whose index has bit k set to rank + k, rotate back.
+fn bruck(ctx: &Ctx, send: &[Spec], recv: &[Spec], b: usize) -> MpiResult<()> {
+    let p = ctx.size;
+    let me = ctx.rank;
+    let mut t = vec![0u8; p * b];
+    for j in 0..p {
+        let (ptr, c, ty) = &send[(me + j) % p];
+        // SAFETY: send blocks are readable; the slice is inside t.
+        unsafe { ty.pack_range(*ptr, *c, 0, &mut t[j * b..(j + 1) * b]) };
+    }
+    let mut k = 1;
+    let mut sbuf = Vec::new();
+    let mut rbuf = Vec::new();
+    while k < p {
+        let idx: Vec<usize> = (0..p).filter(|j| j & k != 0).collect();
+        sbuf.clear();
+        for &j in &idx {
+            sbuf.extend_from_slice(&t[j * b..(j + 1) * b]);
+        }
+        rbuf.resize(sbuf.len(), 0);
+        // SAFETY: our own buffers, alive across the blocking call.
+        unsafe {
+            ctx.sendrecv(
+                sbuf.as_ptr(),
+                sbuf.len(),
+                (me + k) % p,
+                rbuf.as_mut_ptr(),
+                rbuf.len(),
+                (me + p - k) % p,
+                tag::ALLTOALL + 1,
+            )?
+        };
+        for (n, &j) in idx.iter().enumerate() {
+            t[j * b..(j + 1) * b].copy_from_slice(&rbuf[n * b..(n + 1) * b]);
+        }
+        k <<= 1;
+    }
+    for j in 0..p {
+        let (ptr, c, ty) = &recv[(me + p - j) % p];
+        // SAFETY: receive blocks are writable.
+        unsafe { ty.unpack_range(*ptr, *c, 0, &t[j * b..(j + 1) * b]) };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check_complete(nodes: &[u32], phases_of: impl Fn(usize) -> Phases) {
+        // Every (src, dst) pair appears exactly once on both sides.
+        let p = nodes.len();
+        let mut sent = vec![vec![0; p]; p];
+        let mut recvd = vec![vec![0; p]; p];
+        for r in 0..p {
+            for (d, s) in phases_of(r) {
+                for x in d {
+                    sent[r][x] += 1;
+                }
+                for x in s {
+                    recvd[x][r] += 1;
+                }
+            }
+        }
+        assert!(
+            sent.iter().flatten().all(|&c| c == 1),
+            "{nodes:?}: sends {sent:?}"
+        );
+        assert_eq!(sent, recvd, "{nodes:?}");
+        // Phase t of the sender matches phase t of the receiver.
+        for r in 0..p {
+            for (t, (d, _)) in phases_of(r).into_iter().enumerate() {
+                for x in d {
+                    assert!(
+                        phases_of(x)[t].1.contains(&r),
+                        "{nodes:?}: {r}->{x} phase {t}"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn two_level_ring_one_destination_node_per_phase() {
+        for nodes in [
+            vec![0, 0, 1, 1, 2, 2, 3, 3],
+            vec![0, 0, 0, 1, 1, 1, 2, 2, 2],
+            vec![0, 1, 0, 1, 2],
+            vec![5, 5, 5, 5],
+            vec![0],
+            vec![0, 0, 1, 1, 1, 2],
+        ] {
+            let s = two_level_ring_schedule(&nodes);
+            for phase in &s {
+                for dests in phase {
+                    assert_eq!(dests.len(), 1, "{nodes:?}: {s:?}");
+                }
+            }
+            check_complete(&nodes, |r| two_level_phases(&nodes, r));
+            check_complete(&nodes, |r| pairwise_phases(nodes.len(), r));
+        }
+        // The plain ring under 4 nodes x 2 ranks talks to two nodes in odd phases.
+        let nodes = [0, 0, 1, 1, 2, 2, 3, 3];
+        let plain = plain_ring_schedule(&nodes);
+        assert!(plain.iter().any(|ph| ph.iter().any(|d| d.len() == 2)));
+        // Rotation inside a phase: in sub-step u, the two nodes' cores are paired off.
+        let ph = two_level_phases(&nodes, 2);
+        assert_eq!(ph[1].0, vec![4, 5]);
+        assert_eq!(two_level_phases(&nodes, 3)[1].0, vec![5, 4]);
+    }
+}

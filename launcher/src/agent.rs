@@ -1,0 +1,568 @@
+//! The per-host agent: `mpirun --agent ADDR:PORT ID KEY`, started on a remote host through
+//! the launch command (`ssh {host}`, `ip netns exec {host}`, ...).
+//!
+//! The agent connects back to mpirun over TCP, proves it belongs to the job with the job
+//! key, receives the job description (program, arguments, environment, its ranks), starts
+//! its ranks with PMI_FD socketpairs exactly as mpirun does for local ranks, relays their
+//! PMI lines to mpirun's one PMI server and the replies back, forwards signals, and reports
+//! every exit. Its ranks' stdout/stderr are inherited from the agent, whose own output the
+//! launch command carries back to mpirun's (ssh forwards it; `ip netns exec` inherits it), so
+//! output needs no relaying of ours; stdin reaches rank 0 the same way.
+//!
+//! No orphans: ranks die with the agent (PR_SET_PDEATHSIG), and the agent kills its ranks
+//! and exits as soon as its connection to mpirun ends for any reason.
+//!
+//! # Control protocol
+//!
+//! Lines of space-separated words; arbitrary bytes travel hex-encoded ([`Msg::encode`]).
+
+use std::ffi::OsString;
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::Child;
+use std::time::{Duration, Instant};
+
+use tsunagi_core::pmi::wire::LineBuffer;
+
+use crate::local::{self, LocalJob};
+use crate::signals::SignalPipe;
+
+/// One control message, either direction.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// agent → mpirun, first: which agent and the job key (hex).
+    Hello {
+        id: usize,
+        key: String,
+    },
+    /// mpirun → agent: the job description, ended by `Start`.
+    Prog(OsString),
+    Argv0(OsString),
+    Arg(OsString),
+    Env(OsString, OsString),
+    Rank(usize),
+    Size(usize),
+    Kvs(String),
+    Start,
+    /// Either way: a PMI line from (to) a rank.
+    Pmi(usize, String),
+    /// mpirun → agent: send this signal to every rank.
+    Signal(i32),
+    /// agent → mpirun: a rank exited (`code`) or was killed (`signal`).
+    Exit {
+        rank: usize,
+        code: i32,
+        signal: i32,
+    },
+    /// agent → mpirun: the agent cannot go on (e.g. a rank did not start).
+    Failed(String),
+}
+
+fn hex(b: &[u8]) -> String {
+    if b.is_empty() {
+        return "-".into();
+    }
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if s == "-" {
+        return Some(Vec::new());
+    }
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+impl Msg {
+    /// The line, with its newline.
+    pub fn encode(&self) -> String {
+        let os = |s: &OsString| hex(s.as_bytes());
+        let body = match self {
+            Msg::Hello { id, key } => format!("hello {id} {key}"),
+            Msg::Prog(p) => format!("prog {}", os(p)),
+            Msg::Argv0(p) => format!("argv0 {}", os(p)),
+            Msg::Arg(p) => format!("arg {}", os(p)),
+            Msg::Env(k, v) => format!("env {} {}", os(k), os(v)),
+            Msg::Rank(r) => format!("rank {r}"),
+            Msg::Size(n) => format!("size {n}"),
+            Msg::Kvs(k) => format!("kvs {}", hex(k.as_bytes())),
+            Msg::Start => "start".into(),
+            Msg::Pmi(r, l) => format!("pmi {r} {}", hex(l.as_bytes())),
+            Msg::Signal(s) => format!("signal {s}"),
+            Msg::Exit { rank, code, signal } => format!("exit {rank} {code} {signal}"),
+            Msg::Failed(m) => format!("failed {}", hex(m.as_bytes())),
+        };
+        body + "\n"
+    }
+
+    /// Parse one line (without its newline).
+    pub fn decode(line: &str) -> Result<Msg, String> {
+        let w: Vec<&str> = line.split(' ').collect();
+        let bad = || {
+            format!(
+                "bad control line {:?}",
+                line.chars().take(80).collect::<String>()
+            )
+        };
+        let os = |s: &str| unhex(s).map(OsString::from_vec).ok_or_else(bad);
+        let text = |s: &str| {
+            unhex(s)
+                .and_then(|b| String::from_utf8(b).ok())
+                .ok_or_else(bad)
+        };
+        let num = |s: &str| s.parse::<usize>().map_err(|_| bad());
+        let int = |s: &str| s.parse::<i32>().map_err(|_| bad());
+        Ok(match w[..] {
+            ["hello", id, key] => Msg::Hello {
+                id: num(id)?,
+                key: key.to_string(),
+            },
+            ["prog", p] => Msg::Prog(os(p)?),
+            ["argv0", p] => Msg::Argv0(os(p)?),
+            ["arg", p] => Msg::Arg(os(p)?),
+            ["env", k, v] => Msg::Env(os(k)?, os(v)?),
+            ["rank", r] => Msg::Rank(num(r)?),
+            ["size", n] => Msg::Size(num(n)?),
+            ["kvs", k] => Msg::Kvs(text(k)?),
+            ["start"] => Msg::Start,
+            ["pmi", r, l] => Msg::Pmi(num(r)?, text(l)?),
+            ["signal", s] => Msg::Signal(int(s)?),
+            ["exit", r, c, s] => Msg::Exit {
+                rank: num(r)?,
+                code: int(c)?,
+                signal: int(s)?,
+            },
+            ["failed", m] => Msg::Failed(text(m)?),
+            _ => return Err(bad()),
+        })
+    }
+
+    /// The job description for an agent, as messages (without the Hello).
+    pub fn job_spec(job: &LocalJob) -> Vec<Msg> {
+        let mut v = vec![
+            Msg::Prog(job.program.clone().into_os_string()),
+            Msg::Argv0(job.argv0.clone()),
+        ];
+        v.extend(job.args.iter().cloned().map(Msg::Arg));
+        v.extend(job.env.iter().cloned().map(|(k, val)| Msg::Env(k, val)));
+        v.extend(job.ranks.iter().map(|&r| Msg::Rank(r)));
+        v.push(Msg::Size(job.size));
+        v.push(Msg::Kvs(job.kvsname.clone()));
+        v.push(Msg::Start);
+        v
+    }
+}
+
+/// Builds a [`LocalJob`] from spec messages.
+#[derive(Default)]
+struct SpecBuilder {
+    program: Option<OsString>,
+    argv0: Option<OsString>,
+    args: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    ranks: Vec<usize>,
+    size: usize,
+    kvs: String,
+}
+
+impl SpecBuilder {
+    fn take(&mut self, m: Msg) -> Result<bool, String> {
+        match m {
+            Msg::Prog(p) => self.program = Some(p),
+            Msg::Argv0(p) => self.argv0 = Some(p),
+            Msg::Arg(a) => self.args.push(a),
+            Msg::Env(k, v) => self.env.push((k, v)),
+            Msg::Rank(r) => self.ranks.push(r),
+            Msg::Size(n) => self.size = n,
+            Msg::Kvs(k) => self.kvs = k,
+            Msg::Start => return Ok(true),
+            other => return Err(format!("unexpected {other:?} before start")),
+        }
+        Ok(false)
+    }
+
+    fn build(self) -> Result<LocalJob, String> {
+        let program = PathBuf::from(self.program.ok_or("no program in the job spec")?);
+        Ok(LocalJob {
+            argv0: self
+                .argv0
+                .unwrap_or_else(|| program.clone().into_os_string()),
+            program,
+            args: self.args,
+            ranks: self.ranks,
+            size: self.size,
+            env: self.env,
+            kvsname: self.kvs,
+        })
+    }
+}
+
+/// How long an agent tries to reach mpirun.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+struct AgentRank {
+    rank: usize,
+    child: Option<Child>,
+    pid: i32,
+    conn: Option<std::os::fd::OwnedFd>,
+    lines: LineBuffer,
+    out: Vec<u8>,
+}
+
+fn say(msg: &str) {
+    let _ = writeln!(io::stderr(), "mpirun agent: {msg}");
+}
+
+/// `mpirun --agent ADDR:PORT ID KEY`: returns the exit status.
+pub fn agent_main(args: &[OsString]) -> i32 {
+    let [addr, id, key] = args else {
+        say("usage: mpirun --agent ADDR:PORT ID KEY");
+        return 2;
+    };
+    let (Some(addr), Some(id), Some(key)) = (
+        addr.to_str().and_then(|a| a.parse::<SocketAddr>().ok()),
+        id.to_str().and_then(|i| i.parse::<usize>().ok()),
+        key.to_str(),
+    ) else {
+        say("bad --agent arguments");
+        return 2;
+    };
+    match run_agent(addr, id, key) {
+        Ok(code) => code,
+        Err(e) => {
+            say(&e);
+            1
+        }
+    }
+}
+
+fn run_agent(addr: SocketAddr, id: usize, key: &str) -> Result<i32, String> {
+    let mut ctl = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
+        .map_err(|e| format!("cannot reach mpirun at {addr}: {e}"))?;
+    let _ = ctl.set_nodelay(true);
+    ctl.write_all(
+        Msg::Hello {
+            id,
+            key: key.to_string(),
+        }
+        .encode()
+        .as_bytes(),
+    )
+    .map_err(|e| format!("lost mpirun: {e}"))?;
+    // The job description, read blocking (mpirun sends it at once after the hello).
+    let mut lines = LineBuffer::new();
+    let mut spec = SpecBuilder::default();
+    let mut buf = vec![0u8; 64 * 1024];
+    ctl.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    'spec: loop {
+        while let Some(line) = lines.next_line().map_err(|e| e.to_string())? {
+            if spec.take(Msg::decode(&line)?)? {
+                break 'spec;
+            }
+        }
+        let n = ctl
+            .read(&mut buf)
+            .map_err(|e| format!("lost mpirun: {e}"))?;
+        if n == 0 {
+            return Err("mpirun closed the connection before sending the job".into());
+        }
+        lines.push(&buf[..n]);
+    }
+    let job = spec.build()?;
+    ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
+    ctl.set_nonblocking(true).map_err(|e| e.to_string())?;
+    let sigs = SignalPipe::install().map_err(|e| format!("signal setup: {e}"))?;
+
+    let mut ranks: Vec<AgentRank> = Vec::new();
+    let mut out: Vec<u8> = Vec::new(); // to mpirun
+    for &rank in &job.ranks {
+        match local::spawn_rank(&job, rank) {
+            Ok((child, conn)) => ranks.push(AgentRank {
+                rank,
+                pid: child.id() as i32,
+                child: Some(child),
+                conn: Some(conn),
+                lines: LineBuffer::new(),
+                out: Vec::new(),
+            }),
+            Err(e) => {
+                out.extend_from_slice(
+                    Msg::Failed(format!(
+                        "cannot start rank {rank} ({}): {e}",
+                        job.program.display()
+                    ))
+                    .encode()
+                    .as_bytes(),
+                );
+                break;
+            }
+        }
+    }
+    let kill_all = |ranks: &[AgentRank], sig: i32| {
+        for r in ranks.iter().filter(|r| r.child.is_some()) {
+            // SAFETY: a pid we spawned and have not reaped yet.
+            unsafe { libc::kill(r.pid, sig) };
+        }
+    };
+    let mut ctl_open = true;
+    let mut kill_at: Option<Instant> = None;
+    loop {
+        // Reap: report exits after reading what the rank still had in its PMI socket.
+        for r in ranks.iter_mut() {
+            let Some(status) = r.child.as_mut().and_then(|c| c.try_wait().ok().flatten()) else {
+                continue;
+            };
+            read_rank(r, &mut buf, &mut out);
+            r.child = None;
+            r.conn = None;
+            out.extend_from_slice(
+                Msg::Exit {
+                    rank: r.rank,
+                    code: status.code().unwrap_or(0),
+                    signal: status.signal().unwrap_or(0),
+                }
+                .encode()
+                .as_bytes(),
+            );
+        }
+        let all_done = ranks.iter().all(|r| r.child.is_none());
+        // Write to mpirun (blocking briefly is fine: mpirun always reads).
+        if ctl_open && !out.is_empty() {
+            match write_some(&ctl, &out) {
+                Ok(n) => {
+                    out.drain(..n);
+                }
+                Err(_) => ctl_open = false,
+            }
+        }
+        if all_done && (out.is_empty() || !ctl_open) {
+            return Ok(0);
+        }
+        if !ctl_open && kill_at.is_none() {
+            // mpirun is gone: take the ranks down, no orphans.
+            kill_all(&ranks, libc::SIGTERM);
+            kill_at = Some(Instant::now() + local::GRACE);
+        }
+        if let Some(t) = kill_at {
+            if Instant::now() >= t {
+                kill_all(&ranks, libc::SIGKILL);
+            }
+        }
+        for s in sigs.drain() {
+            if s != libc::SIGCHLD {
+                // The agent itself is told to stop (ssh hang-up, Ctrl-C): stop the ranks.
+                kill_all(&ranks, libc::SIGKILL);
+                ctl_open = false;
+            }
+        }
+        let mut pfds = vec![libc::pollfd {
+            fd: sigs.fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        }];
+        if ctl_open {
+            pfds.push(libc::pollfd {
+                fd: ctl.as_raw_fd(),
+                events: libc::POLLIN | if out.is_empty() { 0 } else { libc::POLLOUT },
+                revents: 0,
+            });
+        }
+        let first_rank = pfds.len();
+        let mut polled = Vec::new();
+        for (i, r) in ranks.iter().enumerate() {
+            if let Some(c) = &r.conn {
+                pfds.push(libc::pollfd {
+                    fd: c.as_raw_fd(),
+                    events: libc::POLLIN | if r.out.is_empty() { 0 } else { libc::POLLOUT },
+                    revents: 0,
+                });
+                polled.push(i);
+            }
+        }
+        let timeout = if kill_at.is_some() { 100 } else { 1000 };
+        // SAFETY: pfds is a valid array of pollfd of the length we pass.
+        unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, timeout) };
+        if ctl_open {
+            // Lines from mpirun.
+            loop {
+                match (&ctl).read(&mut buf) {
+                    Ok(0) => {
+                        ctl_open = false;
+                        break;
+                    }
+                    Ok(n) => lines.push(&buf[..n]),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                    Err(_) => {
+                        ctl_open = false;
+                        break;
+                    }
+                }
+            }
+            loop {
+                let line = match lines.next_line() {
+                    Ok(Some(l)) => l,
+                    Ok(None) => break,
+                    Err(_) => {
+                        ctl_open = false;
+                        break;
+                    }
+                };
+                match Msg::decode(&line) {
+                    Ok(Msg::Pmi(rank, l)) => {
+                        if let Some(r) = ranks.iter_mut().find(|r| r.rank == rank) {
+                            if r.conn.is_some() {
+                                r.out.extend_from_slice(l.as_bytes());
+                            }
+                        }
+                    }
+                    Ok(Msg::Signal(s)) => {
+                        kill_all(&ranks, s);
+                        if s == libc::SIGTERM && kill_at.is_none() {
+                            kill_at = Some(Instant::now() + local::GRACE);
+                        }
+                    }
+                    _ => {
+                        ctl_open = false;
+                        break;
+                    }
+                }
+            }
+        }
+        for (p, &i) in pfds[first_rank..].iter().zip(&polled) {
+            if p.revents & (libc::POLLIN | libc::POLLHUP | libc::POLLERR) != 0 {
+                read_rank(&mut ranks[i], &mut buf, &mut out);
+            }
+        }
+        for r in ranks.iter_mut() {
+            if let (Some(c), false) = (&r.conn, r.out.is_empty()) {
+                // SAFETY: writing from a live buffer of the stated length to our socket.
+                let n = unsafe { libc::write(c.as_raw_fd(), r.out.as_ptr().cast(), r.out.len()) };
+                if n > 0 {
+                    r.out.drain(..n as usize);
+                } else if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
+                    r.out.clear();
+                }
+            }
+        }
+    }
+}
+
+fn write_some(mut ctl: &TcpStream, out: &[u8]) -> io::Result<usize> {
+    match ctl.write(out) {
+        Ok(n) => Ok(n),
+        Err(e)
+            if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::Interrupted =>
+        {
+            Ok(0)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Relay complete PMI lines of one rank to mpirun.
+fn read_rank(r: &mut AgentRank, buf: &mut [u8], out: &mut Vec<u8>) {
+    while let Some(c) = &r.conn {
+        // SAFETY: reading into a buffer of the stated length from a descriptor we own.
+        let n = unsafe { libc::read(c.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n > 0 {
+            r.lines.push(&buf[..n as usize]);
+            while let Ok(Some(line)) = r.lines.next_line() {
+                // The server wants the line without its newline, as LineBuffer gives it.
+                out.extend_from_slice(Msg::Pmi(r.rank, line).encode().as_bytes());
+            }
+            continue;
+        }
+        if n < 0 {
+            match io::Error::last_os_error().kind() {
+                io::ErrorKind::WouldBlock => return,
+                io::ErrorKind::Interrupted => continue,
+                _ => {}
+            }
+        }
+        r.conn = None;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_round_trip() {
+        let msgs = vec![
+            Msg::Hello {
+                id: 3,
+                key: "00ff".into(),
+            },
+            Msg::Prog("/bin/prog with space".into()),
+            Msg::Argv0("p".into()),
+            Msg::Arg("".into()),
+            Msg::Arg("a\nb c".into()),
+            Msg::Env("K".into(), "v=1 2".into()),
+            Msg::Rank(7),
+            Msg::Size(8),
+            Msg::Kvs("kvs_1".into()),
+            Msg::Start,
+            Msg::Pmi(2, "cmd=put key=a value=b c\n".into()),
+            Msg::Signal(15),
+            Msg::Exit {
+                rank: 1,
+                code: 0,
+                signal: 9,
+            },
+            Msg::Failed("no such file".into()),
+        ];
+        for m in msgs {
+            let line = m.encode();
+            assert!(line.ends_with('\n') && line.matches('\n').count() == 1);
+            assert_eq!(Msg::decode(line.trim_end_matches('\n')), Ok(m));
+        }
+        assert!(Msg::decode("pmi x 00").is_err());
+        assert!(Msg::decode("pmi 1 0").is_err());
+        assert!(Msg::decode("bogus").is_err());
+    }
+
+    #[test]
+    fn spec_round_trip() {
+        let job = LocalJob {
+            program: "/bin/true".into(),
+            argv0: "true".into(),
+            args: vec!["-x".into(), "".into()],
+            ranks: vec![2, 3],
+            size: 4,
+            env: vec![("A".into(), "1".into())],
+            kvsname: "k".into(),
+        };
+        let mut b = SpecBuilder::default();
+        let mut started = false;
+        for m in Msg::job_spec(&job) {
+            let m = Msg::decode(m.encode().trim_end()).unwrap();
+            started = b.take(m).unwrap();
+        }
+        assert!(started);
+        let j = b.build().unwrap();
+        assert_eq!(
+            (j.program, j.argv0, j.args, j.ranks, j.size, j.env, j.kvsname),
+            (
+                job.program,
+                job.argv0,
+                job.args,
+                job.ranks,
+                job.size,
+                job.env,
+                job.kvsname
+            )
+        );
+    }
+}
