@@ -388,20 +388,26 @@ impl Runtime {
         while !stop.load(Ordering::Acquire) {
             let sleeping = idle >= self.thread_spin.saturating_add(self.thread_yields);
             let token = if sleeping { src.prepare() } else { 0 };
-            let (n, busy) = {
+            let (n, busy, completed) = {
                 let mut e = self.lock();
                 let before = e.core.completions;
                 let n = e.progress_one(idx).unwrap_or(0);
-                if e.core.completions != before || e.core.fault.is_some() {
+                let completed = e.core.completions != before;
+                if completed || e.core.fault.is_some() {
                     self.completed.store(e.core.completions, Ordering::Release);
                     self.completion_bell.ring();
                 }
-                (n, e.core_has_outgoing())
+                (n, e.core_has_outgoing(), completed)
             };
             if n > 0 {
                 idle = 0;
                 if sleeping {
                     src.cancel();
+                }
+                if completed {
+                    // An application thread may be waiting for this: let it run now
+                    // rather than after this thread's next spins (they may share a core).
+                    std::thread::yield_now();
                 }
                 continue;
             }
