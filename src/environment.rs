@@ -143,6 +143,14 @@ impl Universe {
 
 impl Drop for Universe {
     fn drop(&mut self) {
+        // Dropped while unwinding from a panic: the other ranks may be waiting for a message
+        // this rank will never send, so MPI_Finalize (a barrier) could hang the job. Take the
+        // whole job down instead, as an uncaught error would (exit status 101, as a panic).
+        if std::thread::panicking() && runtime::initialized() && !runtime::finalized() {
+            if let Ok(rt) = runtime::rt("MPI_Abort") {
+                rt.abort(101, "a rank panicked; aborting the job");
+            }
+        }
         if let Err(e) = self.detach_buffer() {
             eprintln!("tsunagi: detaching the buffered-send buffer failed: {e}");
         }

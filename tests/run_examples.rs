@@ -301,3 +301,36 @@ fn pingpong_benchmark_refuses_one_rank() {
     assert_ne!(o.code, Some(0));
     assert!(o.stderr.contains("needs at least 2 ranks"), "{}", o.stderr);
 }
+
+/// A rank that panics while the others wait for it ends the job at once (the Universe's
+/// drop aborts instead of entering MPI_Finalize), in both progress modes: non-zero exit,
+/// the panic and the abort reported, well within the test's timeout, no /dev/shm leftovers.
+#[test]
+fn a_panicking_rank_aborts_the_job_instead_of_hanging() {
+    for mode in ["polling", "threaded"] {
+        let what = format!("panic_aborts_job -n 2 {mode}");
+        let mut cmd = Command::new(mpirun());
+        cmd.args(["-n", "2"]).arg(example("panic_aborts_job"));
+        cmd.env("TSUNAGI_PROGRESS", mode);
+        let start = Instant::now();
+        let o = run(cmd, &what);
+        let took = start.elapsed();
+        assert_eq!(o.code, Some(101), "{what}: stderr:\n{}", o.stderr);
+        assert!(
+            o.stderr.contains("rank 0 gives up before sending")
+                && o.stderr.contains("a rank panicked; aborting the job"),
+            "{what}: stderr:\n{}",
+            o.stderr
+        );
+        assert!(took < Duration::from_secs(10), "{what}: took {took:?}");
+    }
+    let left: Vec<_> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with("tsunagi-"))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "leftover shm segments: {left:?}");
+}

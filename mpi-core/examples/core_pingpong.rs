@@ -9,6 +9,11 @@ fn main() {
     let rt = tsunagi_core::rt("main").expect("runtime");
     let me = rt.world_rank();
     let byte = Datatype::builtin(Builtin::Byte);
+    if std::env::args().nth(1).as_deref() == Some("stream8") {
+        stream8(rt, me);
+        finalize().expect("finalize");
+        return;
+    }
     let args: Vec<usize> = std::env::args()
         .skip(1)
         .filter_map(|a| a.parse().ok())
@@ -67,4 +72,68 @@ fn main() {
         }
     }
     finalize().expect("finalize");
+}
+
+/// `core_pingpong stream8`: windows of 64 eight-byte messages (message rate), as the
+/// bandwidth benchmark's smallest point, for profiling the per-message path.
+fn stream8(rt: &tsunagi_core::Runtime, me: usize) {
+    let byte = Datatype::builtin(Builtin::Byte);
+    let w = CommId::WORLD;
+    let sbuf = [7u8; 8];
+    let mut rbuf = vec![0u8; 8 * 64];
+    let rounds = 20_000;
+    let t0 = rt.wtime();
+    for _ in 0..rounds {
+        let mut ids = Vec::with_capacity(64);
+        // SAFETY: the buffers outlive the waitall in this iteration.
+        unsafe {
+            for k in 0..64 {
+                ids.push(Some(if me == 0 {
+                    rt.isend(
+                        "MPI_Isend",
+                        sbuf.as_ptr(),
+                        8,
+                        &byte,
+                        1,
+                        2,
+                        w,
+                        SendMode::Standard,
+                    )
+                    .unwrap()
+                } else {
+                    rt.irecv("MPI_Irecv", rbuf.as_mut_ptr().add(8 * k), 8, &byte, 0, 2, w)
+                        .unwrap()
+                }));
+            }
+        }
+        rt.waitall("MPI_Waitall", &ids).unwrap();
+        let mut ack = [0u8; 1];
+        // SAFETY: `ack` is live for the blocking calls.
+        unsafe {
+            if me == 0 {
+                rt.recv("MPI_Recv", ack.as_mut_ptr(), 0, &byte, 1, 3, w)
+                    .unwrap();
+            } else {
+                rt.send(
+                    "MPI_Send",
+                    ack.as_ptr(),
+                    0,
+                    &byte,
+                    0,
+                    3,
+                    w,
+                    SendMode::Standard,
+                )
+                .unwrap();
+            }
+        }
+    }
+    let dt = rt.wtime() - t0;
+    if me == 0 {
+        println!(
+            "stream8 {:.1} MB/s {:.0} ns/msg",
+            (rounds * 64 * 8) as f64 / dt / 1e6,
+            dt / (rounds * 64) as f64 * 1e9
+        );
+    }
 }

@@ -141,11 +141,19 @@ fn main() {
     }
     let name = format!("tsunagi-pingpong-{}", std::process::id());
     let mut t = ShmTransport::create(&name, &world, 0, &cfg).expect("create");
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(&args[1..])
-        .env(CHILD, &name)
-        .spawn()
-        .expect("spawn rank 1");
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(&args[1..]).env(CHILD, &name);
+    // SAFETY: the closure runs in the forked child before exec and only calls prctl,
+    // which is async-signal-safe; it allocates nothing.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        // Rank 1 busy-polls: it must not outlive rank 0 (say, killed by a closed pipe).
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0);
+            Ok(())
+        });
+    }
+    let mut child = cmd.spawn().expect("spawn rank 1");
     while !t.all_attached() {
         std::thread::yield_now();
     }
