@@ -2,7 +2,10 @@
 //! business cards from whatever started it.
 //!
 //! Three ways in (see `reference/pmi.md`):
-//! - `PMI_FD`: an already connected socket, with `PMI_RANK`/`PMI_SIZE` (Hydra, our mpirun);
+//! - `PMI_FD`: an already connected socket, with `PMI_RANK`/`PMI_SIZE` (Hydra, our mpirun,
+//!   and Slurm's `srun --mpi=pmi2`, whose plugin answers PMI-1 requests too and publishes
+//!   `PMI_process_mapping` in the key-value space; it reads each request with one 1024-byte
+//!   read, so [`PmiClient::put_long`] keeps its lines within [`wire::MAX_REQUEST_LINE`]);
 //! - `PMI_PORT=host:port`: connect, `cmd=initack`, and the server tells us size and rank;
 //! - neither: a singleton ([`PmiClient::from_env`] returns `None`; the caller runs as size 1).
 //!
@@ -32,6 +35,24 @@ pub mod wire {
     /// Longest line either side accepts (a guard against a peer that never sends `\n`).
     /// Hydra's own limit is far lower; values are at most a few KiB in practice.
     pub const MAX_LINE: usize = 64 * 1024;
+
+    /// Longest request line, `\n` included, that a client may send to any PMI-1 server.
+    /// MPICH's simple PMI client never writes more (`PMIU_MAXLINE`), and Slurm's pmi2 plugin
+    /// (`srun --mpi=pmi2`) reads each PMI-1 request with a single 1024-byte `read`: the rest
+    /// of a longer line is taken for the next request and the job breaks. Hydra and our own
+    /// mpirun accept longer lines, but values we split ourselves stay within this.
+    pub const MAX_REQUEST_LINE: usize = 1024;
+
+    /// Bytes `value` takes on the wire once escaped by [`format`].
+    pub fn escaped_len(value: &str) -> usize {
+        value
+            .chars()
+            .map(|c| match c {
+                ' ' | '\\' | '\n' | '\r' => 2,
+                _ => c.len_utf8(),
+            })
+            .sum()
+    }
 
     /// A malformed line or stream.
     #[derive(Clone, Debug, PartialEq, Eq)]
@@ -295,6 +316,14 @@ pub mod wire {
             // Newlines cannot travel; they become spaces.
             let c = parse(&format("abort", &[("message", "a\nb")])).unwrap();
             assert_eq!(c.get("message"), Some("a b"));
+            // escaped_len is what format writes for a value.
+            for v in ["", "plain", "oh no \\ bad", "a\nb\r", "é x"] {
+                assert_eq!(
+                    format("c", &[("k", v)]).len(),
+                    "cmd=c k=\n".len() + escaped_len(v),
+                    "{v:?}"
+                );
+            }
         }
 
         #[test]
@@ -390,6 +419,42 @@ pub fn parse_process_mapping(mapping: &str, size: usize) -> Option<Vec<u32>> {
         }
     }
     Some(nodes)
+}
+
+/// Bytes of a `put` line of [`PmiClient::put_long`] other than the escaped value: the
+/// command, the kvsname, the part's key (`<key>-<i>`, `i` of up to 20 digits) and `\n`.
+fn put_line_overhead(kvsname: &str, key: &str) -> usize {
+    "cmd=put kvsname= key=- value=\n".len()
+        + wire::escaped_len(kvsname)
+        + wire::escaped_len(key)
+        + 20
+}
+
+/// Split `value` on character boundaries into parts of at most `max_raw` bytes that take
+/// at most `max_wire` bytes once escaped. `None` if a part could not hold even one
+/// character (an empty value has no parts).
+fn split_for_put(value: &str, max_raw: usize, max_wire: usize) -> Option<Vec<&str>> {
+    let mut parts = Vec::new();
+    let (mut start, mut raw, mut wire_len) = (0, 0, 0);
+    for (i, c) in value.char_indices() {
+        let w = wire::escaped_len(c.encode_utf8(&mut [0; 4]));
+        if raw + c.len_utf8() > max_raw || wire_len + w > max_wire {
+            if raw == 0 {
+                return None;
+            }
+            parts.push(&value[start..i]);
+            (start, raw, wire_len) = (i, 0, 0);
+            if c.len_utf8() > max_raw || w > max_wire {
+                return None;
+            }
+        }
+        raw += c.len_utf8();
+        wire_len += w;
+    }
+    if raw > 0 {
+        parts.push(&value[start..]);
+    }
+    Some(parts)
 }
 
 /// The server's limits from `cmd=maxes`.
@@ -725,23 +790,22 @@ impl PmiClient {
 
     /// Put a value of any length: stored as `<key>-n` (the number of parts) and
     /// `<key>-0`, `<key>-1`, ... each at most `vallen_max - 1` bytes, split on character
-    /// boundaries. Read it back with [`get_long`](Self::get_long).
+    /// boundaries, and each small enough that its whole `put` line stays within
+    /// [`wire::MAX_REQUEST_LINE`] (Slurm's limit). Read it back with
+    /// [`get_long`](Self::get_long).
     pub fn put_long(&mut self, key: &str, value: &str) -> MpiResult<()> {
-        let chunk = self.maxes.vallen_max.saturating_sub(1).max(1);
-        let mut parts = Vec::new();
-        let mut rest = value;
-        while !rest.is_empty() {
-            let mut end = chunk.min(rest.len());
-            while !rest.is_char_boundary(end) {
-                end -= 1;
-            }
-            if end == 0 {
-                // A single character wider than the limit cannot be stored.
-                return Err(MpiError::new(ErrorClass::Arg, "PMI: vallen_max too small"));
-            }
-            parts.push(&rest[..end]);
-            rest = &rest[end..];
-        }
+        self.check_key(key)?;
+        let parts = split_for_put(
+            value,
+            self.maxes.vallen_max.saturating_sub(1),
+            wire::MAX_REQUEST_LINE.saturating_sub(put_line_overhead(&self.kvsname, key)),
+        )
+        .ok_or_else(|| {
+            MpiError::new(
+                ErrorClass::Arg,
+                format!("PMI: {key:?} or the value limit leaves no room for a value"),
+            )
+        })?;
         for (i, part) in parts.iter().enumerate() {
             self.put(&format!("{key}-{i}"), part)?;
         }
@@ -926,6 +990,81 @@ mod tests {
         assert_eq!(seen[0], "cmd=init pmi_version=1 pmi_subversion=1");
         assert!(seen.contains(&"cmd=abort exitcode=3 message=bye\\ now".to_string()));
         assert_eq!(seen.iter().filter(|l| *l == "cmd=finalize").count(), 1);
+    }
+
+    #[test]
+    fn split_for_put_respects_raw_and_wire_limits() {
+        assert_eq!(split_for_put("", 4, 4), Some(vec![]));
+        assert_eq!(
+            split_for_put("abcdefghij", 4, 100),
+            Some(vec!["abcd", "efgh", "ij"])
+        );
+        // Escaped characters count twice on the wire.
+        assert_eq!(split_for_put("a b c", 100, 3), Some(vec!["a ", "b ", "c"]));
+        assert_eq!(split_for_put("\\\\\\", 100, 4), Some(vec!["\\\\", "\\"]));
+        // Never inside a character.
+        assert_eq!(split_for_put("ééé", 3, 100), Some(vec!["é", "é", "é"]));
+        assert_eq!(split_for_put("é", 1, 100), None);
+        assert_eq!(split_for_put(" ", 10, 1), None);
+        assert_eq!(split_for_put("x", 0, 10), None);
+        let v = "xyz ".repeat(700);
+        let parts = split_for_put(&v, 1023, 900).unwrap();
+        assert_eq!(parts.concat(), v);
+        assert!(parts
+            .iter()
+            .all(|p| p.len() <= 1023 && wire::escaped_len(p) <= 900));
+    }
+
+    /// Slurm's pmi2 plugin reads each PMI-1 request with one 1024-byte read: every line of
+    /// a long put must fit, also with Slurm's kvsname and values that need escaping.
+    #[test]
+    fn put_long_lines_fit_slurms_request_limit() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut kvs = std::collections::HashMap::new();
+        let server = fake_server(b, move |c| {
+            Some(match c.cmd.as_str() {
+                "init" => "cmd=response_to_init rc=0 pmi_version=1 pmi_subversion=1\n".into(),
+                "get_maxes" => {
+                    "cmd=maxes rc=0 kvsname_max=256 keylen_max=64 vallen_max=1024\n".into()
+                }
+                "get_my_kvsname" => "cmd=my_kvsname rc=0 kvsname=12345.0\n".into(),
+                "get_appnum" => "cmd=appnum rc=0 appnum=-1\n".into(),
+                "put" => {
+                    kvs.insert(
+                        c.get("key").unwrap().to_string(),
+                        c.get("value").unwrap().to_string(),
+                    );
+                    "cmd=put_result rc=0\n".into()
+                }
+                "get" => match kvs.get(c.get("key").unwrap()) {
+                    Some(v) => wire::format("get_result", &[("rc", "0"), ("value", v)]),
+                    None => "cmd=get_result rc=1\n".into(),
+                },
+                _ => return None,
+            })
+        });
+        let mut c = PmiClient::from_fd(OwnedFd::from(a), 0, 1);
+        c.handshake().unwrap();
+        assert_eq!(c.appnum(), -1);
+        let plain: String = (0..5000)
+            .map(|i| char::from(b'a' + (i % 26) as u8))
+            .collect();
+        let spaced = "a b\\c ".repeat(600);
+        c.put_long("card-long-0", &plain).unwrap();
+        c.put_long("card-long-1", &spaced).unwrap();
+        assert_eq!(c.get_long("card-long-0").unwrap(), Some(plain));
+        assert_eq!(c.get_long("card-long-1").unwrap(), Some(spaced));
+        drop(c);
+        let seen = server.join().unwrap();
+        let longest = seen.iter().map(|l| l.len() + 1).max().unwrap();
+        assert!(
+            longest <= wire::MAX_REQUEST_LINE,
+            "a line of {longest} bytes"
+        );
+        assert!(
+            longest > wire::MAX_REQUEST_LINE - 64,
+            "parts too small: {longest}"
+        );
     }
 
     #[test]
