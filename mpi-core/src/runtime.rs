@@ -962,7 +962,14 @@ impl Runtime {
     pub fn waitall(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Vec<Status>> {
         let mut out = vec![Status::EMPTY; ids.len()];
         let mut left: Vec<usize> = (0..ids.len()).filter(|&i| ids[i].is_some()).collect();
+        // Every completion bumps the engine's counter: while it stands still, nothing in
+        // `left` can have finished, so a spinning wait skips the O(n) rescan.
+        let mut scanned_at: Option<u64> = None;
         self.block_until(|e| {
+            if scanned_at == Some(e.core.completions) {
+                return Ok(false);
+            }
+            scanned_at = Some(e.core.completions);
             let mut k = 0;
             while k < left.len() {
                 let i = left[k];
