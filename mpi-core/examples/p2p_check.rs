@@ -161,13 +161,10 @@ fn test_order(rt: &Runtime) {
         let mut last = vec![-1i64; n];
         let mut last_tag = vec![vec![-1i64; 5]; n];
         let mut buf = vec![0u8; 70_000];
-        // Alternate specific-tag receives and full wildcards.
-        for k in 0..PER_PEER * (n - 1) {
-            let (src, tag) = if k % 3 == 0 {
-                (ANY_SOURCE, ANY_TAG)
-            } else {
-                (ANY_SOURCE, ANY_TAG)
-            };
+        // Full wildcards: every message is taken in arrival order, and per-sender order
+        // (non-overtaking) is checked below.
+        for _ in 0..PER_PEER * (n - 1) {
+            let (src, tag) = (ANY_SOURCE, ANY_TAG);
             let st = recv_bytes(rt, &mut buf, src, tag, CommId::WORLD);
             let s = st.source as usize;
             let seq = u64::from_ne_bytes(buf[..8].try_into().unwrap()) as i64;
@@ -547,10 +544,7 @@ fn test_datatypes(rt: &Runtime) {
         .unwrap();
         for (i, v) in target.iter().enumerate() {
             if i % 8 == 5 {
-                check!(
-                    *v == (i / 8) as i32 + 1000 * left as i32,
-                    "vector recv at {i}"
-                );
+                check!(*v == (i / 8) as i32 + 1000 * left, "vector recv at {i}");
             } else {
                 check!(*v == -7, "gap {i} overwritten");
             }

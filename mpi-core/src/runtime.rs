@@ -13,7 +13,7 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use tsunagi_p2p::futex::LocalDoorbell;
-use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router, SelfTransport, Transport};
+use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router, SelfTransport};
 use tsunagi_shm::{ShmConfig, ShmTransport};
 
 use crate::comm::{self, CommData, CommId, ErrHandler, Keyval, MASK_WORDS};
@@ -754,6 +754,7 @@ impl Runtime {
     /// # Safety
     /// `buf` must have room for `count` elements of `dtype` and stay valid, and not be
     /// read or written by the program, until the request completes.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn irecv(
         &self,
         call: &str,
@@ -812,6 +813,7 @@ impl Runtime {
     ///
     /// # Safety
     /// `buf` must have room for `count` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
     pub unsafe fn recv(
         &self,
         call: &str,
@@ -2056,9 +2058,5 @@ pub fn library_version() -> String {
 
 /// A transport's name for each peer (diagnostics).
 pub fn transport_names(router: &mut Router) -> Vec<&'static str> {
-    router
-        .transports()
-        .iter()
-        .map(|t: &Box<dyn Transport>| t.name())
-        .collect()
+    router.transports().iter().map(|t| t.name()).collect()
 }
