@@ -27,7 +27,8 @@ pub const PROC_NULL: i32 = -1;
 pub const BSEND_OVERHEAD: usize = 96;
 
 /// A world rank that stands for "any source" in the posted queue.
-const ANY_WORLD: Rank = Rank::MAX;
+#[doc(hidden)]
+pub const ANY_WORLD: Rank = Rank::MAX;
 
 /// The result of a completed operation (what MPI_Status carries).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,7 +141,9 @@ impl Request {
 }
 
 /// A message that arrived before its receive was posted (or was taken by mprobe).
-struct Arrived {
+/// `#[doc(hidden)] pub` (like [`Posted`] and [`Queues`]) only for the matching benchmark.
+#[doc(hidden)]
+pub struct Arrived {
     src: Rank,
     tag: i32,
     len: usize,
@@ -152,17 +155,79 @@ enum Body {
     Rts { cookie: u64, addr: Option<u64> },
 }
 
-#[derive(Clone, Copy)]
-struct Posted {
-    id: ReqId,
-    src: Rank,
-    tag: i32,
+impl Arrived {
+    /// An announced rendezvous message without a single-copy address, as an RTS over a
+    /// streaming transport leaves it in the unexpected queue (the matching benchmark
+    /// fills queues with these; the engine builds its entries in `arrive_matchable`).
+    #[doc(hidden)]
+    pub fn rendezvous(src: Rank, tag: i32, len: usize, cookie: u64) -> Arrived {
+        Arrived {
+            src,
+            tag,
+            len,
+            body: Body::Rts { cookie, addr: None },
+        }
+    }
 }
 
+/// A posted receive: its request and the world rank (or [`ANY_WORLD`]) and tag (or
+/// [`ANY_TAG`]) it accepts.
+#[doc(hidden)]
+#[derive(Clone, Copy, Debug)]
+pub struct Posted {
+    pub id: ReqId,
+    pub src: Rank,
+    pub tag: i32,
+}
+
+/// The matching queues of one context id. Both are searched front to back, which gives
+/// MPI's ordering: the first posted receive that accepts an arrival, the earliest arrival
+/// that a new receive accepts.
+#[doc(hidden)]
 #[derive(Default)]
-struct Queues {
+pub struct Queues {
     posted: VecDeque<Posted>,
     unexpected: VecDeque<Arrived>,
+}
+
+impl Queues {
+    /// A message from world rank `src` with `tag` arrived: remove and return the first
+    /// posted receive that accepts it.
+    #[inline]
+    pub fn take_posted(&mut self, src: Rank, tag: i32) -> Option<Posted> {
+        let pos = self
+            .posted
+            .iter()
+            .position(|r| matches(r.src, r.tag, src, tag))?;
+        self.posted.remove(pos)
+    }
+
+    /// Queue a receive that no unexpected message matched.
+    #[inline]
+    pub fn post(&mut self, p: Posted) {
+        self.posted.push_back(p);
+    }
+
+    /// Position of the earliest unexpected message that a receive for world rank `src`
+    /// (or [`ANY_WORLD`]) and `tag` (or [`ANY_TAG`]) accepts.
+    #[inline]
+    pub fn find_unexpected(&self, src: Rank, tag: i32) -> Option<usize> {
+        self.unexpected
+            .iter()
+            .position(|a| matches(src, tag, a.src, a.tag))
+    }
+
+    /// Remove the unexpected message at `pos` (from [`Queues::find_unexpected`]).
+    #[inline]
+    pub fn take_unexpected(&mut self, pos: usize) -> Option<Arrived> {
+        self.unexpected.remove(pos)
+    }
+
+    /// Queue a message that no posted receive accepted.
+    #[inline]
+    pub fn push_unexpected(&mut self, a: Arrived) {
+        self.unexpected.push_back(a);
+    }
 }
 
 /// A message waiting for room in a transport.
@@ -780,16 +845,12 @@ impl Engine {
             comm.group.world_rank(peer as usize)
         };
         let q = core.queue(context);
-        if let Some(pos) = q
-            .unexpected
-            .iter()
-            .position(|a| matches(src, tag, a.src, a.tag))
-        {
-            let a = q.unexpected.remove(pos).expect("position is valid");
+        if let Some(pos) = q.find_unexpected(src, tag) {
+            let a = q.take_unexpected(pos).expect("position is valid");
             core.consume(id, a);
             return self.flush();
         }
-        q.posted.push_back(Posted { id, src, tag });
+        q.post(Posted { id, src, tag });
         Ok(())
     }
 
@@ -825,11 +886,7 @@ impl Engine {
         };
         let context = c.context;
         let q = core.queue(context);
-        let Some(pos) = q
-            .unexpected
-            .iter()
-            .position(|a| matches(src, tag, a.src, a.tag))
-        else {
+        let Some(pos) = q.find_unexpected(src, tag) else {
             return Ok(None);
         };
         let a = &q.unexpected[pos];
@@ -843,7 +900,7 @@ impl Engine {
             cancelled: false,
         };
         if take {
-            let a = core.queue(context).unexpected.remove(pos).expect("valid");
+            let a = core.queue(context).take_unexpected(pos).expect("valid");
             let m = core.msgs.insert((comm, a));
             return Ok(Some((status, Some(MsgId(m)))));
         }
@@ -1104,13 +1161,7 @@ impl Core {
     }
 
     fn arrive_matchable(&mut self, src: Rank, h: &Header, p: &[u8]) {
-        let q = self.queue(h.context);
-        let found = q
-            .posted
-            .iter()
-            .position(|r| matches(r.src, r.tag, src, h.tag));
-        if let Some(pos) = found {
-            let posted = q.posted.remove(pos).expect("valid position");
+        if let Some(posted) = self.queue(h.context).take_posted(src, h.tag) {
             if h.kind == EAGER {
                 self.deliver_eager(posted.id, src, h.tag, p);
                 if h.flags & FLAG_SYNC != 0 {
@@ -1150,7 +1201,7 @@ impl Core {
             len: h.len as usize,
             body,
         };
-        self.queue(h.context).unexpected.push_back(a);
+        self.queue(h.context).push_unexpected(a);
     }
 
     /// Copy eager data into a matched receive and complete it.

@@ -40,6 +40,14 @@ use layout::{round_up, InfoLine, Layout, SegHeader, Slot, LINE, MAGIC, PAYLOAD_O
 use ring::{Consumer, Producer, RingRef};
 use segment::Mapping;
 
+/// The ring and the segment layout, public only so that `benches/ring.rs` times the real
+/// ring code over a layout shaped like the transport's; not part of the API.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::layout::{Layout, PAYLOAD_OFFSET};
+    pub use crate::ring::{Consumer, Popped, Producer, RingRef};
+}
+
 /// Tunables of the shared-memory transport.
 ///
 /// The leader's values of `eager_limit`, `cell_bytes` and `cells_per_ring` are stored in the
@@ -120,7 +128,8 @@ impl ShmConfig {
     }
 
     /// The layout the leader creates for `nlocal` ranks and the eager limit it records.
-    fn resolve(&self, nlocal: usize) -> (Layout, usize) {
+    #[doc(hidden)]
+    pub fn resolve(&self, nlocal: usize) -> (Layout, usize) {
         // Cells are limited to 256 MiB so the length fits the stamp with room to spare.
         let eager = self.eager_limit.min(256 << 20);
         let cell = round_up(
