@@ -17,10 +17,10 @@
 #                  eth0 (its PMIx server made reachable from the namespaces over the bridge)
 # The namespace columns need root and `ip netns`; they are skipped otherwise.
 #
-# Programs: target/release/tsunagi-pingpong (cargo build --release first; TSUNAGI_BIN and
-# MPIRUN override) and bench/peer/pingpong.c built with mpicc.openmpi; both print
-# "lat <bytes> <usec>" and "bw <bytes> <MB/s>". Runs are interleaved and the table shows
-# medians. The namespaces (tsgbench-a/-b, bridge tsgbenchbr, 10.77.250.0/24) are removed
+# Program: npb-tests/bench/p2p.c (latency, bandwidth, ...), built with Tsunagi's mpicc from
+# an install prefix (TSUNAGI_PREFIX, default ./dist: run scripts/install first) and with
+# mpicc.openmpi; only its "lat" and "bw" lines are tabled. Runs are interleaved and the
+# table shows medians. The namespaces (tsgbench-a/-b, bridge tsgbenchbr, 10.77.250.0/24) are removed
 # at exit.
 set -euo pipefail
 
@@ -36,10 +36,10 @@ while [ $# -gt 0 ]; do
     shift
 done
 
-tbin="${TSUNAGI_BIN:-$top/target/release/tsunagi-pingpong}"
-trun="${MPIRUN:-$(dirname "$tbin")/mpirun}"
-for f in "$tbin" "$trun"; do
-    [ -x "$f" ] || { echo "tcp.sh: $f missing (cargo build --release)" >&2; exit 1; }
+prefix="${TSUNAGI_PREFIX:-$top/dist}"
+trun="$prefix/bin/mpirun"
+for f in "$prefix/bin/mpicc" "$trun"; do
+    [ -x "$f" ] || { echo "tcp.sh: $f missing (scripts/install $prefix)" >&2; exit 1; }
 done
 command -v mpicc.openmpi >/dev/null || { echo "tcp.sh: mpicc.openmpi not found" >&2; exit 1; }
 
@@ -54,7 +54,10 @@ cleanup() {
     rm -rf "$build"
 }
 trap cleanup EXIT
-mpicc.openmpi -O2 -o "$build/pingpong.openmpi" "$here/peer/pingpong.c"
+src="$top/npb-tests/bench/p2p.c"
+mpicc.openmpi -O2 -o "$build/pingpong.openmpi" "$src"
+"$prefix/bin/mpicc" -O2 -o "$build/pingpong.tsunagi" "$src"
+tbin="$build/pingpong.tsunagi"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 names=(tsunagi-lo tsunagi-lo-block openmpi-lo)

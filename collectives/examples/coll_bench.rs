@@ -1,6 +1,6 @@
 //! Collective latency benchmark: `mpirun -n N coll_bench [max_bytes]`. Rank 0 prints one
 //! line per point, `<collective> <bytes> <usec>` (mean time per call over many calls, after
-//! warm-up), the same format as `bench/coll_peer.c` for MPICH and Open MPI. Algorithms
+//! warm-up), the same format as `npb-tests/bench/coll.c` (which tsunagi-bench runs on every MPI). Algorithms
 //! can be forced with `TSUNAGI_COLL_<NAME>`. Lines starting with `#` describe the
 //! all-to-all schedules of the job's node map (`TSUNAGI_NODE_MAP=2` with 8 ranks is the
 //! issue's 4-node x 2 case): per phase, the distinct destination nodes of every node.

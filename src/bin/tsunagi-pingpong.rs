@@ -1,6 +1,6 @@
 //! Point-to-point latency and bandwidth between ranks 0 and 1 through the safe Rust API;
-//! the same method and output as the C peer benchmark `bench/peer/pingpong.c`, so one
-//! script can compare them. Rank 0 prints:
+//! the same method and output as the lat/bw part of the C benchmark `npb-tests/bench/p2p.c`,
+//! so the Rust API's cost over the C ABI shows. Rank 0 prints:
 //!
 //! ```text
 //! lat <bytes> <usec>    half round-trip time of a blocking ping-pong
