@@ -3,7 +3,7 @@
 //! against rank count. Log-log axes throughout; one colour per MPI.
 
 use crate::metric::{Key, Suite};
-use crate::report::{fmt_bytes, Results};
+use crate::report::{fmt_bytes, fmt_value, Results};
 use plotters::prelude::*;
 use std::error::Error;
 use std::path::{Path, PathBuf};
@@ -89,7 +89,9 @@ where
     }
     // Some room around the data on the log axes.
     let (x0, x1) = (x0 / 1.5, x1 * 1.5);
-    let (y0, y1) = (y0 / 1.6, y1 * 1.6);
+    // plotters labels a log axis at powers of ten and their multiples: reach down to one
+    // power of ten so that a range narrower than a decade still gets labels.
+    let (y0, y1) = ((y0 / 1.6).min(10f64.powf(y0.log10().floor())), y1 * 1.6);
     let mut chart = ChartBuilder::on(area)
         .caption(&p.title, ("sans-serif", 17))
         .margin(8)
@@ -109,6 +111,7 @@ where
         .x_desc(p.x_desc)
         .y_desc(&p.y_desc)
         .x_label_formatter(&xfmt)
+        .y_label_formatter(&|y: &f64| fmt_value(*y))
         .label_style(("sans-serif", 12))
         .draw()?;
     for (i, s) in p.series.iter().enumerate() {

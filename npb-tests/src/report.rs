@@ -340,6 +340,58 @@ impl Results {
     }
 }
 
+impl Results {
+    /// Read back what [`Results::samples_csv`] wrote (for redrawing plots from a saved
+    /// run). Contenders come out in the order Tsunagi, MPICH, Open MPI, then others.
+    pub fn from_samples_csv(text: &str) -> Result<Results, String> {
+        let mut r = Results::default();
+        let mut rd = csv::Reader::from_reader(text.as_bytes());
+        for (i, row) in rd.records().enumerate() {
+            let row = row.map_err(|e| format!("samples.csv: {e}"))?;
+            let bad = |what: &str| format!("samples.csv row {}: bad {what}", i + 2);
+            let suite = match row.get(0) {
+                Some("p2p") => Suite::P2p,
+                Some("coll") => Suite::Coll,
+                Some("kernels") => Suite::Kernel,
+                _ => return Err(bad("suite")),
+            };
+            let metric = row.get(1).ok_or_else(|| bad("metric"))?;
+            let ranks: u32 = row
+                .get(2)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad("ranks"))?;
+            let bytes = match row.get(3) {
+                Some("") => None,
+                Some(s) => Some(s.parse().map_err(|_| bad("bytes"))?),
+                None => return Err(bad("bytes")),
+            };
+            let mpi = row.get(5).ok_or_else(|| bad("mpi"))?;
+            let value: f64 = row
+                .get(7)
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad("value"))?;
+            r.add(Key::new(suite, metric, ranks, bytes), mpi, value);
+            if !r.mpis.iter().any(|(id, _)| id == mpi) {
+                let label = match mpi {
+                    "tsunagi" => "Tsunagi",
+                    "mpich" => "MPICH",
+                    "openmpi" => "Open MPI",
+                    other => other,
+                };
+                r.mpis.push((mpi.to_string(), label.to_string()));
+            }
+        }
+        let order = |id: &str| {
+            ["tsunagi", "mpich", "openmpi"]
+                .iter()
+                .position(|k| *k == id)
+                .unwrap_or(3)
+        };
+        r.mpis.sort_by_key(|(id, _)| order(id));
+        Ok(r)
+    }
+}
+
 fn into_string(w: csv::Writer<Vec<u8>>) -> Result<String, csv::Error> {
     let bytes = w.into_inner().map_err(|e| e.into_error())?;
     Ok(String::from_utf8(bytes).expect("the CSV writer writes UTF-8"))
@@ -473,6 +525,15 @@ mod tests {
         assert_eq!(&lat_mpich[11], "1.2857");
         let samples = r.samples_csv().unwrap();
         assert_eq!(samples.lines().count(), 1 + 9 + 9 + 2);
+    }
+
+    #[test]
+    fn samples_csv_reads_back_into_the_same_results() {
+        let r = sample_results();
+        let back = Results::from_samples_csv(&r.samples_csv().unwrap()).unwrap();
+        assert_eq!(back.mpis, r.mpis);
+        assert_eq!(back.samples, r.samples);
+        assert!(Results::from_samples_csv("suite,metric\nnope,x\n").is_err());
     }
 
     #[test]

@@ -4,7 +4,7 @@
 
 use std::fs::File;
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -51,8 +51,9 @@ pub fn run(
     log_base: &Path,
     limit: Duration,
 ) -> std::io::Result<RunOutcome> {
-    let out_path = log_base.with_extension("out");
-    let err_path = log_base.with_extension("err");
+    // Appended, not `with_extension`: a base such as `cg-A-np2.r3` has a dot of its own.
+    let with = |ext: &str| PathBuf::from(format!("{}.{ext}", log_base.display()));
+    let (out_path, err_path) = (with("out"), with("err"));
     if let Some(dir) = log_base.parent() {
         std::fs::create_dir_all(dir)?;
     }
@@ -125,7 +126,7 @@ mod tests {
         let r = run(
             &sh("echo lat 8 $BENCH_X; echo oops >&2; exit 3"),
             &env,
-            &dir.join("a"),
+            &dir.join("a.r1"),
             Duration::from_secs(10),
         )
         .unwrap();
@@ -133,7 +134,7 @@ mod tests {
         assert_eq!(r.code, Some(3));
         assert!(!r.succeeded());
         assert_eq!(r.failure(), "exit status 3: oops");
-        assert!(dir.join("a.err").exists());
+        assert!(dir.join("a.r1.err").exists() && dir.join("a.r1.out").exists());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -71,6 +71,9 @@ struct Args {
     /// Skip the PNG plots
     #[arg(long)]
     no_plots: bool,
+    /// Redraw the plots of an earlier run from DIR/samples.csv, and run nothing
+    #[arg(long, value_name = "DIR")]
+    replot: Option<PathBuf>,
     /// Seconds a single run may take before it is ended and counted as failed
     #[arg(long, default_value_t = 900)]
     timeout: u64,
@@ -221,7 +224,25 @@ fn plan(args: &Args) -> Result<(PlanConfig, u32), String> {
     Ok((cfg, reps))
 }
 
+fn replot(dir: &Path) -> Result<bool, String> {
+    let csv = dir.join("samples.csv");
+    let text = std::fs::read_to_string(&csv).map_err(|e| format!("{}: {e}", csv.display()))?;
+    let results = Results::from_samples_csv(&text)?;
+    plot::load_font(Path::new(plot::FONT_PATH))?;
+    let files = plot::draw_all(&results, dir).map_err(|e| format!("plotting: {e}"))?;
+    eprintln!(
+        "tsunagi-bench: drew {} plot(s) into {}",
+        files.len(),
+        dir.display()
+    );
+    Ok(true)
+}
+
 fn bench(args: Args) -> Result<bool, String> {
+    if let Some(dir) = &args.replot {
+        return replot(dir);
+    }
+    let started = utc_now();
     let mpis = contenders(&args)?;
     let (cfg, reps) = plan(&args)?;
     let cases = cfg.cases();
@@ -285,7 +306,7 @@ fn bench(args: Args) -> Result<bool, String> {
     }
     bar.finish_and_clear();
 
-    let preamble = preamble(&mpis, &versions, reps);
+    let preamble = preamble(&started, &mpis, &versions, reps);
     let md = results.markdown(&preamble);
     let write = |name: &str, text: &str| {
         std::fs::write(out.join(name), text)
@@ -378,7 +399,7 @@ fn record(
     Ok(())
 }
 
-fn preamble(mpis: &[Mpi], versions: &[String], reps: u32) -> String {
+fn preamble(started: &str, mpis: &[Mpi], versions: &[String], reps: u32) -> String {
     let cmdline: Vec<String> = std::env::args().collect();
     let tsunagi_env: Vec<String> = mpis
         .iter()
@@ -392,7 +413,7 @@ fn preamble(mpis: &[Mpi], versions: &[String], reps: u32) -> String {
         .collect();
     format!(
         "# tsunagi-bench results\n\n\
-         Measured {} with `{}`.\n\n\
+         Started {started} with `{}`.\n\n\
          - Machine: {}\n\
          - MPIs: {}\n\
          - Launchers: {}{}\n\
@@ -400,7 +421,6 @@ fn preamble(mpis: &[Mpi], versions: &[String], reps: u32) -> String {
            repetition{}; medians with the observed range. Workloads: npb-tests/bench/p2p.c, \
            npb-tests/bench/coll.c (their header comments define each measurement), the NPB \
            kernels and Himeno of npb-tests/, all built with each MPI's own mpicc.\n",
-        utc_now(),
         cmdline.join(" "),
         machine(),
         versions.join(", "),
