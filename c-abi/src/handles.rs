@@ -489,6 +489,19 @@ pub(crate) fn free_group(g: &mut MPI_Group) -> MpiResult<()> {
 // ----- requests and messages -----
 
 /// A decoded request handle: None for MPI_REQUEST_NULL.
+/// Check element `i` of the array argument `array` with `check`, which is given the name
+/// to use in its error message. The success path runs `check` once with the bare array
+/// name; only a failure formats `array[i]` and runs it again for the message, so decoding
+/// the arrays of MPI_Waitall, MPI_Alltoallw and friends allocates nothing per element.
+/// `check` must be a pure validation (no side effects).
+pub(crate) fn element<T>(
+    array: &str,
+    i: usize,
+    check: impl Fn(&str) -> MpiResult<T>,
+) -> MpiResult<T> {
+    check(array).or_else(|_| check(&format!("{array}[{i}]")))
+}
+
 pub(crate) fn request(name: &str, r: MPI_Request) -> MpiResult<Option<ReqId>> {
     if r == MPI_REQUEST_NULL {
         return Ok(None);
@@ -780,6 +793,24 @@ mod tests {
         assert!(dtype("t", MPI_DATATYPE_NULL).is_err());
         assert!(dtype("t", 0x4c00_0010).is_err()); // MPI_LB
         assert!(dtype("t", 0x4c00_04ff).is_err());
+    }
+
+    #[test]
+    fn array_elements_are_named_with_their_index_only_on_error() {
+        let good = request_handle(ReqId(7), false);
+        assert_eq!(
+            element("array_of_requests", 3, |n| request(n, good)).unwrap(),
+            Some(ReqId(7))
+        );
+        let e = element("array_of_requests", 3, |n| request(n, 0x1234)).unwrap_err();
+        assert_eq!(e.class, ErrorClass::Request);
+        assert!(
+            e.message.starts_with("array_of_requests[3] = 0x1234"),
+            "{}",
+            e.message
+        );
+        let e = element("array_of_types", 1, |n| dtype(n, MPI_DATATYPE_NULL)).unwrap_err();
+        assert!(e.message.contains("array_of_types[1]"), "{}", e.message);
     }
 
     #[test]

@@ -91,7 +91,7 @@ fn dtypes(name: &str, p: *const MPI_Datatype, counts: &[i64]) -> MpiResult<Vec<T
         .zip(counts)
         .enumerate()
         .map(|(i, (&d, &c))| {
-            let t = dt_if(&format!("{name}[{i}]"), d, c != 0)?;
+            let t = h::element(name, i, |n| dt_if(n, d, c != 0))?;
             Ok(TypeRef::clone(&t))
         })
         .collect()

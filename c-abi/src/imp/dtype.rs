@@ -151,7 +151,7 @@ pub(crate) fn type_create_struct(
             MPI_LB => lb = Some(lb.map_or(d[i], |v| v.min(d[i]))),
             MPI_UB => ub = Some(ub.map_or(d[i], |v| v.max(d[i]))),
             _ => {
-                ts.push((*h::dtype(&format!("array_of_types[{i}]"), t)?).clone());
+                ts.push((*h::element("array_of_types", i, |n| h::dtype(n, t))?).clone());
                 bl2.push(b[i]);
                 d2.push(d[i]);
             }

@@ -57,7 +57,7 @@ fn truncated(s: &Status) -> MpiResult<()> {
 fn decode_all(reqs: &[MPI_Request]) -> MpiResult<Vec<Option<ReqId>>> {
     reqs.iter()
         .enumerate()
-        .map(|(i, &r)| h::request(&format!("array_of_requests[{i}]"), r))
+        .map(|(i, &r)| h::element("array_of_requests", i, |name| h::request(name, r)))
         .collect()
 }
 
@@ -81,7 +81,9 @@ fn decode_mixed(reqs: &[MPI_Request]) -> MpiResult<Mixed> {
             colls.push((i, c));
             ids.push(None);
         } else {
-            ids.push(h::request(&format!("array_of_requests[{i}]"), r)?);
+            ids.push(h::element("array_of_requests", i, |name| {
+                h::request(name, r)
+            })?);
         }
     }
     Ok((ids, colls))
