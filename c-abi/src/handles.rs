@@ -488,7 +488,6 @@ pub(crate) fn free_group(g: &mut MPI_Group) -> MpiResult<()> {
 
 // ----- requests and messages -----
 
-/// A decoded request handle: None for MPI_REQUEST_NULL.
 /// Check element `i` of the array argument `array` with `check`, which is given the name
 /// to use in its error message. The success path runs `check` once with the bare array
 /// name; only a failure formats `array[i]` and runs it again for the message, so decoding
@@ -502,6 +501,7 @@ pub(crate) fn element<T>(
     check(array).or_else(|_| check(&format!("{array}[{i}]")))
 }
 
+/// A decoded request handle: None for MPI_REQUEST_NULL.
 pub(crate) fn request(name: &str, r: MPI_Request) -> MpiResult<Option<ReqId>> {
     if r == MPI_REQUEST_NULL {
         return Ok(None);

@@ -704,6 +704,8 @@ impl Engine {
         let me = self.core.me;
         let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
         let eager_limit = t.eager_limit();
+        // Asked only for rendezvous: eager messages (the latency-bound case) never need it.
+        let single_copy = bytes > eager_limit && t.single_copy(dest);
 
         if mode == SendMode::Buffered {
             let req = self.core.reqs.get_mut(id.0).expect("live request");
@@ -794,8 +796,6 @@ impl Engine {
         // Rendezvous.
         let mut payload = [0u8; 8];
         let mut flags = 0;
-        // Asked only here: eager messages (the common, latency-bound case) never need it.
-        let single_copy = self.router.to(dest).is_some_and(|t| t.single_copy(dest));
         if single_copy {
             let addr = if let Some(p) = &req.packed {
                 Some(p.as_ptr() as u64)

@@ -170,25 +170,20 @@ int main(int argc, char **argv)
             fflush(stdout);
         }
     }
-    for (long i = 0; i < NSIZES && sizes[i] <= max; i++) {
-        long sz = sizes[i];
-        if (sz < 8)
-            continue;
-        double t = measure(stream, sbuf, rbuf, sz, sz <= 65536 ? 20 : 2, target, &iters);
-        if (rank == 0) {
-            printf("bw %ld %.2f\n", sz, (double)sz * window_for(sz) * (double)iters / t / 1e6);
-            fflush(stdout);
-        }
-    }
-    for (long i = 0; i < NSIZES && sizes[i] <= max; i++) {
-        long sz = sizes[i];
-        if (sz < 8)
-            continue;
-        double t = measure(bistream, sbuf, rbuf, sz, sz <= 65536 ? 20 : 2, target, &iters);
-        if (rank == 0) {
-            printf("bibw %ld %.2f\n", sz,
-                   2.0 * (double)sz * window_for(sz) * (double)iters / t / 1e6);
-            fflush(stdout);
+    /* Bandwidths: bytes moved per second; the bidirectional one counts both directions. */
+    static const struct { const char *name; kernel_fn k; double directions; } rates[] = {
+        {"bw", stream, 1.0}, {"bibw", bistream, 2.0}};
+    for (int r = 0; r < 2; r++) {
+        for (long i = 0; i < NSIZES && sizes[i] <= max; i++) {
+            long sz = sizes[i];
+            if (sz < 8)
+                continue;
+            double t = measure(rates[r].k, sbuf, rbuf, sz, sz <= 65536 ? 20 : 2, target, &iters);
+            if (rank == 0) {
+                printf("%s %ld %.2f\n", rates[r].name, sz,
+                       rates[r].directions * (double)sz * window_for(sz) * (double)iters / t / 1e6);
+                fflush(stdout);
+            }
         }
     }
     {

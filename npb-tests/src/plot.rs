@@ -154,19 +154,26 @@ fn draw_sheet(path: &Path, cols: usize, panels: &[Panel]) -> Result<(), Box<dyn 
     Ok(())
 }
 
-fn runs_note(results: &Results, keys: &[&Key]) -> String {
-    let runs = keys
-        .iter()
-        .flat_map(|k| {
-            results
-                .mpis
-                .iter()
-                .filter_map(|(id, _)| results.summary(k, id))
-        })
-        .map(|s| s.runs)
-        .max()
-        .unwrap_or(0);
-    format!("median of {runs} run{}", if runs == 1 { "" } else { "s" })
+/// A panel of `keys`' medians per contender, its title noting how many runs they are of.
+fn panel(
+    results: &Results,
+    keys: &[&Key],
+    what: &str,
+    x_desc: &'static str,
+    y_desc: &str,
+    by_ranks: bool,
+) -> Panel {
+    let runs = results.max_runs(keys);
+    Panel {
+        title: format!(
+            "{what} (median of {runs} run{})",
+            if runs == 1 { "" } else { "s" }
+        ),
+        x_desc,
+        y_desc: y_desc.to_string(),
+        x_is_bytes: !by_ranks,
+        series: series_for(results, keys, by_ranks),
+    }
 }
 
 /// Draw every plot the results allow into `dir`; returns the files written.
@@ -185,13 +192,14 @@ pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Box<dyn E
     // Point-to-point: latency, and the three rates.
     let p2p_panel = |metric: &str, what: &str, y: &str| {
         let ks = select(Suite::P2p, metric, None);
-        Panel {
-            title: format!("{what}, 2 ranks ({})", runs_note(results, &ks)),
-            x_desc: "message size",
-            y_desc: y.to_string(),
-            x_is_bytes: true,
-            series: series_for(results, &ks, false),
-        }
+        panel(
+            results,
+            &ks,
+            &format!("{what}, 2 ranks"),
+            "message size",
+            y,
+            false,
+        )
     };
     let lat = p2p_panel("lat", "Ping-pong latency", "µs (half round trip)");
     if lat.series.iter().any(|s| !s.points.is_empty()) {
@@ -232,13 +240,14 @@ pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Box<dyn E
             .iter()
             .map(|m| {
                 let ks = select(Suite::Coll, m, Some(n));
-                Panel {
-                    title: format!("{m}, {n} ranks ({})", runs_note(results, &ks)),
-                    x_desc: "bytes per rank",
-                    y_desc: "µs".into(),
-                    x_is_bytes: true,
-                    series: series_for(results, &ks, false),
-                }
+                panel(
+                    results,
+                    &ks,
+                    &format!("{m}, {n} ranks"),
+                    "bytes per rank",
+                    "µs",
+                    false,
+                )
             })
             .collect();
         if !panels.is_empty() {
@@ -260,13 +269,7 @@ pub fn draw_all(results: &Results, dir: &Path) -> Result<Vec<PathBuf>, Box<dyn E
         .iter()
         .map(|m| {
             let ks = select(Suite::Kernel, m, None);
-            Panel {
-                title: format!("{m} ({})", runs_note(results, &ks)),
-                x_desc: "ranks",
-                y_desc: "seconds".into(),
-                x_is_bytes: false,
-                series: series_for(results, &ks, true),
-            }
+            panel(results, &ks, m, "ranks", "seconds", true)
         })
         .collect();
     if !panels.is_empty() {

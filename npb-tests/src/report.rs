@@ -99,6 +99,15 @@ impl Results {
         keys
     }
 
+    /// The most runs any contender has at any of `keys` (what "median of N runs" says).
+    pub fn max_runs(&self, keys: &[&Key]) -> usize {
+        keys.iter()
+            .flat_map(|k| self.mpis.iter().filter_map(|(id, _)| self.summary(k, id)))
+            .map(|s| s.runs)
+            .max()
+            .unwrap_or(0)
+    }
+
     /// Tsunagi's median over the best peer's, and whether that is at least as good.
     pub fn versus_best_peer(&self, key: &Key) -> Option<(f64, bool)> {
         let ours = self.summary(key, REFERENCE)?.median;
@@ -158,12 +167,7 @@ impl Results {
     }
 
     fn table(&self, keys: &[&Key]) -> String {
-        let runs = keys
-            .iter()
-            .flat_map(|k| self.mpis.iter().filter_map(|(id, _)| self.summary(k, id)))
-            .map(|s| s.runs)
-            .max()
-            .unwrap_or(0);
+        let runs = self.max_runs(keys);
         let mut t = format!(
             "Median of {runs} run{} per point, (min–max) beside it when there are several. Ratios are Tsunagi's \
              median over the peer's: below 1 is better for times (↓), above 1 for rates (↑); \
@@ -290,25 +294,22 @@ impl Results {
                     continue;
                 };
                 let ratio = ours.and_then(|o| stats::ratio(o, s.median));
-                w.write_record([
-                    k.suite.name().to_string(),
-                    k.metric.clone(),
-                    k.ranks.to_string(),
-                    k.bytes.map(|b| b.to_string()).unwrap_or_default(),
-                    k.unit().to_string(),
-                    if k.better() == Better::Lower {
-                        "lower"
-                    } else {
-                        "higher"
-                    }
-                    .to_string(),
-                    id.clone(),
-                    s.runs.to_string(),
-                    s.median.to_string(),
-                    s.min.to_string(),
-                    s.max.to_string(),
-                    ratio.map(|r| format!("{r:.4}")).unwrap_or_default(),
-                ])?;
+                w.write_record(
+                    key_fields(k).into_iter().chain([
+                        if k.better() == Better::Lower {
+                            "lower"
+                        } else {
+                            "higher"
+                        }
+                        .to_string(),
+                        id.clone(),
+                        s.runs.to_string(),
+                        s.median.to_string(),
+                        s.min.to_string(),
+                        s.max.to_string(),
+                        ratio.map(|r| format!("{r:.4}")).unwrap_or_default(),
+                    ]),
+                )?;
             }
         }
         into_string(w)
@@ -323,16 +324,11 @@ impl Results {
         for k in self.keys() {
             for (mpi, values) in &self.samples[k] {
                 for (i, v) in values.iter().enumerate() {
-                    w.write_record([
-                        k.suite.name().to_string(),
-                        k.metric.clone(),
-                        k.ranks.to_string(),
-                        k.bytes.map(|b| b.to_string()).unwrap_or_default(),
-                        k.unit().to_string(),
+                    w.write_record(key_fields(k).into_iter().chain([
                         mpi.clone(),
                         (i + 1).to_string(),
                         v.to_string(),
-                    ])?;
+                    ]))?;
                 }
             }
         }
@@ -356,20 +352,14 @@ impl Results {
                 _ => return Err(bad("suite")),
             };
             let metric = row.get(1).ok_or_else(|| bad("metric"))?;
-            let ranks: u32 = row
-                .get(2)
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| bad("ranks"))?;
+            let ranks: u32 = parse_field(&row, 2).ok_or_else(|| bad("ranks"))?;
             let bytes = match row.get(3) {
                 Some("") => None,
                 Some(s) => Some(s.parse().map_err(|_| bad("bytes"))?),
                 None => return Err(bad("bytes")),
             };
             let mpi = row.get(5).ok_or_else(|| bad("mpi"))?;
-            let value: f64 = row
-                .get(7)
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| bad("value"))?;
+            let value: f64 = parse_field(&row, 7).ok_or_else(|| bad("value"))?;
             r.add(Key::new(suite, metric, ranks, bytes), mpi, value);
             if !r.mpis.iter().any(|(id, _)| id == mpi) {
                 let label = match mpi {
@@ -390,6 +380,21 @@ impl Results {
         r.mpis.sort_by_key(|(id, _)| order(id));
         Ok(r)
     }
+}
+
+fn parse_field<T: std::str::FromStr>(row: &csv::StringRecord, i: usize) -> Option<T> {
+    row.get(i)?.parse().ok()
+}
+
+/// The CSV columns that identify a point: suite, metric, ranks, bytes, unit.
+fn key_fields(k: &Key) -> [String; 5] {
+    [
+        k.suite.name().to_string(),
+        k.metric.clone(),
+        k.ranks.to_string(),
+        k.bytes.map(|b| b.to_string()).unwrap_or_default(),
+        k.unit().to_string(),
+    ]
 }
 
 fn into_string(w: csv::Writer<Vec<u8>>) -> Result<String, csv::Error> {
