@@ -80,7 +80,8 @@ pub fn try_initialize() -> Result<Universe> {
 
 /// Initialize MPI asking for `threading`, reporting why it failed.
 pub fn try_initialize_with_threading(threading: Threading) -> Result<(Universe, Threading)> {
-    let provided: Threading = tsunagi_core::init(threading.into())?.into();
+    let provided: Threading =
+        tsunagi_core::init(threading.into(), &tsunagi_transports::REGISTRY)?.into();
     Ok((
         Universe {
             threading: provided,

@@ -10,7 +10,7 @@ use tsunagi_core::datatype::{Builtin, Datatype};
 use tsunagi_core::{finalize, init, CommId, ThreadLevel};
 
 fn main() {
-    init(ThreadLevel::Single).expect("init");
+    init(ThreadLevel::Single, &tsunagi_transports::REGISTRY).expect("init");
     let rt = tsunagi_core::rt("bench").expect("rt");
     let (me, n) = (rt.world_rank(), rt.world_size());
     let max: usize = std::env::args()

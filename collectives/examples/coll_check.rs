@@ -2487,7 +2487,10 @@ fn test_env(t: &T) {
 type Test = (&'static str, fn(&T));
 
 fn main() {
-    ok(init(ThreadLevel::Single), "init");
+    ok(
+        init(ThreadLevel::Single, &tsunagi_transports::REGISTRY),
+        "init",
+    );
     let rt = ok(tsunagi_core::rt("main"), "rt");
     let t = T {
         rt,

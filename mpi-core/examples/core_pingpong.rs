@@ -5,7 +5,7 @@ use tsunagi_core::datatype::{Builtin, Datatype};
 use tsunagi_core::{finalize, init, CommId, SendMode, ThreadLevel};
 
 fn main() {
-    init(ThreadLevel::Single).expect("init");
+    init(ThreadLevel::Single, &tsunagi_transports::REGISTRY).expect("init");
     let rt = tsunagi_core::rt("main").expect("runtime");
     let me = rt.world_rank();
     let byte = Datatype::builtin(Builtin::Byte);

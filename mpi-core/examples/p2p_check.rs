@@ -835,7 +835,8 @@ impl LastMessage for Runtime {
 }
 
 fn main() {
-    init(ThreadLevel::Multiple).unwrap_or_else(|e| fail(format!("init: {e}")));
+    init(ThreadLevel::Multiple, &tsunagi_transports::REGISTRY)
+        .unwrap_or_else(|e| fail(format!("init: {e}")));
     let rt = tsunagi_core::rt("main").unwrap();
     let args: Vec<String> = std::env::args().skip(1).collect();
     let all = ["sizes", "order", "modes", "datatypes", "comms", "errors"];

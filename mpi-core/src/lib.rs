@@ -1,5 +1,6 @@
 //! Tsunagi's MPI core: communicators, groups, datatypes, the request layer (matching,
-//! eager and rendezvous protocols), errors, attributes and start-up through PMI.
+//! eager and rendezvous protocols), errors, attributes and start-up (a bootstrap — PMI or a
+//! singleton — and the transports of a registry, none of which the core names).
 //!
 //! Boundary: below it is the P2P layer (`tsunagi-p2p`, which moves header+payload messages
 //! between world ranks over shared memory, sockets and other transports); above it are the
@@ -7,12 +8,12 @@
 //! The core works on raw buffer addresses and typed handles ([`CommId`], [`ReqId`],
 //! [`datatype::TypeRef`]); handle tables with MPICH's integer values belong to the C ABI.
 
+pub mod boot;
 pub mod comm;
 pub mod datatype;
 mod engine;
 pub mod error;
 pub mod group;
-mod internode;
 pub mod pmi;
 pub mod protocol;
 pub mod runtime;

@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
+use tsunagi_p2p::boot::{Bootstrap, Registry};
 use tsunagi_p2p::futex::LocalDoorbell;
-use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router, SelfTransport};
-use tsunagi_shm::{ShmConfig, ShmTransport};
+use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router};
 
+use crate::boot::init_err;
 use crate::comm::{self, CommData, CommId, ErrHandler, Keyval, MASK_WORDS};
 use crate::datatype::TypeRef;
 use crate::engine::{
@@ -23,7 +24,6 @@ use crate::engine::{
 };
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
-use crate::pmi::PmiClient;
 
 /// Largest tag a user may use (MPI_TAG_UB).
 pub const TAG_UB: i32 = i32::MAX;
@@ -74,7 +74,8 @@ pub struct Runtime {
     completion_bell: Arc<LocalDoorbell>,
     stop_threads: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
-    pmi: Mutex<Option<PmiClient>>,
+    /// How this process was started; asked again to abort and at finalize.
+    boot: Mutex<Box<dyn Bootstrap>>,
     thread_level: ThreadLevel,
     main_thread: ThreadId,
     processor_name: String,
@@ -121,14 +122,14 @@ pub fn finalized() -> bool {
 }
 
 /// MPI_Init_thread: start the runtime. Returns the thread level provided.
-pub fn init(required: ThreadLevel) -> MpiResult<ThreadLevel> {
+pub fn init(required: ThreadLevel, registry: &Registry) -> MpiResult<ThreadLevel> {
     if STATE.load(Ordering::Acquire) != UNINIT {
         return Err(MpiError::new(
             ErrorClass::Other,
             "MPI_Init: MPI was already initialized",
         ));
     }
-    let rt = Runtime::boot(required)?;
+    let rt = Runtime::boot(required, registry)?;
     let level = rt.thread_level;
     if RUNTIME.set(rt).is_err() {
         return Err(MpiError::new(ErrorClass::Other, "MPI_Init: called twice"));
@@ -146,149 +147,16 @@ fn env_u32(name: &str, default: u32) -> u32 {
         .unwrap_or(default)
 }
 
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into our stack buffer.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// What identifies a host: its name and its network namespace (so that network
-/// namespaces on one machine count as separate hosts).
-fn host_id() -> String {
-    let ns = std::fs::read_link("/proc/self/ns/net")
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    format!("{}|{}", hostname(), ns)
-}
-
-/// Parse TSUNAGI_NODE_MAP: either "K" (K consecutive ranks per node) or a comma list of a
-/// node id per rank.
-pub fn parse_node_map(spec: &str, size: usize) -> Result<Vec<u32>, String> {
-    let spec = spec.trim();
-    if let Ok(k) = spec.parse::<usize>() {
-        if k == 0 {
-            return Err("TSUNAGI_NODE_MAP: ranks per node must be at least 1".into());
-        }
-        return Ok((0..size).map(|r| (r / k) as u32).collect());
-    }
-    let ids: Result<Vec<u32>, _> = spec.split(',').map(|s| s.trim().parse::<u32>()).collect();
-    match ids {
-        Ok(v) if v.len() == size => Ok(v),
-        Ok(v) => Err(format!(
-            "TSUNAGI_NODE_MAP lists {} ranks but the job has {size}",
-            v.len()
-        )),
-        Err(_) => Err(format!(
-            "TSUNAGI_NODE_MAP={spec}: expected ranks per node (\"2\") or a node id per rank (\"0,0,1,1\")"
-        )),
-    }
-}
-
-fn sanitize(name: &str) -> String {
-    name.chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
-                c
-            } else {
-                '_'
-            }
-        })
-        .collect()
-}
-
-fn init_err(e: impl std::fmt::Display) -> MpiError {
-    MpiError::new(ErrorClass::Other, format!("MPI_Init: {e}"))
-}
-
 impl Runtime {
-    fn boot(required: ThreadLevel) -> MpiResult<Runtime> {
+    fn boot(required: ThreadLevel, registry: &Registry) -> MpiResult<Runtime> {
         let mode = ProgressMode::from_env().map_err(init_err)?;
-        let mut pmi = PmiClient::from_env()?;
-        let (rank, size, kvs) = match &pmi {
-            Some(p) => (p.rank() as Rank, p.size() as usize, p.kvsname().to_string()),
-            None => (0, 1, format!("singleton_{}", std::process::id())),
-        };
-        let kvs = sanitize(&kvs);
-
-        // Where every rank runs: TSUNAGI_NODE_MAP (pretend nodes), else the launcher's
-        // process mapping, else an exchange of host ids.
-        let nodes: Vec<u32> = if let Ok(spec) = std::env::var("TSUNAGI_NODE_MAP") {
-            parse_node_map(&spec, size).map_err(init_err)?
-        } else if let Some(p) = pmi.as_mut() {
-            match p.process_mapping()? {
-                Some(m) if m.len() == size => m,
-                _ => {
-                    p.put(&format!("tsunagi-host-{rank}"), &host_id())?;
-                    p.barrier()?;
-                    let mut ids: Vec<String> = Vec::new();
-                    let mut nodes = Vec::with_capacity(size);
-                    for r in 0..size {
-                        let h = p
-                            .get(&format!("tsunagi-host-{r}"))?
-                            .ok_or_else(|| init_err(format!("rank {r} published no host id")))?;
-                        let id = match ids.iter().position(|x| *x == h) {
-                            Some(i) => i,
-                            None => {
-                                ids.push(h);
-                                ids.len() - 1
-                            }
-                        };
-                        nodes.push(id as u32);
-                    }
-                    nodes
-                }
-            }
-        } else {
-            vec![0]
-        };
+        let mut boot = crate::boot::bootstrap(registry)?;
+        let (rank, size) = (boot.rank(), boot.size());
+        let placement = crate::boot::placement(boot.as_mut())?;
+        let router = crate::boot::start_transports(registry, boot.as_mut(), &placement)?;
+        let nodes = placement.node;
         let my_node = nodes[rank as usize];
-        let local: Vec<Rank> = (0..size as Rank)
-            .filter(|&r| nodes[r as usize] == my_node)
-            .collect();
-        let remote: Vec<Rank> = (0..size as Rank)
-            .filter(|&r| nodes[r as usize] != my_node)
-            .collect();
-
-        let mut router = Router::new(size);
-        router.add(Box::new(SelfTransport::new(rank)), &[rank]);
-
-        // Shared memory within the node: the leader creates, the others attach after a
-        // barrier, and the leader unlinks after a second barrier, so that no name is left
-        // in /dev/shm even if the job dies later (the launcher also sweeps the prefix).
-        let shm_name = format!("tsunagi-{kvs}-n{my_node}");
-        let cfg = ShmConfig::from_env();
-        let leader = local[0] == rank;
-        let mut shm: Option<ShmTransport> = None;
-        if local.len() > 1 && leader {
-            shm = Some(ShmTransport::create(&shm_name, &local, rank, &cfg).map_err(init_err)?);
-        }
-        // Ranks on other nodes: TCP, or the stream transport (see internode.rs). Cards are
-        // published before the barrier below and read after it.
-        let internode = crate::internode::listen(pmi.as_mut(), rank, &kvs, &remote)?;
-        if let Some(p) = pmi.as_mut() {
-            p.barrier()?;
-        }
-        if local.len() > 1 && !leader {
-            shm = Some(ShmTransport::attach(&shm_name, &local, rank, &cfg).map_err(init_err)?);
-        }
-        if let Some(p) = pmi.as_mut() {
-            p.barrier()?;
-        }
-        if let Some(s) = shm {
-            if leader {
-                s.unlink().map_err(init_err)?;
-            }
-            let peers: Vec<Rank> = local.iter().copied().filter(|&r| r != rank).collect();
-            router.add(Box::new(s), &peers);
-        }
-        if let Some(t) = internode {
-            router.add(t.connect(pmi.as_mut(), &remote)?, &remote);
-        }
+        let local = nodes.iter().filter(|&&n| n == my_node).count();
         let sources: Vec<(usize, Arc<dyn EventSource>)> = router
             .event_sources()
             .into_iter()
@@ -303,7 +171,7 @@ impl Runtime {
         // costs tens of microseconds (about 100 in a VM), so a rank that has a core of its
         // own stays runnable for a long while (~tens of ms of yields); ranks that outnumber
         // the cores give their core away quickly instead.
-        let oversubscribed = local.len() > ncpu;
+        let oversubscribed = local > ncpu;
         let spin = env_u32("TSUNAGI_SPIN", if oversubscribed { 50 } else { 20_000 });
         let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
 
@@ -343,10 +211,11 @@ impl Runtime {
             completion_bell: LocalDoorbell::new(),
             stop_threads: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
-            pmi: Mutex::new(pmi),
+            appnum: boot.appnum(),
+            boot: Mutex::new(boot),
             thread_level: required.clamp(ThreadLevel::Single, ThreadLevel::Multiple),
             main_thread: std::thread::current().id(),
-            processor_name: hostname(),
+            processor_name: crate::boot::hostname(),
             epoch: Instant::now(),
             spin,
             yields,
@@ -360,7 +229,6 @@ impl Runtime {
             keyvals: Mutex::new(Slab::default()),
             nodes,
             universe_size,
-            appnum: 0,
         })
     }
 
@@ -1874,10 +1742,8 @@ impl Runtime {
 
     /// MPI_Abort: end the whole job. Never returns.
     pub fn abort(&self, code: i32, msg: &str) -> ! {
-        if let Ok(mut p) = self.pmi.lock() {
-            if let Some(p) = p.as_mut() {
-                let _ = p.abort(code, msg);
-            }
+        if let Ok(mut b) = self.boot.lock() {
+            b.abort(code, msg);
         }
         std::process::exit(if code == 0 { 1 } else { code & 0xff });
     }
@@ -2008,9 +1874,11 @@ impl Runtime {
         for h in self.threads.lock().expect("threads").drain(..) {
             let _ = h.join();
         }
-        if let Some(p) = self.pmi.lock().expect("pmi lock").as_mut() {
-            p.finalize()?;
-        }
+        self.boot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finalize()
+            .map_err(|e| MpiError::new(ErrorClass::Other, format!("MPI_Finalize: {e}")))?;
         // Unmap the shared memory and close sockets.
         let mut e = self.lock();
         e.router = Router::new(0);

@@ -4,18 +4,20 @@
 //! Boundary: this crate moves *messages* (a fixed 32-byte [`Header`] plus payload bytes)
 //! between world ranks. It knows nothing of communicators, tags or matching; the header
 //! fields other than `src` are opaque to it and interpreted by the request layer
-//! (`tsunagi-core`). Transports live in their own crates (`tsunagi-shm`, later TCP, vendor
-//! MPI, PM, IMPI); this crate also carries the in-process [`SelfTransport`] and the
-//! [`stream::StreamTransport`] over Unix-domain sockets, which serves as the second live
-//! transport in tests of multi-transport progress until TCP lands.
+//! (`tsunagi-core`). Transports live in their own crates (`tsunagi-shm`, `tsunagi-tcp`,
+//! `tsunagi-stream`, later vendor MPI, PM); they plug in through the start-up contracts of
+//! [`boot`] ([`boot::TransportFactory`], [`boot::Bootstrap`]). This crate also carries the
+//! in-process [`SelfTransport`], the sans-IO stream [`framing`] that socket transports
+//! share, and the futex doorbells.
 
 use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub mod boot;
+pub mod framing;
 pub mod futex;
 pub mod self_transport;
-pub mod stream;
 
 pub use self_transport::SelfTransport;
 

@@ -26,7 +26,7 @@ fn level_from(v: c_int) -> MpiResult<ThreadLevel> {
 }
 
 pub(crate) fn init(_argc: Option<&mut c_int>, _argv: *mut *mut *mut c_char) -> MpiResult<()> {
-    tsunagi_core::init(ThreadLevel::Single)?;
+    tsunagi_core::init(ThreadLevel::Single, &tsunagi_transports::REGISTRY)?;
     h::set_running(Some(tsunagi_core::rt("MPI_Init")?));
     Ok(())
 }
@@ -37,7 +37,7 @@ pub(crate) fn init_thread(
     required: c_int,
     provided: &mut c_int,
 ) -> MpiResult<()> {
-    let l = tsunagi_core::init(level_from(required)?)?;
+    let l = tsunagi_core::init(level_from(required)?, &tsunagi_transports::REGISTRY)?;
     h::set_running(Some(tsunagi_core::rt("MPI_Init_thread")?));
     *provided = l as c_int;
     Ok(())

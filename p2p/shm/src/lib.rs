@@ -6,9 +6,10 @@
 //! nothing else. It moves a 32-byte [`Header`] plus payload per message, in order per peer,
 //! never blocks, and offers `read_remote` for single-copy rendezvous; the protocols on top
 //! (eager vs. rendezvous, matching, the streamed fallback when CMA is off) belong to
-//! `tsunagi-core`. Start-up (who creates, barriers, names) is driven by the core: the node
-//! leader calls [`ShmTransport::create`], the others [`ShmTransport::attach`] after a
-//! barrier, and the leader [`ShmTransport::unlink`]s after a second barrier.
+//! `tsunagi-core`. Start-up (who creates, fences, names) is [`FACTORY`], this transport's
+//! [`tsunagi_p2p::boot::TransportFactory`]: the node leader calls [`ShmTransport::create`],
+//! the others [`ShmTransport::attach`] after a fence, and the leader
+//! [`ShmTransport::unlink`]s after a second fence.
 //!
 //! Layout and memory ordering are documented in `layout.rs` (what lives where) and
 //! `ring.rs` (the single-producer/single-consumer protocol). In short: one segment per node,
@@ -32,10 +33,12 @@ use std::time::Duration;
 use tsunagi_p2p::futex::DoorbellWords;
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport};
 
+mod factory;
 mod layout;
 mod ring;
 mod segment;
 
+pub use factory::{ShmFactory, FACTORY};
 use layout::{round_up, InfoLine, Layout, SegHeader, Slot, LINE, MAGIC, PAYLOAD_OFFSET, VERSION};
 use ring::{Consumer, Producer, RingRef};
 use segment::Mapping;

@@ -9,8 +9,9 @@
 //! for large messages is the request layer's (`tsunagi-core` sends RTS, waits for CTS and
 //! streams DATA chunks of at most [`Transport::max_payload`] bytes); this transport makes the
 //! chunks flow through bounded per-peer queues so a slow peer costs bounded memory. Finding
-//! the peers (their "host:port" cards via PMI) is the caller's, see [`TcpTransport::card`]
-//! and [`TcpTransport::set_peers`].
+//! the peers (their "host:port" cards through the bootstrap) is [`FACTORY`]'s, this
+//! transport's [`tsunagi_p2p::boot::TransportFactory`], through [`TcpTransport::card`] and
+//! [`TcpTransport::set_peers`].
 //!
 //! Dependencies: **mio** gives non-blocking TCP sockets and one readiness registry (epoll on
 //! Linux) for the listener, every connection and a waker, which is what the progress
@@ -22,16 +23,18 @@
 //!   `TSUNAGI_TCP_PORTS`), buffer sizes; pure, unit-tested.
 //! * [`handshake`]: the hello, the verdict and the simultaneous-connect rule; pure,
 //!   unit-tested.
-//! * the wire framing after the handshake is the stream transport's
-//!   ([`tsunagi_p2p::stream::FrameDecoder`], [`tsunagi_p2p::stream::OutQueue`]): a length
+//! * the wire framing after the handshake is the shared one
+//!   ([`tsunagi_p2p::framing::FrameDecoder`], [`tsunagi_p2p::framing::OutQueue`]): a length
 //!   prefix, the header, the payload; `GOODBYE` on a graceful close.
 //! * [`transport`]: the sockets.
 
 pub mod config;
+mod factory;
 pub mod handshake;
 pub mod transport;
 
 pub use config::{JobKey, TcpConfig};
+pub use factory::{TcpFactory, FACTORY};
 pub use transport::TcpTransport;
 
 /// The prefix of a TCP business card published through PMI: `tcp:<ip>:<port>`.

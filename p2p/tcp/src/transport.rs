@@ -33,7 +33,7 @@ use mio::net::{TcpListener, TcpStream};
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use socket2::{Domain, Protocol, SockAddr, SockRef, Socket, Type};
 
-use tsunagi_p2p::stream::{encode_frame_head, Frame, FrameDecoder, OutQueue, GOODBYE};
+use tsunagi_p2p::framing::{encode_frame_head, Frame, FrameDecoder, OutQueue, GOODBYE};
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
 
 use crate::config::{self, TcpConfig};
