@@ -834,6 +834,78 @@ impl LastMessage for Runtime {
     }
 }
 
+/// MPI_THREAD_MULTIPLE: two threads make communicators from two different parents at
+/// once, many times. Every live communicator must have its own context in this process,
+/// and traffic on same-tag messages of both threads' communicators must not mix.
+fn test_mt_comms(rt: &'static Runtime) {
+    const ROUNDS: usize = 40;
+    let (me, n) = (rt.world_rank(), rt.world_size());
+    let parents = [
+        rt.comm_dup(CommId::WORLD).unwrap(),
+        rt.comm_dup(CommId::WORLD).unwrap(),
+    ];
+    let made: Vec<Vec<CommId>> = std::thread::scope(|s| {
+        let handles: Vec<_> = parents
+            .iter()
+            .enumerate()
+            .map(|(t, &parent)| {
+                s.spawn(move || {
+                    let mut mine = Vec::with_capacity(ROUNDS);
+                    for i in 0..ROUNDS {
+                        let c = if i % 3 == 2 {
+                            rt.comm_split(parent, 0, me as i32)
+                                .unwrap()
+                                .expect("member")
+                        } else {
+                            rt.comm_dup(parent).unwrap()
+                        };
+                        // A message around the ring on the new communicator, the same tag
+                        // in both threads: a shared context would cross them.
+                        if n > 1 {
+                            let out = [t as u8, i as u8, me as u8];
+                            let mut got = [0u8; 3];
+                            let next = ((me + 1) % n) as i32;
+                            let prev = ((me + n - 1) % n) as i32;
+                            if me % 2 == 0 {
+                                send_bytes(rt, &out, next, 77, c);
+                                recv_bytes(rt, &mut got, prev, 77, c);
+                            } else {
+                                recv_bytes(rt, &mut got, prev, 77, c);
+                                send_bytes(rt, &out, next, 77, c);
+                            }
+                            let want = [t as u8, i as u8, prev as u8];
+                            check!(
+                                got == want,
+                                "thread {t} round {i}: got {got:?}, want {want:?}"
+                            );
+                        }
+                        mine.push(c);
+                    }
+                    mine
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    });
+    let mut contexts: Vec<u32> = made
+        .iter()
+        .flatten()
+        .chain(parents.iter())
+        .map(|&c| rt.comm_coll_context(c).unwrap())
+        .collect();
+    contexts.push(rt.comm_coll_context(CommId::WORLD).unwrap());
+    let total = contexts.len();
+    contexts.sort_unstable();
+    contexts.dedup();
+    check!(
+        contexts.len() == total,
+        "two live communicators share a context"
+    );
+    for c in made.into_iter().flatten().chain(parents) {
+        rt.comm_free(c).unwrap();
+    }
+}
+
 fn main() {
     init(ThreadLevel::Multiple, &tsunagi_transports::REGISTRY)
         .unwrap_or_else(|e| fail(format!("init: {e}")));
@@ -853,6 +925,7 @@ fn main() {
             "datatypes" => test_datatypes(rt),
             "comms" => test_comms(rt),
             "errors" => test_errors(rt),
+            "mtcomms" => test_mt_comms(rt),
             "abort" => {
                 if rt.world_rank() == rt.world_size() - 1 {
                     rt.abort(3, "p2p_check asked to abort");

@@ -6,6 +6,14 @@
 //! pairs, the masks are ANDed, and the lowest pair free everywhere is taken (MPICH's
 //! scheme). Disjoint communicators made by one split may share a pair: no message can
 //! cross between them because no process is in both.
+//!
+//! Under MPI_THREAD_MULTIPLE two threads may make communicators from different parents at
+//! once, and two exchanges offering the same free pairs could both pick one pair in one
+//! process. [`ContextAllocator`] prevents that as MPICH does: in each process only one
+//! allocation at a time (the one on the lowest parent context among those waiting) offers
+//! the real mask; the others offer nothing, get no pair, and try again. The allocation on
+//! the lowest parent context waiting anywhere eventually owns the mask in all its members
+//! at once, so every allocation ends.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -116,9 +124,220 @@ pub fn mark(mask: &mut [u64; MASK_WORDS], k: usize, used: bool) {
     }
 }
 
+/// A process's free context pairs and the allocations in flight (see the module doc).
+/// Sans IO: the caller exchanges [`Offer`]s over the parent communicator.
+pub struct ContextAllocator {
+    free: [u64; MASK_WORDS],
+    /// Parent contexts of the allocations in flight in this process.
+    waiting: Vec<u32>,
+    /// The allocation whose round offers the real mask.
+    owner: Option<u32>,
+}
+
+/// What one member contributes to a round of agreement.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Offer {
+    /// The free pairs offered (all zero when this member's mask is busy).
+    pub mask: [u64; MASK_WORDS],
+    /// True when `mask` is the member's real free mask.
+    pub real: bool,
+}
+
+/// Bytes of an [`Offer`] on the wire.
+pub const OFFER_BYTES: usize = 1 + MASK_WORDS * 8;
+
+impl Offer {
+    /// The offer as bytes (native order: only this job's processes read it).
+    pub fn to_bytes(&self) -> Vec<u8> {
+        let mut b = Vec::with_capacity(OFFER_BYTES);
+        b.push(self.real as u8);
+        for w in &self.mask {
+            b.extend_from_slice(&w.to_ne_bytes());
+        }
+        b
+    }
+
+    /// Read an offer from the front of `b` (`None` if too short).
+    pub fn from_bytes(b: &[u8]) -> Option<Offer> {
+        let b = b.get(..OFFER_BYTES)?;
+        let mut mask = [0u64; MASK_WORDS];
+        for (i, w) in mask.iter_mut().enumerate() {
+            *w = u64::from_ne_bytes(b[1 + i * 8..9 + i * 8].try_into().ok()?);
+        }
+        Some(Offer {
+            mask,
+            real: b[0] == 1,
+        })
+    }
+}
+
+/// How a round of agreement ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Agreed {
+    /// Pair `k` is this communicator's (contexts `2k`, `2k+1`).
+    Pair(usize),
+    /// Some member's mask was busy: exchange again.
+    Retry,
+    /// Every member offered its real mask and no pair is free everywhere.
+    Exhausted,
+}
+
+impl Default for ContextAllocator {
+    fn default() -> Self {
+        ContextAllocator::new()
+    }
+}
+
+impl ContextAllocator {
+    /// Pairs 0 (MPI_COMM_WORLD) and 1 (MPI_COMM_SELF) in use, the rest free.
+    pub fn new() -> ContextAllocator {
+        let mut free = full_mask();
+        mark(&mut free, 0, true);
+        mark(&mut free, 1, true);
+        ContextAllocator {
+            free,
+            waiting: Vec::new(),
+            owner: None,
+        }
+    }
+
+    /// Begin a round of the allocation on `parent` (the parent communicator's collective
+    /// context, unique among the allocations of one process).
+    pub fn offer(&mut self, parent: u32) -> Offer {
+        if !self.waiting.contains(&parent) {
+            self.waiting.push(parent);
+        }
+        if self.owner.is_none() && self.waiting.iter().min() == Some(&parent) {
+            self.owner = Some(parent);
+        }
+        if self.owner == Some(parent) {
+            Offer {
+                mask: self.free,
+                real: true,
+            }
+        } else {
+            Offer {
+                mask: [0; MASK_WORDS],
+                real: false,
+            }
+        }
+    }
+
+    /// End the round of the allocation on `parent`, given every member's offer.
+    pub fn conclude(&mut self, parent: u32, offers: &[Offer]) -> Agreed {
+        let mut and = full_mask();
+        for o in offers {
+            for (a, w) in and.iter_mut().zip(o.mask.iter()) {
+                *a &= *w;
+            }
+        }
+        if self.owner == Some(parent) {
+            self.owner = None;
+        }
+        match lowest_free(&and) {
+            Some(k) => {
+                mark(&mut self.free, k, true);
+                self.waiting.retain(|&p| p != parent);
+                Agreed::Pair(k)
+            }
+            None if offers.iter().all(|o| o.real) => {
+                self.waiting.retain(|&p| p != parent);
+                Agreed::Exhausted
+            }
+            None => Agreed::Retry,
+        }
+    }
+
+    /// Forget the allocation on `parent` (its exchange failed).
+    pub fn abandon(&mut self, parent: u32) {
+        if self.owner == Some(parent) {
+            self.owner = None;
+        }
+        self.waiting.retain(|&p| p != parent);
+    }
+
+    /// Pair `k` is free again (its communicator was freed).
+    pub fn release(&mut self, k: usize) {
+        mark(&mut self.free, k, false);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Two processes, two allocations on different parents running at once, with the
+    /// rounds interleaved in the worst orders: never one pair for both, always an end.
+    #[test]
+    fn concurrent_allocations_never_share_a_pair() {
+        // Every interleaving of the two allocations' offer/conclude steps in the two
+        // processes, as a bit pattern choosing which allocation steps next per process.
+        for pattern in 0u32..256 {
+            let mut procs = [ContextAllocator::new(), ContextAllocator::new()];
+            let parents = [11u32, 7u32];
+            let mut got: [Option<usize>; 2] = [None, None];
+            let mut rounds = 0;
+            let mut bit = 0;
+            while got.iter().any(|g| g.is_none()) {
+                rounds += 1;
+                assert!(rounds < 100, "no progress with pattern {pattern:#x}");
+                // In each process, the allocations offer in an order the pattern picks.
+                let mut offers = [[None; 2]; 2]; // [allocation][process]
+                for (p, proc_) in procs.iter_mut().enumerate() {
+                    let first = ((pattern >> (bit % 8)) & 1) as usize;
+                    bit += 1;
+                    for a in [first, 1 - first] {
+                        if got[a].is_none() {
+                            offers[a][p] = Some(proc_.offer(parents[a]));
+                        }
+                    }
+                    let _ = p;
+                }
+                for a in 0..2 {
+                    if got[a].is_some() {
+                        continue;
+                    }
+                    let all: Vec<Offer> = offers[a].iter().map(|o| o.unwrap()).collect();
+                    let mut verdicts = Vec::new();
+                    for proc_ in procs.iter_mut() {
+                        verdicts.push(proc_.conclude(parents[a], &all));
+                    }
+                    assert!(
+                        verdicts.iter().all(|v| *v == verdicts[0]),
+                        "members disagree"
+                    );
+                    match verdicts[0] {
+                        Agreed::Pair(k) => got[a] = Some(k),
+                        Agreed::Retry => {}
+                        Agreed::Exhausted => panic!("exhausted with free pairs"),
+                    }
+                }
+            }
+            assert_ne!(got[0], got[1], "pattern {pattern:#x} gave one pair twice");
+            assert!(got.iter().all(|g| g.unwrap() >= 2));
+        }
+    }
+
+    #[test]
+    fn exhaustion_is_reported_and_release_frees() {
+        let mut a = ContextAllocator::new();
+        let mut pairs = Vec::new();
+        loop {
+            let o = a.offer(1);
+            match a.conclude(1, &[o]) {
+                Agreed::Pair(k) => pairs.push(k),
+                Agreed::Exhausted => break,
+                Agreed::Retry => panic!("a lone allocation never retries"),
+            }
+        }
+        assert_eq!(pairs.len(), CONTEXT_PAIRS - 2);
+        a.release(pairs[5]);
+        let o = a.offer(1);
+        assert_eq!(a.conclude(1, &[o]), Agreed::Pair(pairs[5]));
+        let o = Offer::from_bytes(&a.offer(3).to_bytes()).unwrap();
+        assert!(o.real);
+        assert_eq!(Offer::from_bytes(&[1, 2, 3]), None);
+    }
 
     #[test]
     fn mask_allocation() {

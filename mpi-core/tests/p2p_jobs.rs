@@ -187,6 +187,19 @@ fn shm_and_stream_mixed_both_engines() {
     }
 }
 
+/// MPI_THREAD_MULTIPLE: two threads per rank make communicators from different parents at
+/// once (context-id agreement must never give two live communicators one context).
+#[test]
+fn concurrent_communicator_creation_both_engines() {
+    let _serial = serial();
+    for progress in ["polling", "threaded"] {
+        for map in [None, Some("2")] {
+            let (out, _) = job(4, progress, map, &["mtcomms"]);
+            assert_ok(&out, &["mtcomms"], &format!("mtcomms {progress} {map:?}"));
+        }
+    }
+}
+
 fn assert_failed_cleanly(out: &Output, took: Duration, what: &str, expect: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{what}: job should fail");

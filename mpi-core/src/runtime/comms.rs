@@ -1,0 +1,467 @@
+//! Communicators: queries, the internal all-gather and point-to-point on the collective
+//! context, context-id agreement, dup, split, create, free, compare.
+
+use super::*;
+
+impl Runtime {
+    pub(super) fn with_comm<T>(
+        &self,
+        call: &str,
+        comm: CommId,
+        f: impl FnOnce(&CommData) -> T,
+    ) -> MpiResult<T> {
+        let e = self.lock();
+        let c = self.check_comm(&e, call, comm)?;
+        Ok(f(c))
+    }
+
+    /// MPI_Comm_size.
+    pub fn comm_size(&self, comm: CommId) -> MpiResult<usize> {
+        self.with_comm("MPI_Comm_size", comm, |c| c.size())
+    }
+    /// MPI_Comm_rank.
+    pub fn comm_rank(&self, comm: CommId) -> MpiResult<usize> {
+        self.with_comm("MPI_Comm_rank", comm, |c| c.rank)
+    }
+    /// MPI_Comm_group.
+    pub fn comm_group(&self, comm: CommId) -> MpiResult<Arc<Group>> {
+        self.with_comm("MPI_Comm_group", comm, |c| c.group.clone())
+    }
+    /// Node id of each rank of the communicator.
+    pub fn comm_nodes(&self, comm: CommId) -> MpiResult<Arc<Vec<u32>>> {
+        self.with_comm("MPI_Comm_split_type", comm, |c| c.nodes.clone())
+    }
+    /// The collective context of a communicator (for the collectives layer).
+    pub fn comm_coll_context(&self, comm: CommId) -> MpiResult<u32> {
+        self.with_comm("collective", comm, |c| c.coll_context())
+    }
+    /// Check that `comm` is a live communicator.
+    pub fn check_comm_id(&self, call: &str, comm: CommId) -> MpiResult<()> {
+        self.with_comm(call, comm, |_| ())
+    }
+    /// MPI_Comm_get_name.
+    pub fn comm_get_name(&self, comm: CommId) -> MpiResult<String> {
+        self.with_comm("MPI_Comm_get_name", comm, |c| c.name.clone())
+    }
+    /// MPI_Comm_set_name.
+    pub fn comm_set_name(&self, comm: CommId, name: &str) -> MpiResult<()> {
+        let mut e = self.lock();
+        self.check_comm(&e, "MPI_Comm_set_name", comm)?;
+        e.core.comm_mut(comm).expect("checked").name = name.to_string();
+        Ok(())
+    }
+
+    /// Internal all-gather of byte blocks over `comm`'s collective context (used to make
+    /// communicators; the collectives layer has the fast algorithms).
+    pub fn allgather_bytes(
+        &self,
+        call: &str,
+        comm: CommId,
+        mine: &[u8],
+    ) -> MpiResult<Vec<Vec<u8>>> {
+        let (ctx_comm, size, rank, group) = {
+            let e = self.lock();
+            let c = self.check_comm(&e, call, comm)?;
+            (comm, c.size(), c.rank, c.group.clone())
+        };
+        let _ = group;
+        // Lengths first, then data, both as all-to-all of point-to-point messages on the
+        // collective context (tag space below zero is reserved for internal traffic).
+        let lens = self.exchange(
+            ctx_comm,
+            size,
+            rank,
+            -100,
+            &(mine.len() as u64).to_ne_bytes(),
+            |_| 8,
+        )?;
+        let lens: Vec<usize> = lens
+            .iter()
+            .map(|b| u64::from_ne_bytes(b[..8].try_into().expect("8 bytes")) as usize)
+            .collect();
+        self.exchange(ctx_comm, size, rank, -101, mine, |r| lens[r])
+    }
+
+    /// Send `mine` to every other member and receive theirs, on the collective context.
+    pub(super) fn exchange(
+        &self,
+        comm: CommId,
+        size: usize,
+        rank: usize,
+        tag: i32,
+        mine: &[u8],
+        len_of: impl Fn(usize) -> usize,
+    ) -> MpiResult<Vec<Vec<u8>>> {
+        let mut out: Vec<Vec<u8>> = (0..size).map(|r| vec![0u8; len_of(r)]).collect();
+        out[rank] = mine.to_vec();
+        let mut reqs = Vec::new();
+        {
+            let mut e = self.lock();
+            let byte = e.byte_type();
+            let ctx = e.core.comm(comm).expect("checked").coll_context();
+            for (r, buf) in out.iter_mut().enumerate() {
+                if r == rank {
+                    continue;
+                }
+                let id = e.new_request(
+                    None,
+                    Buf(buf.as_mut_ptr()),
+                    buf.len(),
+                    byte.clone(),
+                    comm,
+                    r as i32,
+                    tag,
+                    false,
+                );
+                e.set_request_context(id, ctx);
+                e.start(id)?;
+                reqs.push(Some(id));
+            }
+            for r in 0..size {
+                if r == rank {
+                    continue;
+                }
+                let id = e.new_request(
+                    Some(SendMode::Standard),
+                    Buf(mine.as_ptr() as *mut u8),
+                    mine.len(),
+                    byte.clone(),
+                    comm,
+                    r as i32,
+                    tag,
+                    false,
+                );
+                e.set_request_context(id, ctx);
+                e.start(id)?;
+                reqs.push(Some(id));
+            }
+        }
+        self.waitall("internal exchange", &reqs)?;
+        Ok(out)
+    }
+
+    /// Non-blocking send on `comm`'s collective context, for the collectives layer and
+    /// internal protocols: any tag (negative ones are reserved for internal use), no
+    /// user-argument checks beyond the communicator and the rank.
+    ///
+    /// # Safety
+    /// As [`Runtime::isend`].
+    pub unsafe fn coll_isend(
+        &self,
+        buf: *const u8,
+        count: usize,
+        dtype: &TypeRef,
+        dest: usize,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        self.coll_request(
+            Some(SendMode::Standard),
+            buf as *mut u8,
+            count,
+            dtype,
+            dest,
+            tag,
+            comm,
+        )
+    }
+
+    /// Non-blocking receive on `comm`'s collective context (see [`Runtime::coll_isend`]).
+    ///
+    /// # Safety
+    /// As [`Runtime::irecv`].
+    pub unsafe fn coll_irecv(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        source: usize,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        self.coll_request(None, buf, count, dtype, source, tag, comm)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn coll_request(
+        &self,
+        send: Option<SendMode>,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        peer: usize,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        let mut e = self.lock();
+        let c = self.check_comm(&e, "collective", comm)?;
+        if peer >= c.size() {
+            return Err(MpiError::new(
+                ErrorClass::Rank,
+                format!(
+                    "collective: rank {peer} outside communicator of size {}",
+                    c.size()
+                ),
+            ));
+        }
+        let ctx = c.coll_context();
+        let id = e.new_request(
+            send,
+            Buf(buf),
+            count,
+            dtype.clone(),
+            comm,
+            peer as i32,
+            tag,
+            false,
+        );
+        e.set_request_context(id, ctx);
+        e.start(id)?;
+        Ok(id)
+    }
+
+    /// Internal barrier over `comm`.
+    pub fn barrier_internal(&self, comm: CommId) -> MpiResult<()> {
+        self.allgather_bytes("MPI_Barrier", comm, &[]).map(|_| ())
+    }
+
+    /// Agree with the members of `comm` on a context pair free in all of them (collective
+    /// over `comm`; see [`comm::ContextAllocator`] for why it may take several rounds).
+    /// `extra` rides along the first exchange; returns every member's `extra`.
+    pub(super) fn new_context(
+        &self,
+        call: &str,
+        comm: CommId,
+        extra: &[u8],
+    ) -> MpiResult<(u32, Vec<Vec<u8>>)> {
+        let parent = self.comm_coll_context(comm)?;
+        let mut extras: Option<Vec<Vec<u8>>> = None;
+        loop {
+            let offer = self.contexts.lock().expect("contexts lock").offer(parent);
+            let mut mine = offer.to_bytes();
+            if extras.is_none() {
+                mine.extend_from_slice(extra);
+            }
+            let all = match self.allgather_bytes(call, comm, &mine) {
+                Ok(all) => all,
+                Err(e) => {
+                    self.contexts.lock().expect("contexts lock").abandon(parent);
+                    return Err(e);
+                }
+            };
+            let offers: Vec<comm::Offer> = all
+                .iter()
+                .map(|b| comm::Offer::from_bytes(b).expect("members send whole offers"))
+                .collect();
+            if extras.is_none() {
+                extras = Some(
+                    all.into_iter()
+                        .map(|b| b[comm::OFFER_BYTES..].to_vec())
+                        .collect(),
+                );
+            }
+            let verdict = self
+                .contexts
+                .lock()
+                .expect("contexts lock")
+                .conclude(parent, &offers);
+            match verdict {
+                comm::Agreed::Pair(k) => return Ok(((2 * k) as u32, extras.unwrap_or_default())),
+                comm::Agreed::Exhausted => {
+                    return Err(MpiError::new(
+                        ErrorClass::Other,
+                        format!("{call}: out of communicator context ids (too many communicators)"),
+                    ))
+                }
+                // Another thread's allocation holds the mask somewhere: let it finish.
+                comm::Agreed::Retry => std::thread::yield_now(),
+            }
+        }
+    }
+
+    pub(super) fn insert_comm(
+        &self,
+        parent: CommId,
+        group: Group,
+        rank: usize,
+        context: u32,
+    ) -> MpiResult<CommId> {
+        let mut e = self.lock();
+        let (errhandler, world_nodes) = {
+            let p = self.check_comm(&e, "communicator creation", parent)?;
+            (p.errhandler.clone(), self.nodes.clone())
+        };
+        let nodes = Arc::new(
+            group
+                .world_ranks()
+                .iter()
+                .map(|&w| world_nodes[w as usize])
+                .collect(),
+        );
+        let data = CommData {
+            group: Arc::new(group),
+            rank,
+            context,
+            name: String::new(),
+            errhandler,
+            attrs: Default::default(),
+            nodes,
+        };
+        let slot = e.core.comms.iter().position(|c| c.is_none());
+        let id = match slot {
+            Some(i) if i >= 2 => {
+                e.core.comms[i] = Some(data);
+                i
+            }
+            _ => {
+                e.core.comms.push(Some(data));
+                e.core.comms.len() - 1
+            }
+        };
+        Ok(CommId(id as u32))
+    }
+
+    /// MPI_Comm_dup (attributes copied through their keyvals' copy callbacks).
+    pub fn comm_dup(&self, comm: CommId) -> MpiResult<CommId> {
+        let call = "MPI_Comm_dup";
+        let (context, _) = self.new_context(call, comm, &[])?;
+        let (group, rank, attrs) = {
+            let e = self.lock();
+            let c = self.check_comm(&e, call, comm)?;
+            ((*c.group).clone(), c.rank, c.attrs.clone())
+        };
+        let new = self.insert_comm(comm, group, rank, context)?;
+        // Copy callbacks run without the engine lock: they may call MPI.
+        for (kv, val) in attrs {
+            let keyval = self
+                .keyvals
+                .lock()
+                .expect("keyvals")
+                .get(kv_index(kv))
+                .cloned();
+            if let Some(Keyval {
+                copy: Some(f),
+                extra,
+                ..
+            }) = keyval
+            {
+                if let Some(v) = f(comm, kv, extra, val)? {
+                    let mut e = self.lock();
+                    e.core.comm_mut(new).expect("just made").attrs.insert(kv, v);
+                }
+            }
+        }
+        Ok(new)
+    }
+
+    /// MPI_Comm_split: None for MPI_UNDEFINED colour (MPI_COMM_NULL).
+    pub fn comm_split(&self, comm: CommId, color: i32, key: i32) -> MpiResult<Option<CommId>> {
+        let call = "MPI_Comm_split";
+        let mut mine = Vec::with_capacity(8);
+        mine.extend_from_slice(&color.to_ne_bytes());
+        mine.extend_from_slice(&key.to_ne_bytes());
+        let (context, all) = self.new_context(call, comm, &mine)?;
+        // The colours are checked after the exchange, so that every member sees the same
+        // verdict and nobody is left waiting for a rank that gave up early.
+        for (r, b) in all.iter().enumerate() {
+            let c = i32::from_ne_bytes(b[0..4].try_into().expect("4 bytes"));
+            if c < 0 && c != crate::group::UNDEFINED {
+                self.release_context(context);
+                return Err(MpiError::new(
+                    ErrorClass::Arg,
+                    format!("{call}: invalid color {c} (given by rank {r}; colors must be >= 0 or MPI_UNDEFINED)"),
+                ));
+            }
+        }
+        if color == crate::group::UNDEFINED {
+            self.release_context(context);
+            return Ok(None);
+        }
+        let parent = self.comm_group(comm)?;
+        let mut members: Vec<(i32, usize)> = all
+            .iter()
+            .enumerate()
+            .filter_map(|(r, b)| {
+                let c = i32::from_ne_bytes(b[0..4].try_into().expect("4 bytes"));
+                let k = i32::from_ne_bytes(b[4..8].try_into().expect("4 bytes"));
+                (c == color).then_some((k, r))
+            })
+            .collect();
+        members.sort();
+        let my_parent_rank = self.comm_rank(comm)?;
+        let ranks: Vec<u32> = members.iter().map(|&(_, r)| parent.world_rank(r)).collect();
+        let rank = members
+            .iter()
+            .position(|&(_, r)| r == my_parent_rank)
+            .expect("a member with my colour is me");
+        self.insert_comm(comm, Group::new(ranks), rank, context)
+            .map(Some)
+    }
+
+    /// MPI_Comm_create: None for processes outside `group`.
+    pub fn comm_create(&self, comm: CommId, group: &Group) -> MpiResult<Option<CommId>> {
+        let call = "MPI_Comm_create";
+        let parent = self.comm_group(comm)?;
+        for &w in group.world_ranks() {
+            if parent.rank_of(w).is_none() {
+                return Err(MpiError::new(
+                    ErrorClass::Group,
+                    format!("{call}: the group contains world rank {w}, which is not in the communicator"),
+                ));
+            }
+        }
+        let (context, _) = self.new_context(call, comm, &[])?;
+        match group.rank_of(self.rank) {
+            Some(rank) => self
+                .insert_comm(comm, group.clone(), rank, context)
+                .map(Some),
+            None => {
+                self.release_context(context);
+                Ok(None)
+            }
+        }
+    }
+
+    pub(super) fn release_context(&self, context: u32) {
+        self.contexts
+            .lock()
+            .expect("contexts lock")
+            .release((context / 2) as usize);
+    }
+
+    /// MPI_Comm_free (attribute delete callbacks run first).
+    pub fn comm_free(&self, comm: CommId) -> MpiResult<()> {
+        let call = "MPI_Comm_free";
+        if comm == CommId::WORLD || comm == CommId::SELF {
+            return Err(MpiError::new(
+                ErrorClass::Comm,
+                format!("{call}: MPI_COMM_WORLD and MPI_COMM_SELF cannot be freed"),
+            ));
+        }
+        let attrs = self.with_comm(call, comm, |c| c.attrs.clone())?;
+        for (kv, val) in attrs {
+            self.run_delete(comm, kv, val)?;
+        }
+        let mut e = self.lock();
+        let c = e.core.comms[comm.0 as usize].take().expect("checked");
+        drop(e);
+        self.release_context(c.context);
+        Ok(())
+    }
+
+    /// MPI_Comm_compare.
+    pub fn comm_compare(&self, a: CommId, b: CommId) -> MpiResult<crate::group::Comparison> {
+        use crate::group::Comparison;
+        let call = "MPI_Comm_compare";
+        let e = self.lock();
+        let ca = self.check_comm(&e, call, a)?;
+        let cb = self.check_comm(&e, call, b)?;
+        if a == b {
+            return Ok(Comparison::Ident);
+        }
+        Ok(match ca.group.compare(&cb.group) {
+            Comparison::Ident => Comparison::Congruent,
+            other => other,
+        })
+    }
+}

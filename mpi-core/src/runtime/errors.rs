@@ -1,0 +1,53 @@
+//! Error handlers and MPI_Abort.
+
+use super::*;
+
+impl Runtime {
+    /// The error handler of a communicator.
+    pub fn get_errhandler(&self, comm: CommId) -> MpiResult<ErrHandler> {
+        self.with_comm("MPI_Comm_get_errhandler", comm, |c| c.errhandler.clone())
+    }
+
+    /// MPI_Comm_set_errhandler.
+    pub fn set_errhandler(&self, comm: CommId, h: ErrHandler) -> MpiResult<()> {
+        let mut e = self.lock();
+        self.check_comm(&e, "MPI_Comm_set_errhandler", comm)?;
+        e.core.comm_mut(comm).expect("checked").errhandler = h;
+        Ok(())
+    }
+
+    /// Route an error through the communicator's handler (MPI_COMM_WORLD's when the call
+    /// has none): fatal prints one line and aborts the job; otherwise the error code is
+    /// returned after a user handler ran.
+    pub fn handle_error(&self, comm: Option<CommId>, err: &MpiError) -> i32 {
+        let c = comm.unwrap_or(CommId::WORLD);
+        let h = {
+            let e = self.lock();
+            e.core
+                .comm(c)
+                .or_else(|| e.core.comm(CommId::WORLD))
+                .map(|c| c.errhandler.clone())
+                .unwrap_or(ErrHandler::Fatal)
+        };
+        let code = err.class as i32;
+        match h {
+            ErrHandler::Return => code,
+            ErrHandler::User(_, f) => {
+                f(c, code);
+                code
+            }
+            ErrHandler::Fatal => {
+                eprintln!("Tsunagi: fatal error on rank {}: {err}", self.rank);
+                self.abort(code.max(1), &err.message)
+            }
+        }
+    }
+
+    /// MPI_Abort: end the whole job. Never returns.
+    pub fn abort(&self, code: i32, msg: &str) -> ! {
+        if let Ok(mut b) = self.boot.lock() {
+            b.abort(code, msg);
+        }
+        std::process::exit(if code == 0 { 1 } else { code & 0xff });
+    }
+}

@@ -1,0 +1,347 @@
+//! The runtime: start-up through PMI, the transports and router, the progress engines, and
+//! every MPI call of the core as a method of [`Runtime`].
+//!
+//! All request-layer state sits in one [`Engine`] behind one mutex. API calls take the lock
+//! for short, non-blocking steps; blocking calls loop over such steps and, between them,
+//! spin, yield, and finally sleep on the transports' event sources (polling engine) or on a
+//! completion doorbell rung by the progress threads (threaded engine). The lock is never
+//! held while sleeping or while running user callbacks.
+
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+use tsunagi_p2p::boot::{Bootstrap, Registry};
+use tsunagi_p2p::futex::LocalDoorbell;
+use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router};
+
+use crate::boot::init_err;
+
+mod attrs;
+mod checks;
+mod comms;
+mod errors;
+mod p2p;
+mod progress;
+use crate::comm::{self, CommData, CommId, ErrHandler, Keyval};
+use crate::datatype::TypeRef;
+use crate::engine::{
+    Buf, Engine, MsgId, ReqId, SendMode, Slab, Status, ANY_SOURCE, ANY_TAG, PROC_NULL,
+};
+use crate::error::{ErrorClass, MpiError, MpiResult};
+use crate::group::Group;
+
+/// Largest tag a user may use (MPI_TAG_UB).
+pub const TAG_UB: i32 = i32::MAX;
+
+/// MPI's thread support levels.
+#[repr(i32)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum ThreadLevel {
+    Single = 0,
+    Funneled = 1,
+    Serialized = 2,
+    Multiple = 3,
+}
+
+/// Predefined attributes of every communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PredefinedAttr {
+    TagUb,
+    Host,
+    Io,
+    WtimeIsGlobal,
+    UniverseSize,
+    LastUsedCode,
+    AppNum,
+}
+
+/// First id handed out by [`Runtime::create_keyval`].
+pub const FIRST_USER_KEYVAL: i32 = 1000;
+
+const UNINIT: u8 = 0;
+const RUNNING: u8 = 1;
+const FINALIZED: u8 = 2;
+
+static STATE: AtomicU8 = AtomicU8::new(UNINIT);
+static RUNTIME: OnceLock<Runtime> = OnceLock::new();
+
+/// The process's MPI runtime (one per process, made by [`init`]).
+pub struct Runtime {
+    engine: Mutex<Engine>,
+    rank: Rank,
+    size: usize,
+    mode: ProgressMode,
+    /// Event sources of the transports that can wake us (all but the self path).
+    sources: Vec<(usize, Arc<dyn EventSource>)>,
+    /// Which event source the polling engine sleeps on next (several transports).
+    sleep_turn: std::sync::atomic::AtomicUsize,
+    /// Rung by progress threads when requests complete (threaded engine).
+    completion_bell: Arc<LocalDoorbell>,
+    stop_threads: Arc<AtomicBool>,
+    threads: Mutex<Vec<JoinHandle<()>>>,
+    /// How this process was started; asked again to abort and at finalize.
+    boot: Mutex<Box<dyn Bootstrap>>,
+    thread_level: ThreadLevel,
+    main_thread: ThreadId,
+    processor_name: String,
+    epoch: Instant,
+    spin: u32,
+    yields: u32,
+    /// Threaded engine: polls and yields of an idle progress thread before it sleeps.
+    thread_spin: u32,
+    thread_yields: u32,
+    /// Completions seen by the progress threads (mirrors the engine's counter so that
+    /// waiting application threads can watch it without the lock).
+    completed: std::sync::atomic::AtomicU64,
+    /// Free context pairs and the allocations in flight.
+    contexts: Mutex<comm::ContextAllocator>,
+    keyvals: Mutex<Slab<Keyval>>,
+    /// Node id of every world rank.
+    nodes: Arc<Vec<u32>>,
+    universe_size: i32,
+    appnum: i32,
+}
+
+/// The running runtime, or an error naming `call` if MPI is not initialized or finalized.
+pub fn rt(call: &str) -> MpiResult<&'static Runtime> {
+    match STATE.load(Ordering::Acquire) {
+        RUNNING => Ok(RUNTIME.get().expect("state RUNNING implies a runtime")),
+        UNINIT => Err(MpiError::new(
+            ErrorClass::Other,
+            format!("{call}: MPI is not initialized (call MPI_Init first)"),
+        )),
+        _ => Err(MpiError::new(
+            ErrorClass::Other,
+            format!("{call}: MPI was already finalized"),
+        )),
+    }
+}
+
+/// MPI_Initialized.
+pub fn initialized() -> bool {
+    STATE.load(Ordering::Acquire) != UNINIT
+}
+
+/// MPI_Finalized.
+pub fn finalized() -> bool {
+    STATE.load(Ordering::Acquire) == FINALIZED
+}
+
+/// MPI_Init_thread: start the runtime. Returns the thread level provided.
+pub fn init(required: ThreadLevel, registry: &Registry) -> MpiResult<ThreadLevel> {
+    if STATE.load(Ordering::Acquire) != UNINIT {
+        return Err(MpiError::new(
+            ErrorClass::Other,
+            "MPI_Init: MPI was already initialized",
+        ));
+    }
+    let rt = Runtime::boot(required, registry)?;
+    let level = rt.thread_level;
+    if RUNTIME.set(rt).is_err() {
+        return Err(MpiError::new(ErrorClass::Other, "MPI_Init: called twice"));
+    }
+    STATE.store(RUNNING, Ordering::Release);
+    let rt = RUNTIME.get().expect("just set");
+    rt.start_progress_threads();
+    Ok(level)
+}
+
+fn env_u32(name: &str, default: u32) -> u32 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+impl Runtime {
+    pub(super) fn boot(required: ThreadLevel, registry: &Registry) -> MpiResult<Runtime> {
+        let mode = ProgressMode::from_env().map_err(init_err)?;
+        let mut boot = crate::boot::bootstrap(registry)?;
+        let (rank, size) = (boot.rank(), boot.size());
+        let placement = crate::boot::placement(boot.as_mut())?;
+        let router = crate::boot::start_transports(registry, boot.as_mut(), &placement)?;
+        let nodes = placement.node;
+        let my_node = nodes[rank as usize];
+        let local = nodes.iter().filter(|&&n| n == my_node).count();
+        let sources: Vec<(usize, Arc<dyn EventSource>)> = router
+            .event_sources()
+            .into_iter()
+            .enumerate()
+            .skip(1)
+            .collect();
+
+        let ncpu = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1);
+        // Waiting policy: poll, then yield, then sleep on the transports. A futex wake-up
+        // costs tens of microseconds (about 100 in a VM), so a rank that has a core of its
+        // own stays runnable for a long while (~tens of ms of yields); ranks that outnumber
+        // the cores give their core away quickly instead.
+        let oversubscribed = local > ncpu;
+        let spin = env_u32("TSUNAGI_SPIN", if oversubscribed { 50 } else { 20_000 });
+        let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
+
+        let mut engine = Engine::new(rank, size, router);
+        let nodes = Arc::new(nodes);
+        let world_group = Arc::new(Group::new((0..size as u32).collect()));
+        engine.core.comms.push(Some(CommData {
+            group: world_group,
+            rank: rank as usize,
+            context: 0,
+            name: "MPI_COMM_WORLD".into(),
+            errhandler: ErrHandler::Fatal,
+            attrs: Default::default(),
+            nodes: nodes.clone(),
+        }));
+        engine.core.comms.push(Some(CommData {
+            group: Arc::new(Group::new(vec![rank])),
+            rank: 0,
+            context: 2,
+            name: "MPI_COMM_SELF".into(),
+            errhandler: ErrHandler::Fatal,
+            attrs: Default::default(),
+            nodes: Arc::new(vec![my_node]),
+        }));
+
+        let universe_size = size as i32;
+        Ok(Runtime {
+            engine: Mutex::new(engine),
+            rank,
+            size,
+            mode,
+            sources,
+            sleep_turn: std::sync::atomic::AtomicUsize::new(0),
+            completion_bell: LocalDoorbell::new(),
+            stop_threads: Arc::new(AtomicBool::new(false)),
+            threads: Mutex::new(Vec::new()),
+            appnum: boot.appnum(),
+            boot: Mutex::new(boot),
+            thread_level: required.clamp(ThreadLevel::Single, ThreadLevel::Multiple),
+            main_thread: std::thread::current().id(),
+            processor_name: crate::boot::hostname(),
+            epoch: Instant::now(),
+            spin,
+            yields,
+            thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
+            thread_yields: env_u32(
+                "TSUNAGI_THREAD_YIELDS",
+                if oversubscribed { 50 } else { 20_000 },
+            ),
+            completed: std::sync::atomic::AtomicU64::new(0),
+            contexts: Mutex::new(comm::ContextAllocator::new()),
+            keyvals: Mutex::new(Slab::default()),
+            nodes,
+            universe_size,
+        })
+    }
+
+    #[inline]
+    pub(super) fn lock(&self) -> MutexGuard<'_, Engine> {
+        // A panic while holding the lock leaves the engine in an unknown state; MPI has no
+        // recovery, so keep going with what is there (the job will most likely abort).
+        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// This process's world rank.
+    pub fn world_rank(&self) -> usize {
+        self.rank as usize
+    }
+    /// Size of MPI_COMM_WORLD.
+    pub fn world_size(&self) -> usize {
+        self.size
+    }
+    /// The progress engine in use.
+    pub fn progress_mode(&self) -> ProgressMode {
+        self.mode
+    }
+    /// Node id of each world rank.
+    pub fn node_map(&self) -> Arc<Vec<u32>> {
+        self.nodes.clone()
+    }
+    /// The thread level provided.
+    pub fn thread_level(&self) -> ThreadLevel {
+        self.thread_level
+    }
+    /// MPI_Is_thread_main.
+    pub fn is_thread_main(&self) -> bool {
+        std::thread::current().id() == self.main_thread
+    }
+    /// MPI_Get_processor_name.
+    pub fn processor_name(&self) -> &str {
+        &self.processor_name
+    }
+    /// MPI_Wtime: seconds since an arbitrary point in the past.
+    pub fn wtime(&self) -> f64 {
+        self.epoch.elapsed().as_secs_f64()
+    }
+
+    // ----- the end -----
+
+    pub(super) fn shutdown(&self) -> MpiResult<()> {
+        // MPI_Finalize is collective: nobody leaves while a peer may still read its memory
+        // (single-copy rendezvous) or wait for its messages.
+        self.barrier_internal(CommId::WORLD)?;
+        self.block_until(|e| Ok(!e.core_has_outgoing()))?;
+        self.stop_threads.store(true, Ordering::Release);
+        for (_, s) in &self.sources {
+            s.notify();
+        }
+        for h in self.threads.lock().expect("threads").drain(..) {
+            let _ = h.join();
+        }
+        self.boot
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .finalize()
+            .map_err(|e| MpiError::new(ErrorClass::Other, format!("MPI_Finalize: {e}")))?;
+        // Unmap the shared memory and close sockets.
+        let mut e = self.lock();
+        e.router = Router::new(0);
+        Ok(())
+    }
+}
+
+/// MPI_Finalize.
+pub fn finalize() -> MpiResult<()> {
+    let rt = rt("MPI_Finalize")?;
+    rt.shutdown()?;
+    STATE.store(FINALIZED, Ordering::Release);
+    Ok(())
+}
+
+fn kv_index(keyval: i32) -> u32 {
+    (keyval - FIRST_USER_KEYVAL).max(0) as u32
+}
+
+fn with_call(call: &str, mut e: MpiError) -> MpiError {
+    if !e.message.starts_with("MPI_") {
+        e.message = format!("{call}: {}", e.message);
+    }
+    e
+}
+
+impl Engine {
+    pub(crate) fn core_has_outgoing(&self) -> bool {
+        self.core.has_outgoing()
+    }
+}
+
+/// The version of the MPI standard implemented (MPI_Get_version).
+pub const VERSION: (i32, i32) = (3, 1);
+
+/// MPI_Get_library_version's text.
+pub fn library_version() -> String {
+    format!(
+        "Tsunagi {} (MPI {}.{})",
+        env!("CARGO_PKG_VERSION"),
+        VERSION.0,
+        VERSION.1
+    )
+}
+
+/// A transport's name for each peer (diagnostics).
+pub fn transport_names(router: &mut Router) -> Vec<&'static str> {
+    router.transports().iter().map(|t| t.name()).collect()
+}

@@ -1,0 +1,748 @@
+//! Point-to-point calls: send and receive in every mode, persistent requests, the wait and
+//! test families, cancel, probes and matched probes, sendrecv, buffered-send buffers.
+
+use super::*;
+
+impl Runtime {
+    /// Make (but do not start) a send or receive request after checking its arguments.
+    ///
+    /// # Safety
+    /// `buf` must stay valid for the whole life of the request (MPI's buffer rules).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn make_request(
+        &self,
+        e: &mut Engine,
+        call: &str,
+        send: Option<SendMode>,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        peer: i32,
+        tag: i32,
+        comm: CommId,
+        persistent: bool,
+    ) -> MpiResult<ReqId> {
+        let c = self.check_comm(e, call, comm)?;
+        let count = Self::check_count(call, count)?;
+        Self::check_type(call, dtype)?;
+        Self::check_buf(call, buf, count, dtype)?;
+        let is_recv = send.is_none();
+        Self::check_tag(call, tag, is_recv)?;
+        Self::check_rank(
+            call,
+            if is_recv { "source" } else { "destination" },
+            peer,
+            c.size(),
+            is_recv,
+        )?;
+        Ok(e.new_request(
+            send,
+            Buf(buf),
+            count,
+            dtype.clone(),
+            comm,
+            peer,
+            tag,
+            persistent,
+        ))
+    }
+
+    /// Make and start a non-persistent request; on failure nothing stays posted.
+    ///
+    /// # Safety
+    /// As [`Runtime::make_request`].
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn start_new(
+        &self,
+        e: &mut Engine,
+        call: &str,
+        send: Option<SendMode>,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        peer: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        let id = self.make_request(e, call, send, buf, count, dtype, peer, tag, comm, false)?;
+        if let Err(err) = e.start(id) {
+            e.detach(id);
+            return Err(with_call(call, err));
+        }
+        Ok(id)
+    }
+
+    /// MPI_Isend / MPI_Issend / MPI_Irsend / MPI_Ibsend.
+    ///
+    /// # Safety
+    /// `buf` must hold `count` elements of `dtype` and stay valid and unmodified until the
+    /// request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn isend(
+        &self,
+        call: &str,
+        buf: *const u8,
+        count: i64,
+        dtype: &TypeRef,
+        dest: i32,
+        tag: i32,
+        comm: CommId,
+        mode: SendMode,
+    ) -> MpiResult<ReqId> {
+        let mut e = self.lock();
+        self.start_new(
+            &mut e,
+            call,
+            Some(mode),
+            buf as *mut u8,
+            count,
+            dtype,
+            dest,
+            tag,
+            comm,
+        )
+    }
+
+    /// MPI_Irecv.
+    ///
+    /// # Safety
+    /// `buf` must have room for `count` elements of `dtype` and stay valid, and not be
+    /// read or written by the program, until the request completes.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn irecv(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        let mut e = self.lock();
+        self.start_new(&mut e, call, None, buf, count, dtype, source, tag, comm)
+    }
+
+    /// MPI_Send / MPI_Ssend / MPI_Rsend / MPI_Bsend.
+    ///
+    /// # Safety
+    /// `buf` must hold `count` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn send(
+        &self,
+        call: &str,
+        buf: *const u8,
+        count: i64,
+        dtype: &TypeRef,
+        dest: i32,
+        tag: i32,
+        comm: CommId,
+        mode: SendMode,
+    ) -> MpiResult<()> {
+        let id = {
+            let mut e = self.lock();
+            let id = self.start_new(
+                &mut e,
+                call,
+                Some(mode),
+                buf as *mut u8,
+                count,
+                dtype,
+                dest,
+                tag,
+                comm,
+            )?;
+            // Eager sends are complete once handed to the transport: collect them under
+            // the same lock, without another progress pass.
+            if e.is_done(id) {
+                e.test(id)?;
+                return Ok(());
+            }
+            id
+        };
+        self.wait(call, id).map(|_| ())
+    }
+
+    /// MPI_Recv.
+    ///
+    /// # Safety
+    /// `buf` must have room for `count` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn recv(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<Status> {
+        let id = self.irecv(call, buf, count, dtype, source, tag, comm)?;
+        self.wait(call, id)
+    }
+
+    /// MPI_Send_init and friends / MPI_Recv_init: a persistent request, inactive.
+    ///
+    /// # Safety
+    /// As [`Runtime::isend`] / [`Runtime::irecv`], for every start of the request until it
+    /// is freed.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn persistent(
+        &self,
+        call: &str,
+        send: Option<SendMode>,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        peer: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<ReqId> {
+        let mut e = self.lock();
+        self.make_request(&mut e, call, send, buf, count, dtype, peer, tag, comm, true)
+    }
+
+    /// MPI_Start.
+    pub fn start(&self, id: ReqId) -> MpiResult<()> {
+        let mut e = self.lock();
+        if !e.is_persistent(id) {
+            return Err(MpiError::new(
+                ErrorClass::Request,
+                "MPI_Start: request is not a persistent request",
+            ));
+        }
+        e.start(id)
+    }
+
+    /// MPI_Startall.
+    pub fn startall(&self, ids: &[ReqId]) -> MpiResult<()> {
+        for &id in ids {
+            self.start(id)?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn complete_status(call: &str, st: Status) -> MpiResult<Status> {
+        if st.error == ErrorClass::Truncate as i32 {
+            return Err(MpiError::new(
+                ErrorClass::Truncate,
+                format!(
+                    "{call}: message truncated: the receive buffer holds {} bytes, a longer message arrived",
+                    st.bytes
+                ),
+            ));
+        }
+        Ok(st)
+    }
+
+    /// MPI_Wait. A truncated receive returns MPI_ERR_TRUNCATE (the data that fits was
+    /// stored).
+    pub fn wait(&self, call: &str, id: ReqId) -> MpiResult<Status> {
+        let mut out = None;
+        self.block_until(|e| {
+            if !e.request_exists(id) {
+                return Err(MpiError::new(
+                    ErrorClass::Request,
+                    format!("{call}: invalid request"),
+                ));
+            }
+            if e.is_done(id) {
+                out = e.test(id)?;
+                return Ok(true);
+            }
+            Ok(false)
+        })?;
+        Self::complete_status(call, out.unwrap_or(Status::EMPTY))
+    }
+
+    /// Like [`Runtime::wait`], but a truncation is reported in the status, not as an
+    /// error (for MPI_Waitall's MPI_ERR_IN_STATUS handling).
+    pub fn wait_raw(&self, call: &str, id: ReqId) -> MpiResult<Status> {
+        let mut out = None;
+        self.block_until(|e| {
+            if !e.request_exists(id) {
+                return Err(MpiError::new(
+                    ErrorClass::Request,
+                    format!("{call}: invalid request"),
+                ));
+            }
+            if e.is_done(id) {
+                out = e.test(id)?;
+                return Ok(true);
+            }
+            Ok(false)
+        })?;
+        Ok(out.unwrap_or(Status::EMPTY))
+    }
+
+    /// MPI_Test: Some(status) when complete.
+    pub fn test(&self, call: &str, id: ReqId) -> MpiResult<Option<Status>> {
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        if !e.request_exists(id) {
+            return Err(MpiError::new(
+                ErrorClass::Request,
+                format!("{call}: invalid request"),
+            ));
+        }
+        match e.test(id)? {
+            Some(st) => Self::complete_status(call, st).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// MPI_Request_get_status: like test, but the request stays.
+    pub fn request_get_status(&self, id: ReqId) -> MpiResult<Option<Status>> {
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        e.peek(id)
+    }
+
+    /// True when the request is persistent (a completed one stays allocated).
+    pub fn is_persistent(&self, id: ReqId) -> bool {
+        self.lock().is_persistent(id)
+    }
+
+    /// True when the request is active (started and not completed-and-collected).
+    pub fn is_active(&self, id: ReqId) -> bool {
+        self.lock().is_active(id)
+    }
+
+    /// MPI_Waitall: statuses in order; entries that are None (MPI_REQUEST_NULL) give the
+    /// empty status. Truncation shows in the statuses' `error` fields.
+    pub fn waitall(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Vec<Status>> {
+        let mut out = vec![Status::EMPTY; ids.len()];
+        let mut left: Vec<usize> = (0..ids.len()).filter(|&i| ids[i].is_some()).collect();
+        // Every completion bumps the engine's counter: while it stands still, nothing in
+        // `left` can have finished, so a spinning wait skips the O(n) rescan.
+        let mut scanned_at: Option<u64> = None;
+        self.block_until(|e| {
+            if scanned_at == Some(e.core.completions) {
+                return Ok(false);
+            }
+            scanned_at = Some(e.core.completions);
+            let mut k = 0;
+            while k < left.len() {
+                let i = left[k];
+                let id = ids[i].expect("filtered");
+                if !e.request_exists(id) {
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
+                }
+                if e.is_done(id) {
+                    out[i] = e.test(id)?.unwrap_or(Status::EMPTY);
+                    left.swap_remove(k);
+                } else {
+                    k += 1;
+                }
+            }
+            Ok(left.is_empty())
+        })?;
+        Ok(out)
+    }
+
+    /// MPI_Testall: Some(statuses) if all are complete (then all are collected), else None
+    /// (and none is collected).
+    pub fn testall(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Option<Vec<Status>>> {
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(id) = id {
+                if !e.request_exists(*id) {
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
+                }
+                if !e.is_done(*id) {
+                    return Ok(None);
+                }
+            }
+        }
+        let mut out = vec![Status::EMPTY; ids.len()];
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(id) = id {
+                out[i] = e.test(*id)?.unwrap_or(Status::EMPTY);
+            }
+        }
+        Ok(Some(out))
+    }
+
+    /// Index and status of one completed active request among `ids`, if any (collected).
+    pub(super) fn any_done(
+        e: &mut Engine,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Option<(usize, Status)>> {
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(id) = id {
+                if !e.request_exists(*id) {
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
+                }
+                if e.is_active(*id) && e.is_done(*id) {
+                    return Ok(e.test(*id)?.map(|s| (i, s)));
+                }
+            }
+        }
+        Ok(None)
+    }
+
+    pub(super) fn has_active(e: &Engine, ids: &[Option<ReqId>]) -> bool {
+        ids.iter().flatten().any(|id| e.is_active(*id))
+    }
+
+    /// MPI_Waitany: None when no request is active (MPI_UNDEFINED).
+    pub fn waitany(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Option<(usize, Status)>> {
+        let mut out = None;
+        self.block_until(|e| {
+            if let Some(r) = Self::any_done(e, call, ids)? {
+                out = Some(r);
+                return Ok(true);
+            }
+            Ok(!Self::has_active(e, ids))
+        })?;
+        Ok(out)
+    }
+
+    /// MPI_Testany: Ok(Err(())) when no request is active; Ok(Ok(None)) when none is done.
+    #[allow(clippy::type_complexity)]
+    pub fn testany(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Result<Option<(usize, Status)>, ()>> {
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        if let Some(r) = Self::any_done(&mut e, call, ids)? {
+            return Ok(Ok(Some(r)));
+        }
+        if !Self::has_active(&e, ids) {
+            return Ok(Err(()));
+        }
+        Ok(Ok(None))
+    }
+
+    pub(super) fn all_done_now(
+        e: &mut Engine,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Vec<(usize, Status)>> {
+        let mut done = Vec::new();
+        for (i, id) in ids.iter().enumerate() {
+            if let Some(id) = id {
+                if !e.request_exists(*id) {
+                    return Err(MpiError::new(
+                        ErrorClass::Request,
+                        format!("{call}: invalid request at index {i}"),
+                    ));
+                }
+                if e.is_active(*id) && e.is_done(*id) {
+                    if let Some(s) = e.test(*id)? {
+                        done.push((i, s));
+                    }
+                }
+            }
+        }
+        Ok(done)
+    }
+
+    /// MPI_Waitsome: None when no request is active (outcount MPI_UNDEFINED).
+    pub fn waitsome(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Option<Vec<(usize, Status)>>> {
+        let mut out = None;
+        self.block_until(|e| {
+            if !Self::has_active(e, ids) {
+                return Ok(true);
+            }
+            let d = Self::all_done_now(e, call, ids)?;
+            if !d.is_empty() {
+                out = Some(d);
+                return Ok(true);
+            }
+            Ok(false)
+        })?;
+        Ok(out)
+    }
+
+    /// MPI_Testsome: None when no request is active.
+    pub fn testsome(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Option<Vec<(usize, Status)>>> {
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        if !Self::has_active(&e, ids) {
+            return Ok(None);
+        }
+        Ok(Some(Self::all_done_now(&mut e, call, ids)?))
+    }
+
+    /// MPI_Request_free.
+    pub fn request_free(&self, id: ReqId) -> MpiResult<()> {
+        self.lock().free_request(id)
+    }
+
+    /// MPI_Cancel.
+    pub fn cancel(&self, id: ReqId) -> MpiResult<()> {
+        self.lock().cancel(id)
+    }
+
+    /// MPI_Iprobe (with `take`: MPI_Improbe).
+    pub fn iprobe(
+        &self,
+        call: &str,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+        take: bool,
+    ) -> MpiResult<Option<(Status, Option<MsgId>)>> {
+        let mut e = self.lock();
+        let c = self.check_comm(&e, call, comm)?;
+        Self::check_rank(call, "source", source, c.size(), true)?;
+        Self::check_tag(call, tag, true)?;
+        if source == PROC_NULL {
+            return Ok(Some((Status::PROC_NULL, None)));
+        }
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        e.probe(comm, source, tag, take)
+    }
+
+    /// MPI_Probe (with `take`: MPI_Mprobe).
+    pub fn probe(
+        &self,
+        call: &str,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+        take: bool,
+    ) -> MpiResult<(Status, Option<MsgId>)> {
+        {
+            let e = self.lock();
+            let c = self.check_comm(&e, call, comm)?;
+            Self::check_rank(call, "source", source, c.size(), true)?;
+            Self::check_tag(call, tag, true)?;
+        }
+        if source == PROC_NULL {
+            return Ok((Status::PROC_NULL, None));
+        }
+        let mut out = None;
+        self.block_until(|e| {
+            out = e.probe(comm, source, tag, take)?;
+            Ok(out.is_some())
+        })?;
+        Ok(out.expect("loop ends with a message"))
+    }
+
+    /// MPI_Imrecv: receive the message `msg` (from mprobe). `msg == None` is
+    /// MPI_MESSAGE_NO_PROC (a probe of MPI_PROC_NULL).
+    ///
+    /// # Safety
+    /// As [`Runtime::irecv`].
+    pub unsafe fn imrecv(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        msg: Option<MsgId>,
+    ) -> MpiResult<ReqId> {
+        let mut e = self.lock();
+        let count = Self::check_count(call, count)?;
+        Self::check_type(call, dtype)?;
+        Self::check_buf(call, buf, count, dtype)?;
+        let Some(msg) = msg else {
+            let id = e.new_request(
+                None,
+                Buf(buf),
+                count,
+                dtype.clone(),
+                CommId::SELF,
+                PROC_NULL,
+                0,
+                false,
+            );
+            e.start(id)?;
+            return Ok(id);
+        };
+        let comm = e.msg_comm(msg).ok_or_else(|| {
+            MpiError::new(
+                ErrorClass::Request,
+                format!("{call}: invalid message handle"),
+            )
+        })?;
+        let id = e.new_request(
+            None,
+            Buf(buf),
+            count,
+            dtype.clone(),
+            CommId::WORLD,
+            ANY_SOURCE,
+            ANY_TAG,
+            false,
+        );
+        e.set_request_comm(id, comm);
+        e.start_mrecv(id, msg)?;
+        Ok(id)
+    }
+
+    /// MPI_Mrecv.
+    ///
+    /// # Safety
+    /// As [`Runtime::recv`].
+    pub unsafe fn mrecv(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        msg: Option<MsgId>,
+    ) -> MpiResult<Status> {
+        let id = self.imrecv(call, buf, count, dtype, msg)?;
+        self.wait(call, id)
+    }
+
+    /// MPI_Sendrecv.
+    ///
+    /// # Safety
+    /// As [`Runtime::isend`] and [`Runtime::irecv`]; the buffers must not overlap.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn sendrecv(
+        &self,
+        sbuf: *const u8,
+        scount: i64,
+        stype: &TypeRef,
+        dest: i32,
+        stag: i32,
+        rbuf: *mut u8,
+        rcount: i64,
+        rtype: &TypeRef,
+        source: i32,
+        rtag: i32,
+        comm: CommId,
+    ) -> MpiResult<Status> {
+        let call = "MPI_Sendrecv";
+        let r = self.irecv(call, rbuf, rcount, rtype, source, rtag, comm)?;
+        let s = match self.isend(
+            call,
+            sbuf,
+            scount,
+            stype,
+            dest,
+            stag,
+            comm,
+            SendMode::Standard,
+        ) {
+            Ok(s) => s,
+            Err(err) => {
+                let _ = self.cancel(r);
+                let _ = self.wait_raw(call, r);
+                return Err(err);
+            }
+        };
+        let st = self.waitall(call, &[Some(s), Some(r)])?;
+        Self::complete_status(call, st[1])
+    }
+
+    /// MPI_Sendrecv_replace: the buffer is sent, then overwritten by the received data.
+    ///
+    /// # Safety
+    /// `buf` must hold `count` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn sendrecv_replace(
+        &self,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        dest: i32,
+        stag: i32,
+        source: i32,
+        rtag: i32,
+        comm: CommId,
+    ) -> MpiResult<Status> {
+        let call = "MPI_Sendrecv_replace";
+        let n = Self::check_count(call, count)?;
+        Self::check_type(call, dtype)?;
+        Self::check_buf(call, buf, n, dtype)?;
+        let bytes = dtype.packed_size(n);
+        let mut packed = vec![0u8; bytes];
+        dtype.pack_range(buf, n, 0, &mut packed);
+        let byte = self.lock().byte_type();
+        let r = self.irecv(call, buf, count, dtype, source, rtag, comm)?;
+        let sent = self.isend(
+            call,
+            packed.as_ptr(),
+            bytes as i64,
+            &byte,
+            dest,
+            stag,
+            comm,
+            SendMode::Standard,
+        );
+        let s = match sent {
+            Ok(s) => s,
+            Err(err) => {
+                // The receive must not stay posted on the caller's buffer.
+                let _ = self.cancel(r);
+                let _ = self.wait_raw(call, r);
+                return Err(err);
+            }
+        };
+        let st = self.waitall(call, &[Some(s), Some(r)])?;
+        drop(packed);
+        Self::complete_status(call, st[1])
+    }
+
+    /// MPI_Buffer_attach.
+    pub fn buffer_attach(&self, addr: *mut u8, size: usize) -> MpiResult<()> {
+        let mut e = self.lock();
+        if e.core.bsend_buffer.is_some() {
+            return Err(MpiError::new(
+                ErrorClass::Buffer,
+                "MPI_Buffer_attach: a buffer is already attached (detach it first)",
+            ));
+        }
+        e.core.bsend_buffer = Some((addr as usize, size));
+        Ok(())
+    }
+
+    /// MPI_Buffer_detach: waits until every buffered message has left, then returns the
+    /// buffer's address and size.
+    pub fn buffer_detach(&self) -> MpiResult<(*mut u8, usize)> {
+        self.block_until(|e| Ok(e.core.bsend_used == 0))?;
+        let mut e = self.lock();
+        match e.core.bsend_buffer.take() {
+            Some((a, s)) => Ok((a as *mut u8, s)),
+            None => Err(MpiError::new(
+                ErrorClass::Buffer,
+                "MPI_Buffer_detach: no buffer is attached",
+            )),
+        }
+    }
+
+    /// Live requests (a leak check for tests).
+    pub fn live_requests(&self) -> usize {
+        self.lock().live_requests()
+    }
+}

@@ -1,0 +1,186 @@
+//! Progress: the threaded engine's progress threads, one non-blocking step, and how a
+//! blocking call waits (spin, yield, then sleep on the transports' event sources or on the
+//! completion doorbell).
+
+use super::*;
+
+impl Runtime {
+    pub(super) fn start_progress_threads(&'static self) {
+        if self.mode != ProgressMode::Threaded {
+            return;
+        }
+        let mut threads = self.threads.lock().expect("threads lock");
+        for (idx, src) in self.sources.iter().cloned() {
+            let stop = self.stop_threads.clone();
+            let h = std::thread::Builder::new()
+                .name(format!("tsunagi-progress-{idx}"))
+                .spawn(move || self.progress_thread(idx, src, stop))
+                .expect("spawn progress thread");
+            threads.push(h);
+        }
+    }
+
+    /// Threaded engine: block on this transport's event source, then handle its events
+    /// under the engine lock.
+    pub(super) fn progress_thread(
+        &self,
+        idx: usize,
+        src: Arc<dyn EventSource>,
+        stop: Arc<AtomicBool>,
+    ) {
+        // Poll, then spin and yield for a while before sleeping: a futex wake-up costs tens
+        // of microseconds (far more in a VM), which is the whole latency budget.
+        let mut idle: u32 = 0;
+        while !stop.load(Ordering::Acquire) {
+            let sleeping = idle >= self.thread_spin.saturating_add(self.thread_yields);
+            let token = if sleeping { src.prepare() } else { 0 };
+            let (n, busy, completed) = {
+                let mut e = self.lock();
+                let before = e.core.completions;
+                let n = e.progress_one(idx).unwrap_or(0);
+                let completed = e.core.completions != before;
+                if completed || e.core.fault.is_some() {
+                    self.completed.store(e.core.completions, Ordering::Release);
+                    self.completion_bell.ring();
+                }
+                (n, e.core_has_outgoing(), completed)
+            };
+            if n > 0 {
+                idle = 0;
+                if sleeping {
+                    src.cancel();
+                }
+                if completed {
+                    // An application thread may be waiting for this: let it run now
+                    // rather than after this thread's next spins (they may share a core).
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            idle = idle.saturating_add(1);
+            if !sleeping {
+                if idle < self.thread_spin {
+                    std::hint::spin_loop();
+                } else {
+                    std::thread::yield_now();
+                }
+                continue;
+            }
+            let t = if busy {
+                Duration::from_micros(50)
+            } else {
+                Duration::from_millis(20)
+            };
+            src.sleep(token, t);
+        }
+    }
+
+    /// Run one non-blocking progress step (MPI_Test-style calls use it).
+    pub fn progress(&self) -> MpiResult<()> {
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        } else if let Some(f) = &e.core.fault {
+            return Err(f.clone());
+        }
+        Ok(())
+    }
+
+    /// Block until `done` is true, making progress meanwhile.
+    pub(super) fn block_until(
+        &self,
+        mut done: impl FnMut(&mut Engine) -> MpiResult<bool>,
+    ) -> MpiResult<()> {
+        let mut iter: u32 = 0;
+        let threaded = self.mode == ProgressMode::Threaded;
+        loop {
+            let mut e = self.lock();
+            if threaded {
+                if let Some(f) = &e.core.fault {
+                    return Err(f.clone());
+                }
+            } else {
+                e.progress()?;
+            }
+            if done(&mut e)? {
+                return Ok(());
+            }
+            iter = iter.saturating_add(1);
+            let (spin, yields) = if threaded {
+                (0, 0)
+            } else {
+                (self.spin, self.yields)
+            };
+            if iter < spin {
+                drop(e);
+                std::hint::spin_loop();
+                continue;
+            }
+            if iter < spin.saturating_add(yields) {
+                drop(e);
+                std::thread::yield_now();
+                continue;
+            }
+            if threaded {
+                // Wait for a progress thread to complete something: watch the counter
+                // without the lock, yielding, and sleep on the completion doorbell only
+                // after a while.
+                let seen = self.completed.load(Ordering::Acquire);
+                let token = self.completion_bell.prepare();
+                if done(&mut e)? {
+                    self.completion_bell.cancel();
+                    return Ok(());
+                }
+                drop(e);
+                let mut waited: u32 = 0;
+                while self.completed.load(Ordering::Acquire) == seen && waited < self.yields {
+                    std::thread::yield_now();
+                    waited += 1;
+                }
+                if self.completed.load(Ordering::Acquire) == seen {
+                    self.completion_bell.sleep(token, Duration::from_millis(20));
+                } else {
+                    self.completion_bell.cancel();
+                }
+                continue;
+            }
+            // Polling engine, idle for a while: sleep on the transports.
+            if self.sources.is_empty() {
+                drop(e);
+                std::thread::yield_now();
+                continue;
+            }
+            let tokens: Vec<u64> = self.sources.iter().map(|(_, s)| s.prepare()).collect();
+            let n = e.progress()?;
+            if n > 0 || done(&mut e)? {
+                for (_, s) in &self.sources {
+                    s.cancel();
+                }
+                if done(&mut e)? {
+                    return Ok(());
+                }
+                continue;
+            }
+            let busy = e.core_has_outgoing();
+            drop(e);
+            // One thread can block on one event source only. With several transports
+            // (shared memory's futex, a socket's epoll) take turns, with short sleeps, so
+            // that an arrival on any of them is seen within ~100 µs.
+            let n = self.sources.len();
+            let timeout = if busy {
+                Duration::from_micros(50)
+            } else if n > 1 {
+                Duration::from_micros(100)
+            } else {
+                Duration::from_millis(20)
+            };
+            let turn = self.sleep_turn.fetch_add(1, Ordering::Relaxed) % n;
+            self.sources[turn].1.sleep(tokens[turn], timeout);
+            for (i, (_, s)) in self.sources.iter().enumerate() {
+                if i != turn {
+                    s.cancel();
+                }
+            }
+        }
+    }
+}
