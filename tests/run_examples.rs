@@ -216,7 +216,10 @@ fn hydra(name: &str) {
         .map(PathBuf::from)
         .find(|p| p.exists())
     else {
-        eprintln!("mpiexec.hydra is not installed: skipping the MPICH launcher run of {name}");
+        tsunagi_testkit::missing(
+            "mpich",
+            &format!("mpiexec.hydra is not installed: no MPICH launcher run of {name}"),
+        );
         return;
     };
     let what = format!("{name} under mpiexec.hydra -n 4");

@@ -356,7 +356,10 @@ fn drop_in(name: &str, ranks: usize) -> Option<PathBuf> {
 /// [`drop_in`] with extra compiler flags.
 fn drop_in_with(name: &str, ranks: usize, flags: &[&str]) -> Option<PathBuf> {
     if !have("mpicc.mpich") || !have("mpiexec.hydra") {
-        eprintln!("skipped: Debian's mpich (mpicc.mpich, mpiexec.hydra) is not installed");
+        tsunagi_testkit::missing(
+            "mpich",
+            "Debian's mpich (mpicc.mpich, mpiexec.hydra) is not installed",
+        );
         return None;
     }
     let exe = prefix().join(format!("test-{name}-mpich"));

@@ -68,7 +68,7 @@ pub fn usage(prog: &str) -> String {
     )
 }
 
-/// Parse `args` (without argv[0]). `getenv` looks up mpirun's own environment for `-x VAR`.
+/// Parse `args` (without `argv[0]`). `getenv` looks up mpirun's own environment for `-x VAR`.
 /// The error is one line for the user, without the program-name prefix.
 pub fn parse(
     args: &[OsString],

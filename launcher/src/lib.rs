@@ -232,17 +232,6 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
     outcome.exit_code
 }
 
-/// This host's name (for recognising it in host lists).
-fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
-    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
 /// The default launch command: ssh that never prompts (a prompt would hang the job).
 pub const DEFAULT_LAUNCH: &str = "ssh -o BatchMode=yes -o ConnectTimeout=10 {host}";
 
@@ -273,7 +262,7 @@ fn multi_host(
     };
     let placement = hosts::place(&hosts, np, opts.map_by, opts.oversubscribe)?;
     let mapping = hosts::process_mapping(&placement);
-    let me = hostname();
+    let me = tsunagi_core::boot::hostname();
     let local_ranks: Vec<usize> = (0..np)
         .filter(|&r| hosts::is_local(&hosts[placement[r]].name, &me))
         .collect();

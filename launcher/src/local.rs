@@ -27,7 +27,7 @@ pub const GRACE: Duration = Duration::from_secs(1);
 pub struct LocalJob {
     /// The resolved path of the program.
     pub program: PathBuf,
-    /// argv[0] as the user typed it.
+    /// `argv[0]` as the user typed it.
     pub argv0: OsString,
     pub args: Vec<OsString>,
     /// Ranks on this host, as global rank numbers (all of them, for now: one host).

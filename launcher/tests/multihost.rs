@@ -86,11 +86,11 @@ impl Hosts {
     fn new(n: usize) -> Option<Hosts> {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            eprintln!("SKIPPED: network-namespace tests need root");
+            tsunagi_testkit::missing("netns", "network-namespace tests need root");
             return None;
         }
         if !sh(&["ip", "netns", "list"]) {
-            eprintln!("SKIPPED: `ip netns` is not available");
+            tsunagi_testkit::missing("netns", "`ip netns` is not available");
             return None;
         }
         let k = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -122,7 +122,10 @@ impl Hosts {
                     && sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
             });
         if !ok {
-            eprintln!("SKIPPED: could not create network namespaces and veth pairs");
+            tsunagi_testkit::missing(
+                "netns",
+                "could not create network namespaces and veth pairs",
+            );
             return None; // the guard drops and removes what was made
         }
         Some(h)

@@ -154,7 +154,10 @@ impl Slurm {
         let has_srun = std::env::var_os("PATH")
             .is_some_and(|path| std::env::split_paths(&path).any(|d| d.join("srun").is_file()));
         if !has_srun {
-            eprintln!("skipped: Slurm is not installed (no srun; apt-get install slurm-wlm)");
+            tsunagi_testkit::missing(
+                "slurm",
+                "Slurm is not installed (no srun; apt-get install slurm-wlm)",
+            );
             return None;
         }
         let conf = slurm_conf();
@@ -165,9 +168,12 @@ impl Slurm {
             });
         }
         if std::env::var_os("SLURM_CONF").is_some() {
-            eprintln!(
-                "skipped: SLURM_CONF={} is set but `sinfo` shows no usable node",
-                conf.display()
+            tsunagi_testkit::missing(
+                "slurm",
+                &format!(
+                    "SLURM_CONF={} is set but `sinfo` shows no usable node",
+                    conf.display()
+                ),
             );
             return None;
         }
@@ -178,15 +184,18 @@ impl Slurm {
                 started: true,
             }),
             Ok(o) => {
-                eprintln!(
-                    "skipped: no Slurm cluster running and scripts/slurm-local could not \
-                     start one (exit {:?}):\n{}{}",
-                    o.code, o.stdout, o.stderr
+                tsunagi_testkit::missing(
+                    "slurm",
+                    &format!(
+                        "no Slurm cluster running and scripts/slurm-local could not \
+                         start one (exit {:?}):\n{}{}",
+                        o.code, o.stdout, o.stderr
+                    ),
                 );
                 None
             }
             Err(e) => {
-                eprintln!("skipped: cannot run scripts/slurm-local: {e}");
+                tsunagi_testkit::missing("slurm", &format!("cannot run scripts/slurm-local: {e}"));
                 None
             }
         }
@@ -292,7 +301,7 @@ fn c_program() -> Option<PathBuf> {
         .status()
         .is_ok_and(|s| s.success());
     if !has_cc {
-        eprintln!("skipped: the C program under srun (no C compiler `cc`)");
+        tsunagi_testkit::missing("cc", "the C program under srun (no C compiler `cc`)");
         return None;
     }
     let dir = profile_dir();

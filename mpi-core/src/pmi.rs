@@ -43,7 +43,7 @@ pub mod wire {
     /// mpirun accept longer lines, but values we split ourselves stay within this.
     pub const MAX_REQUEST_LINE: usize = 1024;
 
-    /// Bytes `value` takes on the wire once escaped by [`format`].
+    /// Bytes `value` takes on the wire once escaped by [`format()`].
     pub fn escaped_len(value: &str) -> usize {
         value
             .chars()

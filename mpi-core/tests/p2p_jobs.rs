@@ -258,7 +258,7 @@ fn runs_under_mpich_hydra() {
         .output()
         .is_err()
     {
-        eprintln!("mpiexec.hydra not installed; skipped");
+        tsunagi_testkit::missing("mpich", "mpiexec.hydra is not installed");
         return;
     }
     let (_, check) = ensure_built();

@@ -1,6 +1,6 @@
 //! Futex-based doorbells: the sleeping half of "spin briefly, then sleep".
 //!
-//! A [`Doorbell`] is two 32-bit words, a ring counter and a sleeper flag, which may live in
+//! A [`DoorbellWords`] is two 32-bit words, a ring counter and a sleeper flag, which may live in
 //! process-private memory or in a shared-memory segment (the futex calls below are the
 //! shared, non-`PRIVATE` kind so that they work across processes).
 //!

@@ -1,7 +1,7 @@
 //! The runtime: start-up through PMI, the transports and router, the progress engines, and
 //! every MPI call of the core as a method of [`Runtime`].
 //!
-//! All request-layer state sits in one [`Engine`] behind one mutex. API calls take the lock
+//! All request-layer state sits in one `Engine` behind one mutex. API calls take the lock
 //! for short, non-blocking steps; blocking calls loop over such steps and, between them,
 //! spin, yield, and finally sleep on the transports' event sources (polling engine) or on a
 //! completion doorbell rung by the progress threads (threaded engine). The lock is never

@@ -351,7 +351,7 @@ pub struct StreamTransport {
 }
 
 impl StreamTransport {
-    /// Bind a listening socket in the Linux abstract namespace at "\0<prefix>-<me>" (no
+    /// Bind a listening socket in the Linux abstract namespace at `"\0<prefix>-<me>"` (no
     /// file to clean up), non-blocking.
     pub fn listen(prefix: &str, me: Rank) -> Result<StreamTransport, P2pError> {
         let ep = Epoll::new()?;

@@ -7,7 +7,7 @@
 //!
 //! Boundary: it moves a 32-byte header plus payload and knows nothing of MPI. Rendezvous
 //! for large messages is the request layer's (`tsunagi-core` sends RTS, waits for CTS and
-//! streams DATA chunks of at most [`Transport::max_payload`] bytes); this transport makes the
+//! streams DATA chunks of at most [`tsunagi_p2p::Transport::max_payload`] bytes); this transport makes the
 //! chunks flow through bounded per-peer queues so a slow peer costs bounded memory. Finding
 //! the peers (their "host:port" cards through the bootstrap) is [`FACTORY`]'s, this
 //! transport's [`tsunagi_p2p::boot::TransportFactory`], through [`TcpTransport::card`] and
