@@ -787,8 +787,12 @@ impl<C: Communicator + ?Sized> Root for Process<'_, C> {
 /// touch them meanwhile, and forgetting the request leaks them rather than leaving them
 /// in use), and gives them back from [`CollectiveRequest::wait`]. Dropping an unfinished
 /// request waits for it.
+///
+/// The schedule is a request of the core's one request table: every wait and test of the
+/// process (point-to-point ones included) advances it, as in the C interface.
 pub struct CollectiveRequest<B> {
-    req: Option<coll::CollRequest>,
+    /// The core request, until completion is collected.
+    req: Option<tsunagi_core::ReqId>,
     buffers: Option<B>,
 }
 
@@ -802,27 +806,34 @@ impl<B> std::fmt::Debug for CollectiveRequest<B> {
 
 impl<B> CollectiveRequest<B> {
     fn start(req: tsunagi_core::MpiResult<coll::CollRequest>, buffers: B) -> Result<Self> {
-        let mut r = CollectiveRequest {
-            req: Some(req?),
+        let req = req?;
+        // The core posts the first round now, so that it overlaps with what the caller
+        // does next.
+        let id = runtime("MPI_Start")?.start_schedule(Box::new(req))?;
+        Ok(CollectiveRequest {
+            req: Some(id),
             buffers: Some(buffers),
-        };
-        // Post the first round now, so that it overlaps with what the caller does next.
-        r.test()?;
-        Ok(r)
+        })
     }
 
     /// Advance the operation without blocking; true when it has completed.
     pub fn test(&mut self) -> Result<bool> {
-        match &mut self.req {
-            Some(q) => Ok(q.test(runtime("MPI_Test")?)?),
-            None => Ok(true),
+        let Some(id) = self.req else {
+            return Ok(true);
+        };
+        match runtime("MPI_Test")?.test("MPI_Test", id)? {
+            Some(_) => {
+                self.req = None;
+                Ok(true)
+            }
+            None => Ok(false),
         }
     }
 
     /// Block until the operation completes; returns the buffers (the result).
     pub fn wait(mut self) -> Result<B> {
-        if let Some(mut q) = self.req.take() {
-            q.wait(runtime("MPI_Wait")?)?;
+        if let Some(id) = self.req.take() {
+            runtime("MPI_Wait")?.wait("MPI_Wait", id)?;
         }
         Ok(self.buffers.take().expect("buffers are taken only here"))
     }
@@ -830,9 +841,9 @@ impl<B> CollectiveRequest<B> {
 
 impl<B> Drop for CollectiveRequest<B> {
     fn drop(&mut self) {
-        if let Some(mut q) = self.req.take() {
+        if let Some(id) = self.req.take() {
             if let Ok(r) = rt("MPI_Wait") {
-                if let Err(e) = q.wait(r) {
+                if let Err(e) = r.wait("MPI_Wait", id) {
                     eprintln!("tsunagi: a dropped non-blocking collective failed: {e}");
                 }
             }

@@ -29,9 +29,6 @@ const INFO_DIRECT: u32 = 0x9c00_0000;
 const REQ_DIRECT: u32 = 0xac00_0000;
 /// Set in a request handle for persistent requests (which stay allocated when complete).
 const REQ_PERSISTENT: u32 = 0x0200_0000;
-/// Set in a request handle for non-blocking collectives (an index in [`COLLS`], not a
-/// core request).
-const REQ_COLL: u32 = 0x0100_0000;
 const MSG_INDIRECT: u32 = 0xec00_0000;
 const OP_BUILTIN: u32 = 0x5800_0000;
 
@@ -76,10 +73,6 @@ impl<T> Table<T> {
             self.free.push(i);
         }
         v
-    }
-    /// One past the highest slot index in use (slots below may be empty).
-    pub(crate) fn slot_count(&self) -> usize {
-        self.slots.len()
     }
     pub(crate) fn find(&self, mut f: impl FnMut(&T) -> bool) -> Option<usize> {
         self.slots
@@ -506,7 +499,7 @@ pub(crate) fn request(name: &str, r: MPI_Request) -> MpiResult<Option<ReqId>> {
     if r == MPI_REQUEST_NULL {
         return Ok(None);
     }
-    if r as u32 & 0xfc00_0000 == REQ_DIRECT && r as u32 & REQ_COLL == 0 {
+    if r as u32 & KIND_MASK == REQ_DIRECT {
         return Ok(Some(ReqId(r as u32 & (INDEX_MASK & !REQ_PERSISTENT))));
     }
     Err(err(
@@ -520,53 +513,8 @@ pub(crate) fn is_persistent(r: MPI_Request) -> bool {
 }
 
 pub(crate) fn request_handle(id: ReqId, persistent: bool) -> MPI_Request {
-    assert!(id.0 < REQ_COLL, "request index out of handle range");
+    assert!(id.0 < REQ_PERSISTENT, "request index out of handle range");
     (REQ_DIRECT | id.0 | if persistent { REQ_PERSISTENT } else { 0 }) as c_int
-}
-
-/// The slot of a non-blocking collective request in [`COLLS`], if `r` is one.
-pub(crate) fn coll_index(r: MPI_Request) -> Option<usize> {
-    let u = r as u32;
-    (r != MPI_REQUEST_NULL && u & 0xfc00_0000 == REQ_DIRECT && u & REQ_COLL != 0)
-        .then_some((u & INDEX_MASK & !REQ_COLL) as usize)
-}
-
-/// An outstanding non-blocking collective as the C ABI keeps it.
-pub(crate) struct CollSlot {
-    /// The schedule; None while some thread is advancing it (outside the table lock, so
-    /// that user op callbacks may call MPI).
-    pub req: Option<Box<tsunagi_collectives::CollRequest>>,
-    /// The schedule has completed.
-    pub done: bool,
-    /// The schedule failed (reported by the completion call).
-    pub error: Option<MpiError>,
-}
-
-/// Outstanding non-blocking collectives.
-pub(crate) static COLLS: Mutex<Table<CollSlot>> = Mutex::new(Table::new());
-/// Number of slots in [`COLLS`] (a lock-free check on the point-to-point fast path).
-pub(crate) static NCOLLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
-/// A handle for a new non-blocking collective request.
-pub(crate) fn new_coll(req: tsunagi_collectives::CollRequest) -> MPI_Request {
-    let i = lock(&COLLS).insert(CollSlot {
-        req: Some(Box::new(req)),
-        done: false,
-        error: None,
-    });
-    NCOLLS.fetch_add(1, Ordering::AcqRel);
-    assert!(
-        (i as u32) < REQ_COLL,
-        "too many outstanding collective requests"
-    );
-    (REQ_DIRECT | REQ_COLL | i as u32) as c_int
-}
-
-/// Remove a slot (the request completed and was collected).
-pub(crate) fn remove_coll(i: usize) {
-    if lock(&COLLS).remove(i).is_some() {
-        NCOLLS.fetch_sub(1, Ordering::AcqRel);
-    }
 }
 
 /// A decoded message handle: None for MPI_MESSAGE_NO_PROC.
@@ -855,13 +803,6 @@ mod tests {
         assert!(is_persistent(r));
         assert_eq!(request("r", r).unwrap(), Some(ReqId(5)));
         assert!(!is_persistent(request_handle(ReqId(5), false)));
-        // Collective requests: their own slots, not core requests.
-        let c = (REQ_DIRECT | REQ_COLL | 5) as c_int;
-        assert_eq!(coll_index(c), Some(5));
-        assert_eq!(coll_index(request_handle(ReqId(5), false)), None);
-        assert_eq!(coll_index(MPI_REQUEST_NULL), None);
-        assert!(request("r", c).is_err());
-        assert!(!is_persistent(c));
         assert_eq!(
             request("r", MPI_COMM_WORLD).unwrap_err().class,
             ErrorClass::Request

@@ -110,6 +110,14 @@ impl std::fmt::Debug for CollRequest {
     }
 }
 
+/// The core advances an outstanding collective on its one progress path (every wait, test
+/// and blocking call of the process), through [`Runtime::start_schedule`].
+impl tsunagi_core::runtime::Schedule for CollRequest {
+    fn advance(&mut self, rt: &Runtime) -> MpiResult<bool> {
+        self.test(rt)
+    }
+}
+
 const NBC_TAG_BASE: i32 = 1 << 24;
 
 fn next_tag(rt: &Runtime, comm: CommId) -> MpiResult<i32> {

@@ -107,6 +107,9 @@ enum Phase {
 enum Op {
     Send(SendMode),
     Recv,
+    /// Work advanced outside the engine (a non-blocking collective's schedule, see
+    /// `Runtime::start_schedule`): the request only records its completion.
+    Scheduled,
 }
 
 struct Request {
@@ -664,6 +667,7 @@ impl Engine {
         match req.op {
             Op::Send(mode) => self.start_send(id, mode)?,
             Op::Recv => self.start_recv(id)?,
+            Op::Scheduled => return Ok(()),
         }
         self.flush()
     }
@@ -983,12 +987,51 @@ impl Engine {
             .reqs
             .get_mut(id.0)
             .ok_or_else(|| bad_request("MPI_Request_free", id))?;
+        if req.op == Op::Scheduled {
+            // MPI-3.1 §5.12: freeing a non-blocking collective's request is erroneous
+            // (an active schedule would go on writing the user's buffers).
+            return Err(mpi_err(
+                ErrorClass::Request,
+                "MPI_Request_free: the request of an active non-blocking collective cannot be freed".into(),
+            ));
+        }
         if req.phase == Phase::Active {
             req.detached = true;
         } else {
             self.core.reqs.remove(id.0);
         }
         Ok(())
+    }
+
+    /// A request for work advanced outside the engine, active from the start; it completes
+    /// when [`Engine::finish_scheduled`] is called.
+    pub(crate) fn new_scheduled(&mut self) -> ReqId {
+        let byte = self.byte_type();
+        let id = self.new_request(
+            None,
+            Buf(std::ptr::null_mut()),
+            0,
+            byte,
+            CommId::WORLD,
+            PROC_NULL,
+            0,
+            false,
+        );
+        let req = self.core.reqs.get_mut(id.0).expect("just made");
+        req.op = Op::Scheduled;
+        req.phase = Phase::Active;
+        id
+    }
+
+    /// Complete a request of [`Engine::new_scheduled`]; `error` is an MPI error code that
+    /// the completion reports (0: success).
+    pub(crate) fn finish_scheduled(&mut self, id: ReqId, error: i32) {
+        if let Some(req) = self.core.reqs.get_mut(id.0) {
+            debug_assert!(req.op == Op::Scheduled);
+            req.status = Status::EMPTY;
+            req.status.error = error;
+            self.core.complete(id);
+        }
     }
 
     /// MPI_Cancel. A receive still in the posted queue is cancelled; a send is cancelled
@@ -1000,6 +1043,13 @@ impl Engine {
             .reqs
             .get(id.0)
             .ok_or_else(|| bad_request("MPI_Cancel", id))?;
+        if req.op == Op::Scheduled {
+            // MPI-3.1 §5.12: cancelling a non-blocking collective is erroneous.
+            return Err(mpi_err(
+                ErrorClass::Request,
+                "MPI_Cancel: a non-blocking collective request cannot be cancelled".into(),
+            ));
+        }
         if req.phase != Phase::Active {
             return Ok(());
         }
@@ -1042,6 +1092,7 @@ impl Engine {
                     }
                 }
             }
+            Op::Scheduled => unreachable!("refused above"),
         }
         Ok(())
     }

@@ -8,13 +8,11 @@
 //! they are significant.
 
 use std::ffi::{c_int, c_void};
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::Ordering;
 
 use tsunagi_collectives as coll;
 use tsunagi_collectives::{CollRequest, Op, RecvBuf, SendBuf};
 use tsunagi_core::datatype::TypeRef;
-use tsunagi_core::{CommId, ErrorClass, MpiError, MpiResult, Runtime};
+use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
 
 use crate::ffi::*;
 use crate::handles::{self as h, err, DtRef, OpDef};
@@ -120,97 +118,10 @@ fn degrees(r: &Runtime, call: &str, comm: CommId) -> MpiResult<(usize, usize)> {
 
 // ----- non-blocking requests -----
 
-/// The state of a non-blocking collective request.
-pub(crate) enum CollState {
-    Pending,
-    Done,
-    Failed(MpiError),
-}
-
-/// Advance the collective request in slot `i` once (outside the table lock).
-fn advance(r: &Runtime, i: usize) {
-    let taken = {
-        let mut t = h::lock(&h::COLLS);
-        match t.get_mut(i) {
-            Some(s) if !s.done && s.error.is_none() => s.req.take(),
-            _ => None,
-        }
-    };
-    let Some(mut req) = taken else { return };
-    let res = catch_unwind(AssertUnwindSafe(|| req.test(r))).unwrap_or_else(|_| {
-        Err(err(
-            ErrorClass::Intern,
-            "internal error while advancing a non-blocking collective",
-        ))
-    });
-    let mut t = h::lock(&h::COLLS);
-    if let Some(s) = t.get_mut(i) {
-        s.req = Some(req);
-        match res {
-            Ok(true) => s.done = true,
-            Ok(false) => {}
-            Err(e) => s.error = Some(e),
-        }
-    }
-}
-
-/// Advance every outstanding non-blocking collective once (called by every wait and
-/// test, so that all outstanding schedules progress while the program waits for any).
-pub(crate) fn advance_all(r: &Runtime) {
-    if h::NCOLLS.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let n = h::lock(&h::COLLS).slot_count();
-    for i in 0..n {
-        advance(r, i);
-    }
-}
-
-/// Whether non-blocking collectives are outstanding: then the blocking point-to-point
-/// calls wait by polling (see [`progress_until_done`]) so that they advance meanwhile.
-pub(crate) fn colls_outstanding() -> bool {
-    h::NCOLLS.load(Ordering::Acquire) > 0
-}
-
-/// Block until the core request `id` is complete (not collected), advancing every
-/// outstanding non-blocking collective meanwhile.
-pub(crate) fn progress_until_done(r: &Runtime, id: tsunagi_core::ReqId) -> MpiResult<()> {
-    let mut spins = 0u32;
-    loop {
-        advance_all(r);
-        if r.request_get_status(id)?.is_some() {
-            return Ok(());
-        }
-        spins = spins.saturating_add(1);
-        if spins > 16 {
-            std::thread::yield_now();
-        }
-    }
-}
-
-/// The state of the collective request in slot `i`.
-pub(crate) fn coll_state(i: usize) -> MpiResult<CollState> {
-    let t = h::lock(&h::COLLS);
-    match t.get(i) {
-        None => Err(err(
-            ErrorClass::Request,
-            "request is not an active non-blocking collective request",
-        )),
-        Some(s) => Ok(match (&s.error, s.done) {
-            (Some(e), _) => CollState::Failed(e.clone()),
-            (None, true) => CollState::Done,
-            (None, false) => CollState::Pending,
-        }),
-    }
-}
-
 /// Register a new request and start its first round.
 fn started(r: &Runtime, req: MpiResult<CollRequest>, out: &mut MPI_Request) -> MpiResult<()> {
-    let handle = h::new_coll(req?);
-    if let Some(i) = h::coll_index(handle) {
-        advance(r, i);
-    }
-    *out = handle;
+    let id = r.start_schedule(Box::new(req?))?;
+    *out = h::request_handle(id, false);
     Ok(())
 }
 

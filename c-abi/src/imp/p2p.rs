@@ -22,25 +22,6 @@ fn send_mode(
     comm: CommId,
 ) -> MpiResult<()> {
     let r = h::runtime(call)?;
-    if super::coll::colls_outstanding() {
-        // Wait by polling so that outstanding non-blocking collectives advance.
-        // SAFETY: MPI requires `buf` to hold `count` elements of `dt` for the call, which
-        // lasts until the request completes below.
-        let id = unsafe {
-            r.isend(
-                call,
-                buf as *const u8,
-                count as i64,
-                dt,
-                dest,
-                tag,
-                comm,
-                mode,
-            )?
-        };
-        super::coll::progress_until_done(r, id)?;
-        return r.wait_raw(call, id).map(|_| ());
-    }
     // SAFETY: MPI requires `buf` to hold `count` elements of `dt` for the call.
     unsafe {
         r.send(
@@ -157,9 +138,6 @@ pub(crate) fn recv(
             )?
         }
     };
-    if super::coll::colls_outstanding() {
-        super::coll::progress_until_done(r, id)?;
-    }
     let st = r.wait_raw("MPI_Recv", id)?;
     put_status(status, &st);
     if st.error != 0 {
@@ -464,56 +442,6 @@ pub(crate) fn sendrecv(
     status: Option<&mut MPI_Status>,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Sendrecv")?;
-    if super::coll::colls_outstanding() {
-        // As the core's sendrecv, but waiting by polling so that outstanding non-blocking
-        // collectives advance.
-        let call = "MPI_Sendrecv";
-        // SAFETY: MPI requires both buffers valid for the call, which lasts until both
-        // requests complete below.
-        let (rid, sid) = unsafe {
-            let rid = r.irecv(
-                call,
-                rbuf as *mut u8,
-                rcount as i64,
-                rtype,
-                source,
-                rtag,
-                comm,
-            )?;
-            let sid = match r.isend(
-                call,
-                sbuf as *const u8,
-                scount as i64,
-                stype,
-                dest,
-                stag,
-                comm,
-                SendMode::Standard,
-            ) {
-                Ok(s) => s,
-                Err(e) => {
-                    let _ = r.cancel(rid);
-                    let _ = r.wait_raw(call, rid);
-                    return Err(e);
-                }
-            };
-            (rid, sid)
-        };
-        super::coll::progress_until_done(r, sid)?;
-        super::coll::progress_until_done(r, rid)?;
-        let sts = r.waitall(call, &[Some(sid), Some(rid)])?;
-        put_status(status, &sts[1]);
-        if sts[1].error != 0 {
-            return Err(err(
-                ErrorClass::Truncate,
-                format!(
-                    "message truncated: {rcount} elements of {} do not hold the message",
-                    rtype.name()
-                ),
-            ));
-        }
-        return Ok(());
-    }
     // SAFETY: MPI requires both buffers valid for the call (and not overlapping).
     let st = unsafe {
         r.sendrecv(

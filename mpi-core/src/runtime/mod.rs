@@ -24,6 +24,8 @@ mod comms;
 mod errors;
 mod p2p;
 mod progress;
+mod schedules;
+
 use crate::comm::{self, CommData, CommId, ErrHandler, Keyval};
 use crate::datatype::TypeRef;
 use crate::engine::{
@@ -31,6 +33,7 @@ use crate::engine::{
 };
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
+pub use schedules::Schedule;
 
 /// Largest tag a user may use (MPI_TAG_UB).
 pub const TAG_UB: i32 = i32::MAX;
@@ -95,6 +98,12 @@ pub struct Runtime {
     /// Completions seen by the progress threads (mirrors the engine's counter so that
     /// waiting application threads can watch it without the lock).
     completed: std::sync::atomic::AtomicU64,
+    /// Outstanding schedules (non-blocking collectives), see `schedules.rs`.
+    schedules: Mutex<Vec<(ReqId, Box<dyn Schedule>)>>,
+    /// How many schedules are outstanding (a lock-free check on every progress step).
+    nschedules: std::sync::atomic::AtomicUsize,
+    /// Errors of failed schedules, until a wait or test collects them.
+    schedule_errors: Mutex<Vec<(ReqId, MpiError)>>,
     /// Free context pairs and the allocations in flight.
     contexts: Mutex<comm::ContextAllocator>,
     keyvals: Mutex<Slab<Keyval>>,
@@ -231,6 +240,9 @@ impl Runtime {
             ),
             completed: std::sync::atomic::AtomicU64::new(0),
             contexts: Mutex::new(comm::ContextAllocator::new()),
+            schedules: Mutex::new(Vec::new()),
+            nschedules: std::sync::atomic::AtomicUsize::new(0),
+            schedule_errors: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
             universe_size,

@@ -253,7 +253,19 @@ impl Runtime {
             }
             Ok(false)
         })?;
-        Self::complete_status(call, out.unwrap_or(Status::EMPTY))
+        self.collected_status(call, id, out.unwrap_or(Status::EMPTY))
+    }
+
+    /// The status of collected request `id` as MPI_Wait/MPI_Test return it: a truncation
+    /// or a failed schedule (non-blocking collective) is an error.
+    fn collected_status(&self, call: &str, id: ReqId, st: Status) -> MpiResult<Status> {
+        if st.error != 0 && st.error != ErrorClass::Truncate as i32 {
+            return Err(self.schedule_error(id).unwrap_or_else(|| {
+                let class = ErrorClass::from_code(st.error).unwrap_or(ErrorClass::Other);
+                MpiError::new(class, format!("{call}: the operation failed"))
+            }));
+        }
+        Self::complete_status(call, st)
     }
 
     /// Like [`Runtime::wait`], but a truncation is reported in the status, not as an
@@ -278,10 +290,7 @@ impl Runtime {
 
     /// MPI_Test: Some(status) when complete.
     pub fn test(&self, call: &str, id: ReqId) -> MpiResult<Option<Status>> {
-        let mut e = self.lock();
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
-        }
+        let mut e = self.step()?;
         if !e.request_exists(id) {
             return Err(MpiError::new(
                 ErrorClass::Request,
@@ -289,17 +298,14 @@ impl Runtime {
             ));
         }
         match e.test(id)? {
-            Some(st) => Self::complete_status(call, st).map(Some),
+            Some(st) => self.collected_status(call, id, st).map(Some),
             None => Ok(None),
         }
     }
 
     /// MPI_Request_get_status: like test, but the request stays.
     pub fn request_get_status(&self, id: ReqId) -> MpiResult<Option<Status>> {
-        let mut e = self.lock();
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
-        }
+        let e = self.step()?;
         e.peek(id)
     }
 
@@ -351,10 +357,7 @@ impl Runtime {
     /// MPI_Testall: Some(statuses) if all are complete (then all are collected), else None
     /// (and none is collected).
     pub fn testall(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Option<Vec<Status>>> {
-        let mut e = self.lock();
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
-        }
+        let mut e = self.step()?;
         for (i, id) in ids.iter().enumerate() {
             if let Some(id) = id {
                 if !e.request_exists(*id) {
@@ -423,10 +426,7 @@ impl Runtime {
         call: &str,
         ids: &[Option<ReqId>],
     ) -> MpiResult<Result<Option<(usize, Status)>, ()>> {
-        let mut e = self.lock();
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
-        }
+        let mut e = self.step()?;
         if let Some(r) = Self::any_done(&mut e, call, ids)? {
             return Ok(Ok(Some(r)));
         }
@@ -487,10 +487,7 @@ impl Runtime {
         call: &str,
         ids: &[Option<ReqId>],
     ) -> MpiResult<Option<Vec<(usize, Status)>>> {
-        let mut e = self.lock();
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
-        }
+        let mut e = self.step()?;
         if !Self::has_active(&e, ids) {
             return Ok(None);
         }

@@ -77,13 +77,22 @@ impl Runtime {
 
     /// Run one non-blocking progress step (MPI_Test-style calls use it).
     pub fn progress(&self) -> MpiResult<()> {
-        let mut e = self.lock();
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
-        } else if let Some(f) = &e.core.fault {
+        let e = self.step()?;
+        if let Some(f) = &e.core.fault {
             return Err(f.clone());
         }
         Ok(())
+    }
+
+    /// One non-blocking step of the one progress path: advance the outstanding schedules,
+    /// then (polling engine) poll the transports. Returns the engine, locked.
+    pub(super) fn step(&self) -> MpiResult<MutexGuard<'_, Engine>> {
+        self.advance_schedules();
+        let mut e = self.lock();
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
+        }
+        Ok(e)
     }
 
     /// Block until `done` is true, making progress meanwhile.
@@ -94,7 +103,12 @@ impl Runtime {
         let mut iter: u32 = 0;
         let threaded = self.mode == ProgressMode::Threaded;
         loop {
+            // Schedules advance outside the engine lock (they make requests of their own).
+            self.advance_schedules();
             let mut e = self.lock();
+            // Completions seen by the schedules just advanced: any later one may let a
+            // schedule go on, so the polling engine must not sleep past it.
+            let advanced_at = e.core.completions;
             if threaded {
                 if let Some(f) = &e.core.fault {
                     return Err(f.clone());
@@ -158,6 +172,12 @@ impl Runtime {
                 }
                 if done(&mut e)? {
                     return Ok(());
+                }
+                continue;
+            }
+            if self.nschedules.load(Ordering::Acquire) > 0 && e.core.completions != advanced_at {
+                for (_, s) in &self.sources {
+                    s.cancel();
                 }
                 continue;
             }
