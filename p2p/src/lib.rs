@@ -8,10 +8,6 @@
 //! MPI, PM, IMPI); this crate also carries the in-process [`SelfTransport`] and the
 //! [`stream::StreamTransport`] over Unix-domain sockets, which serves as the second live
 //! transport in tests of multi-transport progress until TCP lands.
-//!
-//! [`sim`] is test support for any crate: a simulated fabric of many endpoints in one
-//! process (per-link delay, reordering across transports, back-pressure, single copy on or
-//! refused) on which the request layer's protocols are unit-tested without processes.
 
 use std::fmt;
 use std::sync::Arc;
