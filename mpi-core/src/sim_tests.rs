@@ -1,0 +1,890 @@
+//! The request layer's protocols on a simulated fabric: several [`Engine`]s in one process,
+//! joined by `tsunagi_p2p::sim` transports whose delays, reordering across transports,
+//! capacity and single-copy behaviour each test sets. No processes, no sockets, no threads;
+//! every run is deterministic for its seed.
+//!
+//! What is covered: eager and rendezvous (streamed and single copy), synchronous sends,
+//! truncation, cancel of receives and sends, the fallback when single copy is refused, full
+//! links, control messages overtaking data, wildcard receives across two transports, and a
+//! randomized workload checked for MPI's non-overtaking order and for content.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use tsunagi_p2p::sim::{
+    Delivery, Fabric, LinkConfig, SimTransport, SingleCopy, SplitMix64, TransportConfig,
+};
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Router, SelfTransport, Sink, Transport};
+
+use crate::comm::{CommData, CommId, ErrHandler};
+use crate::datatype::{Builtin, Datatype, TypeRef};
+use crate::engine::{Buf, Engine, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG};
+use crate::error::ErrorClass;
+use crate::group::Group;
+use crate::protocol::*;
+
+/// A second communicator over all ranks (as MPI_Comm_dup of WORLD), context 4.
+const DUP: CommId = CommId(2);
+/// Steps a test waits for one completion before it calls the engine stuck.
+const STEP_LIMIT: usize = 20_000;
+const TRUNCATE: i32 = ErrorClass::Truncate as i32;
+
+fn byte() -> TypeRef {
+    Datatype::builtin(Builtin::Byte)
+}
+
+fn comm_data(n: usize, rank: Rank, context: u32, name: &str) -> CommData {
+    CommData {
+        group: Arc::new(Group::new((0..n as u32).collect())),
+        rank: rank as usize,
+        context,
+        name: name.into(),
+        errhandler: ErrHandler::Return,
+        attrs: Default::default(),
+        nodes: Arc::new(vec![0; n]),
+    }
+}
+
+/// Bytes that depend on a message id and the position in the message.
+fn fill(id: u64, len: usize) -> Vec<u8> {
+    let mut rng = SplitMix64::new(id.wrapping_mul(0x1000_0001) ^ 0xabcd);
+    (0..len).map(|_| rng.next_u64() as u8).collect()
+}
+
+/// A job of `n` engines on one fabric, each with WORLD, SELF and [`DUP`].
+struct Job {
+    fabric: Fabric,
+    e: Vec<Engine>,
+}
+
+impl Job {
+    /// Engine `a` reaches `b` over sim transport `route(a, b)` (self over the self path).
+    fn new(fabric: Fabric, route: impl Fn(Rank, Rank) -> usize) -> Job {
+        let n = fabric.endpoints();
+        let nt = fabric.transports();
+        Job::with_routers(fabric.clone(), |me| {
+            let mut r = Router::new(n);
+            r.add(Box::new(SelfTransport::new(me)), &[me]);
+            for t in 0..nt {
+                let peers: Vec<Rank> = (0..n as Rank)
+                    .filter(|&p| p != me && route(me, p) == t)
+                    .collect();
+                r.add(Box::new(fabric.transport(me, t)), &peers);
+            }
+            r
+        })
+    }
+
+    fn with_routers(fabric: Fabric, mut router: impl FnMut(Rank) -> Router) -> Job {
+        let n = fabric.endpoints();
+        let e = (0..n as Rank)
+            .map(|me| {
+                let mut e = Engine::new(me, n, router(me));
+                e.core.comms.push(Some(comm_data(n, me, 0, "WORLD")));
+                let mut self_comm = comm_data(1, 0, 2, "SELF");
+                self_comm.group = Arc::new(Group::new(vec![me]));
+                e.core.comms.push(Some(self_comm));
+                e.core.comms.push(Some(comm_data(n, me, 4, "DUP")));
+                e.core.bsend_buffer = Some((0, 1 << 30));
+                e
+            })
+            .collect();
+        Job { fabric, e }
+    }
+
+    /// Post a send of `data` (which the caller keeps alive until it completes).
+    fn isend_on(
+        &mut self,
+        comm: CommId,
+        from: Rank,
+        to: i32,
+        tag: i32,
+        data: &[u8],
+        mode: SendMode,
+    ) -> ReqId {
+        let e = &mut self.e[from as usize];
+        let buf = Buf(data.as_ptr() as *mut u8);
+        let id = e.new_request(Some(mode), buf, data.len(), byte(), comm, to, tag, false);
+        e.start(id).expect("start send");
+        id
+    }
+
+    fn isend(&mut self, from: Rank, to: i32, tag: i32, data: &[u8]) -> ReqId {
+        self.isend_on(CommId::WORLD, from, to, tag, data, SendMode::Standard)
+    }
+
+    /// Post a receive into `buf` (which the caller keeps alive until it completes).
+    fn irecv_on(&mut self, comm: CommId, at: Rank, src: i32, tag: i32, buf: &mut [u8]) -> ReqId {
+        let e = &mut self.e[at as usize];
+        let b = Buf(buf.as_mut_ptr());
+        let id = e.new_request(None, b, buf.len(), byte(), comm, src, tag, false);
+        e.start(id).expect("start receive");
+        id
+    }
+
+    fn irecv(&mut self, at: Rank, src: i32, tag: i32, buf: &mut [u8]) -> ReqId {
+        self.irecv_on(CommId::WORLD, at, src, tag, buf)
+    }
+
+    /// Progress every engine once, then advance the clock.
+    fn step(&mut self) {
+        for e in self.e.iter_mut() {
+            e.progress().expect("progress");
+        }
+        self.fabric.step();
+    }
+
+    fn steps(&mut self, n: usize) {
+        for _ in 0..n {
+            self.step();
+        }
+    }
+
+    fn test(&mut self, at: Rank, id: ReqId) -> Option<Status> {
+        self.e[at as usize].test(id).expect("test")
+    }
+
+    fn wait(&mut self, at: Rank, id: ReqId) -> Status {
+        for _ in 0..STEP_LIMIT {
+            if let Some(st) = self.test(at, id) {
+                return st;
+            }
+            self.step();
+        }
+        panic!(
+            "request {} of rank {at} did not complete in {STEP_LIMIT} steps ({} messages in \
+             flight)",
+            id.0,
+            self.fabric.in_flight()
+        );
+    }
+
+    /// Step until nothing is in flight or queued anywhere.
+    fn settle(&mut self) {
+        for _ in 0..STEP_LIMIT {
+            self.step();
+            if self.fabric.in_flight() == 0 && self.e.iter().all(|e| !e.core.has_outgoing()) {
+                return;
+            }
+        }
+        panic!("the job did not settle in {STEP_LIMIT} steps");
+    }
+}
+
+/// One transport (delay 1, no jitter, room for 64) with the given limits and single copy.
+fn one_transport(n: usize, eager: usize, max: usize, sc: SingleCopy) -> Job {
+    let f = Fabric::new(
+        n,
+        1,
+        vec![TransportConfig::new("sim")
+            .limits(eager, max)
+            .single_copy(sc)],
+    );
+    Job::new(f, |_, _| 0)
+}
+
+fn kinds(tr: &[Delivery]) -> Vec<u8> {
+    tr.iter().map(|d| d.header.kind).collect()
+}
+
+fn count_kind(tr: &[Delivery], kind: u8) -> usize {
+    tr.iter().filter(|d| d.header.kind == kind).count()
+}
+
+#[test]
+fn eager_and_streamed_rendezvous_deliver_every_size() {
+    let mut job = one_transport(2, 64, 100, SingleCopy::Off);
+    job.fabric.record(true);
+    for (i, len) in [0usize, 1, 63, 64, 65, 100, 101, 1000, 1003]
+        .into_iter()
+        .enumerate()
+    {
+        let data = fill(i as u64, len);
+        let s = job.isend(0, 1, i as i32, &data);
+        let mut buf = vec![0u8; len + 5];
+        let r = job.irecv(1, 0, i as i32, &mut buf);
+        let st = job.wait(1, r);
+        assert_eq!(
+            (st.source, st.tag, st.bytes, st.error),
+            (0, i as i32, len, 0)
+        );
+        assert_eq!(&buf[..len], &data[..], "content of a {len}-byte message");
+        assert!(
+            buf[len..].iter().all(|&b| b == 0),
+            "nothing written past the data"
+        );
+        let sst = job.wait(0, s);
+        assert_eq!(sst.bytes, len);
+        let tr = job.fabric.trace();
+        if len <= 64 {
+            assert_eq!(kinds(&tr), vec![EAGER], "{len} bytes go eagerly");
+        } else {
+            assert_eq!(count_kind(&tr, RTS), 1);
+            assert_eq!(count_kind(&tr, CTS), 1);
+            assert_eq!(
+                count_kind(&tr, DATA),
+                len.div_ceil(100),
+                "chunks of max_payload"
+            );
+            assert!(tr.iter().all(|d| d.payload_len <= 100));
+        }
+    }
+    assert_eq!(job.e[0].live_requests() + job.e[1].live_requests(), 0);
+}
+
+#[test]
+fn unexpected_messages_wait_for_their_receive() {
+    let mut job = one_transport(2, 64, 100, SingleCopy::Off);
+    let small = fill(1, 40);
+    let big = fill(2, 450);
+    let s1 = job.isend(0, 1, 7, &small);
+    let s2 = job.isend(0, 1, 8, &big);
+    job.steps(20);
+    assert!(
+        job.test(0, s1).is_some(),
+        "standard eager send completes locally"
+    );
+    assert!(job.test(0, s2).is_none(), "rendezvous waits for a receive");
+    let (mut b2, mut b1) = (vec![0u8; 450], vec![0u8; 40]);
+    let r2 = job.irecv(1, 0, 8, &mut b2);
+    let r1 = job.irecv(1, 0, 7, &mut b1);
+    assert_eq!(job.wait(1, r1).bytes, 40);
+    assert_eq!(job.wait(1, r2).bytes, 450);
+    job.wait(0, s2);
+    assert_eq!((b1, b2), (small, big));
+}
+
+#[test]
+fn synchronous_send_completes_only_after_the_match() {
+    for len in [16usize, 500] {
+        let mut job = one_transport(2, 64, 128, SingleCopy::Off);
+        let data = fill(3, len);
+        let s = job.isend_on(CommId::WORLD, 0, 1, 5, &data, SendMode::Synchronous);
+        job.steps(50);
+        assert!(
+            job.test(0, s).is_none(),
+            "a {len}-byte Issend completed before any receive was posted"
+        );
+        assert_eq!(job.fabric.in_flight(), 0, "the envelope did arrive");
+        let mut buf = vec![0u8; len];
+        let r = job.irecv(1, 0, 5, &mut buf);
+        job.wait(1, r);
+        let st = job.wait(0, s);
+        assert_eq!((st.bytes, st.cancelled), (len, false));
+        assert_eq!(buf, data);
+    }
+}
+
+#[test]
+fn synchronous_eager_send_waits_for_a_posted_receive_too() {
+    // The receive is posted first: the match happens at arrival, the ack follows.
+    let mut job = one_transport(2, 64, 128, SingleCopy::Off);
+    job.fabric.record(true);
+    let mut buf = vec![0u8; 8];
+    let r = job.irecv(1, 0, ANY_TAG, &mut buf);
+    let data = fill(4, 8);
+    let s = job.isend_on(CommId::WORLD, 0, 1, 9, &data, SendMode::Synchronous);
+    assert!(job.test(0, s).is_none());
+    job.wait(1, r);
+    job.wait(0, s);
+    assert_eq!(kinds(&job.fabric.trace()), vec![EAGER, SYNC_ACK]);
+}
+
+#[test]
+fn truncation_reports_err_truncate_and_the_sender_completes() {
+    // Eager, streamed rendezvous, single-copy rendezvous, refused single copy.
+    let cases = [
+        (SingleCopy::Off, 50usize),
+        (SingleCopy::Off, 1000),
+        (SingleCopy::Read, 1000),
+        (SingleCopy::Refuse, 1000),
+    ];
+    for (sc, len) in cases {
+        let mut job = one_transport(2, 64, 128, sc);
+        let data = fill(5, len);
+        let cap = len / 3;
+        let mut buf = vec![0xEEu8; cap + 16];
+        let r = job.irecv(1, 0, 1, &mut buf[..cap]);
+        let s = job.isend(0, 1, 1, &data);
+        let st = job.wait(1, r);
+        assert_eq!(st.error, TRUNCATE, "{sc:?}, {len} bytes into {cap}");
+        assert_eq!((st.bytes, st.source, st.tag), (cap, 0, 1));
+        assert_eq!(&buf[..cap], &data[..cap]);
+        assert!(
+            buf[cap..].iter().all(|&b| b == 0xEE),
+            "wrote past the buffer"
+        );
+        let sst = job.wait(0, s);
+        assert_eq!((sst.error, sst.bytes), (0, len));
+        job.settle();
+        assert_eq!(job.e[0].live_requests() + job.e[1].live_requests(), 0);
+    }
+}
+
+#[test]
+fn truncation_of_an_unexpected_message() {
+    let mut job = one_transport(2, 64, 128, SingleCopy::Off);
+    let data = fill(6, 300);
+    let s = job.isend(0, 1, 2, &data);
+    let e = fill(7, 60);
+    let s2 = job.isend(0, 1, 3, &e);
+    job.settle();
+    let (mut b1, mut b2) = (vec![0u8; 100], vec![0u8; 10]);
+    let r1 = job.irecv(1, 0, 2, &mut b1);
+    let r2 = job.irecv(1, 0, 3, &mut b2);
+    let (st1, st2) = (job.wait(1, r1), job.wait(1, r2));
+    assert_eq!((st1.error, st1.bytes), (TRUNCATE, 100));
+    assert_eq!((st2.error, st2.bytes), (TRUNCATE, 10));
+    assert_eq!((&b1[..], &b2[..]), (&data[..100], &e[..10]));
+    job.wait(0, s);
+    job.wait(0, s2);
+}
+
+#[test]
+fn cancel_of_an_unmatched_receive() {
+    let mut job = one_transport(2, 64, 128, SingleCopy::Off);
+    let mut b1 = vec![0u8; 8];
+    let mut b2 = vec![0u8; 8];
+    let r1 = job.irecv(1, 0, 4, &mut b1);
+    job.e[1].cancel(r1).unwrap();
+    let st = job
+        .test(1, r1)
+        .expect("a cancelled receive completes at once");
+    assert!(st.cancelled);
+    let data = fill(8, 8);
+    let s = job.isend(0, 1, 4, &data);
+    let r2 = job.irecv(1, 0, 4, &mut b2);
+    assert_eq!(job.wait(1, r2).bytes, 8);
+    assert_eq!(
+        (b1, b2),
+        (vec![0u8; 8], data),
+        "the cancelled receive took nothing"
+    );
+    job.wait(0, s);
+    // A matched receive cannot be cancelled: it completes normally.
+    let mut b3 = vec![0u8; 8];
+    let r3 = job.irecv(1, 0, 5, &mut b3);
+    let s3 = job.isend(0, 1, 5, &[1; 8]);
+    job.settle();
+    job.e[1].cancel(r3).unwrap();
+    let st3 = job.wait(1, r3);
+    assert!(!st3.cancelled);
+    assert_eq!(b3, [1; 8]);
+    job.wait(0, s3);
+}
+
+/// A job whose only link 0 → 1 holds one message and takes 30 steps: later sends queue
+/// in the engine, where they can still be cancelled.
+fn slow_full_link() -> Job {
+    let f = Fabric::new(
+        2,
+        1,
+        vec![TransportConfig::new("sim").limits(64, 128).link(30, 0, 1)],
+    );
+    Job::new(f, |_, _| 0)
+}
+
+#[test]
+fn cancel_of_sends_that_have_not_left() {
+    let mut job = slow_full_link();
+    let first = fill(9, 10);
+    let sync = fill(10, 10);
+    let big = fill(11, 500);
+    let s0 = job.isend(0, 1, 1, &first); // takes the link's only slot
+    let s1 = job.isend_on(CommId::WORLD, 0, 1, 1, &sync, SendMode::Synchronous);
+    let s2 = job.isend(0, 1, 1, &big); // RTS queued
+    assert!(job.e[0].core.has_outgoing());
+    job.e[0].cancel(s1).unwrap();
+    job.e[0].cancel(s2).unwrap();
+    let (st1, st2) = (job.wait(0, s1), job.wait(0, s2));
+    assert!(st1.cancelled && st2.cancelled);
+    assert!(!job.e[0].core.has_outgoing(), "nothing left to send");
+    job.settle();
+    let mut b = vec![0u8; 600];
+    let r = job.irecv(1, 0, ANY_TAG, &mut b);
+    assert_eq!(job.wait(1, r).bytes, 10);
+    assert_eq!(&b[..10], &first[..]);
+    job.settle();
+    assert!(
+        job.e[1]
+            .probe(CommId::WORLD, ANY_SOURCE, ANY_TAG, false)
+            .unwrap()
+            .is_none(),
+        "a cancelled send arrived"
+    );
+    assert!(!job.wait(0, s0).cancelled);
+}
+
+#[test]
+fn cancel_of_a_send_that_left_completes_normally() {
+    let mut job = one_transport(2, 64, 128, SingleCopy::Off);
+    let data = fill(12, 10);
+    let s = job.isend_on(CommId::WORLD, 0, 1, 1, &data, SendMode::Synchronous);
+    job.steps(3);
+    job.e[0].cancel(s).unwrap();
+    assert!(
+        job.test(0, s).is_none(),
+        "the envelope left: cancel has no effect"
+    );
+    let mut b = vec![0u8; 10];
+    let r = job.irecv(1, 0, 1, &mut b);
+    job.wait(1, r);
+    assert!(!job.wait(0, s).cancelled);
+    assert_eq!(b, data);
+}
+
+/// Regression: cancel looked for the *first* queued envelope carrying the request's id
+/// as cookie. A completed eager send whose envelope still waits for room, freed by the
+/// test that collected it, leaves its id to the next request: cancelling that one removed
+/// the old envelope (a completed send lost) and let the cancelled one go out, whose
+/// SYNC_ACK then completed whichever request had the id by then.
+#[test]
+fn cancel_after_request_id_reuse_removes_the_right_envelope() {
+    let mut job = slow_full_link();
+    let a = fill(13, 10);
+    let b = fill(14, 10);
+    let c = fill(15, 10);
+    let s0 = job.isend(0, 1, 1, &a); // fills the link
+    let s1 = job.isend(0, 1, 1, &b); // queued in the engine, complete
+    assert!(job.test(0, s0).is_some() && job.test(0, s1).is_some());
+    let s2 = job.isend_on(CommId::WORLD, 0, 1, 1, &c, SendMode::Synchronous);
+    assert!(s2 == s0 || s2 == s1, "the test relies on slot reuse");
+    job.e[0].cancel(s2).unwrap();
+    assert!(job.wait(0, s2).cancelled);
+    job.settle();
+    let mut got = Vec::new();
+    while let Some((st, _)) = job.e[1]
+        .probe(CommId::WORLD, ANY_SOURCE, ANY_TAG, false)
+        .unwrap()
+    {
+        let mut buf = vec![0u8; st.bytes];
+        let r = job.irecv(1, 0, 1, &mut buf);
+        job.wait(1, r);
+        got.push(buf);
+    }
+    assert_eq!(
+        got,
+        vec![a, b],
+        "the completed sends arrive, the cancelled one does not"
+    );
+}
+
+#[test]
+fn single_copy_rendezvous_reads_once_and_answers_fin() {
+    let mut job = one_transport(2, 64, 128, SingleCopy::Read);
+    job.fabric.record(true);
+    let data = fill(16, 5000);
+    let mut buf = vec![0u8; 5000];
+    let s = job.isend(0, 1, 1, &data);
+    let r = job.irecv(1, 0, 1, &mut buf);
+    job.wait(1, r);
+    job.wait(0, s);
+    assert_eq!(buf, data);
+    let tr = job.fabric.trace();
+    assert_eq!(kinds(&tr), vec![RTS, FIN]);
+    assert_ne!(tr[0].header.flags & FLAG_CMA, 0);
+    let st = job.fabric.stats(0);
+    assert_eq!((st.reads, st.read_bytes, st.reads_failed), (1, 5000, 0));
+}
+
+#[test]
+fn single_copy_of_non_contiguous_data_on_both_sides() {
+    // Every other int: the sender packs once and exposes the packed copy; the receiver
+    // reads into scratch and unpacks.
+    let mut job = one_transport(2, 64, 128, SingleCopy::Read);
+    let int = Datatype::builtin(Builtin::Int);
+    let strided: TypeRef = Arc::new(Datatype::vector(400, 1, 2, &int).unwrap());
+    strided.commit();
+    let src: Vec<i32> = (0..800).collect();
+    let mut dst = vec![-1i32; 800];
+    let e0 = &mut job.e[0];
+    let s = e0.new_request(
+        Some(SendMode::Standard),
+        Buf(src.as_ptr() as *mut u8),
+        1,
+        strided.clone(),
+        CommId::WORLD,
+        1,
+        3,
+        false,
+    );
+    e0.start(s).unwrap();
+    let e1 = &mut job.e[1];
+    let r = e1.new_request(
+        None,
+        Buf(dst.as_mut_ptr().cast()),
+        1,
+        strided,
+        CommId::WORLD,
+        0,
+        3,
+        false,
+    );
+    e1.start(r).unwrap();
+    assert_eq!(job.wait(1, r).bytes, 1600);
+    job.wait(0, s);
+    for (i, v) in dst.iter().enumerate() {
+        let want = if i % 2 == 0 { i as i32 } else { -1 };
+        assert_eq!(*v, want, "element {i}");
+    }
+    assert_eq!(job.fabric.stats(0).reads, 1);
+}
+
+#[test]
+fn refused_single_copy_falls_back_to_cts_and_data() {
+    let mut job = one_transport(2, 64, 128, SingleCopy::Refuse);
+    job.fabric.record(true);
+    let data = fill(17, 1000);
+    let mut buf = vec![0u8; 1000];
+    let r = job.irecv(1, 0, 1, &mut buf);
+    let s = job.isend(0, 1, 1, &data);
+    job.wait(1, r);
+    job.wait(0, s);
+    assert_eq!(buf, data);
+    let tr = job.fabric.trace();
+    assert_ne!(
+        tr[0].header.flags & FLAG_CMA,
+        0,
+        "the RTS offered single copy"
+    );
+    assert_eq!(count_kind(&tr, CTS), 1);
+    assert_eq!(count_kind(&tr, DATA), 8);
+    assert_eq!(count_kind(&tr, FIN), 0);
+    assert_eq!(job.fabric.stats(0).reads_failed, 1);
+}
+
+#[test]
+fn full_links_lose_and_reorder_nothing() {
+    // Room for one message per link, both directions busy, every kind of message.
+    let f = Fabric::new(
+        2,
+        2,
+        vec![TransportConfig::new("sim")
+            .limits(32, 48)
+            .link(2, 3, 1)
+            .max_per_poll(1)],
+    );
+    let mut job = Job::new(f, |_, _| 0);
+    let sizes = [0usize, 10, 32, 33, 200, 5, 500, 1, 31, 100];
+    let msgs: Vec<Vec<u8>> = (0..40)
+        .map(|i| fill(100 + i, sizes[i as usize % 10]))
+        .collect();
+    let mut sends = Vec::new();
+    for (i, m) in msgs.iter().enumerate() {
+        let mode = if i % 3 == 0 {
+            SendMode::Synchronous
+        } else {
+            SendMode::Standard
+        };
+        sends.push((0, job.isend_on(CommId::WORLD, 0, 1, 6, m, mode)));
+        sends.push((1, job.isend_on(CommId::WORLD, 1, 0, 6, m, mode)));
+    }
+    assert!(job.e[0].core.has_outgoing(), "the link was full");
+    let mut bufs: Vec<Vec<u8>> = (0..80).map(|_| vec![0u8; 500]).collect();
+    let mut recvs = Vec::new();
+    for (i, b) in bufs.iter_mut().enumerate() {
+        let at = (i % 2) as Rank;
+        recvs.push((at, job.irecv(at, 1 - at as i32, 6, b)));
+    }
+    let mut lens = Vec::new();
+    for &(at, r) in &recvs {
+        lens.push(job.wait(at, r).bytes);
+    }
+    for &(at, s) in &sends {
+        job.wait(at, s);
+    }
+    for (i, b) in bufs.iter().enumerate() {
+        let m = &msgs[i / 2];
+        assert_eq!(lens[i], m.len(), "message {} of rank {}", i / 2, 1 - i % 2);
+        assert_eq!(&b[..m.len()], &m[..]);
+    }
+    assert!(job.fabric.stats(0).full > 10, "back-pressure was exercised");
+    assert_eq!(job.fabric.stats(0).max_depth, 1);
+}
+
+/// A transport made of several simulated ones: envelopes (EAGER, RTS) on lane 0, every
+/// other message round robin on the control lanes, so that control messages and data
+/// overtake envelopes and each other (as a transport with a separate control channel
+/// would let them). Each lane keeps its own FIFO order.
+struct Lanes {
+    envelopes: SimTransport,
+    control: Vec<SimTransport>,
+    next: usize,
+}
+
+impl Transport for Lanes {
+    fn name(&self) -> &'static str {
+        "lanes"
+    }
+    fn eager_limit(&self) -> usize {
+        self.envelopes.eager_limit()
+    }
+    fn max_payload(&self) -> usize {
+        self.control.iter().map(|t| t.max_payload()).min().unwrap()
+    }
+    fn single_copy(&self, peer: Rank) -> bool {
+        self.envelopes.single_copy(peer)
+    }
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        if hdr.kind == EAGER || hdr.kind == RTS {
+            return self.envelopes.try_send(peer, hdr, payload);
+        }
+        let k = self.next % self.control.len();
+        let sent = self.control[k].try_send(peer, hdr, payload)?;
+        if sent {
+            self.next += 1;
+        }
+        Ok(sent)
+    }
+    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        let mut n = 0;
+        for t in self.control.iter_mut() {
+            n += t.poll(sink)?;
+        }
+        Ok(n + self.envelopes.poll(sink)?)
+    }
+    fn read_remote(&mut self, peer: Rank, addr: u64, dst: &mut [u8]) -> Result<(), P2pError> {
+        self.envelopes.read_remote(peer, addr, dst)
+    }
+    fn event_source(&self) -> Arc<dyn EventSource> {
+        self.envelopes.event_source()
+    }
+}
+
+#[test]
+fn control_messages_overtaking_data_and_envelopes() {
+    // Envelopes are slow; control and data fast with jitter over three lanes.
+    let n = 3;
+    let f = Fabric::new(
+        n,
+        11,
+        vec![
+            TransportConfig::new("env").limits(64, 64).link(6, 4, 4),
+            TransportConfig::new("c1").limits(40, 40).link(0, 5, 3),
+            TransportConfig::new("c2").limits(40, 40).link(1, 5, 3),
+            TransportConfig::new("c3").limits(40, 40).link(0, 9, 3),
+        ],
+    );
+    f.record(true);
+    let fc = f.clone();
+    let mut job = Job::with_routers(f, move |me| {
+        let mut r = Router::new(n);
+        r.add(Box::new(SelfTransport::new(me)), &[me]);
+        let peers: Vec<Rank> = (0..n as Rank).filter(|&p| p != me).collect();
+        let lanes = Lanes {
+            envelopes: fc.transport(me, 0),
+            control: (1..4).map(|t| fc.transport(me, t)).collect(),
+            next: me as usize,
+        };
+        r.add(Box::new(lanes), &peers);
+        r
+    });
+    // Ranks 0 and 2 send to 1 a mix of eager, synchronous and streamed messages, with
+    // the receives posted before part of them arrive; 1 sends the same mix to 0.
+    let sizes = [300usize, 8, 1000, 64, 65, 0, 777, 12];
+    let mut msgs = Vec::new();
+    for k in 0..24u64 {
+        msgs.push(fill(200 + k, sizes[k as usize % 8]));
+    }
+    let mut bufs: Vec<Vec<u8>> = (0..48).map(|_| vec![0u8; 1000]).collect();
+    let mut recvs = Vec::new();
+    for (i, b) in bufs.iter_mut().enumerate().take(20) {
+        let src = if i % 2 == 0 { 0 } else { 2 };
+        recvs.push(job.irecv(1, src, 3, b));
+    }
+    let mut sends = Vec::new();
+    for (k, m) in msgs.iter().enumerate() {
+        let mode = if k % 4 == 1 {
+            SendMode::Synchronous
+        } else {
+            SendMode::Standard
+        };
+        sends.push((0, job.isend_on(CommId::WORLD, 0, 1, 3, m, mode)));
+        sends.push((2, job.isend_on(CommId::WORLD, 2, 1, 3, m, mode)));
+        // Envelopes the other way, for control messages from 1 to overtake.
+        sends.push((1, job.isend_on(CommId::WORLD, 1, 0, 4, m, mode)));
+        job.step();
+    }
+    job.steps(10);
+    for (i, b) in bufs.iter_mut().enumerate().skip(20) {
+        let src = if i % 2 == 0 { 0 } else { 2 };
+        recvs.push(job.irecv(1, src, 3, b));
+    }
+    for (i, &r) in recvs.iter().enumerate() {
+        let st = job.wait(1, r);
+        let m = &msgs[i / 2];
+        assert_eq!(
+            (st.bytes, st.source),
+            (m.len(), if i % 2 == 0 { 0 } else { 2 })
+        );
+        assert_eq!(
+            &bufs[i][..m.len()],
+            &m[..],
+            "message {} from {}",
+            i / 2,
+            st.source
+        );
+    }
+    let mut back: Vec<Vec<u8>> = (0..msgs.len()).map(|_| vec![0u8; 1000]).collect();
+    for (m, b) in msgs.iter().zip(back.iter_mut()) {
+        let r = job.irecv(0, 1, 4, b);
+        assert_eq!(job.wait(0, r).bytes, m.len());
+        assert_eq!(&b[..m.len()], &m[..]);
+    }
+    for &(at, s) in &sends {
+        job.wait(at, s);
+    }
+    // What the test wanted to provoke did happen.
+    let tr = job.fabric.trace();
+    let overtook = |later: fn(u8) -> bool, earlier: fn(u8) -> bool| {
+        tr.iter().enumerate().any(|(i, d)| {
+            later(d.header.kind)
+                && tr[i + 1..].iter().any(|e| {
+                    earlier(e.header.kind) && e.src == d.src && e.dst == d.dst && e.seq < d.seq
+                })
+        })
+    };
+    let envelope = |k: u8| k == EAGER || k == RTS;
+    assert!(
+        overtook(|k| k == DATA, envelope),
+        "no DATA overtook an envelope"
+    );
+    assert!(
+        overtook(|k| k == CTS || k == SYNC_ACK, envelope),
+        "no control overtook"
+    );
+    assert!(
+        overtook(|k| k == DATA, |k| k == DATA),
+        "no DATA chunk overtook another"
+    );
+}
+
+#[test]
+fn wildcard_receives_across_two_transports_keep_mpi_order() {
+    // Rank 1 reaches 0 over a fast transport, rank 2 over a slow jittery one.
+    let f = Fabric::new(
+        3,
+        5,
+        vec![
+            TransportConfig::new("near")
+                .limits(64, 128)
+                .single_copy(SingleCopy::Read)
+                .link(0, 1, 4),
+            TransportConfig::new("far").limits(128, 200).link(4, 6, 2),
+        ],
+    );
+    f.record(true);
+    let mut job = Job::new(f, |a, b| if a.max(b) == 2 { 1 } else { 0 });
+    const K: usize = 30;
+    let mut msgs = HashMap::new();
+    for src in [1u32, 2] {
+        for k in 0..K {
+            let len = [4usize, 100, 300, 16, 0, 129][k % 6].max(4);
+            let mut m = fill((src as u64) << 32 | k as u64, len);
+            m[..4].copy_from_slice(&((src << 16) | k as u32).to_le_bytes());
+            msgs.insert((src, k), m);
+        }
+    }
+    // Half of the receives are posted before anything is sent (posted queue), half after
+    // (unexpected queue); tags alternate so that ANY_TAG matters.
+    let mut bufs: Vec<Vec<u8>> = (0..2 * K).map(|_| vec![0u8; 300]).collect();
+    let (first, rest) = bufs.split_at_mut(K);
+    let mut recvs = Vec::new();
+    for b in first.iter_mut() {
+        recvs.push(job.irecv(0, ANY_SOURCE, ANY_TAG, b));
+    }
+    let mut sends = Vec::new();
+    for k in 0..K {
+        for src in [1u32, 2] {
+            let tag = (k % 3) as i32;
+            let m = &msgs[&(src, k)];
+            sends.push((src, job.isend(src, 0, tag, m)));
+        }
+        job.step();
+    }
+    job.steps(40);
+    for b in rest.iter_mut() {
+        recvs.push(job.irecv(0, ANY_SOURCE, ANY_TAG, b));
+    }
+    let mut order = Vec::new();
+    for (i, &r) in recvs.iter().enumerate() {
+        let st = job.wait(0, r);
+        let id = u32::from_le_bytes(bufs[i][..4].try_into().unwrap());
+        let (src, k) = (id >> 16, (id & 0xffff) as usize);
+        assert_eq!((st.source, st.tag), (src as i32, (k % 3) as i32));
+        let m = &msgs[&(src, k)];
+        assert_eq!((st.bytes, &bufs[i][..m.len()]), (m.len(), &m[..]));
+        order.push((src, k));
+    }
+    for &(at, s) in &sends {
+        job.wait(at, s);
+    }
+    for src in [1u32, 2] {
+        let ks: Vec<usize> = order.iter().filter(|o| o.0 == src).map(|o| o.1).collect();
+        assert_eq!(
+            ks,
+            (0..K).collect::<Vec<_>>(),
+            "messages from rank {src} in order"
+        );
+    }
+    // Both transports carried traffic and the far one's messages were overtaken.
+    let tr = job.fabric.trace();
+    assert!(tr.iter().any(|d| d.transport == 0) && tr.iter().any(|d| d.transport == 1));
+    let envelopes: Vec<&Delivery> = tr
+        .iter()
+        .filter(|d| d.dst == 0 && (d.header.kind == EAGER || d.header.kind == RTS))
+        .collect();
+    assert!(
+        envelopes.windows(2).any(|w| w[0].seq > w[1].seq),
+        "no envelope overtook another across transports"
+    );
+    assert_ne!(
+        order[..K].iter().filter(|o| o.0 == 1).count(),
+        K,
+        "sources interleave"
+    );
+}
+
+#[test]
+fn wildcard_source_with_a_fixed_tag_skips_other_tags() {
+    let mut job = one_transport(3, 64, 128, SingleCopy::Off);
+    let (a, b, c) = (fill(20, 8), fill(21, 8), fill(22, 200));
+    let s1 = job.isend(1, 0, 1, &a);
+    let s2 = job.isend(2, 0, 2, &b);
+    let s3 = job.isend(2, 0, 1, &c);
+    job.settle();
+    let mut x = vec![0u8; 200];
+    let mut y = vec![0u8; 200];
+    let r1 = job.irecv(0, ANY_SOURCE, 2, &mut x);
+    let r2 = job.irecv(0, 2, ANY_TAG, &mut y);
+    assert_eq!(job.wait(0, r1).source, 2);
+    let st = job.wait(0, r2);
+    assert_eq!((st.source, st.tag, st.bytes), (2, 1, 200));
+    assert_eq!((&x[..8], &y[..]), (&b[..], &c[..]));
+    let mut z = vec![0u8; 8];
+    let r3 = job.irecv(0, ANY_SOURCE, ANY_TAG, &mut z);
+    assert_eq!(job.wait(0, r3).source, 1);
+    assert_eq!(z, a);
+    for (at, s) in [(1, s1), (2, s2), (2, s3)] {
+        job.wait(at, s);
+    }
+}
+
+#[test]
+fn communicators_do_not_match_each_other() {
+    let mut job = one_transport(2, 64, 128, SingleCopy::Off);
+    let (a, b) = (fill(30, 20), fill(31, 300));
+    let s1 = job.isend_on(DUP, 0, 1, 0, &a, SendMode::Standard);
+    let s2 = job.isend_on(CommId::WORLD, 0, 1, 0, &b, SendMode::Standard);
+    let mut x = vec![0u8; 300];
+    let mut y = vec![0u8; 300];
+    let r1 = job.irecv_on(CommId::WORLD, 1, ANY_SOURCE, ANY_TAG, &mut x);
+    let r2 = job.irecv_on(DUP, 1, ANY_SOURCE, ANY_TAG, &mut y);
+    assert_eq!(job.wait(1, r1).bytes, 300);
+    assert_eq!(job.wait(1, r2).bytes, 20);
+    assert_eq!((&x[..], &y[..20]), (&b[..], &a[..]));
+    job.wait(0, s1);
+    job.wait(0, s2);
+}
+
+mod random;
