@@ -53,7 +53,24 @@ fn random_single_copy(rng: &mut SplitMix64) -> SingleCopy {
     [SingleCopy::Off, SingleCopy::Read, SingleCopy::Refuse][rng.below(3) as usize]
 }
 
-fn run(seed: u64) {
+/// What the runs exercised, summed over seeds, so that the test fails if a change of the
+/// generator stops provoking any of it.
+#[derive(Default, Debug)]
+struct Coverage {
+    truncated: usize,
+    cancelled: usize,
+    mprobed: usize,
+    wildcard_source: usize,
+    wildcard_tag: usize,
+    to_self: usize,
+    synchronous: usize,
+    buffered: usize,
+    full: u64,
+    reads: u64,
+    reads_refused: u64,
+}
+
+fn run(seed: u64, cov: &mut Coverage) {
     let mut rng = SplitMix64::new(seed);
     let n = 3 + rng.below(2) as usize;
     let near_eager = 16 + rng.below(200) as usize;
@@ -176,7 +193,35 @@ fn run(seed: u64) {
             3..=5 => {
                 if let Some(spec) = specs[r].pop() {
                     let mut buf = vec![0u8; spec.cap];
-                    let req = job.irecv_on(spec.comm, r as Rank, spec.src, spec.tag, &mut buf);
+                    // Sometimes MPI_Improbe + MPI_Imrecv: the same match, taken earlier.
+                    let probed = if rng.chance(1, 4) {
+                        job.e[r]
+                            .probe(spec.comm, spec.src, spec.tag, true)
+                            .unwrap()
+                            .and_then(|(_, m)| m)
+                    } else {
+                        None
+                    };
+                    let req = match probed {
+                        Some(msg) => {
+                            cov.mprobed += 1;
+                            let e = &mut job.e[r];
+                            let b = Buf(buf.as_mut_ptr());
+                            let id = e.new_request(
+                                None,
+                                b,
+                                spec.cap,
+                                byte(),
+                                spec.comm,
+                                ANY_SOURCE,
+                                ANY_TAG,
+                                false,
+                            );
+                            e.start_mrecv(id, msg).unwrap();
+                            id
+                        }
+                        None => job.irecv_on(spec.comm, r as Rank, spec.src, spec.tag, &mut buf),
+                    };
                     recvs.push(Recv {
                         at: r as Rank,
                         req,
@@ -248,6 +293,7 @@ fn run(seed: u64) {
     for r in &recvs {
         let st = r.status.unwrap();
         if st.cancelled {
+            cov.cancelled += 1;
             continue;
         }
         let id = u64::from_le_bytes(r.buf[..8].try_into().unwrap()) as usize;
@@ -287,6 +333,21 @@ fn run(seed: u64) {
             );
         }
         last.insert(key, m.seq);
+        cov.truncated += (error != 0) as usize;
+        cov.wildcard_source += (r.spec.src == ANY_SOURCE) as usize;
+        cov.wildcard_tag += (r.spec.tag == ANY_TAG) as usize;
+        cov.to_self += (m.src == m.dst) as usize;
+    }
+    cov.synchronous += modes
+        .iter()
+        .filter(|&&m| m == SendMode::Synchronous)
+        .count();
+    cov.buffered += modes.iter().filter(|&&m| m == SendMode::Buffered).count();
+    for t in 0..2 {
+        let st = job.fabric.stats(t);
+        cov.full += st.full;
+        cov.reads += st.reads;
+        cov.reads_refused += st.reads_failed;
     }
     let missing: Vec<usize> = (0..nmsg).filter(|&i| !seen[i]).collect();
     assert!(
@@ -326,8 +387,25 @@ fn random_traffic_keeps_order_and_content() {
     let seeds: u64 = std::env::var("TSUNAGI_SIM_SEEDS")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(40);
+        .unwrap_or(200);
+    let mut cov = Coverage::default();
     for seed in 1..=seeds {
-        run(seed);
+        run(seed, &mut cov);
     }
+    let c = &cov;
+    let counts = [
+        c.truncated,
+        c.cancelled,
+        c.mprobed,
+        c.wildcard_source,
+        c.wildcard_tag,
+        c.to_self,
+        c.synchronous,
+        c.buffered,
+    ];
+    assert!(
+        counts.iter().all(|&k| k > 0) && c.full > 0 && c.reads > 0 && c.reads_refused > 0,
+        "the random runs missed a case: {cov:?}"
+    );
+    eprintln!("random traffic over {seeds} seeds: {cov:?}");
 }
