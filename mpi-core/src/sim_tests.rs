@@ -880,6 +880,54 @@ fn wildcard_source_with_a_fixed_tag_skips_other_tags() {
 }
 
 #[test]
+fn persistent_requests_restart_and_freed_requests_finish_in_the_background() {
+    let mut job = slow_full_link();
+    let mut data = vec![0u8; 300];
+    let mut buf = vec![0u8; 300];
+    // The requests keep these pointers across rounds, so the test goes through them too
+    // (a fresh `&mut` of the vectors would invalidate them).
+    let (dptr, bptr) = (data.as_mut_ptr(), buf.as_mut_ptr());
+    let byte = byte();
+    let s = job.e[0].new_request(
+        Some(SendMode::Standard),
+        Buf(dptr),
+        300,
+        byte.clone(),
+        CommId::WORLD,
+        1,
+        2,
+        true,
+    );
+    let r = job.e[1].new_request(None, Buf(bptr), 300, byte, CommId::WORLD, 0, 2, true);
+    for round in 0..4u64 {
+        let want = fill(round, 300);
+        // SAFETY: `dptr` points to the 300 bytes of `data`, alive to the end of the test;
+        // the send request is inactive, so nothing else reads or writes them now.
+        unsafe { std::ptr::copy_nonoverlapping(want.as_ptr(), dptr, 300) };
+        job.e[0].start(s).unwrap();
+        job.e[1].start(r).unwrap();
+        assert_eq!(job.wait(1, r).bytes, 300);
+        job.wait(0, s);
+        // SAFETY: `bptr` points to the 300 bytes of `buf`; the receive has completed.
+        let got = unsafe { std::slice::from_raw_parts(bptr, 300) };
+        assert_eq!(got, &want[..], "round {round}");
+        assert!(job.e[0].is_persistent(s) && !job.e[0].is_active(s));
+    }
+    job.e[0].free_request(s).unwrap();
+    job.e[1].free_request(r).unwrap();
+    // Freed while active: an eager synchronous send and a receive complete unobserved.
+    let m = fill(9, 20);
+    let s2 = job.isend_on(CommId::WORLD, 0, 1, 3, &m, SendMode::Synchronous);
+    job.e[0].free_request(s2).unwrap();
+    let mut b2 = vec![0u8; 20];
+    let r2 = job.irecv(1, 0, 3, &mut b2);
+    job.e[1].free_request(r2).unwrap();
+    job.settle();
+    assert_eq!(b2, m);
+    assert_eq!(job.e[0].live_requests() + job.e[1].live_requests(), 0);
+}
+
+#[test]
 fn communicators_do_not_match_each_other() {
     let mut job = one_transport(2, 64, 128, SingleCopy::Off);
     let (a, b) = (fill(30, 20), fill(31, 300));

@@ -487,7 +487,7 @@ impl Transport for SimTransport {
                     drained_full.push(src);
                 }
                 let m = link.queue.pop_front().expect("ready link has a front");
-                if !link.queue.front().is_some_and(|m| m.ready_at <= now) {
+                if link.queue.front().is_none_or(|m| m.ready_at > now) {
                     ready.swap_remove(k);
                 }
                 if let Some(tr) = s.trace.as_mut() {
@@ -687,6 +687,29 @@ mod tests {
     }
 
     #[test]
+    fn event_source_rings_when_a_delayed_message_becomes_ready() {
+        let f = Fabric::new(2, 6, vec![TransportConfig::new("a").link(3, 0, 4)]);
+        let mut a = f.transport(0, 0);
+        let mut b = f.transport(1, 0);
+        let bell = b.event_source();
+        a.try_send(1, &hdr(1), b"x").unwrap();
+        f.step();
+        f.step();
+        let token = bell.prepare();
+        assert!(drain(&mut b).is_empty(), "not ready before its delay");
+        // Another thread sleeps; the step that makes the message ready wakes it.
+        let sleeper = std::thread::spawn(move || {
+            let t0 = std::time::Instant::now();
+            bell.sleep(token, std::time::Duration::from_secs(20));
+            t0.elapsed()
+        });
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        f.step();
+        assert!(sleeper.join().unwrap() < std::time::Duration::from_secs(10));
+        assert_eq!(drain(&mut b).len(), 1);
+    }
+
+    #[test]
     fn poll_bound_and_interleaving_across_senders() {
         let f = Fabric::new(
             3,
@@ -733,7 +756,7 @@ mod tests {
                 TransportConfig::new("off"),
             ],
         );
-        let src = vec![7u8, 8, 9, 10];
+        let src = [7u8, 8, 9, 10];
         let mut dst = [0u8; 4];
         let mut t = f.transport(1, 0);
         assert!(t.single_copy(0));
