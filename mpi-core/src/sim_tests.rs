@@ -662,13 +662,22 @@ impl Transport for Lanes {
 
 #[test]
 fn control_messages_overtaking_data_and_envelopes() {
+    for sc in [SingleCopy::Off, SingleCopy::Read, SingleCopy::Refuse] {
+        control_overtaking(sc);
+    }
+}
+
+fn control_overtaking(sc: SingleCopy) {
     // Envelopes are slow; control and data fast with jitter over three lanes.
     let n = 3;
     let f = Fabric::new(
         n,
         11,
         vec![
-            TransportConfig::new("env").limits(64, 64).link(6, 4, 4),
+            TransportConfig::new("env")
+                .limits(64, 64)
+                .link(6, 4, 4)
+                .single_copy(sc),
             TransportConfig::new("c1").limits(40, 40).link(0, 5, 3),
             TransportConfig::new("c2").limits(40, 40).link(1, 5, 3),
             TransportConfig::new("c3").limits(40, 40).link(0, 9, 3),
@@ -755,17 +764,22 @@ fn control_messages_overtaking_data_and_envelopes() {
     };
     let envelope = |k: u8| k == EAGER || k == RTS;
     assert!(
-        overtook(|k| k == DATA, envelope),
-        "no DATA overtook an envelope"
+        overtook(|k| k == CTS || k == SYNC_ACK || k == FIN, envelope),
+        "{sc:?}: no control message overtook an envelope"
     );
-    assert!(
-        overtook(|k| k == CTS || k == SYNC_ACK, envelope),
-        "no control overtook"
-    );
-    assert!(
-        overtook(|k| k == DATA, |k| k == DATA),
-        "no DATA chunk overtook another"
-    );
+    if sc == SingleCopy::Read {
+        assert!(overtook(|k| k == FIN, envelope), "{sc:?}: no FIN overtook");
+        assert_eq!(count_kind(&tr, DATA), 0);
+    } else {
+        assert!(
+            overtook(|k| k == DATA, envelope),
+            "{sc:?}: no DATA overtook an envelope"
+        );
+        assert!(
+            overtook(|k| k == DATA, |k| k == DATA),
+            "{sc:?}: no DATA chunk overtook another"
+        );
+    }
 }
 
 #[test]
