@@ -474,6 +474,38 @@ fn cancel_after_request_id_reuse_removes_the_right_envelope() {
 }
 
 #[test]
+fn a_failed_peer_is_reported_as_proc_aborted_by_every_later_call() {
+    let mut job = slow_full_link();
+    let (a, b) = (fill(40, 10), fill(41, 10));
+    job.isend(0, 1, 1, &a);
+    job.isend(0, 1, 1, &b); // queued in the engine: the link holds one message
+    job.fabric.fail(1);
+    let err = job.e[0]
+        .progress()
+        .expect_err("retrying the queued send must fail");
+    assert_eq!(err.class, ErrorClass::ProcAborted, "{err:?}");
+    assert!(
+        err.message.contains("rank 1"),
+        "names the peer: {}",
+        err.message
+    );
+    let again = job.e[0].progress().expect_err("the fault sticks");
+    assert_eq!(again.class, ErrorClass::ProcAborted);
+    let e0 = &mut job.e[0];
+    let id = e0.new_request(
+        Some(SendMode::Standard),
+        Buf(a.as_ptr() as *mut u8),
+        10,
+        byte(),
+        CommId::WORLD,
+        1,
+        1,
+        false,
+    );
+    assert_eq!(e0.start(id).unwrap_err().class, ErrorClass::ProcAborted);
+}
+
+#[test]
 fn single_copy_rendezvous_reads_once_and_answers_fin() {
     let mut job = one_transport(2, 64, 128, SingleCopy::Read);
     job.fabric.record(true);

@@ -29,6 +29,10 @@
 //! generator (public, so tests draw their own workloads from it too). Time moves only by
 //! [`Fabric::step`]; a message with delay 0 is deliverable in the step it was sent.
 //!
+//! [`Fabric::fail`] makes an endpoint die: what was in flight to or from it is lost, and
+//! sends to it report [`P2pError::PeerFailed`], as a transport that saw a peer's connection
+//! break.
+//!
 //! [`Fabric::trace`] records every delivery (header, sequence number at send, times), so a
 //! test can assert that what it wanted to provoke (an overtaking, a full link, a refused
 //! read) did happen.
@@ -231,6 +235,7 @@ struct State {
     next_seq: u64,
     stats: Vec<TransportStats>,
     trace: Option<Vec<Delivery>>,
+    failed: Vec<bool>,
 }
 
 impl State {
@@ -275,6 +280,7 @@ impl Fabric {
                 next_seq: 0,
                 stats: vec![TransportStats::default(); nt],
                 trace: None,
+                failed: vec![false; endpoints],
             })),
             bells: Arc::new(bells),
         }
@@ -322,6 +328,21 @@ impl Fabric {
     /// Change transport `t`'s single-copy behaviour from now on.
     pub fn set_single_copy(&self, t: usize, mode: SingleCopy) {
         self.lock().configs[t].single_copy = mode;
+    }
+
+    /// Endpoint `e` dies: messages in flight to or from it are dropped, later sends to it
+    /// fail with [`P2pError::PeerFailed`], and it receives nothing more.
+    pub fn fail(&self, e: Rank) {
+        let mut s = self.lock();
+        s.failed[e as usize] = true;
+        let (n, nt) = (s.endpoints, s.configs.len());
+        for t in 0..nt {
+            for other in 0..n as Rank {
+                let (a, b) = (s.link_index(t, e, other), s.link_index(t, other, e));
+                s.links[a].queue.clear();
+                s.links[b].queue.clear();
+            }
+        }
     }
 
     /// The current step.
@@ -424,6 +445,16 @@ impl Transport for SimTransport {
                 self.name
             )));
         }
+        if s.failed[self.me as usize] {
+            // A dead endpoint's sends vanish (its driver may still be running in a test).
+            return Ok(true);
+        }
+        if s.failed[peer as usize] {
+            return Err(P2pError::PeerFailed {
+                peer,
+                why: "the simulated endpoint failed".into(),
+            });
+        }
         if payload.len() > self.max_payload {
             return Err(P2pError::Other(format!(
                 "{}: payload of {} bytes exceeds max_payload {}",
@@ -473,7 +504,11 @@ impl Transport for SimTransport {
             let mut s = self.fabric.lock();
             let s = &mut *s;
             let now = s.now;
-            let limit = s.configs[self.t].max_per_poll;
+            let limit = if s.failed[self.me as usize] {
+                0
+            } else {
+                s.configs[self.t].max_per_poll
+            };
             let mut ready: Vec<(Rank, usize)> = (0..s.endpoints as Rank)
                 .map(|src| (src, s.link_index(self.t, src, self.me)))
                 .filter(|&(_, i)| s.links[i].queue.front().is_some_and(|m| m.ready_at <= now))
@@ -772,6 +807,34 @@ mod tests {
         assert!(!f.transport(1, 2).single_copy(0));
         assert_eq!((f.stats(0).reads, f.stats(0).reads_failed), (1, 1));
         assert_eq!(f.stats(1).reads_failed, 1);
+    }
+
+    #[test]
+    fn a_failed_endpoint_loses_its_traffic_and_refuses_sends() {
+        let f = Fabric::new(3, 7, vec![TransportConfig::new("a").link(2, 0, 8)]);
+        let mut a = f.transport(0, 0);
+        let mut b = f.transport(1, 0);
+        let mut c = f.transport(2, 0);
+        a.try_send(1, &hdr(1), b"to b").unwrap();
+        b.try_send(2, &hdr(2), b"from b").unwrap();
+        a.try_send(2, &hdr(3), b"a to c").unwrap();
+        f.fail(1);
+        assert!(matches!(
+            a.try_send(1, &hdr(4), &[]),
+            Err(P2pError::PeerFailed { peer: 1, .. })
+        ));
+        assert!(
+            b.try_send(2, &hdr(5), &[]).unwrap(),
+            "a dead sender's send vanishes"
+        );
+        f.step();
+        f.step();
+        f.step();
+        assert!(drain(&mut b).is_empty());
+        let got = drain(&mut c);
+        assert_eq!(got.len(), 1, "only the live pair's message arrives");
+        assert_eq!((got[0].0, got[0].1), (0, 3));
+        assert_eq!(f.in_flight(), 0);
     }
 
     #[test]
