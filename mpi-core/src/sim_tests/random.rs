@@ -6,6 +6,9 @@
 //! communicator) are matched in the order they were sent (MPI's non-overtaking rule
 //! stated over posting order: a receive posted earlier never gets a later message of a
 //! triple it accepts while an earlier one is matched by a later receive).
+//!
+//! Seeds 1..=200 run by default (well under a second); `TSUNAGI_SIM_SEEDS=N` runs 1..=N.
+//! Every assertion names its seed, and a seed replays exactly.
 
 use super::*;
 
