@@ -1074,7 +1074,10 @@ impl Engine {
                     .map(|c| c.group.world_rank(req.peer as usize))
                     .unwrap_or(0);
                 let q = &mut core.pending[dest as usize];
-                if let Some(pos) = q.iter().position(|o| {
+                // The last envelope with this cookie: earlier ones belong to completed
+                // eager sends whose request id this one reuses (they are still queued
+                // behind a full transport, but their senders were told they are done).
+                if let Some(pos) = q.iter().rposition(|o| {
                     (o.hdr.kind == EAGER || o.hdr.kind == RTS) && o.hdr.cookie == id.0 as u64
                 }) {
                     q.remove(pos);

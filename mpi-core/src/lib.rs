@@ -17,6 +17,8 @@ pub mod group;
 pub mod pmi;
 pub mod protocol;
 pub mod runtime;
+#[cfg(test)]
+mod sim_tests;
 
 /// The matching queues of the request layer, public only so that `benches/matching.rs`
 /// times the engine's own search; not part of the API.

@@ -18,6 +18,7 @@ pub mod boot;
 pub mod framing;
 pub mod futex;
 pub mod self_transport;
+pub mod sim;
 
 pub use self_transport::SelfTransport;
 
