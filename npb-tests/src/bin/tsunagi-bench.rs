@@ -306,6 +306,17 @@ fn bench(args: Args) -> Result<bool, String> {
         fortran_ok.push(built);
     }
     let runs = workloads::schedule(&cases, &fortran_ok);
+    if runs.is_empty() {
+        return Err(if notes.is_empty() {
+            "nothing to run: the plan is empty".to_string()
+        } else {
+            format!(
+                "nothing to run: the cases asked for need a Fortran wrapper no chosen MPI has \
+                 ({})",
+                notes.join("; ")
+            )
+        });
+    }
 
     let mut results = Results {
         mpis: mpis
