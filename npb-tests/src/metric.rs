@@ -206,6 +206,23 @@ mod tests {
         assert!(parse_npb(&no_time).unwrap_err().contains("Time in seconds"));
     }
 
+    /// What the Fortran kernels (npbf_common.f90's npbf_report) print, verbatim.
+    const NPB_FORTRAN: &str = "   15         3.45885818924688E-13  1.7130235054030E+01\n \
+        zeta =   1.7130235054030E+01  reference =   1.7130235054029E+01  error =  5.226E-14\n\n \
+        CG Benchmark Completed.\n Class           =            A\n \
+        Size            =        14000\n Iterations      =           15\n \
+        Time in seconds =        3.599\n Total processes =            2\n \
+        Mop/s total     =       415.91\n Mop/s/process   =       207.96\n \
+        Operation type  = floating point\n Language        = Fortran (mpif.h)\n \
+        Verification = SUCCESSFUL\n";
+
+    #[test]
+    fn fortran_kernel_report_parses_like_the_c_one() {
+        assert_eq!(parse_npb(NPB_FORTRAN).unwrap().seconds, 3.599);
+        let bad = NPB_FORTRAN.replace("= SUCCESSFUL", "= UNSUCCESSFUL");
+        assert!(parse_npb(&bad).is_err());
+    }
+
     const HIMENO: &str = " Loop executed for 100 times\n \
         Gosa (float, summation-order dependent) : 1.358650481e-04\n \
         Gosa (exact)   : 1.35865048052998173e-04\n Processes      : 2\n \

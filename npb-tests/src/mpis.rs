@@ -1,7 +1,8 @@
 //! The contenders: Tsunagi (an install prefix), Debian's MPICH and Open MPI. Each builds the
-//! workloads with its own `mpicc` and starts them with its own launcher.
+//! workloads with its own `mpicc` (and the Fortran kernels with its own `mpifort`, when it
+//! has one) and starts them with its own launcher.
 
-use crate::workloads::MICRO_PROGRAMS;
+use crate::workloads::{FORTRAN_KERNELS, MICRO_PROGRAMS};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -13,6 +14,8 @@ pub struct Mpi {
     /// Column heading, e.g. `Tsunagi`, `MPICH`.
     pub label: &'static str,
     pub mpicc: String,
+    /// Fortran wrapper for the Fortran kernels; a contender without one skips them.
+    pub mpifort: String,
     /// Launcher and its options; `-n N` and the program follow.
     pub launcher: Vec<String>,
     /// Environment for every run.
@@ -46,6 +49,7 @@ impl Mpi {
             id: "tsunagi",
             label: "Tsunagi",
             mpicc: bin.join("mpicc").display().to_string(),
+            mpifort: bin.join("mpifort").display().to_string(),
             launcher: vec![mpirun.display().to_string()],
             env,
         }
@@ -57,6 +61,7 @@ impl Mpi {
             id: "mpich",
             label: "MPICH",
             mpicc: "mpicc.mpich".into(),
+            mpifort: "mpifort.mpich".into(),
             launcher: vec!["mpiexec.hydra".into()],
             env: Vec::new(),
         }
@@ -82,6 +87,7 @@ impl Mpi {
             id: "openmpi",
             label: "Open MPI",
             mpicc: "mpicc.openmpi".into(),
+            mpifort: "mpifort.openmpi".into(),
             launcher,
             env,
         }
@@ -95,6 +101,22 @@ impl Mpi {
             }
         }
         Ok(())
+    }
+
+    /// Whether this MPI's Fortran wrapper can be found; the error says what is missing and
+    /// that the Fortran kernels are left out for this MPI.
+    pub fn fortran_available(&self) -> Result<(), String> {
+        if which(&self.mpifort).is_some() {
+            Ok(())
+        } else {
+            Err(format!(
+                "{}: no Fortran wrapper (`{}` not found); the Fortran kernels ({}) are skipped \
+                 for it",
+                self.label,
+                self.mpifort,
+                FORTRAN_KERNELS.join(", ")
+            ))
+        }
     }
 
     /// The launcher's own idea of its version, for the report (first line naming one).
@@ -145,6 +167,20 @@ impl Mpi {
             .arg(format!("BUILD={}", build.display()));
         run_build(make, &format!("make (NPB with {})", self.mpicc))
     }
+
+    /// Build the Fortran kernels from `src` into `build` with this MPI's Fortran wrapper
+    /// (the Makefile's `fortran` target).
+    pub fn build_fortran(&self, src: &Path, build: &Path) -> Result<(), String> {
+        std::fs::create_dir_all(build).map_err(|e| format!("{}: {e}", build.display()))?;
+        let mut make = Command::new("make");
+        make.arg("-s")
+            .arg("-C")
+            .arg(src)
+            .arg("fortran")
+            .arg(format!("MPIFC={}", self.mpifort))
+            .arg(format!("BUILD={}", build.display()));
+        run_build(make, &format!("make fortran (NPB with {})", self.mpifort))
+    }
 }
 
 fn run_build(mut cmd: Command, what: &str) -> Result<(), String> {
@@ -192,6 +228,9 @@ mod tests {
             ]
         );
         assert_eq!(t.mpicc, "/opt/tsunagi/bin/mpicc");
+        assert_eq!(t.mpifort, "/opt/tsunagi/bin/mpifort");
+        assert_eq!(Mpi::mpich().mpifort, "mpifort.mpich");
+        assert_eq!(Mpi::openmpi().mpifort, "mpifort.openmpi");
         assert_eq!(t.env, [("TSUNAGI_PROGRESS".into(), "threaded".into())]);
         let o = Mpi::openmpi();
         let cmd = o.command(2, Path::new("p2p"), &[]);
@@ -218,5 +257,40 @@ mod tests {
             ..Mpi::mpich()
         };
         assert!(m.available().unwrap_err().contains("no-such-mpicc"));
+    }
+
+    #[test]
+    fn a_missing_fortran_wrapper_is_named_with_what_is_skipped() {
+        let t = Mpi::tsunagi(Path::new("/nonexistent-prefix"), None, None);
+        let e = t.fortran_available().unwrap_err();
+        assert!(e.starts_with("Tsunagi: no Fortran wrapper"), "{e}");
+        assert!(e.contains("/nonexistent-prefix/bin/mpifort"), "{e}");
+        assert!(e.contains("cg-f, mg-f"), "{e}");
+        let sh = Mpi {
+            mpifort: "sh".into(),
+            ..Mpi::mpich()
+        };
+        assert!(sh.fortran_available().is_ok());
+    }
+
+    /// The real thing: the Fortran kernels build with Debian's MPICH wrapper (skipped where
+    /// MPICH's Fortran wrapper is not installed, unless CI is set).
+    #[test]
+    fn fortran_kernels_build_with_mpich_mpifort() {
+        let m = Mpi::mpich();
+        if let Err(e) = m.fortran_available() {
+            assert!(std::env::var_os("CI").is_none(), "{e}");
+            eprintln!("skipped: {e}");
+            return;
+        }
+        let dir =
+            std::env::temp_dir().join(format!("tsunagi-bench-fortran-{}", std::process::id()));
+        let src = dir.join("src");
+        crate::workloads::write_sources(&src).unwrap();
+        m.build_fortran(&src, &dir.join("build")).unwrap();
+        for k in FORTRAN_KERNELS {
+            assert!(dir.join("build").join(k).is_file(), "{k} not built");
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

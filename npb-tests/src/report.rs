@@ -588,4 +588,29 @@ mod tests {
         let order: Vec<&str> = r.keys().iter().map(|k| k.metric.as_str()).collect();
         assert_eq!(order, ["lat", "bw", "rate", "allreduce", "overlap-ibcast"]);
     }
+
+    #[test]
+    fn a_fortran_kernel_sits_beside_its_c_twin_with_a_dash_where_a_contender_skipped_it() {
+        let mut r = Results {
+            mpis: vec![
+                ("tsunagi".into(), "Tsunagi".into()),
+                ("mpich".into(), "MPICH".into()),
+            ],
+            ..Default::default()
+        };
+        for m in ["MG.A", "CG.A Fortran", "EP.A", "CG.A"] {
+            r.add(Key::new(Suite::Kernel, m, 2, None), "mpich", 2.0);
+            if !m.ends_with("Fortran") {
+                r.add(Key::new(Suite::Kernel, m, 2, None), "tsunagi", 1.0);
+            }
+        }
+        let order: Vec<&str> = r.keys().iter().map(|k| k.metric.as_str()).collect();
+        assert_eq!(order, ["CG.A", "CG.A Fortran", "EP.A", "MG.A"]);
+        let md = r.markdown("");
+        let row = md
+            .lines()
+            .find(|l| l.starts_with("| CG.A Fortran | 2 |"))
+            .expect("a row for the Fortran kernel");
+        assert!(row.contains("| – | 2.000 |"), "{row}");
+    }
 }

@@ -1,5 +1,6 @@
-//! The C workloads (embedded, so an installed harness carries its own sources) and the run
-//! plan: which program runs with which arguments on how many ranks.
+//! The C and Fortran workloads (embedded, so an installed harness carries its own sources)
+//! and the run plan: which program runs with which arguments on how many ranks, and which
+//! contenders can run it.
 
 use crate::metric::Suite;
 use std::path::Path;
@@ -17,7 +18,8 @@ macro_rules! sources {
 }
 
 /// Everything the builds need, written into one directory. The NPB kernels and Himeno are
-/// built by their Makefile; the micro-benchmarks are single files.
+/// built by their Makefile (the Fortran kernels by its `fortran` target); the
+/// micro-benchmarks are single files.
 pub const SOURCES: &[Source] = sources! {
     "Makefile" => "../Makefile",
     "npb_common.c" => "../npb_common.c",
@@ -28,6 +30,9 @@ pub const SOURCES: &[Source] = sources! {
     "mg.c" => "../mg.c",
     "ft.c" => "../ft.c",
     "himeno.c" => "../himeno.c",
+    "npbf_common.f90" => "../npbf_common.f90",
+    "cg.f90" => "../cg.f90",
+    "mg.f90" => "../mg.f90",
     "p2p.c" => "../bench/p2p.c",
     "coll.c" => "../bench/coll.c",
 };
@@ -69,6 +74,8 @@ pub struct Case {
     pub args: Vec<String>,
     pub ranks: u32,
     pub reader: Reader,
+    /// Built with the contender's Fortran wrapper (so only contenders that have one run it).
+    pub fortran: bool,
 }
 
 /// What to run.
@@ -84,11 +91,20 @@ pub struct PlanConfig {
     pub kernel_ranks: Vec<u32>,
     /// NPB class S, W or A; Himeno's size follows (XS, S, M).
     pub class: char,
-    /// Subset of ep, is, cg, mg, ft, himeno.
+    /// Subset of [`ALL_KERNELS`].
     pub kernels: Vec<String>,
 }
 
-pub const ALL_KERNELS: &[&str] = &["ep", "is", "cg", "mg", "ft", "himeno"];
+/// Every kernel: the C ones, Himeno, then the Fortran ones ([`FORTRAN_KERNELS`]).
+pub const ALL_KERNELS: &[&str] = &["ep", "is", "cg", "mg", "ft", "himeno", "cg-f", "mg-f"];
+
+/// The kernels written in Fortran (`cg.f90`, `mg.f90`; `include 'mpif.h'` only), built
+/// with each contender's own Fortran wrapper; the name is the program's.
+pub const FORTRAN_KERNELS: &[&str] = &["cg-f", "mg-f"];
+
+pub fn is_fortran(kernel: &str) -> bool {
+    FORTRAN_KERNELS.contains(&kernel)
+}
 
 /// Himeno's size and iteration count for an NPB class, and the exact residual it must give
 /// (recorded from runs on MPICH, Open MPI and Tsunagi at every process count).
@@ -112,6 +128,7 @@ impl PlanConfig {
                 args: vec![self.p2p_max.to_string(), self.p2p_target.to_string()],
                 ranks: 2,
                 reader: Reader::Micro,
+                fortran: false,
             });
         }
         if self.suites.contains(&Suite::Coll) {
@@ -123,6 +140,7 @@ impl PlanConfig {
                     args: vec![self.coll_max.to_string(), self.coll_target.to_string()],
                     ranks: n,
                     reader: Reader::Micro,
+                    fortran: false,
                 });
             }
         }
@@ -136,7 +154,11 @@ impl PlanConfig {
                         let args = vec![size.to_string(), iters.to_string()];
                         (args, Reader::Himeno { name, expect }, size.to_string())
                     } else {
-                        let name = format!("{}.{class}", k.to_uppercase());
+                        // `CG.A`; a Fortran kernel `CG.A Fortran`, which sorts beside it.
+                        let name = match k.strip_suffix("-f") {
+                            Some(base) => format!("{}.{class} Fortran", base.to_uppercase()),
+                            None => format!("{}.{class}", k.to_uppercase()),
+                        };
                         (
                             vec![class.to_string()],
                             Reader::Npb { name },
@@ -150,12 +172,28 @@ impl PlanConfig {
                         args,
                         ranks: n,
                         reader,
+                        fortran: is_fortran(k),
                     });
                 }
             }
         }
         cases
     }
+}
+
+/// One repetition's runs in order, as (case index, contender index): every case on every
+/// contender in turn, except Fortran cases on contenders without a Fortran build
+/// (`fortran_ok[m]` false).
+pub fn schedule(cases: &[Case], fortran_ok: &[bool]) -> Vec<(usize, usize)> {
+    let mut runs = Vec::new();
+    for (c, case) in cases.iter().enumerate() {
+        for (m, &ok) in fortran_ok.iter().enumerate() {
+            if ok || !case.fortran {
+                runs.push((c, m));
+            }
+        }
+    }
+    runs
 }
 
 #[cfg(test)]
@@ -218,9 +256,71 @@ mod tests {
     fn embedded_sources_are_the_repository_files() {
         let names: Vec<&str> = SOURCES.iter().map(|s| s.name).collect();
         for k in ALL_KERNELS.iter().chain(MICRO_PROGRAMS) {
-            assert!(names.contains(&format!("{k}.c").as_str()), "{k}.c missing");
+            let file = match k.strip_suffix("-f") {
+                Some(base) => format!("{base}.f90"),
+                None => format!("{k}.c"),
+            };
+            assert!(names.contains(&file.as_str()), "{file} missing");
         }
+        assert!(names.contains(&"npbf_common.f90"));
         let p2p = SOURCES.iter().find(|s| s.name == "p2p.c").unwrap();
         assert!(p2p.text.contains("MPI_Init"));
+    }
+
+    #[test]
+    fn the_makefile_builds_exactly_the_fortran_kernels_the_plan_knows() {
+        let make = SOURCES.iter().find(|s| s.name == "Makefile").unwrap().text;
+        let line = make
+            .lines()
+            .find_map(|l| l.strip_prefix("FKERNELS := "))
+            .expect("the Makefile lists its Fortran kernels");
+        let listed: Vec<&str> = line.split_whitespace().collect();
+        assert_eq!(listed, FORTRAN_KERNELS);
+        for k in FORTRAN_KERNELS {
+            assert!(ALL_KERNELS.contains(k) && is_fortran(k));
+        }
+        assert!(!is_fortran("cg") && !is_fortran("himeno"));
+        for f in ["cg.f90", "mg.f90", "npbf_common.f90"] {
+            let text = SOURCES.iter().find(|s| s.name == f).unwrap().text;
+            assert!(text.contains("include 'mpif.h'"), "{f} uses mpif.h");
+            assert!(!text.contains("use mpi"), "{f} must need only mpif.h");
+        }
+    }
+
+    #[test]
+    fn fortran_kernels_are_planned_as_fortran_cases() {
+        let mut c = config();
+        c.suites = vec![Suite::Kernel];
+        c.class = 'A';
+        c.kernels = vec!["cg".into(), "mg-f".into()];
+        let cases = c.cases();
+        let labels: Vec<&str> = cases.iter().map(|c| c.label.as_str()).collect();
+        assert_eq!(labels, ["cg-A-np1", "cg-A-np2", "mg-f-A-np1", "mg-f-A-np2"]);
+        assert!(!cases[0].fortran && cases[2].fortran);
+        assert_eq!(cases[2].program, "mg-f");
+        assert_eq!(cases[2].args, ["A"]);
+        assert_eq!(
+            cases[3].reader,
+            Reader::Npb {
+                name: "MG.A Fortran".into()
+            }
+        );
+    }
+
+    #[test]
+    fn the_schedule_leaves_fortran_cases_out_only_where_there_is_no_fortran() {
+        let mut c = config();
+        c.suites = vec![Suite::Kernel];
+        c.kernel_ranks = vec![2];
+        c.kernels = vec!["cg".into(), "cg-f".into()];
+        let cases = c.cases();
+        // Contender 0 has no Fortran wrapper, 1 and 2 have.
+        assert_eq!(
+            schedule(&cases, &[false, true, true]),
+            [(0, 0), (0, 1), (0, 2), (1, 1), (1, 2)]
+        );
+        assert_eq!(schedule(&cases, &[true]), [(0, 0), (1, 0)]);
+        assert_eq!(schedule(&cases, &[false]), [(0, 0)]);
+        assert!(schedule(&cases, &[]).is_empty());
     }
 }

@@ -1,6 +1,7 @@
 //! `tsunagi-bench`: Tsunagi beside MPICH and Open MPI on this machine, in one run.
 //!
-//! Builds the workloads once per MPI with its own mpicc, runs them interleaved (every case
+//! Builds the workloads once per MPI with its own mpicc (the Fortran kernels with its own
+//! mpifort; an MPI without one skips them, with a note), runs them interleaved (every case
 //! on every MPI in turn, repetition after repetition, so a noisy machine's drift spreads
 //! over all contenders), and writes results.md, results.csv, samples.csv and PNG plots.
 //! See `tsunagi-bench --help` and docs/performance.md.
@@ -22,7 +23,7 @@ enum SuiteArg {
     P2p,
     /// every blocking collective over sizes, and non-blocking overlap
     Coll,
-    /// NPB EP, IS, CG, MG, FT and Himeno
+    /// NPB EP, IS, CG, MG, FT, Himeno, and CG and MG in Fortran (cg-f, mg-f)
     Kernels,
 }
 
@@ -56,7 +57,8 @@ struct Args {
     /// NPB class S, W or A; Himeno runs XS, S or M with it [default: A; --quick: S]
     #[arg(long)]
     class: Option<char>,
-    /// Kernels, comma-separated: ep, is, cg, mg, ft, himeno [default: all]
+    /// Kernels, comma-separated: ep, is, cg, mg, ft, himeno, cg-f, mg-f (the last two in
+    /// Fortran, built with each MPI's mpifort; MPIs without one skip them) [default: all]
     #[arg(long, value_delimiter = ',')]
     kernels: Vec<String>,
     /// Largest collective message in bytes [default: 1048576; --quick: 4096]
@@ -254,11 +256,66 @@ fn bench(args: Args) -> Result<bool, String> {
     let src = out.join("src");
     workloads::write_sources(&src).map_err(|e| format!("{}: {e}", src.display()))?;
 
+    let wants_fortran = cases.iter().any(|c| c.fortran);
     let mut versions = Vec::new();
+    // Per contender: whether its Fortran kernels were built; why not, for the report.
+    let mut fortran_ok = Vec::new();
+    let mut notes = Vec::new();
+    let mut build_failures = Vec::new();
     for mpi in &mpis {
+        let build = out.join("build").join(mpi.id);
         eprintln!("tsunagi-bench: building the workloads with {}", mpi.mpicc);
-        mpi.build(&src, &out.join("build").join(mpi.id))?;
+        mpi.build(&src, &build)?;
         versions.push(format!("{} ({})", mpi.label, mpi.version()));
+        if !wants_fortran {
+            fortran_ok.push(false);
+            continue;
+        }
+        let built = match mpi.fortran_available() {
+            Err(why) => {
+                eprintln!("tsunagi-bench: {why}");
+                notes.push(why);
+                false
+            }
+            Ok(()) => {
+                eprintln!(
+                    "tsunagi-bench: building the Fortran kernels with {}",
+                    mpi.mpifort
+                );
+                match mpi.build_fortran(&src, &build) {
+                    Ok(()) => true,
+                    Err(why) => {
+                        // A wrapper that exists but cannot build them is a failure of
+                        // the run (reported at the end), not a reason to stop the others.
+                        eprintln!("tsunagi-bench: {why}");
+                        notes.push(format!(
+                            "{}: the Fortran kernels did not build; they are skipped for it",
+                            mpi.label
+                        ));
+                        build_failures.push(Failure {
+                            mpi: mpi.id.to_string(),
+                            case: "Fortran build".into(),
+                            rep: 0,
+                            why: why.lines().next().unwrap_or("").to_string(),
+                        });
+                        false
+                    }
+                }
+            }
+        };
+        fortran_ok.push(built);
+    }
+    let runs = workloads::schedule(&cases, &fortran_ok);
+    if runs.is_empty() {
+        return Err(if notes.is_empty() {
+            "nothing to run: the plan is empty".to_string()
+        } else {
+            format!(
+                "nothing to run: the cases asked for need a Fortran wrapper no chosen MPI has \
+                 ({})",
+                notes.join("; ")
+            )
+        });
     }
 
     let mut results = Results {
@@ -266,9 +323,10 @@ fn bench(args: Args) -> Result<bool, String> {
             .iter()
             .map(|m| (m.id.to_string(), m.label.to_string()))
             .collect(),
+        failures: build_failures,
         ..Default::default()
     };
-    let total = reps as u64 * cases.len() as u64 * mpis.len() as u64;
+    let total = reps as u64 * runs.len() as u64;
     let bar = ProgressBar::new(total).with_style(
         ProgressStyle::with_template("{elapsed_precise} [{bar:30}] {pos}/{len} {msg} (eta {eta})")
             .expect("the template is valid")
@@ -276,37 +334,36 @@ fn bench(args: Args) -> Result<bool, String> {
     );
     let limit = Duration::from_secs(args.timeout);
     for rep in 1..=reps {
-        for case in &cases {
-            for mpi in &mpis {
-                bar.set_message(format!("{} {} rep {rep}/{reps}", mpi.label, case.label));
-                let program = out.join("build").join(mpi.id).join(&case.program);
-                let cmd = mpi.command(case.ranks, &program, &case.args);
-                let log = out
-                    .join("logs")
-                    .join(mpi.id)
-                    .join(format!("{}.r{rep}", case.label));
-                let outcome = runner::run(&cmd, &mpi.env, &log, limit)
-                    .map_err(|e| format!("cannot start {}: {e}", cmd[0]))?;
-                if let Err(why) = record(&mut results, mpi, case, &outcome) {
-                    let f = Failure {
-                        mpi: mpi.id.to_string(),
-                        case: case.label.clone(),
-                        rep,
-                        why: format!("{why} (log {})", log.display()),
-                    };
-                    bar.println(format!(
-                        "tsunagi-bench: {} {} repetition {rep} failed: {}",
-                        f.mpi, f.case, f.why
-                    ));
-                    results.failures.push(f);
-                }
-                bar.inc(1);
+        for &(c, m) in &runs {
+            let (case, mpi) = (&cases[c], &mpis[m]);
+            bar.set_message(format!("{} {} rep {rep}/{reps}", mpi.label, case.label));
+            let program = out.join("build").join(mpi.id).join(&case.program);
+            let cmd = mpi.command(case.ranks, &program, &case.args);
+            let log = out
+                .join("logs")
+                .join(mpi.id)
+                .join(format!("{}.r{rep}", case.label));
+            let outcome = runner::run(&cmd, &mpi.env, &log, limit)
+                .map_err(|e| format!("cannot start {}: {e}", cmd[0]))?;
+            if let Err(why) = record(&mut results, mpi, case, &outcome) {
+                let f = Failure {
+                    mpi: mpi.id.to_string(),
+                    case: case.label.clone(),
+                    rep,
+                    why: format!("{why} (log {})", log.display()),
+                };
+                bar.println(format!(
+                    "tsunagi-bench: {} {} repetition {rep} failed: {}",
+                    f.mpi, f.case, f.why
+                ));
+                results.failures.push(f);
             }
+            bar.inc(1);
         }
     }
     bar.finish_and_clear();
 
-    let preamble = preamble(&started, &mpis, &versions, reps);
+    let preamble = preamble(&started, &mpis, &versions, reps, &notes);
     let md = results.markdown(&preamble);
     let write = |name: &str, text: &str| {
         std::fs::write(out.join(name), text)
@@ -399,7 +456,13 @@ fn record(
     Ok(())
 }
 
-fn preamble(started: &str, mpis: &[Mpi], versions: &[String], reps: u32) -> String {
+fn preamble(
+    started: &str,
+    mpis: &[Mpi],
+    versions: &[String],
+    reps: u32,
+    notes: &[String],
+) -> String {
     let cmdline: Vec<String> = std::env::args().collect();
     let tsunagi_env: Vec<String> = mpis
         .iter()
@@ -420,7 +483,9 @@ fn preamble(started: &str, mpis: &[Mpi], versions: &[String], reps: u32) -> Stri
          - Method: each repetition runs every case on every MPI in turn (interleaved), {reps} \
            repetition{}; medians with the observed range. Workloads: npb-tests/bench/p2p.c, \
            npb-tests/bench/coll.c (their header comments define each measurement), the NPB \
-           kernels and Himeno of npb-tests/, all built with each MPI's own mpicc.\n",
+           kernels and Himeno of npb-tests/, all built with each MPI's own mpicc, and the \
+           Fortran kernels (cg-f, mg-f: NPB CG and MG with mpif.h) with each MPI's own \
+           mpifort.\n{}",
         cmdline.join(" "),
         machine(),
         versions.join(", "),
@@ -431,6 +496,10 @@ fn preamble(started: &str, mpis: &[Mpi], versions: &[String], reps: u32) -> Stri
             format!(" (Tsunagi with {})", tsunagi_env.join(" "))
         },
         if reps == 1 { "" } else { "s" },
+        notes
+            .iter()
+            .map(|n| format!("- Not run: {n}\n"))
+            .collect::<String>(),
     )
 }
 
