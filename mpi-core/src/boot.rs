@@ -243,15 +243,22 @@ pub(crate) fn start_transports(
     };
     let env = |k: &str| std::env::var(k).unwrap_or_default();
     let wanted = [
-        (Reach::Node, env("TSUNAGI_INTRANODE")),
-        (Reach::Remote, env("TSUNAGI_INTERNODE")),
+        (Reach::Node, "TSUNAGI_INTRANODE", env("TSUNAGI_INTRANODE")),
+        (Reach::Remote, "TSUNAGI_INTERNODE", env("TSUNAGI_INTERNODE")),
     ];
 
     // Phase 1: start what has peers (the choice is made even without peers, so that a
     // misspelt name fails every job, not only multi-node ones).
     let mut starting = Vec::new();
-    for (reach, name) in &wanted {
-        let factory = registry.choose(*reach, name.trim()).map_err(init_err)?;
+    for (reach, var, name) in &wanted {
+        let name = name.trim();
+        let factory = registry.choose(*reach, name).map_err(|e| {
+            if name.is_empty() {
+                init_err(e)
+            } else {
+                init_err(format!("{var}={name}: {e}"))
+            }
+        })?;
         let peers = peers_of(*reach);
         if peers.is_empty() {
             continue;
