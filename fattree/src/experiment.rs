@@ -108,7 +108,11 @@ pub fn run(cfg: &Config, alloc: &[usize], method: Method) -> Result<Outcome, Fab
         Method::PlannedGivenOrder => Numbering::AsGiven,
         _ => Numbering::LeafByLeaf,
     };
-    let plan = Plan::with_numbering(tree.roots(), &leaf_of, numbering)?;
+    // The single-LID baseline needs no plan (skipped: it is O(N²·K)).
+    let plan = match method {
+        Method::SingleLid => Plan::with_numbering(tree.roots(), &[], numbering)?,
+        _ => Plan::with_numbering(tree.roots(), &leaf_of, numbering)?,
+    };
     let ring: Vec<usize> = match method {
         Method::SingleLid | Method::PlannedGivenOrder => alloc.to_vec(),
         Method::Planned | Method::SingleLidLeafOrder => {

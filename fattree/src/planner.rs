@@ -372,7 +372,10 @@ mod tests {
                 let r = p.root_by_local(s, d);
                 let (ls, ld) = (leaf_of[p.order()[s]], leaf_of[p.order()[d]]);
                 assert!(up.insert((ls, r)), "shift {sd}: up-link {ls}->{r} shared");
-                assert!(down.insert((r, ld)), "shift {sd}: down-link {r}->{ld} shared");
+                assert!(
+                    down.insert((r, ld)),
+                    "shift {sd}: down-link {r}->{ld} shared"
+                );
             }
         }
     }

@@ -171,6 +171,38 @@ impl<'a> Simulator<'a> {
         let net: Vec<usize> = (0..flows.len())
             .filter(|&i| !links[i].is_empty() && flows[i].bytes > 0.0)
             .collect();
+        // Equal sizes (the 2-level ring): the slowest max-min rate is the first share of
+        // progressive filling, min over links of capacity / flows, and those flows end
+        // last and together under both sharings. O(links) instead of O(flows · links).
+        if let Some(&first) = net.first() {
+            let b = flows[first].bytes;
+            if net.iter().all(|&i| flows[i].bytes == b) {
+                let mut count = vec![0usize; self.caps.len()];
+                for &i in &net {
+                    for &l in &links[i] {
+                        count[l] += 1;
+                    }
+                }
+                let slowest = count
+                    .iter()
+                    .zip(&self.caps)
+                    .filter(|(&c, _)| c > 0)
+                    .map(|(&c, &cap)| cap / c as f64)
+                    .fold(f64::INFINITY, f64::min);
+                return intra.max(b / slowest);
+            }
+        }
+        self.general_phase_time(flows, &links, &net, intra)
+    }
+
+    /// Progressive filling (static) or its repetition at every flow's end (fluid).
+    fn general_phase_time(
+        &self,
+        flows: &[Flow],
+        links: &[Vec<usize>],
+        net: &[usize],
+        intra: f64,
+    ) -> f64 {
         let mut left: Vec<f64> = net.iter().map(|&i| flows[i].bytes).collect();
         let mut active: Vec<usize> = (0..net.len()).collect();
         let mut now = 0.0;
@@ -275,7 +307,10 @@ mod tests {
         // Links: 0 (cap 10), 1 (cap 4). Flow A on 0 and 1, B on 0, C on 1.
         // Link 1: 4 / 2 = 2 for A and C; link 0: 10 - 2 = 8 left for B.
         let r = max_min_rates(&[10.0, 4.0], &[vec![0, 1], vec![0], vec![1]]);
-        assert!(close(r[0], 2.0) && close(r[1], 8.0) && close(r[2], 2.0), "{r:?}");
+        assert!(
+            close(r[0], 2.0) && close(r[1], 8.0) && close(r[2], 2.0),
+            "{r:?}"
+        );
         // Three flows on one link split it evenly; a flow on no link is unbounded.
         let r = max_min_rates(&[9.0], &[vec![0], vec![0], vec![0], vec![]]);
         assert!(r[..3].iter().all(|&x| close(x, 3.0)) && r[3].is_infinite());
@@ -289,8 +324,16 @@ mod tests {
         let single = |_s: usize, d: usize| t.single_lid_root(d);
         let sim = Simulator::new(t, Rates::uniform(100.0), Sharing::Static, &single);
         let flows = [
-            Flow { src: 3, dst: 6, bytes: 1000.0 },
-            Flow { src: 5, dst: 9, bytes: 1000.0 },
+            Flow {
+                src: 3,
+                dst: 6,
+                bytes: 1000.0,
+            },
+            Flow {
+                src: 5,
+                dst: 9,
+                bytes: 1000.0,
+            },
         ];
         assert!(close(sim.phase_time(&flows), 20.0));
         // Through roots 0 and 2: no shared link, 10 s.
@@ -307,8 +350,16 @@ mod tests {
         let t = FatTree::full(3).unwrap();
         let root0 = |_: usize, _: usize| 0;
         let flows = [
-            Flow { src: 0, dst: 3, bytes: 1000.0 },
-            Flow { src: 1, dst: 4, bytes: 500.0 },
+            Flow {
+                src: 0,
+                dst: 3,
+                bytes: 1000.0,
+            },
+            Flow {
+                src: 1,
+                dst: 4,
+                bytes: 500.0,
+            },
         ];
         let s = Simulator::new(t, Rates::uniform(100.0), Sharing::Static, &root0);
         assert!(close(s.phase_time(&flows), 20.0));
@@ -316,8 +367,16 @@ mod tests {
         assert!(close(f.phase_time(&flows), 15.0));
         // Intra-node traffic: free, or at the given rate, overlapping the network.
         let flows = [
-            Flow { src: 0, dst: 0, bytes: 4000.0 },
-            Flow { src: 0, dst: 3, bytes: 1000.0 },
+            Flow {
+                src: 0,
+                dst: 0,
+                bytes: 4000.0,
+            },
+            Flow {
+                src: 0,
+                dst: 3,
+                bytes: 1000.0,
+            },
         ];
         assert!(close(s.phase_time(&flows), 10.0));
         let rates = Rates {
@@ -341,11 +400,36 @@ mod tests {
         };
         let s = Simulator::new(t, rates, Sharing::Static, &root0);
         let flows = [
-            Flow { src: 0, dst: 3, bytes: 750.0 },
-            Flow { src: 1, dst: 4, bytes: 750.0 },
+            Flow {
+                src: 0,
+                dst: 3,
+                bytes: 750.0,
+            },
+            Flow {
+                src: 1,
+                dst: 4,
+                bytes: 750.0,
+            },
         ];
         assert!(close(s.phase_time(&flows), 10.0));
         assert_eq!(s.rates_of(&flows), vec![75.0, 75.0]);
+    }
+
+    #[test]
+    fn equal_flows_shortcut_matches_progressive_filling() {
+        // Every phase of the 2-level ring over scattered nodes, with roots that collide.
+        let t = FatTree::new(4, 5).unwrap();
+        let ring = [0, 1, 2, 5, 6, 9, 13, 14, 15, 19, 17];
+        let root = |s: usize, d: usize| (s * 7 + d) % 3;
+        for sharing in [Sharing::Static, Sharing::Fluid] {
+            let sim = Simulator::new(t, Rates::uniform(1e9), sharing, &root);
+            for phase in two_level_ring_phases(&ring, 3, 1e6) {
+                let links: Vec<Vec<usize>> = phase.iter().map(|f| sim.links_of(f)).collect();
+                let net: Vec<usize> = (0..phase.len()).filter(|&i| !links[i].is_empty()).collect();
+                let general = sim.general_phase_time(&phase, &links, &net, 0.0);
+                assert!(close(sim.phase_time(&phase), general));
+            }
+        }
     }
 
     #[test]
@@ -355,9 +439,21 @@ mod tests {
         assert_eq!(
             two[1],
             vec![
-                Flow { src: 7, dst: 2, bytes: 40.0 },
-                Flow { src: 2, dst: 5, bytes: 40.0 },
-                Flow { src: 5, dst: 7, bytes: 40.0 }
+                Flow {
+                    src: 7,
+                    dst: 2,
+                    bytes: 40.0
+                },
+                Flow {
+                    src: 2,
+                    dst: 5,
+                    bytes: 40.0
+                },
+                Flow {
+                    src: 5,
+                    dst: 7,
+                    bytes: 40.0
+                }
             ]
         );
         // Plain ring, 2 nodes x 2 ranks, shift 1: ranks 0->1 (node 7 -> 7), 1->2
@@ -367,10 +463,26 @@ mod tests {
         assert_eq!(
             plain[1],
             vec![
-                Flow { src: 7, dst: 7, bytes: 10.0 },
-                Flow { src: 7, dst: 2, bytes: 10.0 },
-                Flow { src: 2, dst: 2, bytes: 10.0 },
-                Flow { src: 2, dst: 7, bytes: 10.0 }
+                Flow {
+                    src: 7,
+                    dst: 7,
+                    bytes: 10.0
+                },
+                Flow {
+                    src: 7,
+                    dst: 2,
+                    bytes: 10.0
+                },
+                Flow {
+                    src: 2,
+                    dst: 2,
+                    bytes: 10.0
+                },
+                Flow {
+                    src: 2,
+                    dst: 7,
+                    bytes: 10.0
+                }
             ]
         );
         assert_eq!(alltoall_bandwidth(10.0, 3, 2, 2.0), 40.0);

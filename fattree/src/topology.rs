@@ -62,7 +62,9 @@ impl FatTree {
             )));
         }
         if leaves == 0 {
-            return Err(FabricError("leaves = 0: a fabric needs a leaf switch".into()));
+            return Err(FabricError(
+                "leaves = 0: a fabric needs a leaf switch".into(),
+            ));
         }
         Ok(FatTree { k, leaves })
     }
