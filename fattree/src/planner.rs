@@ -300,13 +300,9 @@ impl Phase {
         }
         let mut path = Vec::new();
         let mut right = v;
-        loop {
-            let Some(f) = self.down[right * k + a] else {
-                break;
-            };
+        while let Some(f) = self.down[right * k + a] {
             path.push(f);
-            let left = src_leaf(f);
-            let Some(g) = self.up[left * k + b] else {
+            let Some(g) = self.up[src_leaf(f) * k + b] else {
                 break;
             };
             path.push(g);
