@@ -67,6 +67,8 @@ where
         .configure_mesh()
         .x_desc(p.x_desc)
         .y_desc("all-to-all bandwidth (MB/s per node)")
+        .x_label_formatter(&|x: &f64| format!("{x:.0}"))
+        .y_label_formatter(&|y: &f64| format!("{y:.0}"))
         .label_style(("sans-serif", 12))
         .draw()?;
     for (label, y) in p.references {
