@@ -8,12 +8,17 @@ use crate::sim::{
 use crate::topology::{FabricError, FatTree};
 
 /// Which all-to-all runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Algorithm {
-    /// Tsunagi's 2-level ring (the paper's choice).
+    /// Tsunagi's 2-level ring (the paper's choice), phases in lock-step.
     TwoLevelRing,
     /// Pairwise shift over ranks.
     PlainRing,
+    /// The 2-level ring with every node moving on as soon as its own phase is done
+    /// ([`crate::sim::Simulator::two_level_ring_out_of_step`]), the nodes starting at
+    /// random times up to `skew` uncongested phase times apart (the same times for a
+    /// given allocation under every method).
+    TwoLevelRingOutOfStep { skew: f64 },
 }
 
 impl Algorithm {
@@ -21,6 +26,7 @@ impl Algorithm {
         match self {
             Algorithm::TwoLevelRing => "2-level ring",
             Algorithm::PlainRing => "plain ring",
+            Algorithm::TwoLevelRingOutOfStep { .. } => "2-level ring, out of step",
         }
     }
 }
@@ -133,12 +139,24 @@ pub fn run(cfg: &Config, alloc: &[usize], method: Method) -> Result<Outcome, Fab
         Method::SingleLid | Method::SingleLidLeafOrder => (&single, 0),
         Method::Planned | Method::PlannedGivenOrder => (&planned, plan.stats().greedy_stuck),
     };
-    let phases = match cfg.algorithm {
-        Algorithm::TwoLevelRing => two_level_ring_phases(&ring, cfg.ppn, cfg.msg),
-        Algorithm::PlainRing => plain_ring_phases(&ring, cfg.ppn, cfg.msg),
-    };
     let sim = Simulator::new(tree, cfg.rates, cfg.sharing, route);
-    let t = sim.time(&phases);
+    let t = match cfg.algorithm {
+        Algorithm::TwoLevelRing => sim.time(&two_level_ring_phases(&ring, cfg.ppn, cfg.msg)),
+        Algorithm::PlainRing => sim.time(&plain_ring_phases(&ring, cfg.ppn, cfg.msg)),
+        Algorithm::TwoLevelRingOutOfStep { skew } => {
+            // Start times per physical node, drawn from the allocation itself.
+            let phase = (cfg.ppn * cfg.ppn) as f64 * cfg.msg / cfg.rates.nic;
+            let seed = alloc.iter().fold(0x5eed_u64, |h, &g| {
+                h.wrapping_mul(1_000_003).wrapping_add(g as u64 + 1)
+            });
+            let mut rng = SplitMix64::new(seed);
+            let offsets: Vec<f64> = (0..tree.nodes())
+                .map(|_| (rng.next_u64() >> 11) as f64 / (1u64 << 53) as f64 * skew * phase)
+                .collect();
+            let start: Vec<f64> = ring.iter().map(|&g| offsets[g]).collect();
+            sim.two_level_ring_out_of_step(&ring, cfg.ppn, cfg.msg, &start)
+        }
+    };
     Ok(Outcome {
         bandwidth: alltoall_bandwidth(cfg.msg, alloc.len(), cfg.ppn, t),
         greedy_stuck: stuck,
@@ -265,6 +283,29 @@ mod tests {
             assert_eq!(x, random_allocation(&mut b, 30, 16));
             assert_eq!(x.len(), 16);
             assert!(x.windows(2).all(|w| w[0] < w[1]) && x[15] < 30);
+        }
+    }
+
+    #[test]
+    fn out_of_step_without_skew_is_the_lock_step_time_when_nothing_collides() {
+        let cfg = Config::paper(1e9);
+        let mut rng = SplitMix64::new(3);
+        for _ in 0..20 {
+            let alloc = random_allocation(&mut rng, 30, 16);
+            let lock = run(&cfg, &alloc, Method::Planned).unwrap().bandwidth;
+            let free = Config {
+                algorithm: Algorithm::TwoLevelRingOutOfStep { skew: 0.0 },
+                ..cfg
+            };
+            let out = run(&free, &alloc, Method::Planned).unwrap().bandwidth;
+            assert!((lock - out).abs() < 1e-6 * lock, "{lock} {out}");
+            // Skewed starts can only lengthen the run (the makespan counts from time 0).
+            let skewed = Config {
+                algorithm: Algorithm::TwoLevelRingOutOfStep { skew: 1.0 },
+                ..cfg
+            };
+            let s = run(&skewed, &alloc, Method::Planned).unwrap().bandwidth;
+            assert!(s <= lock * (1.0 + 1e-9), "{s} {lock}");
         }
     }
 
