@@ -428,6 +428,45 @@ fn reproduce(
         }
     }
 
+    // Out of step: the plan is per shift; what if the nodes are not in the same shift?
+    let count = allocations.min(100);
+    let _ = writeln!(
+        o,
+        "\n## 2-level ring out of step (nodes move on per their own phase; starts skewed by up to S phase times), {count} of the same random allocations\n\n\
+         | skew S | single LID min / mean | planned min / mean | non-blocking core, mean |\n|---:|---:|---:|---:|"
+    );
+    for skew in [0.0, 0.25, 1.0, 4.0] {
+        let oos = Config {
+            algorithm: Algorithm::TwoLevelRingOutOfStep { skew },
+            sharing: Sharing::Fluid,
+            ..cfg
+        };
+        let (r, _) =
+            random_allocations(&oos, 16, count, seed, &[Method::SingleLid, Method::Planned])
+                .map_err(e)?;
+        // The same run with infinitely fast switch links: only the skew and the nodes'
+        // own links remain.
+        let ideal = Config {
+            rates: Rates {
+                link: 1e30,
+                ..oos.rates
+            },
+            ..oos
+        };
+        let (i, _) =
+            random_allocations(&ideal, 16, count, seed, &[Method::SingleLid]).map_err(e)?;
+        let (a, b, c) = (Summary::of(&r[0]), Summary::of(&r[1]), Summary::of(&i[0]));
+        let _ = writeln!(
+            o,
+            "| {skew} | {} / {} | {} / {} | {} |",
+            mbs(a.min),
+            mbs(a.mean),
+            mbs(b.min),
+            mbs(b.mean),
+            mbs(c.mean)
+        );
+    }
+
     if sweep {
         let count = (allocations / 10).clamp(1, 100);
         let _ = writeln!(
