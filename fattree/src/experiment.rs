@@ -114,30 +114,34 @@ pub fn run(cfg: &Config, alloc: &[usize], method: Method) -> Result<Outcome, Fab
         Method::PlannedGivenOrder => Numbering::AsGiven,
         _ => Numbering::LeafByLeaf,
     };
-    // The single-LID baseline needs no plan (skipped: it is O(N²·K)).
+    // The single-LID baseline in hostfile order needs no plan (it is O(N²·K)).
     let plan = match method {
-        Method::SingleLid => Plan::with_numbering(tree.roots(), &[], numbering)?,
-        _ => Plan::with_numbering(tree.roots(), &leaf_of, numbering)?,
+        Method::SingleLid => None,
+        _ => Some(Plan::with_numbering(tree.roots(), &leaf_of, numbering)?),
     };
-    let ring: Vec<usize> = match method {
-        Method::SingleLid | Method::PlannedGivenOrder => alloc.to_vec(),
-        Method::Planned | Method::SingleLidLeafOrder => {
-            plan.order().iter().map(|&i| alloc[i]).collect()
+    let ring: Vec<usize> = match (&plan, method) {
+        (Some(p), Method::Planned | Method::SingleLidLeafOrder) => {
+            p.order().iter().map(|&i| alloc[i]).collect()
         }
+        _ => alloc.to_vec(),
     };
     // Node id → job index, for the planned routes.
     let mut job = vec![usize::MAX; tree.nodes()];
     for (i, &g) in alloc.iter().enumerate() {
         job[g] = i;
     }
-    let planned = |s: usize, d: usize| {
-        plan.lid_index(job[s], job[d])
-            .expect("both ends are job nodes")
+    let planned = |s: usize, d: usize| match &plan {
+        Some(p) => p
+            .lid_index(job[s], job[d])
+            .expect("both ends are job nodes"),
+        None => unreachable!("planned routes are asked only of planned methods"),
     };
     let single = |_s: usize, d: usize| tree.single_lid_root(d);
-    let (route, stuck): (&dyn Fn(usize, usize) -> usize, usize) = match method {
-        Method::SingleLid | Method::SingleLidLeafOrder => (&single, 0),
-        Method::Planned | Method::PlannedGivenOrder => (&planned, plan.stats().greedy_stuck),
+    let (route, stuck): (&dyn Fn(usize, usize) -> usize, usize) = match (&plan, method) {
+        (Some(p), Method::Planned | Method::PlannedGivenOrder) => {
+            (&planned, p.stats().greedy_stuck)
+        }
+        _ => (&single, 0),
     };
     let sim = Simulator::new(tree, cfg.rates, cfg.sharing, route);
     let t = match cfg.algorithm {

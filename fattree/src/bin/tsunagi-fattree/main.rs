@@ -203,7 +203,7 @@ fn table(fabric: &FabricArgs, nodes: &str, given_order: bool) -> Result<String, 
     let st = plan.stats();
     let _ = writeln!(
         o,
-        "planner: {} inter-leaf flows, {} moved off s mod K, greedy stuck {} times",
+        "planner: {} inter-leaf flows, {} moved off s mod K, greedy stuck (Kempe exchange) {} time(s)",
         st.flows, st.changed, st.greedy_stuck
     );
     let _ = writeln!(
