@@ -20,8 +20,8 @@
 //!    one free (König's edge-colouring argument: each phase is a bipartite multigraph of
 //!    source leaves and destination leaves with degree ≤ K, which is always K-colourable).
 //!    The exchange flips two roots along one alternating path, touching no earlier choice
-//!    otherwise; [`PlanStats::greedy_stuck`] counts how often it was needed (0 in every
-//!    case of the reproduction, see docs/fattree.md).
+//!    otherwise; [`PlanStats::greedy_stuck`] counts how often it was needed (never on
+//!    the paper's 16-of-30 allocations, a few times on other sizes: docs/fattree.md).
 //! 5. *Back to* `rs(s, d)`. 6. *Roots to LIDs*: root j is the destination's LID j (its
 //!    base LID + j with an LMC of [`crate::topology::lmc_for`]`(K)`).
 //!
