@@ -654,6 +654,17 @@ fn test_alltoall(t: &T) {
                         );
                     }
                 }
+                // The forced algorithm is the one that ran (bruck needs 2 ranks).
+                let ran = coll::last_alltoall_algorithm();
+                let want = if a == "bruck" && n == 1 {
+                    "pairwise"
+                } else {
+                    a
+                };
+                check!(
+                    ran.is_some() && (a == "auto" || ran == Some(want)),
+                    "alltoall forced {a} ran {ran:?}"
+                );
             }
         }
         // Strided receive type: 2 elements (4 ints) per peer.

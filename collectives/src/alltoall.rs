@@ -4,6 +4,7 @@
 //! over the core pairs of the two nodes.
 
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU8, Ordering};
 
 use tsunagi_core::datatype::TypeRef;
 use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
@@ -83,6 +84,27 @@ fn node_view(nodes: &[u32], phases_of: impl Fn(usize) -> Phases) -> Vec<Vec<BTre
         }
     }
     out
+}
+
+/// The algorithm the last blocking all-to-all of this process ran (index into
+/// [`Coll::algorithms`] + 1; 0: none yet).
+static LAST: AtomicU8 = AtomicU8::new(0);
+
+/// The name of the algorithm (one of `Coll::Alltoall.algorithms()`) that this process's
+/// most recent blocking `MPI_Alltoall`/`Alltoallv`/`Alltoallw` ran, on any thread and any
+/// communicator; `None` before the first. It is what actually ran: a forced `bruck` that
+/// cannot run a v/w call shows as `pairwise`. Non-blocking all-to-alls are not recorded.
+/// (A fabric-aware transport uses it to tell whether the shift pattern its addresses were
+/// planned for is the one on the wire; see `tsunagi-fattree`.)
+pub fn last_alltoall_algorithm() -> Option<&'static str> {
+    let v = LAST.load(Ordering::Relaxed) as usize;
+    Coll::Alltoall.algorithms().get(v.checked_sub(1)?).copied()
+}
+
+fn record(alg: &str) {
+    if let Some(i) = Coll::Alltoall.algorithms().iter().position(|a| *a == alg) {
+        LAST.store(i as u8 + 1, Ordering::Relaxed);
+    }
 }
 
 /// `MPI_Alltoall`.
@@ -325,6 +347,7 @@ unsafe fn alltoall_impl(
         }
     });
     if alg == "bruck" && uniform && p > 1 {
+        record("bruck");
         let r = bruck(&ctx, &send, &recv, block);
         drop(keep);
         return r;
@@ -332,10 +355,17 @@ unsafe fn alltoall_impl(
     let phases = match alg {
         "two_level_ring" => {
             let nodes = ctx.nodes()?;
+            record("two_level_ring");
             two_level_phases(&nodes, me)
         }
-        "linear" => linear_phases(p, me),
-        _ => pairwise_phases(p, me),
+        "linear" => {
+            record("linear");
+            linear_phases(p, me)
+        }
+        _ => {
+            record("pairwise");
+            pairwise_phases(p, me)
+        }
     };
     // The local block is copied while the first phase with transfers is in flight.
     let mut self_copy = false;
@@ -485,6 +515,11 @@ mod tests {
         assert!(plain.iter().any(|ph| ph.iter().any(|d| d.len() == 2)));
         // Rotation inside a phase: in sub-step u, the two nodes' cores are paired off.
         let ph = two_level_phases(&nodes, 2);
+        // Recording: names round-trip through the index.
+        record("linear");
+        assert_eq!(last_alltoall_algorithm(), Some("linear"));
+        record("two_level_ring");
+        assert_eq!(last_alltoall_algorithm(), Some("two_level_ring"));
         assert_eq!(ph[1].0, vec![4, 5]);
         assert_eq!(two_level_phases(&nodes, 3)[1].0, vec![5, 4]);
     }

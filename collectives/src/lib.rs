@@ -8,7 +8,7 @@
 //! chosen from message size, communicator size and rank placement ([`select`]; each
 //! forceable with `TSUNAGI_COLL_<NAME>=<algorithm>` or [`with_algorithm`]), the 2-level
 //! ring all-to-all of seed 003 and its per-phase node schedule
-//! ([`two_level_ring_schedule`]), the hierarchical barrier of seed 004, and process
+//! ([`two_level_ring_schedule`]; [`last_alltoall_algorithm`] says which all-to-all ran), the hierarchical barrier of seed 004, and process
 //! topologies with the neighbourhood collectives ([`topo`]).
 //!
 //! **Boundary.** Below is `tsunagi-core`: collectives move bytes with
@@ -47,7 +47,10 @@ pub mod topo;
 mod util;
 
 pub use allgather::{allgather, allgatherv};
-pub use alltoall::{alltoall, alltoallv, alltoallw, plain_ring_schedule, two_level_ring_schedule};
+pub use alltoall::{
+    alltoall, alltoallv, alltoallw, last_alltoall_algorithm, plain_ring_schedule,
+    two_level_ring_schedule,
+};
 pub use barrier::barrier;
 pub use bcast::bcast;
 pub use gather::{gather, gatherv, scatter, scatterv};
