@@ -200,6 +200,66 @@ fn concurrent_communicator_creation_both_engines() {
     }
 }
 
+/// Processes whose command line names `exe` (ranks of this file's jobs).
+fn ranks_alive(exe: &std::path::Path) -> usize {
+    let exe = exe.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter(|e| e.file_name().to_string_lossy().parse::<u32>().is_ok())
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .map(|c| c.split(|&b| b == 0).next() == Some(exe.as_bytes()))
+                        .unwrap_or(false)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+/// SIGKILL to mpirun at any moment of start-up (while the node leader creates the shared
+/// segment, while the others attach) leaves nothing in /dev/shm: the segment is a memfd
+/// that never has a name there.
+#[test]
+fn sigkill_to_mpirun_during_start_up_leaves_nothing_in_dev_shm() {
+    let _serial = serial();
+    let (mpirun, check) = ensure_built();
+    let before = shm_leftovers();
+    for (i, delay_ms) in [0u64, 2, 5, 10, 20, 40, 80, 160].into_iter().enumerate() {
+        let mut c = Command::new(&mpirun);
+        c.args(["-n", "4"]).arg(&check).arg("order");
+        if i % 2 == 1 {
+            c.env("TSUNAGI_NODE_MAP", "2");
+        }
+        let mut child = c
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("spawn mpirun");
+        std::thread::sleep(Duration::from_millis(delay_ms));
+        child.kill().expect("SIGKILL mpirun");
+        child.wait().expect("reap mpirun");
+        // The ranks die with mpirun (PR_SET_PDEATHSIG); give them a moment.
+        let t = Instant::now();
+        while ranks_alive(&check) > 0 && t.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(
+            ranks_alive(&check),
+            0,
+            "ranks outlived mpirun (delay {delay_ms} ms)"
+        );
+        let now: Vec<String> = shm_leftovers()
+            .into_iter()
+            .filter(|n| !before.contains(n))
+            .collect();
+        assert!(
+            now.is_empty(),
+            "left in /dev/shm after SIGKILL at {delay_ms} ms: {now:?}"
+        );
+    }
+}
+
 fn assert_failed_cleanly(out: &Output, took: Duration, what: &str, expect: &str) {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{what}: job should fail");

@@ -6,10 +6,12 @@
 //! nothing else. It moves a 32-byte [`Header`] plus payload per message, in order per peer,
 //! never blocks, and offers `read_remote` for single-copy rendezvous; the protocols on top
 //! (eager vs. rendezvous, matching, the streamed fallback when CMA is off) belong to
-//! `tsunagi-core`. Start-up (who creates, fences, names) is [`FACTORY`], this transport's
-//! [`tsunagi_p2p::boot::TransportFactory`]: the node leader calls [`ShmTransport::create`],
-//! the others [`ShmTransport::attach`] after a fence, and the leader
-//! [`ShmTransport::unlink`]s after a second fence.
+//! `tsunagi-core`. Start-up (who creates, fences, cards) is [`FACTORY`], this transport's
+//! [`tsunagi_p2p::boot::TransportFactory`]: the node leader calls
+//! [`ShmTransport::create_private`] (an anonymous memfd) and publishes its card, the others
+//! [`ShmTransport::attach_card`] after a fence, and the leader [`ShmTransport::unlink`]s
+//! (closes the way in) after a second fence. Named segments in /dev/shm
+//! ([`ShmTransport::create`], [`ShmTransport::attach`]) serve the tests and benchmarks.
 //!
 //! Layout and memory ordering are documented in `layout.rs` (what lives where) and
 //! `ring.rs` (the single-producer/single-consumer protocol). In short: one segment per node,
@@ -265,9 +267,42 @@ impl ShmTransport {
         me: Rank,
         cfg: &ShmConfig,
     ) -> Result<ShmTransport, P2pError> {
+        ShmTransport::create_with(|len| Mapping::create(name, len), local_ranks, me, cfg)
+    }
+
+    /// Like [`ShmTransport::create`], but the segment is an anonymous memfd with no name in
+    /// /dev/shm: the others attach with [`ShmTransport::attach_card`] given
+    /// [`ShmTransport::card`], and [`ShmTransport::unlink`] closes that way in. Nothing is
+    /// left behind however the job dies.
+    pub fn create_private(
+        label: &str,
+        local_ranks: &[Rank],
+        me: Rank,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
+        ShmTransport::create_with(
+            |len| Mapping::create_memfd(label, len),
+            local_ranks,
+            me,
+            cfg,
+        )
+    }
+
+    /// How the other local ranks attach to a segment made by
+    /// [`ShmTransport::create_private`] (until [`ShmTransport::unlink`]).
+    pub fn card(&self) -> Option<String> {
+        self.map.card()
+    }
+
+    fn create_with(
+        make: impl FnOnce(usize) -> Result<Mapping, P2pError>,
+        local_ranks: &[Rank],
+        me: Rank,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
         let my_idx = check_ranks(local_ranks, me)?;
         let (layout, eager) = cfg.resolve(local_ranks.len());
-        let map = Mapping::create(name, layout.total_bytes)?;
+        let map = make(layout.total_bytes)?;
         let base = map.base();
         // SAFETY: the mapping is at least `total_bytes` long, page aligned, zero filled and
         // not yet visible to anyone else as initialised (magic is still 0), so writing the
@@ -313,9 +348,31 @@ impl ShmTransport {
         me: Rank,
         cfg: &ShmConfig,
     ) -> Result<ShmTransport, P2pError> {
+        let map = Mapping::open(name, cfg.attach_timeout, std::mem::size_of::<SegHeader>())?;
+        ShmTransport::attach_to(map, local_ranks, me, cfg)
+    }
+
+    /// Attach to a segment made by [`ShmTransport::create_private`], given its
+    /// [`ShmTransport::card`].
+    pub fn attach_card(
+        card: &str,
+        local_ranks: &[Rank],
+        me: Rank,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
+        let map = Mapping::open_card(card, std::mem::size_of::<SegHeader>())?;
+        ShmTransport::attach_to(map, local_ranks, me, cfg)
+    }
+
+    fn attach_to(
+        map: Mapping,
+        local_ranks: &[Rank],
+        me: Rank,
+        cfg: &ShmConfig,
+    ) -> Result<ShmTransport, P2pError> {
+        let name = map.name().to_string();
         let my_idx = check_ranks(local_ranks, me)?;
         let deadline = std::time::Instant::now() + cfg.attach_timeout;
-        let map = Mapping::open(name, cfg.attach_timeout, std::mem::size_of::<SegHeader>())?;
         let base = map.base();
         // SAFETY: the mapping holds at least a SegHeader (checked by open); magic is atomic.
         let hdr = unsafe { &*(base as *const SegHeader) };
@@ -470,8 +527,9 @@ impl ShmTransport {
         })
     }
 
-    /// Remove the name from /dev/shm (the core calls it on the leader after a second
-    /// barrier, once every local rank attached; mappings stay valid). Idempotent.
+    /// Remove the name from /dev/shm, or close a private segment's way in (the start-up
+    /// calls it on the leader after a second fence, once every local rank attached;
+    /// mappings stay valid). Idempotent.
     pub fn unlink(&self) -> Result<(), P2pError> {
         self.map.unlink()
     }

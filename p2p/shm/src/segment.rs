@@ -1,4 +1,6 @@
-//! The POSIX shared-memory object and its mapping.
+//! The shared-memory object and its mapping: a named POSIX object in /dev/shm, or an
+//! anonymous memfd that other processes open through `/proc/<pid>/fd/<fd>` (no name ever
+//! exists, so nothing can be left behind however the job dies).
 
 use std::ffi::CString;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -11,10 +13,12 @@ use tsunagi_p2p::P2pError;
 pub struct Mapping {
     base: *mut u8,
     len: usize,
-    /// "/<name>" for shm_open/shm_unlink.
-    path: CString,
+    /// "/<name>" for shm_open/shm_unlink; None for a memfd.
+    path: Option<CString>,
     name: String,
     unlinked: AtomicBool,
+    /// A memfd creator's descriptor, the way in for the others until `unlink` closes it.
+    memfd: std::sync::Mutex<Option<Fd>>,
 }
 
 // SAFETY: the mapping is plain shared memory; every structure other threads or processes
@@ -116,9 +120,90 @@ impl Mapping {
         Ok(Mapping {
             base,
             len,
-            path,
+            path: Some(path),
             name: name.to_string(),
             unlinked: AtomicBool::new(false),
+            memfd: std::sync::Mutex::new(None),
+        })
+    }
+
+    /// Create an anonymous segment (memfd, mode 0600) of `len` bytes of zeroes and map it.
+    /// Others reach it through [`Mapping::card`] until [`Mapping::unlink`] closes the way.
+    pub fn create_memfd(label: &str, len: usize) -> Result<Mapping, P2pError> {
+        let cname = CString::new(label)
+            .map_err(|_| P2pError::Other(format!("shm label {label:?} contains NUL")))?;
+        // SAFETY: a valid C string and plain flags.
+        let fd = unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(P2pError::last_os("memfd_create"));
+        }
+        let fd = Fd(fd);
+        // SAFETY: fchmod on our own descriptor.
+        if unsafe { libc::fchmod(fd.0, 0o600) } != 0 {
+            return Err(P2pError::last_os("fchmod"));
+        }
+        // Reserve the memory now, as for a named segment (see `create`).
+        // SAFETY: plain syscalls on our descriptor.
+        let rc = unsafe { libc::posix_fallocate(fd.0, 0, len as libc::off_t) };
+        if rc != 0 {
+            if rc == libc::ENOSPC {
+                return Err(P2pError::Os {
+                    call: "posix_fallocate",
+                    errno: rc,
+                });
+            }
+            // SAFETY: as above.
+            if unsafe { libc::ftruncate(fd.0, len as libc::off_t) } != 0 {
+                return Err(P2pError::last_os("ftruncate"));
+            }
+        }
+        let base = map_fd(&fd, len)?;
+        Ok(Mapping {
+            base,
+            len,
+            path: None,
+            name: label.to_string(),
+            unlinked: AtomicBool::new(false),
+            memfd: std::sync::Mutex::new(Some(fd)),
+        })
+    }
+
+    /// How another process of this user opens a memfd segment: `<pid>:<fd>`; None for a
+    /// named segment or once [`Mapping::unlink`] closed the descriptor.
+    pub fn card(&self) -> Option<String> {
+        let fd = self.memfd.lock().unwrap_or_else(|p| p.into_inner());
+        // SAFETY: getpid cannot fail.
+        fd.as_ref()
+            .map(|fd| format!("{}:{}", unsafe { libc::getpid() }, fd.0))
+    }
+
+    /// Open and map the memfd segment another process created, given its
+    /// [`Mapping::card`]. The object must belong to us and be mode 0600.
+    pub fn open_card(card: &str, min_len: usize) -> Result<Mapping, P2pError> {
+        let bad = || P2pError::Other(format!("shm card {card:?}: expected <pid>:<fd>"));
+        let (pid, fd) = card.split_once(':').ok_or_else(bad)?;
+        let pid: u32 = pid.parse().map_err(|_| bad())?;
+        let fd: u32 = fd.parse().map_err(|_| bad())?;
+        let proc_path = format!("/proc/{pid}/fd/{fd}");
+        let cpath = CString::new(proc_path.clone()).map_err(|_| bad())?;
+        // SAFETY: a valid C string; opening the creator's descriptor reopens the memfd.
+        let fd = unsafe { libc::open(cpath.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(P2pError::Other(format!(
+                "shm segment {proc_path}: {} (did the node leader die?)",
+                std::io::Error::last_os_error()
+            )));
+        }
+        let fd = Fd(fd);
+        let len = check_owned(&fd, &proc_path, min_len)?;
+        let base = map_fd(&fd, len)?;
+        Ok(Mapping {
+            base,
+            len,
+            path: None,
+            name: proc_path,
+            unlinked: AtomicBool::new(false),
+            memfd: std::sync::Mutex::new(None),
         })
     }
 
@@ -143,42 +228,23 @@ impl Mapping {
                 });
             }
             let fd = Fd(fd);
-            // SAFETY: stat buffer on our stack, filled by the kernel.
-            let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            // SAFETY: fstat on our descriptor into a valid buffer.
-            if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-                return Err(P2pError::last_os("fstat"));
-            }
-            // SAFETY: geteuid cannot fail.
-            let euid = unsafe { libc::geteuid() };
-            if st.st_uid != euid || st.st_mode & 0o777 != 0o600 {
-                return Err(P2pError::Other(format!(
-                    "shm segment /dev/shm/{name} has owner {} mode {:o}; expected {} and 600",
-                    st.st_uid,
-                    st.st_mode & 0o777,
-                    euid
-                )));
-            }
-            let len = st.st_size as usize;
-            if len < min_len {
-                if Instant::now() < deadline {
+            match check_owned(&fd, &format!("/dev/shm/{name}"), min_len) {
+                Ok(len) => break (fd, len),
+                Err(_) if Instant::now() < deadline && file_len(&fd) < min_len => {
                     drop(fd);
                     std::thread::sleep(Duration::from_millis(1));
-                    continue;
                 }
-                return Err(P2pError::Other(format!(
-                    "shm segment /dev/shm/{name} is {len} bytes, too small"
-                )));
+                Err(e) => return Err(e),
             }
-            break (fd, len);
         };
         let base = map_fd(&fd, len)?;
         Ok(Mapping {
             base,
             len,
-            path,
+            path: Some(path),
             name: name.to_string(),
             unlinked: AtomicBool::new(false),
+            memfd: std::sync::Mutex::new(None),
         })
     }
 
@@ -198,14 +264,58 @@ impl Mapping {
         &self.name
     }
 
-    /// Remove the name. Idempotent: once this mapping unlinked it, it never unlinks again
-    /// (a later job could have created the same name). ENOENT counts as success.
+    /// Remove the name (a memfd: close the creator's descriptor, the way in). Idempotent:
+    /// once this mapping unlinked it, it never unlinks again (a later job could have
+    /// created the same name). ENOENT counts as success.
     pub fn unlink(&self) -> Result<(), P2pError> {
         if self.unlinked.swap(true, Ordering::AcqRel) {
             return Ok(());
         }
-        unlink_path(&self.path)
+        self.memfd.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match &self.path {
+            Some(p) => unlink_path(p),
+            None => Ok(()),
+        }
     }
+}
+
+/// Size of the object behind `fd`.
+fn file_len(fd: &Fd) -> usize {
+    // SAFETY: stat buffer on our stack, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our descriptor into a valid buffer.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return 0;
+    }
+    st.st_size as usize
+}
+
+/// Check that the object behind `fd` (called `what` in messages) is ours, mode 0600, and
+/// at least `min_len` bytes; returns its size.
+fn check_owned(fd: &Fd, what: &str, min_len: usize) -> Result<usize, P2pError> {
+    // SAFETY: stat buffer on our stack, filled by the kernel.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat on our descriptor into a valid buffer.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return Err(P2pError::last_os("fstat"));
+    }
+    // SAFETY: geteuid cannot fail.
+    let euid = unsafe { libc::geteuid() };
+    if st.st_uid != euid || st.st_mode & 0o777 != 0o600 {
+        return Err(P2pError::Other(format!(
+            "shm segment {what} has owner {} mode {:o}; expected {} and 600",
+            st.st_uid,
+            st.st_mode & 0o777,
+            euid
+        )));
+    }
+    let len = st.st_size as usize;
+    if len < min_len {
+        return Err(P2pError::Other(format!(
+            "shm segment {what} is {len} bytes, too small"
+        )));
+    }
+    Ok(len)
 }
 
 fn unlink_path(path: &CString) -> Result<(), P2pError> {

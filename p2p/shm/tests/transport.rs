@@ -383,3 +383,38 @@ fn one_local_rank_is_fine() {
     assert_eq!(t.poll(&mut |_, _, _| panic!("no peers")).unwrap(), 0);
     assert!(t.all_attached());
 }
+
+/// A private (memfd) segment: no name in /dev/shm at any time, the others attach through
+/// the leader's card, and once the leader closed the way in, nobody new can attach while
+/// the attached ranks go on exchanging messages.
+#[test]
+fn private_segment_has_no_name_and_closes_its_way_in() {
+    let cfg = ShmConfig::default();
+    let world = [0, 1, 2];
+    let label = unique("private");
+    let leader = ShmTransport::create_private(&label, &world, 0, &cfg).unwrap();
+    assert!(
+        !path(&label).exists(),
+        "a private segment must not appear in /dev/shm"
+    );
+    let card = leader.card().expect("card before unlink");
+    let mut a = ShmTransport::attach_card(&card, &world, 1, &cfg).unwrap();
+    let mut b = ShmTransport::attach_card(&card, &world, 2, &cfg).unwrap();
+    leader.unlink().unwrap();
+    assert_eq!(leader.card(), None);
+    let err = ShmTransport::attach_card(&card, &world, 2, &cfg);
+    assert!(err.is_err(), "attached after the leader closed the way in");
+    assert!(ShmTransport::attach_card("garbage", &world, 2, &cfg).is_err());
+    let h = Header {
+        kind: 1,
+        src: 1,
+        tag: 7,
+        len: 3,
+        ..Header::default()
+    };
+    assert!(a.try_send(2, &h, b"abc").unwrap());
+    let got = drain(&mut b);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0, got[0].2.as_slice()), (1, &b"abc"[..]));
+    drop(leader);
+}

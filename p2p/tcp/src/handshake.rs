@@ -7,8 +7,8 @@
 //! acceptor  → connector  verdict (8 bytes): "TSGA" verdict 0 0 0
 //! ```
 //!
-//! After an *accept* verdict both directions carry the stream transport's frames
-//! (`tsunagi_p2p::stream`). The connector sends nothing but the hello until the verdict
+//! After an *accept* verdict both directions carry the shared stream frames
+//! (`tsunagi_p2p::framing`). The connector sends nothing but the hello until the verdict
 //! came, so a rejected connection never carried a message and nothing has to be replayed.
 //!
 //! # Simultaneous connects
