@@ -106,7 +106,7 @@ pub(crate) fn check_type(call: &str, dtype: &TypeRef) -> MpiResult<()> {
     if !dtype.is_committed() {
         return Err(err(
             ErrorClass::Type,
-            format!("{call}: datatype {} is not committed", dtype.name()),
+            format!("{call}: datatype {} is not committed", dtype.describe()),
         ));
     }
     Ok(())

@@ -439,7 +439,7 @@ fn committed(t: &TypeRef) -> MpiResult<()> {
     if !t.is_committed() {
         return Err(err(
             ErrorClass::Type,
-            format!("datatype {} is not committed", t.name()),
+            format!("datatype {} is not committed", t.describe()),
         ));
     }
     Ok(())

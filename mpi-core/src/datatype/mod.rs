@@ -892,6 +892,20 @@ impl Datatype {
         self.name.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// How messages name the type: its name, or for an unnamed derived type what it was
+    /// made by ("(an unnamed derived datatype, combiner Vector)").
+    pub fn describe(&self) -> String {
+        let n = self.name();
+        if n.is_empty() {
+            format!(
+                "(an unnamed derived datatype, combiner {:?})",
+                self.combiner()
+            )
+        } else {
+            n
+        }
+    }
+
     /// `MPI_Type_set_name`.
     pub fn set_name(&self, name: &str) {
         *self.name.lock().unwrap_or_else(|e| e.into_inner()) = name.to_string();

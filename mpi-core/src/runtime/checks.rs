@@ -24,7 +24,7 @@ impl Runtime {
         if !dtype.is_committed() {
             return Err(MpiError::new(
                 ErrorClass::Type,
-                format!("{call}: datatype {} is not committed", dtype.name()),
+                format!("{call}: datatype {} is not committed", dtype.describe()),
             ));
         }
         Ok(())
