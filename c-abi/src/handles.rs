@@ -36,57 +36,14 @@ pub(crate) fn err(class: ErrorClass, msg: impl Into<String>) -> MpiError {
     MpiError::new(class, msg)
 }
 
-/// A slab of objects addressed by index, with slot reuse.
-pub(crate) struct Table<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<usize>,
-}
-
-impl<T> Table<T> {
-    pub(crate) const fn new() -> Table<T> {
-        Table {
-            slots: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-    pub(crate) fn insert(&mut self, v: T) -> usize {
-        match self.free.pop() {
-            Some(i) => {
-                self.slots[i] = Some(v);
-                i
-            }
-            None => {
-                self.slots.push(Some(v));
-                self.slots.len() - 1
-            }
-        }
-    }
-    pub(crate) fn get(&self, i: usize) -> Option<&T> {
-        self.slots.get(i).and_then(|s| s.as_ref())
-    }
-    pub(crate) fn get_mut(&mut self, i: usize) -> Option<&mut T> {
-        self.slots.get_mut(i).and_then(|s| s.as_mut())
-    }
-    pub(crate) fn remove(&mut self, i: usize) -> Option<T> {
-        let v = self.slots.get_mut(i)?.take();
-        if v.is_some() {
-            self.free.push(i);
-        }
-        v
-    }
-    pub(crate) fn find(&self, mut f: impl FnMut(&T) -> bool) -> Option<usize> {
-        self.slots
-            .iter()
-            .position(|s| s.as_ref().is_some_and(&mut f))
-    }
-}
+pub(crate) use tsunagi_core::slab::Slab as Table;
 
 pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-fn index(h: c_int) -> usize {
-    (h as u32 & INDEX_MASK) as usize
+fn index(h: c_int) -> u32 {
+    h as u32 & INDEX_MASK
 }
 
 fn kind(h: c_int) -> u32 {
@@ -262,7 +219,7 @@ fn comm_id(c: MPI_Comm) -> Option<CommId> {
     match c {
         MPI_COMM_WORLD => Some(CommId::WORLD),
         MPI_COMM_SELF => Some(CommId::SELF),
-        _ if kind(c) == COMM_DIRECT && index(c) >= 2 => Some(CommId(index(c) as u32)),
+        _ if kind(c) == COMM_DIRECT && index(c) >= 2 => Some(CommId(index(c))),
         _ => None,
     }
 }
@@ -326,7 +283,7 @@ fn builtins() -> &'static Builtins {
             let b = Builtin::from_name(name).unwrap_or_else(|| panic!("core lacks {name}"));
             let t = Datatype::builtin(b);
             if (h as u32) & 0xff00_0000 == 0x8c00_0000 {
-                pairs[index(h)] = t;
+                pairs[index(h) as usize] = t;
             } else {
                 plain[h as usize & 0xff] = Some(t);
             }
@@ -375,7 +332,7 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
             ));
         }
     } else if u & 0xffff_fff8 == 0x8c00_0000 && index(d) < 5 {
-        return Ok(DtRef::Static(&builtins().pairs[index(d)]));
+        return Ok(DtRef::Static(&builtins().pairs[index(d) as usize]));
     } else if kind(d) == DTYPE_DERIVED {
         return lock(&DTYPES)
             .get(index(d))
@@ -402,7 +359,7 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
 /// A new handle for a derived type.
 pub(crate) fn new_dtype(t: Datatype) -> MPI_Datatype {
     let i = lock(&DTYPES).insert(Arc::new(t));
-    (DTYPE_DERIVED | i as u32) as c_int
+    (DTYPE_DERIVED | i) as c_int
 }
 
 /// The handle of a type (builtins: their value; derived: the existing handle, else a new one).
@@ -415,7 +372,7 @@ pub(crate) fn dtype_handle(t: &TypeRef) -> MPI_Datatype {
         Some(i) => i,
         None => tab.insert(t.clone()),
     };
-    (DTYPE_DERIVED | i as u32) as c_int
+    (DTYPE_DERIVED | i) as c_int
 }
 
 /// MPI_Type_free.
@@ -467,7 +424,7 @@ pub(crate) fn new_group(g: Arc<Group>) -> MPI_Group {
     if g.size() == 0 {
         return MPI_GROUP_EMPTY;
     }
-    (GROUP_DIRECT | lock(&GROUPS).insert(g) as u32) as c_int
+    (GROUP_DIRECT | lock(&GROUPS).insert(g)) as c_int
 }
 
 pub(crate) fn free_group(g: &mut MPI_Group) -> MpiResult<()> {
@@ -525,7 +482,7 @@ pub(crate) fn message(name: &str, m: MPI_Message) -> MpiResult<Option<MsgId>> {
             ErrorClass::Request,
             format!("{name} is MPI_MESSAGE_NULL"),
         )),
-        _ if kind(m) == MSG_INDIRECT => Ok(Some(MsgId(index(m) as u32))),
+        _ if kind(m) == MSG_INDIRECT => Ok(Some(MsgId(index(m)))),
         _ => Err(err(
             ErrorClass::Request,
             format!("{name} = {m:#x} is not a message handle"),
@@ -559,7 +516,7 @@ static OPS: Mutex<Table<OpDef>> = Mutex::new(Table::new());
 /// The operation behind an `MPI_Op` handle (for the collectives layer too).
 pub fn op(name: &str, o: MPI_Op) -> MpiResult<OpDef> {
     if o as u32 & 0xffff_ff00 == OP_BUILTIN && (1..=14).contains(&index(o)) {
-        return Ok(OpDef::Builtin(index(o) as u32));
+        return Ok(OpDef::Builtin(index(o)));
     }
     if o == MPI_OP_NULL {
         return Err(err(ErrorClass::Op, format!("{name} is MPI_OP_NULL")));
@@ -579,7 +536,7 @@ pub fn op(name: &str, o: MPI_Op) -> MpiResult<OpDef> {
 }
 
 pub(crate) fn new_op(d: OpDef) -> MPI_Op {
-    (OP_DIRECT | lock(&OPS).insert(d) as u32) as c_int
+    (OP_DIRECT | lock(&OPS).insert(d)) as c_int
 }
 
 pub(crate) fn free_op(o: &mut MPI_Op) -> MpiResult<()> {
@@ -635,7 +592,7 @@ pub(crate) fn errhandler(name: &str, e: MPI_Errhandler) -> MpiResult<ErrHandler>
 }
 
 pub(crate) fn new_errhandler(f: MPI_Comm_errhandler_function) -> MPI_Errhandler {
-    (ERRH_DIRECT | lock(&ERRHS).insert(f) as u32) as c_int
+    (ERRH_DIRECT | lock(&ERRHS).insert(f)) as c_int
 }
 
 pub(crate) fn errhandler_handle(h: &ErrHandler) -> MPI_Errhandler {
@@ -664,7 +621,7 @@ pub(crate) static INFOS: Mutex<Table<InfoData>> = Mutex::new(Table::new());
 
 /// An info handle: an index in [`INFOS`], or None for MPI_INFO_ENV (read-only, empty).
 #[derive(Clone, Copy, Debug)]
-pub(crate) struct InfoId(pub Option<usize>);
+pub(crate) struct InfoId(pub Option<u32>);
 
 pub(crate) fn info(name: &str, i: MPI_Info) -> MpiResult<InfoId> {
     match i {
@@ -694,7 +651,7 @@ pub(crate) fn info_or_null(name: &str, i: MPI_Info) -> MpiResult<Option<InfoId>>
 }
 
 pub(crate) fn new_info(d: InfoData) -> MPI_Info {
-    (INFO_DIRECT | lock(&INFOS).insert(d) as u32) as c_int
+    (INFO_DIRECT | lock(&INFOS).insert(d)) as c_int
 }
 
 // ----- the runtime -----

@@ -12,6 +12,8 @@ use std::collections::VecDeque;
 
 use tsunagi_p2p::{Header, P2pError, Rank, Router};
 
+pub(crate) use crate::slab::Slab;
+
 use crate::comm::{CommData, CommId};
 use crate::datatype::{Builtin, Datatype, TypeRef};
 use crate::error::{ErrorClass, MpiError, MpiResult};
@@ -254,49 +256,6 @@ struct CmaRead {
     addr: u64,
     len: usize,
     sender_cookie: u64,
-}
-
-/// A slab of values addressed by u32 index, with slot reuse.
-pub(crate) struct Slab<T> {
-    slots: Vec<Option<T>>,
-    free: Vec<u32>,
-}
-
-impl<T> Default for Slab<T> {
-    fn default() -> Self {
-        Slab {
-            slots: Vec::new(),
-            free: Vec::new(),
-        }
-    }
-}
-
-impl<T> Slab<T> {
-    pub(crate) fn insert(&mut self, v: T) -> u32 {
-        if let Some(i) = self.free.pop() {
-            self.slots[i as usize] = Some(v);
-            i
-        } else {
-            self.slots.push(Some(v));
-            (self.slots.len() - 1) as u32
-        }
-    }
-    pub(crate) fn get(&self, i: u32) -> Option<&T> {
-        self.slots.get(i as usize).and_then(|s| s.as_ref())
-    }
-    pub(crate) fn get_mut(&mut self, i: u32) -> Option<&mut T> {
-        self.slots.get_mut(i as usize).and_then(|s| s.as_mut())
-    }
-    pub(crate) fn remove(&mut self, i: u32) -> Option<T> {
-        let v = self.slots.get_mut(i as usize)?.take();
-        if v.is_some() {
-            self.free.push(i);
-        }
-        v
-    }
-    pub(crate) fn len(&self) -> usize {
-        self.slots.len() - self.free.len()
-    }
 }
 
 /// Everything the request layer owns, except the router.

@@ -19,6 +19,7 @@ pub mod protocol;
 pub mod runtime;
 #[cfg(test)]
 mod sim_tests;
+pub mod slab;
 
 /// The matching queues of the request layer, public only so that `benches/matching.rs`
 /// times the engine's own search; not part of the API.

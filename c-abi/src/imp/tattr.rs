@@ -26,7 +26,7 @@ static KEYVALS: Mutex<Table<TypeKeyval>> = Mutex::new(Table::new());
 static VALUES: Mutex<BTreeMap<(MPI_Datatype, c_int), usize>> = Mutex::new(BTreeMap::new());
 
 fn keyval(k: c_int) -> MpiResult<TypeKeyval> {
-    let ix = (k & !TYPE_KEYVAL) as usize;
+    let ix = (k & !TYPE_KEYVAL) as u32;
     if k & TYPE_KEYVAL != TYPE_KEYVAL || k < 0 {
         return Err(err(
             ErrorClass::Keyval,
@@ -78,7 +78,7 @@ pub(crate) fn type_create_keyval(
 
 pub(crate) fn type_free_keyval(k: &mut c_int) -> MpiResult<()> {
     keyval(*k)?;
-    lock(&KEYVALS).remove((*k & !TYPE_KEYVAL) as usize);
+    lock(&KEYVALS).remove((*k & !TYPE_KEYVAL) as u32);
     *k = MPI_KEYVAL_INVALID;
     Ok(())
 }
