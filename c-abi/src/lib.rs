@@ -24,6 +24,7 @@ pub mod ffi;
 
 mod data;
 mod entry;
+pub mod fortran;
 mod handles;
 mod imp;
 
@@ -42,4 +43,5 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
 }
 
+pub use fortran::FORTRAN_NAMES;
 pub use generated::IMPLEMENTED;

@@ -1,0 +1,331 @@
+//! The Fortran binding's conventions at run time, for the generated `mpi_x_` entry points
+//! (`build/fortran.rs` writes them; none is written by hand): the sentinels a Fortran
+//! program passes by address (MPI_BOTTOM, MPI_IN_PLACE, MPI_STATUS(ES)_IGNORE,
+//! MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY), blank-padded strings with hidden lengths, 1-based
+//! indices, the predefined attribute keys of Fortran, and the `ierror` argument.
+//!
+//! The sentinels live in MPICH's common blocks (`/MPIPRIV1/ MPI_BOTTOM, MPI_IN_PLACE,
+//! MPI_STATUS_IGNORE`, `/MPIPRIV2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE`, `/MPIFCMB5/
+//! MPI_UNWEIGHTED`, `/MPIFCMB9/ MPI_WEIGHTS_EMPTY`), which our `mpif.h` and modules declare
+//! too, so that programs built with MPICH's headers pass the same addresses. A Fortran
+//! program defines the blocks itself; the library defines them as well (so that the
+//! linker exports the program's copy) and asks the dynamic linker for the copy that wins
+//! (`dlsym(RTLD_DEFAULT)`): the program's.
+//!
+//! Handles need no conversion: Fortran INTEGER handles are MPICH's C handle values. A
+//! LOGICAL needs none either with gfortran (`.TRUE.` is 1, `.FALSE.` 0, as the C side
+//! writes them).
+
+use std::ffi::{c_char, c_int, c_void, CStr, CString};
+use std::sync::OnceLock;
+
+use crate::ffi::{MPI_Aint, MPI_Fint, MPI_Status};
+
+/// `/MPIPRIV1/`: MPI_BOTTOM, MPI_IN_PLACE, MPI_STATUS_IGNORE(MPI_STATUS_SIZE).
+#[repr(C)]
+pub struct Priv1 {
+    bottom: MPI_Fint,
+    in_place: MPI_Fint,
+    status_ignore: [MPI_Fint; 5],
+}
+/// `/MPIPRIV2/`: MPI_STATUSES_IGNORE(MPI_STATUS_SIZE, 1), MPI_ERRCODES_IGNORE(1).
+#[repr(C)]
+pub struct Priv2 {
+    statuses_ignore: [MPI_Fint; 5],
+    errcodes_ignore: [MPI_Fint; 1],
+}
+/// `/MPIPRIVC/`: MPI_ARGVS_NULL(1,1), MPI_ARGV_NULL(1) (CHARACTER*1).
+#[repr(C)]
+pub struct PrivC {
+    argvs_null: [u8; 1],
+    argv_null: [u8; 1],
+}
+
+// The library's definitions of the common blocks (the program's copy takes precedence;
+// see the module doc). Written only by Fortran code, never by the library.
+#[no_mangle]
+pub static mut mpipriv1_: Priv1 = Priv1 {
+    bottom: 0,
+    in_place: 0,
+    status_ignore: [0; 5],
+};
+#[no_mangle]
+pub static mut mpipriv2_: Priv2 = Priv2 {
+    statuses_ignore: [0; 5],
+    errcodes_ignore: [0],
+};
+#[no_mangle]
+pub static mut mpiprivc_: PrivC = PrivC {
+    argvs_null: [0],
+    argv_null: [0],
+};
+#[no_mangle]
+pub static mut mpifcmb5_: MPI_Fint = 0;
+#[no_mangle]
+pub static mut mpifcmb9_: MPI_Fint = 0;
+
+/// The addresses of the program's sentinels (0 when it has none).
+struct Sentinels {
+    bottom: usize,
+    in_place: usize,
+    status_ignore: usize,
+    statuses_ignore: usize,
+    unweighted: usize,
+    weights_empty: usize,
+}
+
+fn lookup(name: &CStr) -> usize {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name has no preconditions.
+    unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) as usize }
+}
+
+fn sentinels() -> &'static Sentinels {
+    static S: OnceLock<Sentinels> = OnceLock::new();
+    S.get_or_init(|| {
+        let p1 = lookup(c"mpipriv1_");
+        let p2 = lookup(c"mpipriv2_");
+        let at = |base: usize, off: usize| if base == 0 { 0 } else { base + off };
+        let s = Sentinels {
+            bottom: at(p1, 0),
+            in_place: at(p1, 4),
+            status_ignore: at(p1, 8),
+            statuses_ignore: at(p2, 0),
+            unweighted: lookup(c"mpifcmb5_"),
+            weights_empty: lookup(c"mpifcmb9_"),
+        };
+        // MPICH's mpi.h declares these writable and MPICH's Fortran layer points them at
+        // its common block; do the same, for C code that converts Fortran statuses.
+        // SAFETY: written once, here, under the OnceLock, before any Fortran call reads it.
+        unsafe {
+            if s.status_ignore != 0 {
+                crate::data::MPI_F_STATUS_IGNORE = s.status_ignore as *mut c_int;
+            }
+            if s.statuses_ignore != 0 {
+                crate::data::MPI_F_STATUSES_IGNORE = s.statuses_ignore as *mut c_int;
+            }
+        }
+        s
+    })
+}
+
+/// A choice buffer: MPI_BOTTOM becomes NULL and MPI_IN_PLACE `(void *)-1`, as in C.
+#[inline]
+pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
+    let s = sentinels();
+    let a = p as usize;
+    if a == s.in_place && a != 0 {
+        usize::MAX as *mut c_void
+    } else if a == s.bottom && a != 0 {
+        std::ptr::null_mut()
+    } else {
+        p
+    }
+}
+
+/// A status: MPI_STATUS_IGNORE becomes C's. The layout is the same (MPI_STATUS_SIZE 5,
+/// MPI_SOURCE, MPI_TAG, MPI_ERROR at 3, 4, 5), so the array is the C struct.
+#[inline]
+pub(crate) fn status(p: *mut MPI_Status) -> *mut MPI_Status {
+    let a = p as usize;
+    if a != 0 && (a == sentinels().status_ignore || a == sentinels().statuses_ignore) {
+        1 as *mut MPI_Status
+    } else {
+        p
+    }
+}
+
+/// An array of statuses: MPI_STATUSES_IGNORE becomes C's.
+#[inline]
+pub(crate) fn statuses(p: *mut MPI_Status) -> *mut MPI_Status {
+    status(p)
+}
+
+/// Graph weights: MPI_UNWEIGHTED and MPI_WEIGHTS_EMPTY become C's.
+pub(crate) fn weights<T>(p: *mut T) -> *mut T {
+    let s = sentinels();
+    let a = p as usize;
+    if a != 0 && a == s.unweighted {
+        crate::data::MPI_UNWEIGHTED.0 as *mut T
+    } else if a != 0 && a == s.weights_empty {
+        crate::data::MPI_WEIGHTS_EMPTY.0 as *mut T
+    } else {
+        p
+    }
+}
+
+/// Store the return code into `ierror` (mpi_f08 passes its own when absent).
+#[inline]
+pub(crate) unsafe fn set_ierror(ierror: *mut MPI_Fint, rc: c_int) {
+    if !ierror.is_null() {
+        // SAFETY: non-NULL `ierror` is the caller's INTEGER.
+        unsafe { *ierror = rc };
+    }
+}
+
+/// A Fortran string (blank padded, `len` bytes) as a C string: trailing blanks dropped,
+/// cut at a NUL if the program put one.
+pub(crate) unsafe fn str_in(p: *const c_char, len: usize) -> CString {
+    let bytes: &[u8] = if p.is_null() || len == 0 {
+        &[]
+    } else {
+        // SAFETY: Fortran passes `len` valid bytes.
+        unsafe { std::slice::from_raw_parts(p as *const u8, len) }
+    };
+    let bytes = bytes.split(|&b| b == 0).next().unwrap_or(&[]);
+    let end = bytes.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
+    CString::new(&bytes[..end]).expect("no NUL inside")
+}
+
+/// A C output string buffer large enough for any MPI string, copied back blank padded.
+pub(crate) struct StrOut(Vec<u8>);
+
+impl StrOut {
+    pub(crate) fn new(len: usize) -> StrOut {
+        StrOut(vec![0; len.max(crate::ffi::MPI_MAX_LIBRARY_VERSION_STRING) + 1])
+    }
+    pub(crate) fn as_mut_ptr(&mut self) -> *mut c_char {
+        self.0.as_mut_ptr() as *mut c_char
+    }
+    /// Copy into the Fortran string (`len` bytes), padded with blanks.
+    pub(crate) unsafe fn copy_to(&self, p: *mut c_char, len: usize) {
+        if p.is_null() {
+            return;
+        }
+        let n = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len()).min(len);
+        // SAFETY: Fortran passes `len` writable bytes.
+        let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
+        dst[..n].copy_from_slice(&self.0[..n]);
+        dst[n..].fill(b' ');
+    }
+}
+
+/// Indices returned by the completion calls are 1-based in Fortran.
+pub(crate) unsafe fn one_based(p: *mut c_int, n: usize) {
+    for i in 0..n {
+        // SAFETY: the caller's array has `n` elements (the C call filled them).
+        unsafe {
+            let v = p.add(i);
+            if *v >= 0 {
+                *v += 1;
+            }
+        }
+    }
+}
+
+/// An address-sized value stored into a default INTEGER (MPI-1 calls): truncated as
+/// MPICH does.
+pub(crate) fn narrow(v: MPI_Aint) -> MPI_Fint {
+    v as MPI_Fint
+}
+
+/// An INTEGER array widened to addresses (MPI-1 calls).
+pub(crate) unsafe fn widen(p: *const MPI_Fint, n: usize) -> Vec<MPI_Aint> {
+    if p.is_null() || n == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the caller's array has `n` elements.
+    unsafe { std::slice::from_raw_parts(p, n) }
+        .iter()
+        .map(|&v| MPI_Aint::from(v))
+        .collect()
+}
+
+/// Fortran's predefined attribute keys are C's plus one (MPICH: MPI_TAG_UB is
+/// 0x64400001 in C and 0x64400002 in Fortran).
+fn is_fortran_predefined(k: c_int) -> bool {
+    let u = k as u32;
+    (u & 0xffff_ff00 == 0x6440_0000 || u & 0xffff_ff00 == 0x6600_0000) && u & 1 == 0 && u & 0xff != 0
+}
+
+/// The C key of a Fortran attribute key.
+pub(crate) fn attr_key(k: c_int) -> c_int {
+    if is_fortran_predefined(k) {
+        k - 1
+    } else {
+        k
+    }
+}
+
+/// The attribute value a Fortran program sets: the integer itself (`W` is its width).
+pub(crate) unsafe fn attr_in<W: Copy + Into<i64>>(p: *mut c_void) -> *mut c_void {
+    // SAFETY: Fortran passes its INTEGER of this width.
+    let v: i64 = unsafe { *(p as *const W) }.into();
+    v as isize as *mut c_void
+}
+
+/// Store an attribute value into the program's INTEGER of width `W`: the stored value,
+/// or for predefined keys the integer the C side points to.
+pub(crate) unsafe fn attr_out<W: TryFrom<i64> + Default>(key: c_int, v: *mut c_void, p: *mut c_void) {
+    let v: i64 = if is_fortran_predefined(key) {
+        // SAFETY: predefined attributes are pointers to the library's ints.
+        unsafe { i64::from(*(v as *const c_int)) }
+    } else {
+        v as isize as i64
+    };
+    // SAFETY: Fortran passes its INTEGER of this width.
+    unsafe { *(p as *mut W) = W::try_from(v).unwrap_or_default() };
+}
+
+// ----- predefined callbacks (Fortran passes the address of these EXTERNALs) -----
+// The library calls them with the C convention, which they implement.
+
+macro_rules! null_copy {
+    ($($name:ident),*) => {$(
+        /// A predefined Fortran copy callback: the attribute is not copied.
+        ///
+        /// # Safety
+        /// Called by the library with a valid `flag`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            _old: c_int, _key: c_int, _extra: *mut c_void, _vin: *mut c_void,
+            _vout: *mut c_void, flag: *mut c_int,
+        ) -> c_int {
+            // SAFETY: the library passes a valid flag.
+            unsafe { *flag = 0 };
+            0
+        }
+    )*};
+}
+null_copy!(mpi_null_copy_fn_, mpi_comm_null_copy_fn_, mpi_type_null_copy_fn_, mpi_win_null_copy_fn_);
+
+macro_rules! null_delete {
+    ($($name:ident),*) => {$(
+        /// A predefined Fortran delete callback: nothing to do.
+        #[no_mangle]
+        pub extern "C" fn $name(_h: c_int, _key: c_int, _v: *mut c_void, _extra: *mut c_void) -> c_int {
+            0
+        }
+    )*};
+}
+null_delete!(mpi_null_delete_fn_, mpi_comm_null_delete_fn_, mpi_type_null_delete_fn_, mpi_win_null_delete_fn_);
+
+macro_rules! dup_fn {
+    ($($name:ident),*) => {$(
+        /// A predefined Fortran copy callback: the attribute value is copied.
+        ///
+        /// # Safety
+        /// Called by the library with valid `vout` and `flag`.
+        #[no_mangle]
+        pub unsafe extern "C" fn $name(
+            old: c_int, key: c_int, extra: *mut c_void, vin: *mut c_void,
+            vout: *mut c_void, flag: *mut c_int,
+        ) -> c_int {
+            // SAFETY: forwarded with the library's own arguments.
+            unsafe { crate::imp::MPIR_Dup_fn(old, key, extra, vin, vout, flag) }
+        }
+    )*};
+}
+dup_fn!(mpi_dup_fn_, mpi_comm_dup_fn_, mpi_type_dup_fn_, mpi_win_dup_fn_);
+
+/// The generated entry points.
+#[allow(clippy::missing_safety_doc, clippy::too_many_arguments, unused_unsafe)]
+mod generated {
+    use super as f;
+    use crate::ffi::*;
+    #[allow(unused_imports)]
+    use std::ffi::{c_char, c_int, c_void};
+
+    include!(concat!(env!("OUT_DIR"), "/fortran_points.rs"));
+}
+
+pub use generated::FORTRAN_NAMES;
