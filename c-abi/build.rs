@@ -369,6 +369,13 @@ fn main() {
     write_if_changed(&out.join("exports.map"), map);
     let template = std::fs::read_to_string(dir.join("mpi.h.in")).expect("read mpi.h.in");
     write_if_changed(&dir.join("include/mpi.h"), &gen_header(&template, &funcs));
+    let consts = fortran::constants(&template);
+    write_if_changed(&dir.join("include/mpif.h"), &fortran::gen_mpif_h(&consts));
+    write_if_changed(&dir.join("fortran/mpi.f90"), &fortran::gen_mpi_module(&consts));
+    write_if_changed(
+        &dir.join("fortran/mpi_f08.f90"),
+        &fortran::gen_f08_module(&consts, &funcs),
+    );
     write_if_changed(
         &dir.join("../docs/coverage.md"),
         &gen_coverage(&funcs, &missing),

@@ -242,3 +242,453 @@ pub fn gen_entry_points(funcs: &[Func]) -> String {
     out.push_str("];\n");
     out
 }
+
+/// A constant of `mpi.h.in` (`#define MPI_X value`) as Fortran sees it.
+pub struct Const {
+    pub name: String,
+    pub value: i64,
+    /// The handle type of the cast (`Comm`, `Datatype`, ...), if any.
+    pub class: Option<String>,
+}
+
+/// Predefined attribute keys: Fortran's are C's plus one (MPICH's values).
+const ATTR_KEYS: &[&str] = &[
+    "MPI_TAG_UB",
+    "MPI_HOST",
+    "MPI_IO",
+    "MPI_WTIME_IS_GLOBAL",
+    "MPI_UNIVERSE_SIZE",
+    "MPI_LASTUSEDCODE",
+    "MPI_APPNUM",
+    "MPI_WIN_BASE",
+    "MPI_WIN_SIZE",
+    "MPI_WIN_DISP_UNIT",
+    "MPI_WIN_CREATE_FLAVOR",
+    "MPI_WIN_MODEL",
+];
+
+/// The integer constants of `mpi.h.in`, with aliases resolved; C-only ones (pointers,
+/// `MPI_F_*`, the status layout of C) left out.
+pub fn constants(header: &str) -> Vec<Const> {
+    let mut out: Vec<Const> = Vec::new();
+    for line in header.lines() {
+        let Some(rest) = line.strip_prefix("#define MPI_") else {
+            continue;
+        };
+        let mut it = rest.splitn(2, char::is_whitespace);
+        let name = format!("MPI_{}", it.next().unwrap_or_default());
+        let value = it.next().unwrap_or_default().trim();
+        if value.is_empty()
+            || value.contains('*')
+            || name.starts_with("MPI_F_")
+            || name == "MPI_STATUS_SIZE"
+            || name.ends_with("_FN")
+        {
+            continue;
+        }
+        let (class, num) = match value.strip_prefix("((MPI_") {
+            Some(v) => {
+                let (ty, n) = v.split_once(')').expect("cast");
+                (Some(ty.to_string()), n.trim_end_matches(')').to_string())
+            }
+            None => (None, value.trim_matches(|c| c == '(' || c == ')').to_string()),
+        };
+        let parsed = if let Some(h) = num.strip_prefix("0x") {
+            i64::from_str_radix(h, 16).ok().map(|v| v as u32 as i32 as i64)
+        } else {
+            num.parse::<i64>().ok()
+        };
+        let (value, class) = match parsed {
+            Some(v) => (v, class),
+            None => match out.iter().find(|c| c.name == num) {
+                Some(c) => (c.value, c.class.clone()),
+                None => continue,
+            },
+        };
+        let value = if ATTR_KEYS.contains(&name.as_str()) { value + 1 } else { value };
+        let class = class.filter(|c| c != "File");
+        out.push(Const { name, value, class });
+    }
+    out
+}
+
+fn f77_lines(out: &mut String, text: &str) {
+    for l in text.lines() {
+        assert!(l.len() <= 72, "mpif.h line over 72 columns: {l}");
+        out.push_str(l);
+        out.push('\n');
+    }
+}
+
+/// The declarations shared by `mpif.h` and the `mpi` module: fixed-form lines that are
+/// also valid free form (statements from column 7, at most 72 columns, `!` comments).
+fn f77_body(consts: &[Const]) -> String {
+    let mut s = String::new();
+    for c in consts {
+        f77_lines(
+            &mut s,
+            &format!("      INTEGER {0}\n      PARAMETER ({0}={1})", c.name, c.value),
+        );
+    }
+    f77_lines(
+        &mut s,
+        "      INTEGER MPI_SOURCE, MPI_TAG, MPI_ERROR, MPI_STATUS_SIZE
+      PARAMETER (MPI_SOURCE=3, MPI_TAG=4, MPI_ERROR=5)
+      PARAMETER (MPI_STATUS_SIZE=5)
+      INTEGER MPI_ADDRESS_KIND, MPI_OFFSET_KIND, MPI_COUNT_KIND
+      PARAMETER (MPI_ADDRESS_KIND=8, MPI_OFFSET_KIND=8)
+      PARAMETER (MPI_COUNT_KIND=8)
+      INTEGER MPI_INTEGER_KIND
+      PARAMETER (MPI_INTEGER_KIND=4)
+      LOGICAL MPI_SUBARRAYS_SUPPORTED, MPI_ASYNC_PROTECTS_NONBLOCKING
+      PARAMETER (MPI_SUBARRAYS_SUPPORTED=.FALSE.)
+      PARAMETER (MPI_ASYNC_PROTECTS_NONBLOCKING=.FALSE.)
+! The sentinels, in MPICH's common blocks (the library finds them)
+      INTEGER MPI_BOTTOM, MPI_IN_PLACE, MPI_UNWEIGHTED
+      INTEGER MPI_WEIGHTS_EMPTY
+      INTEGER MPI_STATUS_IGNORE(MPI_STATUS_SIZE)
+      INTEGER MPI_STATUSES_IGNORE(MPI_STATUS_SIZE,1)
+      INTEGER MPI_ERRCODES_IGNORE(1)
+      CHARACTER*1 MPI_ARGVS_NULL(1,1)
+      CHARACTER*1 MPI_ARGV_NULL(1)
+      COMMON /MPIFCMB5/ MPI_UNWEIGHTED
+      COMMON /MPIFCMB9/ MPI_WEIGHTS_EMPTY
+      COMMON /MPIPRIV1/ MPI_BOTTOM, MPI_IN_PLACE, MPI_STATUS_IGNORE
+      COMMON /MPIPRIV2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE
+      COMMON /MPIPRIVC/ MPI_ARGVS_NULL, MPI_ARGV_NULL
+      SAVE /MPIFCMB5/, /MPIFCMB9/, /MPIPRIV1/, /MPIPRIV2/, /MPIPRIVC/
+! Functions returning a value; the predefined callbacks
+      EXTERNAL MPI_WTIME, MPI_WTICK, PMPI_WTIME, PMPI_WTICK
+      DOUBLE PRECISION MPI_WTIME, MPI_WTICK, PMPI_WTIME, PMPI_WTICK
+      EXTERNAL MPI_AINT_ADD, MPI_AINT_DIFF
+      INTEGER(KIND=MPI_ADDRESS_KIND) MPI_AINT_ADD, MPI_AINT_DIFF
+      EXTERNAL MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN
+      EXTERNAL MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN
+      EXTERNAL MPI_COMM_DUP_FN
+      EXTERNAL MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN
+      EXTERNAL MPI_TYPE_DUP_FN
+      EXTERNAL MPI_WIN_NULL_COPY_FN, MPI_WIN_NULL_DELETE_FN
+      EXTERNAL MPI_WIN_DUP_FN",
+    );
+    s
+}
+
+/// `mpif.h`.
+pub fn gen_mpif_h(consts: &[Const]) -> String {
+    let mut s = String::new();
+    f77_lines(
+        &mut s,
+        "! mpif.h: the Fortran 77 interface of Tsunagi, an MPI implementation.
+! Generated by c-abi/build.rs from c-abi/mpi.h.in; do not edit.
+! Fixed form (72 columns) and free form alike. Values are MPICH's,
+! so programs built with this file or with MPICH's run on either.",
+    );
+    s.push_str(&f77_body(consts));
+    s
+}
+
+/// The source of the `mpi` module (compiled by gfortran at install time).
+pub fn gen_mpi_module(consts: &[Const]) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "! The `mpi` module of Tsunagi. Generated by c-abi/build.rs; do not edit.\n\
+         ! The constants and sentinels of mpif.h; calls are resolved as in mpif.h (no\n\
+         ! explicit interfaces, so choice buffers of any type and rank are accepted).\n\
+         module mpi\n",
+    );
+    s.push_str(&f77_body(consts));
+    s.push_str("end module mpi\n");
+    s
+}
+
+/// Handle classes with a derived type in mpi_f08.
+const F08_HANDLES: &[&str] = &[
+    "Comm",
+    "Datatype",
+    "Group",
+    "Op",
+    "Errhandler",
+    "Info",
+    "Request",
+    "Message",
+    "Win",
+    "File",
+];
+
+/// Free-form lines longer than 100 columns are continued with `&`.
+fn free_line(out: &mut String, indent: &str, text: &str) {
+    let mut line = format!("{indent}{text}");
+    while line.len() > 100 {
+        let cut = line[..95].rfind([',', ' ']).expect("a place to break") + 1;
+        out.push_str(&line[..cut]);
+        out.push_str(" &\n");
+        line = format!("{indent}    & {}", &line[cut..].trim_start());
+    }
+    out.push_str(&line);
+    out.push('\n');
+}
+
+/// The Fortran type of a scalar (or array element) of C base type `base`.
+fn f08_scalar_type(a: &Arg, base: &str) -> String {
+    if a.logical {
+        return "logical".into();
+    }
+    if a.has("fint") {
+        return "integer".into();
+    }
+    match base {
+        "int" | "MPI_Fint" => "integer".into(),
+        "MPI_Aint" => "integer(kind=MPI_ADDRESS_KIND)".into(),
+        "MPI_Count" => "integer(kind=MPI_COUNT_KIND)".into(),
+        "MPI_Offset" => "integer(kind=MPI_OFFSET_KIND)".into(),
+        "double" => "double precision".into(),
+        h => format!("type({h})"),
+    }
+}
+
+/// For one argument: the declaration in the module procedure, the one in the bind(C)
+/// interface of the `mpi_x_` symbol, and the actual arguments passed to it. `None` when
+/// the argument has no mpi_f08 form.
+#[allow(clippy::type_complexity)]
+fn f08_arg(a: &Arg) -> Option<(Vec<String>, Vec<String>, Vec<String>)> {
+    let n = &a.name;
+    let one = |decl: String| (vec![decl.clone()], vec![decl], vec![n.clone()]);
+    Some(match &a.kind {
+        Kind::Varargs | Kind::CArgs => (vec![], vec![], vec![]),
+        Kind::Handle(c) => {
+            let (m, _, act) = one(format!("type(MPI_{c}), intent(in) :: {n}"));
+            (m, vec![format!("type(MPI_{c}) :: {n}")], act)
+        }
+        Kind::Scalar(t) => {
+            let ty = f08_scalar_type(a, t);
+            let (m, _, act) = one(format!("{ty}, intent(in) :: {n}"));
+            (m, vec![format!("{ty} :: {n}")], act)
+        }
+        Kind::Ref { base, .. } => one(format!("{} :: {n}", f08_scalar_type(a, base))),
+        Kind::Array { base, .. } => {
+            let dims = match &a.fixed {
+                Some(k) => format!("({k},*)"),
+                None => "(*)".into(),
+            };
+            one(format!("{} :: {n}{dims}", f08_scalar_type(a, base)))
+        }
+        Kind::Buffer { .. } if a.has("attr_in") || a.has("attr_out") => {
+            let ty = if a.has("fint") {
+                "integer"
+            } else {
+                "integer(kind=MPI_ADDRESS_KIND)"
+            };
+            one(format!("{ty} :: {n}"))
+        }
+        Kind::Buffer { .. } => (
+            vec![
+                format!("!GCC$ ATTRIBUTES NO_ARG_CHECK :: {n}"),
+                format!("type(*), dimension(*) :: {n}"),
+            ],
+            vec![format!("type(*), dimension(*) :: {n}")],
+            vec![n.clone()],
+        ),
+        Kind::Status { .. } => one(format!("type(MPI_Status) :: {n}")),
+        Kind::Statuses => one(format!("type(MPI_Status) :: {n}(*)")),
+        Kind::StrIn | Kind::StrOut => (
+            vec![format!("character(len=*) :: {n}")],
+            vec![format!("character(kind=c_char) :: {n}(*)")],
+            vec![n.clone()],
+        ),
+        Kind::Callback(_) => (
+            vec![format!("external :: {n}")],
+            vec![format!("type(c_funptr), value :: {n}")],
+            vec![format!("c_funloc({n})")],
+        ),
+        Kind::Other => return None,
+    })
+}
+
+/// The source of the `mpi_f08` module: TYPE(MPI_Comm) and the other handle types (one
+/// INTEGER, MPICH's value, as the standard's MPI_VAL), TYPE(MPI_Status) with the layout
+/// of the Fortran status array, every function as a module procedure with an optional
+/// `ierror` that calls the `mpi_x_` entry point through a bind(C) interface (strings
+/// with their hidden lengths made explicit). The sentinels are the common blocks of
+/// mpif.h, so the library recognises them the same way.
+pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
+    let mut s = String::new();
+    s.push_str(
+        "! The `mpi_f08` module of Tsunagi. Generated by c-abi/build.rs from c-abi/api.in and\n\
+         ! c-abi/mpi.h.in; do not edit. Compiled with gfortran at install time.\n\
+         module mpi_f08\n  use, intrinsic :: iso_c_binding, only: c_int, c_char, c_size_t, c_double, c_funptr, c_funloc\n  implicit none\n",
+    );
+    for h in F08_HANDLES {
+        writeln!(
+            s,
+            "  type, bind(C) :: MPI_{h}\n    integer(c_int) :: MPI_VAL\n  end type MPI_{h}"
+        )
+        .unwrap();
+    }
+    s.push_str(
+        "  type, bind(C) :: MPI_Status\n    integer(c_int) :: count_lo, count_hi_and_cancelled, MPI_SOURCE, MPI_TAG, MPI_ERROR\n  end type MPI_Status\n",
+    );
+    s.push_str(
+        "  integer, parameter :: MPI_STATUS_SIZE = 5, MPI_ADDRESS_KIND = 8, MPI_OFFSET_KIND = 8\n  \
+         integer, parameter :: MPI_COUNT_KIND = 8, MPI_INTEGER_KIND = 4\n  \
+         logical, parameter :: MPI_SUBARRAYS_SUPPORTED = .false., MPI_ASYNC_PROTECTS_NONBLOCKING = .false.\n",
+    );
+    for c in consts.iter().filter(|c| c.name != "MPI_FILE_NULL") {
+        match &c.class {
+            Some(cl) => writeln!(
+                s,
+                "  type(MPI_{cl}), parameter :: {} = MPI_{cl}({})",
+                c.name, c.value
+            )
+            .unwrap(),
+            None => writeln!(s, "  integer, parameter :: {} = {}", c.name, c.value).unwrap(),
+        }
+    }
+    s.push_str(
+        "  type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)\n  \
+         ! The sentinels: mpif.h's common blocks.\n  \
+         integer :: MPI_BOTTOM, MPI_IN_PLACE, MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY\n  \
+         type(MPI_Status) :: MPI_STATUS_IGNORE, MPI_STATUSES_IGNORE(1)\n  \
+         integer :: MPI_ERRCODES_IGNORE(1)\n  \
+         character(len=1) :: MPI_ARGVS_NULL(1,1), MPI_ARGV_NULL(1)\n  \
+         common /mpifcmb5/ MPI_UNWEIGHTED\n  common /mpifcmb9/ MPI_WEIGHTS_EMPTY\n  \
+         common /mpipriv1/ MPI_BOTTOM, MPI_IN_PLACE, MPI_STATUS_IGNORE\n  \
+         common /mpipriv2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE\n  \
+         common /mpiprivc/ MPI_ARGVS_NULL, MPI_ARGV_NULL\n  \
+         save /mpifcmb5/, /mpifcmb9/, /mpipriv1/, /mpipriv2/, /mpiprivc/\n  \
+         external :: MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN\n  \
+         external :: MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, MPI_COMM_DUP_FN\n  \
+         external :: MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, MPI_TYPE_DUP_FN\n  \
+         external :: MPI_WIN_NULL_COPY_FN, MPI_WIN_NULL_DELETE_FN, MPI_WIN_DUP_FN\n",
+    );
+    for h in F08_HANDLES {
+        writeln!(
+            s,
+            "  interface operator(==)\n    module procedure tsunagi_{h}_eq\n  end interface\n  \
+             interface operator(/=)\n    module procedure tsunagi_{h}_ne\n  end interface"
+        )
+        .unwrap();
+    }
+    // The functions with an mpi_f08 form.
+    let mut procs = Vec::new();
+    for f in funcs.iter().filter(|f| f.in_fortran()) {
+        let args: Option<Vec<_>> = f.args.iter().map(|a| f08_arg(a).map(|x| (a, x))).collect();
+        if let Some(args) = args {
+            procs.push((f, args));
+        }
+    }
+    s.push_str("  interface\n");
+    for (f, args) in &procs {
+        let l = f.name.to_lowercase();
+        let mut names: Vec<String> = Vec::new();
+        let mut decls: Vec<String> = Vec::new();
+        let mut lens = Vec::new();
+        for (a, (_, idecl, _)) in args {
+            if idecl.is_empty() {
+                continue;
+            }
+            names.push(a.name.clone());
+            decls.extend(idecl.iter().cloned());
+            if matches!(a.kind, Kind::StrIn | Kind::StrOut) {
+                lens.push(format!("{}_len", a.name));
+            }
+        }
+        let value = f.ret != "int";
+        if !value {
+            names.push("ierror".into());
+            decls.push("integer(c_int) :: ierror".into());
+        }
+        for l in &lens {
+            decls.push(format!("integer(c_size_t), value :: {l}"));
+        }
+        names.extend(lens.iter().cloned());
+        let kind = if value { "function" } else { "subroutine" };
+        let result = match f.ret.as_str() {
+            "double" => " result(r)",
+            "MPI_Aint" => " result(r)",
+            _ => "",
+        };
+        free_line(
+            &mut s,
+            "    ",
+            &format!(
+                "{kind} tsunagi_{l}({}) bind(C, name=\"mpi_{l}_\"){result}",
+                names.join(", ")
+            ),
+        );
+        s.push_str("      import\n");
+        for d in &decls {
+            free_line(&mut s, "      ", d);
+        }
+        match f.ret.as_str() {
+            "double" => s.push_str("      real(c_double) :: r\n"),
+            "MPI_Aint" => s.push_str("      integer(kind=MPI_ADDRESS_KIND) :: r\n"),
+            _ => {}
+        }
+        writeln!(s, "    end {kind} tsunagi_{l}").unwrap();
+    }
+    s.push_str("  end interface\ncontains\n");
+    for h in F08_HANDLES {
+        writeln!(
+            s,
+            "  elemental logical function tsunagi_{h}_eq(a, b)\n    type(MPI_{h}), intent(in) :: a, b\n    \
+             tsunagi_{h}_eq = a%MPI_VAL == b%MPI_VAL\n  end function tsunagi_{h}_eq\n  \
+             elemental logical function tsunagi_{h}_ne(a, b)\n    type(MPI_{h}), intent(in) :: a, b\n    \
+             tsunagi_{h}_ne = a%MPI_VAL /= b%MPI_VAL\n  end function tsunagi_{h}_ne"
+        )
+        .unwrap();
+    }
+    for (f, args) in &procs {
+        let l = f.name.to_lowercase();
+        let value = f.ret != "int";
+        let mut names: Vec<String> = Vec::new();
+        let mut decls: Vec<String> = Vec::new();
+        let mut actuals: Vec<String> = Vec::new();
+        let mut lens = Vec::new();
+        for (a, (mdecl, _, act)) in args {
+            if mdecl.is_empty() {
+                continue;
+            }
+            names.push(a.name.clone());
+            decls.extend(mdecl.iter().cloned());
+            actuals.extend(act.iter().cloned());
+            if matches!(a.kind, Kind::StrIn | Kind::StrOut) {
+                lens.push(format!("len({}, kind=c_size_t)", a.name));
+            }
+        }
+        let name = format!("MPI_{}", f.name);
+        if value {
+            let ty = match f.ret.as_str() {
+                "double" => "double precision",
+                _ => "integer(kind=MPI_ADDRESS_KIND)",
+            };
+            free_line(&mut s, "  ", &format!("{ty} function {name}({})", names.join(", ")));
+            for d in &decls {
+                free_line(&mut s, "    ", d);
+            }
+            free_line(
+                &mut s,
+                "    ",
+                &format!("{name} = tsunagi_{l}({})", actuals.join(", ")),
+            );
+            writeln!(s, "  end function {name}").unwrap();
+            continue;
+        }
+        names.push("ierror".into());
+        free_line(&mut s, "  ", &format!("subroutine {name}({})", names.join(", ")));
+        for d in &decls {
+            free_line(&mut s, "    ", d);
+        }
+        s.push_str("    integer, optional, intent(out) :: ierror\n    integer(c_int) :: ierror_c\n");
+        actuals.push("ierror_c".into());
+        actuals.extend(lens);
+        free_line(
+            &mut s,
+            "    ",
+            &format!("call tsunagi_{l}({})", actuals.join(", ")),
+        );
+        s.push_str("    if (present(ierror)) ierror = ierror_c\n");
+        writeln!(s, "  end subroutine {name}").unwrap();
+    }
+    s.push_str("end module mpi_f08\n");
+    s
+}
