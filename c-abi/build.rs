@@ -13,7 +13,6 @@
 //!
 //! The two source-tree files are rewritten only when their content changes.
 
-
 use tsunagi_apidef::{parse, Arg, Func, Missing};
 
 #[path = "build/fortran.rs"]
@@ -364,14 +363,20 @@ fn main() {
     let table = std::fs::read_to_string(dir.join("api.in")).expect("read api.in");
     let (funcs, missing) = parse(&table);
     write_if_changed(&out.join("entry_points.rs"), &gen_rust(&funcs));
-    write_if_changed(&out.join("fortran_points.rs"), &fortran::gen_entry_points(&funcs));
+    write_if_changed(
+        &out.join("fortran_points.rs"),
+        &fortran::gen_entry_points(&funcs),
+    );
     let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n    mpi_*;\n    pmpi_*;\n    mpipriv*;\n    mpifcmb*;\n};\n";
     write_if_changed(&out.join("exports.map"), map);
     let template = std::fs::read_to_string(dir.join("mpi.h.in")).expect("read mpi.h.in");
     write_if_changed(&dir.join("include/mpi.h"), &gen_header(&template, &funcs));
     let consts = fortran::constants(&template);
     write_if_changed(&dir.join("include/mpif.h"), &fortran::gen_mpif_h(&consts));
-    write_if_changed(&dir.join("fortran/mpi.f90"), &fortran::gen_mpi_module(&consts));
+    write_if_changed(
+        &dir.join("fortran/mpi.f90"),
+        &fortran::gen_mpi_module(&consts),
+    );
     write_if_changed(
         &dir.join("fortran/mpi_f08.f90"),
         &fortran::gen_f08_module(&consts, &funcs),

@@ -70,7 +70,9 @@ fn entry(f: &Func, out: &mut String) {
             Kind::Ref { .. } if a.has("fint") => {
                 pre.push(format!("let mut {n}_wide: MPI_Aint = 0;"));
                 pass.push(format!("&mut {n}_wide"));
-                post.push(format!("if rc == MPI_SUCCESS {{ *{n} = f::narrow({n}_wide); }}"));
+                post.push(format!(
+                    "if rc == MPI_SUCCESS {{ *{n} = f::narrow({n}_wide); }}"
+                ));
             }
             Kind::Ref { .. } => {
                 pass.push(n.clone());
@@ -98,17 +100,29 @@ fn entry(f: &Func, out: &mut String) {
                 }
             }
             Kind::Buffer { .. } if a.has("ftemp") => {
-                pre.push(format!("let mut {n}_tmp: *mut c_void = core::ptr::null_mut();"));
+                pre.push(format!(
+                    "let mut {n}_tmp: *mut c_void = core::ptr::null_mut();"
+                ));
                 pass.push(format!("(&mut {n}_tmp as *mut *mut c_void).cast()"));
             }
             Kind::Buffer { .. } if a.has("attr_in") => {
-                let w = if a.has("fint") { "MPI_Fint" } else { "MPI_Aint" };
+                let w = if a.has("fint") {
+                    "MPI_Fint"
+                } else {
+                    "MPI_Aint"
+                };
                 pass.push(format!("f::attr_in::<{w}>({n})"));
             }
             Kind::Buffer { .. } if a.has("attr_out") => {
-                let w = if a.has("fint") { "MPI_Fint" } else { "MPI_Aint" };
+                let w = if a.has("fint") {
+                    "MPI_Fint"
+                } else {
+                    "MPI_Aint"
+                };
                 let k = keyval.as_deref().expect("attr_out needs a keyval argument");
-                pre.push(format!("let mut {n}_ptr: *mut c_void = core::ptr::null_mut();"));
+                pre.push(format!(
+                    "let mut {n}_ptr: *mut c_void = core::ptr::null_mut();"
+                ));
                 pass.push(format!("(&mut {n}_ptr as *mut *mut c_void).cast()"));
                 post.push(format!(
                     "if rc == MPI_SUCCESS && *flag != 0 {{ f::attr_out::<{w}>(*{k}, {n}_ptr, {n}); }}"
@@ -123,7 +137,9 @@ fn entry(f: &Func, out: &mut String) {
             }
             Kind::Status { .. } => {
                 if a.konst {
-                    pass.push(format!("f::status({n} as *mut MPI_Status) as *const MPI_Status"));
+                    pass.push(format!(
+                        "f::status({n} as *mut MPI_Status) as *const MPI_Status"
+                    ));
                 } else {
                     pass.push(format!("f::status({n})"));
                 }
@@ -138,7 +154,9 @@ fn entry(f: &Func, out: &mut String) {
                 lens.push(format!("{n}_len: usize"));
                 pre.push(format!("let mut {n}_buf = f::StrOut::new({n}_len);"));
                 pass.push(format!("{n}_buf.as_mut_ptr()"));
-                post.push(format!("if rc == MPI_SUCCESS {{ {n}_buf.copy_to({n}, {n}_len); }}"));
+                post.push(format!(
+                    "if rc == MPI_SUCCESS {{ {n}_buf.copy_to({n}, {n}_len); }}"
+                ));
             }
             Kind::Callback(_) => pass.push(n.clone()),
             Kind::Other => {
@@ -178,7 +196,13 @@ fn entry(f: &Func, out: &mut String) {
         writeln!(out, "        {p}").unwrap();
     }
     if value {
-        writeln!(out, "        crate::generated::PMPI_{}({})", f.name, pass.join(", ")).unwrap();
+        writeln!(
+            out,
+            "        crate::generated::PMPI_{}({})",
+            f.name,
+            pass.join(", ")
+        )
+        .unwrap();
     } else {
         writeln!(
             out,
@@ -291,10 +315,15 @@ pub fn constants(header: &str) -> Vec<Const> {
                 let (ty, n) = v.split_once(')').expect("cast");
                 (Some(ty.to_string()), n.trim_end_matches(')').to_string())
             }
-            None => (None, value.trim_matches(|c| c == '(' || c == ')').to_string()),
+            None => (
+                None,
+                value.trim_matches(|c| c == '(' || c == ')').to_string(),
+            ),
         };
         let parsed = if let Some(h) = num.strip_prefix("0x") {
-            i64::from_str_radix(h, 16).ok().map(|v| v as u32 as i32 as i64)
+            i64::from_str_radix(h, 16)
+                .ok()
+                .map(|v| v as u32 as i32 as i64)
         } else {
             num.parse::<i64>().ok()
         };
@@ -305,7 +334,11 @@ pub fn constants(header: &str) -> Vec<Const> {
                 None => continue,
             },
         };
-        let value = if ATTR_KEYS.contains(&name.as_str()) { value + 1 } else { value };
+        let value = if ATTR_KEYS.contains(&name.as_str()) {
+            value + 1
+        } else {
+            value
+        };
         let class = class.filter(|c| c != "File");
         out.push(Const { name, value, class });
     }
@@ -327,7 +360,10 @@ fn f77_body(consts: &[Const]) -> String {
     for c in consts {
         f77_lines(
             &mut s,
-            &format!("      INTEGER {0}\n      PARAMETER ({0}={1})", c.name, c.value),
+            &format!(
+                "      INTEGER {0}\n      PARAMETER ({0}={1})",
+                c.name, c.value
+            ),
         );
     }
     f77_lines(
@@ -661,7 +697,11 @@ pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
                 "double" => "double precision",
                 _ => "integer(kind=MPI_ADDRESS_KIND)",
             };
-            free_line(&mut s, "  ", &format!("{ty} function {name}({})", names.join(", ")));
+            free_line(
+                &mut s,
+                "  ",
+                &format!("{ty} function {name}({})", names.join(", ")),
+            );
             for d in &decls {
                 free_line(&mut s, "    ", d);
             }
@@ -674,11 +714,17 @@ pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
             continue;
         }
         names.push("ierror".into());
-        free_line(&mut s, "  ", &format!("subroutine {name}({})", names.join(", ")));
+        free_line(
+            &mut s,
+            "  ",
+            &format!("subroutine {name}({})", names.join(", ")),
+        );
         for d in &decls {
             free_line(&mut s, "    ", d);
         }
-        s.push_str("    integer, optional, intent(out) :: ierror\n    integer(c_int) :: ierror_c\n");
+        s.push_str(
+            "    integer, optional, intent(out) :: ierror\n    integer(c_int) :: ierror_c\n",
+        );
         actuals.push("ierror_c".into());
         actuals.extend(lens);
         free_line(

@@ -26,8 +26,7 @@ static mut WEIGHTS_EMPTY: c_int = 0;
 #[no_mangle]
 pub static mut MPI_F_STATUS_IGNORE: *mut c_int = addr_of_mut!(F_STATUS_IGNORE) as *mut c_int;
 #[no_mangle]
-pub static mut MPI_F_STATUSES_IGNORE: *mut c_int =
-    addr_of_mut!(F_STATUSES_IGNORE) as *mut c_int;
+pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = addr_of_mut!(F_STATUSES_IGNORE) as *mut c_int;
 #[no_mangle]
 pub static MPI_UNWEIGHTED: ConstPtr<c_int> = ConstPtr(addr_of_mut!(UNWEIGHTED));
 #[no_mangle]

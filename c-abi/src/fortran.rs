@@ -181,7 +181,10 @@ pub(crate) struct StrOut(Vec<u8>);
 
 impl StrOut {
     pub(crate) fn new(len: usize) -> StrOut {
-        StrOut(vec![0; len.max(crate::ffi::MPI_MAX_LIBRARY_VERSION_STRING) + 1])
+        StrOut(vec![
+            0;
+            len.max(crate::ffi::MPI_MAX_LIBRARY_VERSION_STRING) + 1
+        ])
     }
     pub(crate) fn as_mut_ptr(&mut self) -> *mut c_char {
         self.0.as_mut_ptr() as *mut c_char
@@ -191,7 +194,12 @@ impl StrOut {
         if p.is_null() {
             return;
         }
-        let n = self.0.iter().position(|&b| b == 0).unwrap_or(self.0.len()).min(len);
+        let n = self
+            .0
+            .iter()
+            .position(|&b| b == 0)
+            .unwrap_or(self.0.len())
+            .min(len);
         // SAFETY: Fortran passes `len` writable bytes.
         let dst = unsafe { std::slice::from_raw_parts_mut(p as *mut u8, len) };
         dst[..n].copy_from_slice(&self.0[..n]);
@@ -234,7 +242,9 @@ pub(crate) unsafe fn widen(p: *const MPI_Fint, n: usize) -> Vec<MPI_Aint> {
 /// 0x64400001 in C and 0x64400002 in Fortran).
 fn is_fortran_predefined(k: c_int) -> bool {
     let u = k as u32;
-    (u & 0xffff_ff00 == 0x6440_0000 || u & 0xffff_ff00 == 0x6600_0000) && u & 1 == 0 && u & 0xff != 0
+    (u & 0xffff_ff00 == 0x6440_0000 || u & 0xffff_ff00 == 0x6600_0000)
+        && u & 1 == 0
+        && u & 0xff != 0
 }
 
 /// The C key of a Fortran attribute key.
@@ -255,7 +265,11 @@ pub(crate) unsafe fn attr_in<W: Copy + Into<i64>>(p: *mut c_void) -> *mut c_void
 
 /// Store an attribute value into the program's INTEGER of width `W`: the stored value,
 /// or for predefined keys the integer the C side points to.
-pub(crate) unsafe fn attr_out<W: TryFrom<i64> + Default>(key: c_int, v: *mut c_void, p: *mut c_void) {
+pub(crate) unsafe fn attr_out<W: TryFrom<i64> + Default>(
+    key: c_int,
+    v: *mut c_void,
+    p: *mut c_void,
+) {
     let v: i64 = if is_fortran_predefined(key) {
         // SAFETY: predefined attributes are pointers to the library's ints.
         unsafe { i64::from(*(v as *const c_int)) }
@@ -286,7 +300,12 @@ macro_rules! null_copy {
         }
     )*};
 }
-null_copy!(mpi_null_copy_fn_, mpi_comm_null_copy_fn_, mpi_type_null_copy_fn_, mpi_win_null_copy_fn_);
+null_copy!(
+    mpi_null_copy_fn_,
+    mpi_comm_null_copy_fn_,
+    mpi_type_null_copy_fn_,
+    mpi_win_null_copy_fn_
+);
 
 macro_rules! null_delete {
     ($($name:ident),*) => {$(
@@ -297,7 +316,12 @@ macro_rules! null_delete {
         }
     )*};
 }
-null_delete!(mpi_null_delete_fn_, mpi_comm_null_delete_fn_, mpi_type_null_delete_fn_, mpi_win_null_delete_fn_);
+null_delete!(
+    mpi_null_delete_fn_,
+    mpi_comm_null_delete_fn_,
+    mpi_type_null_delete_fn_,
+    mpi_win_null_delete_fn_
+);
 
 macro_rules! dup_fn {
     ($($name:ident),*) => {$(
@@ -315,7 +339,12 @@ macro_rules! dup_fn {
         }
     )*};
 }
-dup_fn!(mpi_dup_fn_, mpi_comm_dup_fn_, mpi_type_dup_fn_, mpi_win_dup_fn_);
+dup_fn!(
+    mpi_dup_fn_,
+    mpi_comm_dup_fn_,
+    mpi_type_dup_fn_,
+    mpi_win_dup_fn_
+);
 
 /// The generated entry points.
 #[allow(clippy::missing_safety_doc, clippy::too_many_arguments, unused_unsafe)]

@@ -125,7 +125,14 @@ pub const HANDLES: &[&str] = &[
     "MPI_File",
 ];
 /// Scalar types.
-pub const SCALARS: &[&str] = &["int", "MPI_Aint", "MPI_Count", "MPI_Fint", "MPI_Offset", "double"];
+pub const SCALARS: &[&str] = &[
+    "int",
+    "MPI_Aint",
+    "MPI_Count",
+    "MPI_Fint",
+    "MPI_Offset",
+    "double",
+];
 
 fn kind_of(a: &Arg, len: Option<String>) -> Kind {
     if a.varargs {
@@ -314,11 +321,18 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
     }
     let mut seen = BTreeSet::new();
     for f in &funcs {
-        assert!(seen.insert(f.name.clone()), "api.in: {} listed twice", f.name);
+        assert!(
+            seen.insert(f.name.clone()),
+            "api.in: {} listed twice",
+            f.name
+        );
     }
     for m in &missing {
         for n in &m.names {
-            assert!(!seen.contains(n), "api.in: {n} is both implemented and missing");
+            assert!(
+                !seen.contains(n),
+                "api.in: {n} is both implemented and missing"
+            );
         }
     }
     (funcs, missing)
@@ -361,20 +375,45 @@ mod tests {
         assert!(w.args[0].has("count"));
         assert_eq!(
             w.args[1].kind,
-            Kind::Array { base: "MPI_Request".into(), intent: Intent::InOut, len: None }
+            Kind::Array {
+                base: "MPI_Request".into(),
+                intent: Intent::InOut,
+                len: None
+            }
         );
-        assert_eq!(w.args[2].kind, Kind::Ref { base: "int".into(), intent: Intent::Out });
+        assert_eq!(
+            w.args[2].kind,
+            Kind::Ref {
+                base: "int".into(),
+                intent: Intent::Out
+            }
+        );
         assert_eq!(
             w.args[3].kind,
-            Kind::Array { base: "int".into(), intent: Intent::Out, len: Some("*outcount".into()) }
+            Kind::Array {
+                base: "int".into(),
+                intent: Intent::Out,
+                len: Some("*outcount".into())
+            }
         );
         assert!(w.args[3].has("findex"));
         assert_eq!(w.args[4].kind, Kind::Statuses);
         assert_eq!(f[1].args[0].kind, Kind::Handle("Comm".into()));
         assert_eq!(f[1].args[1].kind, Kind::StrIn);
         assert!(f[2].args[1].logical);
-        assert_eq!(f[2].args[2].kind, Kind::Status { intent: Intent::Out });
-        assert_eq!(f[2].args[0].kind, Kind::Ref { base: "MPI_Request".into(), intent: Intent::InOut });
+        assert_eq!(
+            f[2].args[2].kind,
+            Kind::Status {
+                intent: Intent::Out
+            }
+        );
+        assert_eq!(
+            f[2].args[0].kind,
+            Kind::Ref {
+                base: "MPI_Request".into(),
+                intent: Intent::InOut
+            }
+        );
     }
 
     #[test]

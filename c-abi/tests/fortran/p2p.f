@@ -13,6 +13,7 @@
       LOGICAL FLAG
       CHARACTER*(MPI_MAX_ERROR_STRING) ESTR
       CHARACTER*(MPI_MAX_OBJECT_NAME) CNAME
+      CHARACTER*(MPI_MAX_LIBRARY_VERSION_STRING) VSTR
       CALL MPI_INIT(IERR)
       CALL CHECK(IERR .EQ. MPI_SUCCESS, 'init')
       CALL MPI_INITIALIZED(FLAG, IERR)
@@ -119,7 +120,10 @@
      &     'error string blank padded')
       CALL MPI_BARRIER(MPI_COMM_WORLD, IERR)
       CALL CHECK(MPI_WTIME() .GE. T0, 'wtime')
-      N = 0
+! Which library ran: the drop-in test checks that it is Tsunagi
+      CALL MPI_GET_LIBRARY_VERSION(VSTR, RLEN, IERR)
+      CALL CHECK(RLEN .GT. 7, 'library version')
+      IF (RANK .EQ. 0) PRINT '(A, A)', 'library ', VSTR(1:7)
       CALL MPI_FINALIZE(IERR)
       IF (RANK .EQ. 0) PRINT '(A)', 'OK'
       END
