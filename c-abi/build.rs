@@ -9,9 +9,13 @@
 //! - `$OUT_DIR/exports.map`: the linker version script that exports the aliases (rustc's
 //!   own script only knows the Rust-defined symbols);
 //! - `include/mpi.h`: `mpi.h.in` with the prototype section filled in;
-//! - `../docs/coverage.md`: implemented and missing functions.
+//! - `../docs/coverage.md`: implemented and missing functions;
+//! - the Fortran binding (`build/fortran.rs`): `$OUT_DIR/fortran_points.rs` (the `mpi_x_`
+//!   entry points), `include/mpif.h`, `fortran/mpi.f90`, `fortran/mpi_f08.f90`.
 //!
-//! The two source-tree files are rewritten only when their content changes.
+//! The table is parsed by the `tsunagi-apidef` crate (`apidef/`).
+//!
+//! The source-tree files are rewritten only when their content changes.
 
 use tsunagi_apidef::{parse, Arg, Func, Missing};
 

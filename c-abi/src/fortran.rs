@@ -128,7 +128,8 @@ pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
 pub(crate) fn status(p: *mut MPI_Status) -> *mut MPI_Status {
     let a = p as usize;
     if a != 0 && (a == sentinels().status_ignore || a == sentinels().statuses_ignore) {
-        1 as *mut MPI_Status
+        // C's MPI_STATUS_IGNORE is `(MPI_Status *)1`.
+        std::ptr::without_provenance_mut(1)
     } else {
         p
     }

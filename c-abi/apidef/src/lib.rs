@@ -143,9 +143,7 @@ fn kind_of(a: &Arg, len: Option<String>) -> Kind {
     }
     let intent = if a.ann.contains("inout") {
         Intent::InOut
-    } else if a.konst {
-        Intent::In
-    } else if a.ann.contains("in") {
+    } else if a.konst || a.ann.contains("in") {
         Intent::In
     } else {
         Intent::Out
