@@ -235,7 +235,8 @@ fn every_function_has_fortran_entry_points_in_every_spelling() {
 }
 
 /// Programs built with Debian's MPICH Fortran wrappers (mpif.h and `use mpi`) run on
-/// Tsunagi under our mpirun with only LD_LIBRARY_PATH pointing at our prefix.
+/// Tsunagi under our mpirun with only LD_LIBRARY_PATH pointing at our prefix (our
+/// libmpichfort.so.12), and with MPICH's libmpichfort over our libmpich.so.12.
 #[test]
 fn mpich_built_fortran_programs_run_drop_in() {
     if !gfortran() {
@@ -275,4 +276,23 @@ fn mpich_built_fortran_programs_run_drop_in() {
             assert!(out.contains("library Tsunagi"), "{out}");
         }
     }
+    // MPICH's own Fortran layer over our C library: it stores into MPI_F_STATUS_IGNORE
+    // and MPI_F_STATUSES_IGNORE at start-up (which crashed when they were read-only).
+    let only_c = prefix().join("ftest-only-libmpich");
+    std::fs::create_dir_all(&only_c).expect("dir");
+    let link = only_c.join("libmpich.so.12");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(lib.join("libmpi.so.12"), &link).expect("symlink");
+    let exe = prefix().join("ftest-coll-mpich");
+    let ldd = check(
+        Command::new("ldd")
+            .arg(&exe)
+            .env("LD_LIBRARY_PATH", &only_c),
+    );
+    let fort = ldd
+        .lines()
+        .find(|l| l.contains("libmpichfort.so.12"))
+        .expect("libmpichfort");
+    assert!(!fort.contains(&*lib.to_string_lossy()), "{fort}");
+    run_ok(&exe, 3, &[("LD_LIBRARY_PATH", &only_c)]);
 }
