@@ -158,6 +158,27 @@ fn entry(f: &Func, out: &mut String) {
                     "if rc == MPI_SUCCESS {{ {n}_buf.copy_to({n}, {n}_len); }}"
                 ));
             }
+            Kind::Callback(_) if a.has("fcopy") || a.has("fdelete") => {
+                let which = if a.has("fcopy") { "copy" } else { "delete" };
+                let width = if a.has("fint") { "Narrow" } else { "Wide" };
+                pass.push(format!("f::{which}_trampoline({n}, f::AttrWidth::{width})"));
+                if a.has("fcopy") {
+                    let kv = f
+                        .args
+                        .iter()
+                        .find(|k| k.name.ends_with("keyval") && matches!(k.kind, Kind::Ref { .. }))
+                        .expect("a keyval to register the callbacks under");
+                    let del = f
+                        .args
+                        .iter()
+                        .find(|d| d.has("fdelete"))
+                        .expect("a delete callback beside the copy callback");
+                    post.push(format!(
+                        "if rc == MPI_SUCCESS {{ f::register_keyval(*{}, {n}, {}); }}",
+                        kv.name, del.name
+                    ));
+                }
+            }
             Kind::Callback(_) => pass.push(n.clone()),
             Kind::Other => {
                 assert!(

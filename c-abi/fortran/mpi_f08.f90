@@ -1213,7 +1213,7 @@ module mpi_f08
       type(c_funptr), value :: type_copy_attr_fn
       type(c_funptr), value :: type_delete_attr_fn
       integer :: type_keyval
-      type(*), dimension(*) :: extra_state
+      integer(kind=MPI_ADDRESS_KIND) :: extra_state
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_keyval
     subroutine tsunagi_type_free_keyval(type_keyval, ierror) bind(C, name="mpi_type_free_keyval_")
@@ -1526,7 +1526,7 @@ module mpi_f08
       type(c_funptr), value :: comm_copy_attr_fn
       type(c_funptr), value :: comm_delete_attr_fn
       integer :: comm_keyval
-      type(*), dimension(*) :: extra_state
+      integer(kind=MPI_ADDRESS_KIND) :: extra_state
       integer(c_int) :: ierror
     end subroutine tsunagi_comm_create_keyval
     subroutine tsunagi_comm_free_keyval(comm_keyval, ierror) bind(C, name="mpi_comm_free_keyval_")
@@ -1564,7 +1564,7 @@ module mpi_f08
       type(c_funptr), value :: copy_fn
       type(c_funptr), value :: delete_fn
       integer :: keyval
-      type(*), dimension(*) :: extra_state
+      integer :: extra_state
       integer(c_int) :: ierror
     end subroutine tsunagi_keyval_create
     subroutine tsunagi_keyval_free(keyval, ierror) bind(C, name="mpi_keyval_free_")
@@ -4685,8 +4685,7 @@ contains
     external :: type_copy_attr_fn
     external :: type_delete_attr_fn
     integer :: type_keyval
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-    type(*), dimension(*) :: extra_state
+    integer(kind=MPI_ADDRESS_KIND) :: extra_state
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_type_create_keyval(c_funloc(type_copy_attr_fn), c_funloc(type_delete_attr_fn), &
@@ -5067,8 +5066,7 @@ contains
     external :: comm_copy_attr_fn
     external :: comm_delete_attr_fn
     integer :: comm_keyval
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-    type(*), dimension(*) :: extra_state
+    integer(kind=MPI_ADDRESS_KIND) :: extra_state
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_comm_create_keyval(c_funloc(comm_copy_attr_fn), c_funloc(comm_delete_attr_fn), &
@@ -5113,8 +5111,7 @@ contains
     external :: copy_fn
     external :: delete_fn
     integer :: keyval
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-    type(*), dimension(*) :: extra_state
+    integer :: extra_state
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_keyval_create(c_funloc(copy_fn), c_funloc(delete_fn), keyval, extra_state,  &

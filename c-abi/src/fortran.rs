@@ -359,3 +359,199 @@ mod generated {
 }
 
 pub use generated::FORTRAN_NAMES;
+
+// ----- attribute callbacks written in Fortran -----
+//
+// The library calls copy and delete callbacks with the C convention (values, a pointer
+// for the new value, the return code as result). A Fortran callback takes everything by
+// reference, attribute values and extra state as INTEGERs, and returns its code in a
+// last `ierror`. The Fortran entry points of the keyval constructors hand the library a
+// trampoline instead and record the Fortran procedures under the new keyval; the
+// trampoline, given the keyval, calls them.
+
+/// The INTEGER kind of attribute values: MPI-1's MPI_KEYVAL_CREATE uses default
+/// INTEGERs, the MPI-2 calls INTEGER(KIND=MPI_ADDRESS_KIND).
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum AttrWidth {
+    Narrow,
+    Wide,
+}
+
+type CopyFn = crate::ffi::MPI_Comm_copy_attr_function;
+type DeleteFn = crate::ffi::MPI_Comm_delete_attr_function;
+
+#[derive(Clone, Copy)]
+struct FortranCallbacks {
+    copy: usize,
+    delete: usize,
+}
+
+fn fortran_keyvals() -> &'static std::sync::Mutex<std::collections::HashMap<c_int, FortranCallbacks>>
+{
+    static K: OnceLock<std::sync::Mutex<std::collections::HashMap<c_int, FortranCallbacks>>> =
+        OnceLock::new();
+    K.get_or_init(Default::default)
+}
+
+/// Whether `f` is NULL or one of the predefined callbacks above (C convention already).
+fn predefined(f: usize) -> bool {
+    let ours: [usize; 12] = [
+        mpi_null_copy_fn_ as *const () as usize,
+        mpi_comm_null_copy_fn_ as *const () as usize,
+        mpi_type_null_copy_fn_ as *const () as usize,
+        mpi_win_null_copy_fn_ as *const () as usize,
+        mpi_null_delete_fn_ as *const () as usize,
+        mpi_comm_null_delete_fn_ as *const () as usize,
+        mpi_type_null_delete_fn_ as *const () as usize,
+        mpi_win_null_delete_fn_ as *const () as usize,
+        mpi_dup_fn_ as *const () as usize,
+        mpi_comm_dup_fn_ as *const () as usize,
+        mpi_type_dup_fn_ as *const () as usize,
+        mpi_win_dup_fn_ as *const () as usize,
+    ];
+    f == 0 || ours.contains(&f)
+}
+
+/// The copy callback to give the library for a Fortran `f`.
+pub(crate) fn copy_trampoline(f: CopyFn, width: AttrWidth) -> CopyFn {
+    let addr = f.map_or(0, |f| f as usize);
+    if predefined(addr) {
+        return f;
+    }
+    Some(match width {
+        AttrWidth::Wide => copy_wide,
+        AttrWidth::Narrow => copy_narrow,
+    })
+}
+
+/// The delete callback to give the library for a Fortran `f`.
+pub(crate) fn delete_trampoline(f: DeleteFn, width: AttrWidth) -> DeleteFn {
+    let addr = f.map_or(0, |f| f as usize);
+    if predefined(addr) {
+        return f;
+    }
+    Some(match width {
+        AttrWidth::Wide => delete_wide,
+        AttrWidth::Narrow => delete_narrow,
+    })
+}
+
+/// Record the Fortran procedures of a new keyval (the trampoline given to the library
+/// knows the INTEGER width).
+pub(crate) fn register_keyval(key: c_int, copy: CopyFn, delete: DeleteFn) {
+    let callbacks = FortranCallbacks {
+        copy: copy.map_or(0, |f| f as usize),
+        delete: delete.map_or(0, |f| f as usize),
+    };
+    crate::handles::lock(fortran_keyvals()).insert(key, callbacks);
+}
+
+fn callbacks(key: c_int) -> Option<FortranCallbacks> {
+    crate::handles::lock(fortran_keyvals()).get(&key).copied()
+}
+
+/// A Fortran copy procedure: (OLDOBJ, KEYVAL, EXTRA_STATE, ATTRIBUTE_VAL_IN,
+/// ATTRIBUTE_VAL_OUT, FLAG, IERROR), all by reference.
+type FortranCopy<W> = unsafe extern "C" fn(
+    *const c_int,
+    *const c_int,
+    *const W,
+    *const W,
+    *mut W,
+    *mut c_int,
+    *mut c_int,
+);
+/// A Fortran delete procedure: (OBJ, KEYVAL, ATTRIBUTE_VAL, EXTRA_STATE, IERROR).
+type FortranDelete<W> =
+    unsafe extern "C" fn(*const c_int, *const c_int, *const W, *const W, *mut c_int);
+
+unsafe fn copy_with<W: Copy + Default + TryFrom<isize> + Into<i64>>(
+    old: c_int,
+    key: c_int,
+    extra: *mut c_void,
+    vin: *mut c_void,
+    vout: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    let Some(cb) = callbacks(key).filter(|c| c.copy != 0) else {
+        // SAFETY: the library passes a valid flag.
+        unsafe { *flag = 0 };
+        return 0;
+    };
+    // SAFETY: `cb.copy` is the address of the Fortran procedure registered for this
+    // keyval with this signature (the MPI standard's Fortran copy callback).
+    let f: FortranCopy<W> = unsafe { std::mem::transmute::<usize, FortranCopy<W>>(cb.copy) };
+    let extra = W::try_from(extra as isize).unwrap_or_default();
+    let vin = W::try_from(vin as isize).unwrap_or_default();
+    let mut out = W::default();
+    let mut ierr: c_int = 0;
+    // SAFETY: every argument is a valid reference for the call; `flag` is the library's.
+    unsafe { f(&old, &key, &extra, &vin, &mut out, flag, &mut ierr) };
+    let out: i64 = out.into();
+    // SAFETY: the library passes the address of a `void *` for the new value.
+    unsafe { *(vout as *mut *mut c_void) = out as isize as *mut c_void };
+    ierr
+}
+
+unsafe fn delete_with<W: Copy + Default + TryFrom<isize>>(
+    obj: c_int,
+    key: c_int,
+    val: *mut c_void,
+    extra: *mut c_void,
+) -> c_int {
+    let Some(cb) = callbacks(key).filter(|c| c.delete != 0) else {
+        return 0;
+    };
+    // SAFETY: as in `copy_with`, for the delete procedure.
+    let f: FortranDelete<W> = unsafe { std::mem::transmute::<usize, FortranDelete<W>>(cb.delete) };
+    let val = W::try_from(val as isize).unwrap_or_default();
+    let extra = W::try_from(extra as isize).unwrap_or_default();
+    let mut ierr: c_int = 0;
+    // SAFETY: every argument is a valid reference for the call.
+    unsafe { f(&obj, &key, &val, &extra, &mut ierr) };
+    ierr
+}
+
+unsafe extern "C" fn copy_wide(
+    old: c_int,
+    key: c_int,
+    extra: *mut c_void,
+    vin: *mut c_void,
+    vout: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: forwarded from the library.
+    unsafe { copy_with::<i64>(old, key, extra, vin, vout, flag) }
+}
+
+unsafe extern "C" fn copy_narrow(
+    old: c_int,
+    key: c_int,
+    extra: *mut c_void,
+    vin: *mut c_void,
+    vout: *mut c_void,
+    flag: *mut c_int,
+) -> c_int {
+    // SAFETY: forwarded from the library.
+    unsafe { copy_with::<i32>(old, key, extra, vin, vout, flag) }
+}
+
+unsafe extern "C" fn delete_wide(
+    obj: c_int,
+    key: c_int,
+    val: *mut c_void,
+    extra: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded from the library.
+    unsafe { delete_with::<i64>(obj, key, val, extra) }
+}
+
+unsafe extern "C" fn delete_narrow(
+    obj: c_int,
+    key: c_int,
+    val: *mut c_void,
+    extra: *mut c_void,
+) -> c_int {
+    // SAFETY: forwarded from the library.
+    unsafe { delete_with::<i32>(obj, key, val, extra) }
+}

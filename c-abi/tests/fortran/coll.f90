@@ -16,7 +16,10 @@ program coll
   integer, allocatable :: gathered(:), scattered(:), a2a_in(:), a2a_out(:)
   character(len=MPI_MAX_OBJECT_NAME) :: name
   integer :: namelen
-  external :: add_plus_one
+  integer :: key, key2, ncopy, ndelete
+  integer(kind=MPI_ADDRESS_KIND) :: extra, aval
+  common /attrseen/ ncopy, ndelete
+  external :: add_plus_one, copy_plus_extra, count_delete
 
   call MPI_Init(ierr)
   call MPI_Comm_rank(MPI_COMM_WORLD, rank, ierr)
@@ -92,6 +95,32 @@ program coll
   call MPI_Comm_set_name(dup, 'sub-dup', ierr)
   call MPI_Comm_get_name(dup, name, namelen, ierr)
   call check(name == 'sub-dup' .and. namelen == 7, 'comm name')
+  ! Attribute callbacks written in Fortran, and the predefined MPI_COMM_DUP_FN (not
+  ! with MPICH's own Fortran layer over our C library: it calls MPICH internals for them)
+  call get_environment_variable('TSUNAGI_TEST_NO_KEYVALS', status=i)
+  if (i == 0) goto 10
+  ncopy = 0
+  ndelete = 0
+  extra = 5
+  call MPI_Comm_create_keyval(copy_plus_extra, count_delete, key, extra, ierr)
+  call MPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, key2, extra, ierr)
+  aval = 42
+  call MPI_Comm_set_attr(dup, key, aval, ierr)
+  aval = 7
+  call MPI_Comm_set_attr(dup, key2, aval, ierr)
+  call MPI_Comm_dup(dup, cart, ierr)
+  call check(ncopy == 1, 'Fortran copy callback called')
+  call MPI_Comm_get_attr(cart, key, aval, l, ierr)
+  call check(l .and. aval == 47, 'copied attribute value')
+  call MPI_Comm_get_attr(cart, key2, aval, l, ierr)
+  call check(l .and. aval == 7, 'MPI_COMM_DUP_FN')
+  call MPI_Comm_free(cart, ierr)
+  call check(ndelete == 1, 'Fortran delete callback called')
+  call MPI_Comm_delete_attr(dup, key, ierr)
+  call check(ndelete == 2, 'delete callback on delete_attr')
+  call MPI_Comm_free_keyval(key, ierr)
+  call MPI_Comm_free_keyval(key2, ierr)
+10 continue
   call MPI_Comm_free(dup, ierr)
   call check(dup == MPI_COMM_NULL, 'comm_free')
   call MPI_Comm_free(sub, ierr)
@@ -133,3 +162,27 @@ subroutine add_plus_one(invec, inoutvec, n, datatype)
     inoutvec(i) = inoutvec(i) + invec(i) + 1
   end do
 end subroutine add_plus_one
+
+! A Fortran copy callback: the new value is the old one plus the extra state.
+subroutine copy_plus_extra(oldcomm, keyval, extra, valin, valout, flag, ierr)
+  use mpi
+  integer :: oldcomm, keyval, ierr, ncopy, ndelete
+  integer(kind=MPI_ADDRESS_KIND) :: extra, valin, valout
+  logical :: flag
+  common /attrseen/ ncopy, ndelete
+  ncopy = ncopy + 1
+  valout = valin + extra
+  flag = .true.
+  ierr = MPI_SUCCESS
+  if (oldcomm == MPI_COMM_NULL .or. keyval == MPI_KEYVAL_INVALID) ierr = MPI_ERR_OTHER
+end subroutine copy_plus_extra
+
+subroutine count_delete(comm, keyval, val, extra, ierr)
+  use mpi
+  integer :: comm, keyval, ierr, ncopy, ndelete
+  integer(kind=MPI_ADDRESS_KIND) :: val, extra
+  common /attrseen/ ncopy, ndelete
+  ndelete = ndelete + 1
+  ierr = MPI_SUCCESS
+  if (extra /= 5 .or. comm == MPI_COMM_NULL .or. keyval == MPI_KEYVAL_INVALID .or. val < 0) ierr = MPI_ERR_OTHER
+end subroutine count_delete
