@@ -9,7 +9,8 @@
       INTEGER REQS(4), VTYPE, STYPE, RTYPE, CLS, RLEN, BL(2), TYPES(2)
       INTEGER(KIND=MPI_ADDRESS_KIND) TAGUB, DISP(2), A0, A1
       DOUBLE PRECISION D(10), E(10), T0
-      INTEGER IBUF(4), JBUF(4)
+      INTEGER IBUF(4), JBUF(4), IDXS(4)
+      DOUBLE PRECISION BSBUF(500)
       LOGICAL FLAG
       INTEGER EH, NCALLS, LASTCOMM, LASTCODE
       COMMON /ERRSEEN/ NCALLS, LASTCOMM, LASTCODE
@@ -56,6 +57,30 @@
       CALL CHECK(IDX .EQ. 2, 'waitany index is 1-based')
       CALL MPI_WAITANY(2, REQS, IDX, MPI_STATUS_IGNORE, IERR)
       CALL CHECK(IDX .EQ. MPI_UNDEFINED, 'waitany none left')
+! Waitsome returns 1-based indices
+      CALL MPI_IRECV(JBUF(3), 1, MPI_INTEGER, PREV, 6,
+     &     MPI_COMM_WORLD, REQS(1), IERR)
+      REQS(2) = MPI_REQUEST_NULL
+      CALL MPI_SEND(IBUF, 1, MPI_INTEGER, NEXT, 6, MPI_COMM_WORLD,
+     &     IERR)
+      CALL MPI_WAITSOME(2, REQS, CNT, IDXS, STATS, IERR)
+      CALL CHECK(CNT .EQ. 1 .AND. IDXS(1) .EQ. 1, 'waitsome')
+      CALL CHECK(STATS(MPI_TAG, 1) .EQ. 6, 'waitsome status')
+! MPI-1 calls with default INTEGER addresses and attributes
+      CALL MPI_TYPE_EXTENT(MPI_DOUBLE_PRECISION, J, IERR)
+      CALL CHECK(J .EQ. 8, 'MPI_TYPE_EXTENT')
+      CALL MPI_ATTR_GET(MPI_COMM_WORLD, MPI_TAG_UB, J, FLAG, IERR)
+      CALL CHECK(FLAG .AND. J .GE. 32767, 'MPI_ATTR_GET')
+! Buffered send; the detached buffer's address is not written
+      CALL MPI_BUFFER_ATTACH(BSBUF, 4000, IERR)
+      CALL MPI_BSEND(IBUF, 1, MPI_INTEGER, NEXT, 8, MPI_COMM_WORLD,
+     &     IERR)
+      CALL MPI_RECV(JBUF, 1, MPI_INTEGER, PREV, 8, MPI_COMM_WORLD,
+     &     MPI_STATUS_IGNORE, IERR)
+      BSBUF(1) = 12345.0D0
+      CALL MPI_BUFFER_DETACH(BSBUF, J, IERR)
+      CALL CHECK(J .EQ. 4000 .AND. BSBUF(1) .EQ. 12345.0D0,
+     &     'buffer_detach')
 ! Probe, then receive what it announced
       CALL MPI_SEND(IBUF, 3, MPI_INTEGER, NEXT, 3, MPI_COMM_WORLD,
      &     IERR)
