@@ -313,7 +313,9 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
     );
     s.push_str("function is exported as `PMPI_X` with `MPI_X` as a weak alias and declared in\n");
     s.push_str("`c-abi/include/mpi.h`. Every function but the handle conversions (`_c2f`,\n");
-    s.push_str("`_f2c`) also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated\n");
+    s.push_str(
+        "`_f2c`) also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated\n",
+    );
     s.push_str("from the same table.\n\n");
     let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
     let nstub = funcs.iter().filter(|f| f.stub).count();
@@ -373,7 +375,7 @@ fn main() {
         &out.join("fortran_points.rs"),
         &fortran::gen_entry_points(&funcs),
     );
-    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n    mpi_*;\n    pmpi_*;\n    mpipriv*;\n    mpifcmb*;\n};\n";
+    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n    mpi_*;\n    pmpi_*;\n    mpipriv*;\n    mpifcmb*;\n    __mpi_f08_types_MOD_*;\n};\n";
     write_if_changed(&out.join("exports.map"), map);
     let template = std::fs::read_to_string(dir.join("mpi.h.in")).expect("read mpi.h.in");
     write_if_changed(&dir.join("include/mpi.h"), &gen_header(&template, &funcs));

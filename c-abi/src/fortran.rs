@@ -72,6 +72,11 @@ struct Sentinels {
     statuses_ignore: usize,
     unweighted: usize,
     weights_empty: usize,
+    /// MPICH's mpi_f08 sentinels (bind(C) variables; a program's copy-relocated copy).
+    f08_bottom: usize,
+    f08_in_place: usize,
+    f08_status_ignore: usize,
+    f08_statuses_ignore: usize,
 }
 
 fn lookup(name: &CStr) -> usize {
@@ -92,6 +97,10 @@ fn sentinels() -> &'static Sentinels {
             statuses_ignore: at(p2, 0),
             unweighted: lookup(c"mpifcmb5_"),
             weights_empty: lookup(c"mpifcmb9_"),
+            f08_bottom: lookup(c"MPIR_F08_MPI_BOTTOM"),
+            f08_in_place: lookup(c"MPIR_F08_MPI_IN_PLACE"),
+            f08_status_ignore: lookup(c"MPIR_F08_MPI_STATUS_IGNORE_OBJ"),
+            f08_statuses_ignore: lookup(c"MPIR_F08_MPI_STATUSES_IGNORE_OBJ"),
         };
         // MPICH's mpi.h declares these writable and MPICH's Fortran layer points them at
         // its common block; do the same, for C code that converts Fortran statuses.
@@ -113,9 +122,9 @@ fn sentinels() -> &'static Sentinels {
 pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
     let s = sentinels();
     let a = p as usize;
-    if a == s.in_place && a != 0 {
+    if a != 0 && (a == s.in_place || a == s.f08_in_place) {
         usize::MAX as *mut c_void
-    } else if a == s.bottom && a != 0 {
+    } else if a != 0 && (a == s.bottom || a == s.f08_bottom) {
         std::ptr::null_mut()
     } else {
         p
@@ -127,12 +136,84 @@ pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
 #[inline]
 pub(crate) fn status(p: *mut MPI_Status) -> *mut MPI_Status {
     let a = p as usize;
-    if a != 0 && (a == sentinels().status_ignore || a == sentinels().statuses_ignore) {
+    let s = sentinels();
+    if a != 0
+        && (a == s.status_ignore
+            || a == s.statuses_ignore
+            || a == s.f08_status_ignore
+            || a == s.f08_statuses_ignore)
+    {
         // C's MPI_STATUS_IGNORE is `(MPI_Status *)1`.
         std::ptr::without_provenance_mut(1)
     } else {
         p
     }
+}
+
+/// One dimension of a gfortran array descriptor.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct GfcDim {
+    stride: isize,
+    lower_bound: isize,
+    upper_bound: isize,
+}
+
+/// The head of gfortran's array descriptor (libgfortran's GFC_ARRAY_DESCRIPTOR, gfortran
+/// 8 and later), as gfortran passes an assumed-rank dummy of a non-bind(C) procedure:
+/// MPICH's mpi_f08 module hands its choice buffers to `mpi_x_f08ts_` this way. `rank`
+/// dimensions follow it.
+#[repr(C)]
+pub(crate) struct GfcDescriptor {
+    base_addr: *mut c_void,
+    offset: usize,
+    elem_len: usize,
+    version: c_int,
+    rank: i8,
+    type_: i8,
+    attribute: i16,
+    span: isize,
+}
+
+/// The address of the data a descriptor describes, if it is contiguous (MPI then sees
+/// the same bytes as through `mpi_x_`); `None` for a strided section.
+///
+/// # Safety
+/// `d` is NULL or a gfortran descriptor followed by its `rank` dimensions.
+pub(crate) unsafe fn desc_buf(d: *const GfcDescriptor) -> Option<*mut c_void> {
+    if d.is_null() {
+        return Some(std::ptr::null_mut());
+    }
+    // SAFETY: a valid descriptor per the contract.
+    let head = unsafe { &*d };
+    let rank = head.rank.max(0) as usize;
+    if rank > 0 && head.span != head.elem_len as isize {
+        return None;
+    }
+    // SAFETY: the dimensions follow the head.
+    let dims = unsafe { d.add(1) as *const GfcDim };
+    let mut expected = 1isize;
+    for i in 0..rank {
+        // SAFETY: `rank` dimensions follow the head.
+        let dim = unsafe { dims.add(i).read() };
+        let extent = (dim.upper_bound - dim.lower_bound + 1).max(0);
+        if extent > 1 && dim.stride != expected {
+            return None;
+        }
+        expected = expected.saturating_mul(extent);
+    }
+    Some(head.base_addr)
+}
+
+/// The error for a strided array section passed to an mpi_f08 call built with MPICH's
+/// module (MPICH makes a datatype for it; Tsunagi does not yet).
+#[cold]
+pub(crate) fn noncontiguous(call: &str, arg: &str) -> c_int {
+    let e = tsunagi_core::MpiError::new(
+        tsunagi_core::ErrorClass::Buffer,
+        format!("{call}: argument {arg} is a non-contiguous array section (not supported by Tsunagi with MPICH's mpi_f08 module; pass a contiguous array)"),
+    );
+    crate::entry::raise(call, None, e)
 }
 
 /// An array of statuses: MPI_STATUSES_IGNORE becomes C's.
@@ -554,4 +635,83 @@ unsafe extern "C" fn delete_narrow(
 ) -> c_int {
     // SAFETY: forwarded from the library.
     unsafe { delete_with::<i32>(obj, key, val, extra) }
+}
+
+// ----- MPICH's mpi_f08 module procedures that programs call directly -----
+//
+// A program built with MPICH's `use mpi_f08` calls the handle comparison operators of
+// MPICH's mpi_f08_types module as external symbols (`==` on TYPE(MPI_Comm) is
+// `__mpi_f08_types_MOD_mpi_comm_eq`). Handles are one INTEGER, passed by reference; the
+// result is a default LOGICAL.
+
+macro_rules! f08_handle_ops {
+    ($($eq:ident $neq:ident $f08_eq_f:ident $f08_neq_f:ident $f_eq_f08:ident $f_neq_f08:ident;)*) => {$(
+        /// MPICH's mpi_f08 `==` on two handles.
+        ///
+        /// # Safety
+        /// Called by Fortran with two valid references.
+        #[no_mangle]
+        pub unsafe extern "C" fn $eq(a: *const c_int, b: *const c_int) -> c_int {
+            // SAFETY: Fortran passes valid references.
+            c_int::from(unsafe { *a == *b })
+        }
+        /// MPICH's mpi_f08 `/=` on two handles.
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn $neq(a: *const c_int, b: *const c_int) -> c_int {
+            // SAFETY: Fortran passes valid references.
+            c_int::from(unsafe { *a != *b })
+        }
+        /// MPICH's mpi_f08 `==` of a handle and an INTEGER handle.
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn $f08_eq_f(a: *const c_int, b: *const c_int) -> c_int {
+            // SAFETY: Fortran passes valid references.
+            c_int::from(unsafe { *a == *b })
+        }
+        /// MPICH's mpi_f08 `/=` of a handle and an INTEGER handle.
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn $f08_neq_f(a: *const c_int, b: *const c_int) -> c_int {
+            // SAFETY: Fortran passes valid references.
+            c_int::from(unsafe { *a != *b })
+        }
+        /// MPICH's mpi_f08 `==` of an INTEGER handle and a handle.
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn $f_eq_f08(a: *const c_int, b: *const c_int) -> c_int {
+            // SAFETY: Fortran passes valid references.
+            c_int::from(unsafe { *a == *b })
+        }
+        /// MPICH's mpi_f08 `/=` of an INTEGER handle and a handle.
+        ///
+        /// # Safety
+        /// As above.
+        #[no_mangle]
+        pub unsafe extern "C" fn $f_neq_f08(a: *const c_int, b: *const c_int) -> c_int {
+            // SAFETY: Fortran passes valid references.
+            c_int::from(unsafe { *a != *b })
+        }
+    )*};
+}
+
+f08_handle_ops! {
+    __mpi_f08_types_MOD_mpi_comm_eq __mpi_f08_types_MOD_mpi_comm_neq __mpi_f08_types_MOD_mpi_comm_f08_eq_f __mpi_f08_types_MOD_mpi_comm_f08_neq_f __mpi_f08_types_MOD_mpi_comm_f_eq_f08 __mpi_f08_types_MOD_mpi_comm_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_datatype_eq __mpi_f08_types_MOD_mpi_datatype_neq __mpi_f08_types_MOD_mpi_datatype_f08_eq_f __mpi_f08_types_MOD_mpi_datatype_f08_neq_f __mpi_f08_types_MOD_mpi_datatype_f_eq_f08 __mpi_f08_types_MOD_mpi_datatype_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_errhandler_eq __mpi_f08_types_MOD_mpi_errhandler_neq __mpi_f08_types_MOD_mpi_errhandler_f08_eq_f __mpi_f08_types_MOD_mpi_errhandler_f08_neq_f __mpi_f08_types_MOD_mpi_errhandler_f_eq_f08 __mpi_f08_types_MOD_mpi_errhandler_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_file_eq __mpi_f08_types_MOD_mpi_file_neq __mpi_f08_types_MOD_mpi_file_f08_eq_f __mpi_f08_types_MOD_mpi_file_f08_neq_f __mpi_f08_types_MOD_mpi_file_f_eq_f08 __mpi_f08_types_MOD_mpi_file_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_group_eq __mpi_f08_types_MOD_mpi_group_neq __mpi_f08_types_MOD_mpi_group_f08_eq_f __mpi_f08_types_MOD_mpi_group_f08_neq_f __mpi_f08_types_MOD_mpi_group_f_eq_f08 __mpi_f08_types_MOD_mpi_group_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_info_eq __mpi_f08_types_MOD_mpi_info_neq __mpi_f08_types_MOD_mpi_info_f08_eq_f __mpi_f08_types_MOD_mpi_info_f08_neq_f __mpi_f08_types_MOD_mpi_info_f_eq_f08 __mpi_f08_types_MOD_mpi_info_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_message_eq __mpi_f08_types_MOD_mpi_message_neq __mpi_f08_types_MOD_mpi_message_f08_eq_f __mpi_f08_types_MOD_mpi_message_f08_neq_f __mpi_f08_types_MOD_mpi_message_f_eq_f08 __mpi_f08_types_MOD_mpi_message_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_op_eq __mpi_f08_types_MOD_mpi_op_neq __mpi_f08_types_MOD_mpi_op_f08_eq_f __mpi_f08_types_MOD_mpi_op_f08_neq_f __mpi_f08_types_MOD_mpi_op_f_eq_f08 __mpi_f08_types_MOD_mpi_op_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_request_eq __mpi_f08_types_MOD_mpi_request_neq __mpi_f08_types_MOD_mpi_request_f08_eq_f __mpi_f08_types_MOD_mpi_request_f08_neq_f __mpi_f08_types_MOD_mpi_request_f_eq_f08 __mpi_f08_types_MOD_mpi_request_f_neq_f08;
+    __mpi_f08_types_MOD_mpi_win_eq __mpi_f08_types_MOD_mpi_win_neq __mpi_f08_types_MOD_mpi_win_f08_eq_f __mpi_f08_types_MOD_mpi_win_f08_neq_f __mpi_f08_types_MOD_mpi_win_f_eq_f08 __mpi_f08_types_MOD_mpi_win_f_neq_f08;
 }

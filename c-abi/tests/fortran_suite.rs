@@ -234,7 +234,8 @@ fn every_function_has_fortran_entry_points_in_every_spelling() {
     );
 }
 
-/// Programs built with Debian's MPICH Fortran wrappers (mpif.h and `use mpi`) run on
+/// Programs built with Debian's MPICH Fortran wrappers (mpif.h, `use mpi` and `use
+/// mpi_f08`, the latter through `mpi_x_f08ts_` with gfortran descriptors) run on
 /// Tsunagi under our mpirun with only LD_LIBRARY_PATH pointing at our prefix (our
 /// libmpichfort.so.12), and with MPICH's libmpichfort over our libmpich.so.12.
 #[test]
@@ -254,6 +255,7 @@ fn mpich_built_fortran_programs_run_drop_in() {
     for (file, exe, ranks) in [
         ("p2p.f", "ftest-p2p-mpich", 3),
         ("coll.f90", "ftest-coll-mpich", 4),
+        ("f08.f90", "ftest-f08-mpich", 3),
     ] {
         let exe = prefix().join(exe);
         check(
