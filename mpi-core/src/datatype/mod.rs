@@ -938,7 +938,11 @@ impl Datatype {
             // SAFETY: contiguous types occupy exactly [buf+off, buf+off+count*size) in
             // stream order; the caller guarantees it is readable, and `out` is ours.
             unsafe {
-                std::ptr::copy_nonoverlapping(buf.wrapping_offset(off + offset as isize), dst, out.len())
+                std::ptr::copy_nonoverlapping(
+                    buf.wrapping_offset(off + offset as isize),
+                    dst,
+                    out.len(),
+                )
             };
             return;
         }
@@ -968,7 +972,11 @@ impl Datatype {
         if let Some(off) = self.contig {
             // SAFETY: as in pack_range, with the destination writable per the contract.
             unsafe {
-                std::ptr::copy_nonoverlapping(src, buf.wrapping_offset(off + offset as isize), input.len())
+                std::ptr::copy_nonoverlapping(
+                    src,
+                    buf.wrapping_offset(off + offset as isize),
+                    input.len(),
+                )
             };
             return;
         }
