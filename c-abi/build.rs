@@ -383,7 +383,7 @@ fn main() {
     write_if_changed(&dir.join("include/mpif.h"), &fortran::gen_mpif_h(&consts));
     write_if_changed(
         &dir.join("fortran/mpi.f90"),
-        &fortran::gen_mpi_module(&consts),
+        &fortran::gen_mpi_module(&consts, &funcs),
     );
     write_if_changed(
         &dir.join("fortran/mpi_f08.f90"),

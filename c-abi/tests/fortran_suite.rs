@@ -307,3 +307,45 @@ fn mpich_built_fortran_programs_run_drop_in() {
         ],
     );
 }
+
+/// `use mpi` gives explicit interfaces: a call without its `ierror` does not compile,
+/// while choice buffers still take any type and rank.
+#[test]
+fn use_mpi_interfaces_check_arguments() {
+    if !gfortran() {
+        return;
+    }
+    let dir = prefix().join("ftest-interfaces");
+    std::fs::create_dir_all(&dir).expect("dir");
+    let good = dir.join("good.f90");
+    std::fs::write(
+        &good,
+        "program good\n  use mpi\n  implicit none\n  integer :: ierr, i, a(2, 2)\n  \
+         double precision :: d\n  call MPI_Init(ierr)\n  \
+         call MPI_Bcast(i, 1, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)\n  \
+         call MPI_Bcast(a, 4, MPI_INTEGER, 0, MPI_COMM_WORLD, ierr)\n  \
+         call MPI_Bcast(d, 1, MPI_DOUBLE_PRECISION, 0, MPI_COMM_WORLD, ierr)\n  \
+         d = MPI_Wtime()\n  call MPI_Finalize(ierr)\nend program good\n",
+    )
+    .expect("write");
+    check(
+        Command::new(prefix().join("bin/mpif90"))
+            .args(["-Werror", "-o"])
+            .arg(dir.join("good"))
+            .arg(&good),
+    );
+    let bad = dir.join("bad.f90");
+    std::fs::write(
+        &bad,
+        "program bad\n  use mpi\n  implicit none\n  integer :: ierr, r\n  call MPI_Init(ierr)\n  \
+         call MPI_Comm_rank(MPI_COMM_WORLD, r)\n  call MPI_Finalize(ierr)\nend program bad\n",
+    )
+    .expect("write");
+    let out = run(Command::new(prefix().join("bin/mpif90"))
+        .arg("-o")
+        .arg(dir.join("bad"))
+        .arg(&bad));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "a call without ierror compiled");
+    assert!(stderr.contains("ierror"), "{stderr}");
+}
