@@ -9,11 +9,18 @@
 //! - `$OUT_DIR/exports.map`: the linker version script that exports the aliases (rustc's
 //!   own script only knows the Rust-defined symbols);
 //! - `include/mpi.h`: `mpi.h.in` with the prototype section filled in;
-//! - `../docs/coverage.md`: implemented and missing functions.
+//! - `../docs/coverage.md`: implemented and missing functions;
+//! - the Fortran binding (`build/fortran.rs`): `$OUT_DIR/fortran_points.rs` (the `mpi_x_`
+//!   entry points), `include/mpif.h`, `fortran/mpi.f90`, `fortran/mpi_f08.f90`.
 //!
-//! The two source-tree files are rewritten only when their content changes.
+//! The table is parsed by the `tsunagi-apidef` crate (`apidef/`).
+//!
+//! The source-tree files are rewritten only when their content changes.
 
-use std::collections::BTreeSet;
+use tsunagi_apidef::{parse, Arg, Func, Missing};
+
+#[path = "build/fortran.rs"]
+mod fortran;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
@@ -51,146 +58,6 @@ const FN_TYPES: &[&str] = &[
     "MPI_Copy_function",
     "MPI_Delete_function",
 ];
-
-struct Arg {
-    /// The C declaration as written (without annotations).
-    c: String,
-    name: String,
-    base: String,
-    konst: bool,
-    /// Pointer depth (stars plus array brackets).
-    depth: usize,
-    is_array: bool,
-    /// Inner fixed array, as in `int ranges[][3]`.
-    fixed: Option<String>,
-    ann: BTreeSet<String>,
-    varargs: bool,
-}
-
-struct Func {
-    /// Exported, but returns MPI_ERR_UNSUPPORTED_OPERATION.
-    stub: bool,
-    ret: String,
-    name: String,
-    args: Vec<Arg>,
-    section: String,
-}
-
-struct Missing {
-    names: Vec<String>,
-    reason: String,
-}
-
-fn parse_arg(text: &str) -> Arg {
-    let text = text.trim();
-    if text == "..." {
-        return Arg {
-            c: "...".into(),
-            name: String::new(),
-            base: String::new(),
-            konst: false,
-            depth: 0,
-            is_array: false,
-            fixed: None,
-            ann: BTreeSet::new(),
-            varargs: true,
-        };
-    }
-    let (decl, ann) = match text.find('{') {
-        Some(i) => {
-            let a = text[i + 1..].trim_end_matches('}');
-            (
-                text[..i].trim().to_string(),
-                a.split(',').map(|s| s.trim().to_string()).collect(),
-            )
-        }
-        None => (text.to_string(), BTreeSet::new()),
-    };
-    // Array suffixes.
-    let mut rest = decl.clone();
-    let mut dims = Vec::new();
-    while rest.ends_with(']') {
-        let open = rest.rfind('[').expect("balanced brackets");
-        dims.push(rest[open + 1..rest.len() - 1].to_string());
-        rest.truncate(open);
-    }
-    dims.reverse();
-    let name_start = rest
-        .rfind(|c: char| !(c.is_alphanumeric() || c == '_'))
-        .map(|i| i + 1)
-        .unwrap_or(0);
-    let name = rest[name_start..].to_string();
-    let ty = rest[..name_start].trim();
-    let stars = ty.matches('*').count();
-    let ty = ty.replace('*', " ");
-    let mut words: Vec<&str> = ty.split_whitespace().collect();
-    let konst = words.first() == Some(&"const");
-    words.retain(|w| *w != "const");
-    let base = words.join(" ");
-    let fixed = dims.get(1).cloned();
-    let is_array = !dims.is_empty() || ann.contains("array");
-    Arg {
-        c: decl,
-        name,
-        base,
-        konst,
-        depth: stars + usize::from(!dims.is_empty()),
-        is_array,
-        fixed,
-        ann,
-        varargs: false,
-    }
-}
-
-fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
-    let mut funcs = Vec::new();
-    let mut missing = Vec::new();
-    let mut section = String::from("General");
-    for (lineno, line) in table.lines().enumerate() {
-        let line = line.trim();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        if let Some(s) = line.strip_prefix("==") {
-            section = s.trim().to_string();
-            continue;
-        }
-        if let Some(m) = line.strip_prefix("missing ") {
-            let (names, reason) = m.split_once(':').expect("missing NAMES: reason");
-            missing.push(Missing {
-                names: names.split_whitespace().map(String::from).collect(),
-                reason: reason.trim().to_string(),
-            });
-            continue;
-        }
-        let (stub, line) = match line.strip_prefix("stub ") {
-            Some(rest) => (true, rest),
-            None => (false, line),
-        };
-        let open = line
-            .find('(')
-            .unwrap_or_else(|| panic!("api.in:{}: no '('", lineno + 1));
-        let head = &line[..open];
-        let (ret, name) = head.trim().rsplit_once(' ').expect("RET Name(");
-        let body = line[open + 1..]
-            .trim_end()
-            .strip_suffix(')')
-            .expect("ends with ')'");
-        let args = if body.trim().is_empty() {
-            Vec::new()
-        } else {
-            body.split(',').map(parse_arg).collect()
-        };
-        funcs.push(Func {
-            stub,
-            ret: ret.trim().to_string(),
-            name: name.to_string(),
-            args,
-            section: section.clone(),
-        });
-    }
-    (funcs, missing)
-}
 
 fn rust_base(base: &str) -> String {
     match base {
@@ -445,7 +312,11 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
         "Generated by `c-abi/build.rs` from `c-abi/api.in`; do not edit. Every implemented\n",
     );
     s.push_str("function is exported as `PMPI_X` with `MPI_X` as a weak alias and declared in\n");
-    s.push_str("`c-abi/include/mpi.h`.\n\n");
+    s.push_str("`c-abi/include/mpi.h`. Every function but the handle conversions (`_c2f`,\n");
+    s.push_str(
+        "`_f2c`) also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated\n",
+    );
+    s.push_str("from the same table.\n\n");
     let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
     let nstub = funcs.iter().filter(|f| f.stub).count();
     writeln!(
@@ -496,29 +367,28 @@ fn main() {
     println!("cargo:rerun-if-changed=api.in");
     println!("cargo:rerun-if-changed=mpi.h.in");
     println!("cargo:rerun-if-changed=build.rs");
+    println!("cargo:rerun-if-changed=build/fortran.rs");
     let table = std::fs::read_to_string(dir.join("api.in")).expect("read api.in");
     let (funcs, missing) = parse(&table);
-    let mut seen = BTreeSet::new();
-    for f in &funcs {
-        assert!(
-            seen.insert(f.name.clone()),
-            "api.in: {} listed twice",
-            f.name
-        );
-    }
-    for m in &missing {
-        for n in &m.names {
-            assert!(
-                !seen.contains(n),
-                "api.in: {n} is both implemented and missing"
-            );
-        }
-    }
     write_if_changed(&out.join("entry_points.rs"), &gen_rust(&funcs));
-    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n};\n";
+    write_if_changed(
+        &out.join("fortran_points.rs"),
+        &fortran::gen_entry_points(&funcs),
+    );
+    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n    mpi_*;\n    pmpi_*;\n    mpipriv*;\n    mpifcmb*;\n    __mpi_f08_types_MOD_*;\n};\n";
     write_if_changed(&out.join("exports.map"), map);
     let template = std::fs::read_to_string(dir.join("mpi.h.in")).expect("read mpi.h.in");
     write_if_changed(&dir.join("include/mpi.h"), &gen_header(&template, &funcs));
+    let consts = fortran::constants(&template);
+    write_if_changed(&dir.join("include/mpif.h"), &fortran::gen_mpif_h(&consts));
+    write_if_changed(
+        &dir.join("fortran/mpi.f90"),
+        &fortran::gen_mpi_module(&consts, &funcs),
+    );
+    write_if_changed(
+        &dir.join("fortran/mpi_f08.f90"),
+        &fortran::gen_f08_module(&consts, &funcs),
+    );
     write_if_changed(
         &dir.join("../docs/coverage.md"),
         &gen_coverage(&funcs, &missing),

@@ -19,12 +19,14 @@ static mut F_STATUSES_IGNORE: [c_int; 5] = [0; 5];
 static mut UNWEIGHTED: c_int = 0;
 static mut WEIGHTS_EMPTY: c_int = 0;
 
+// Writable, as MPICH's mpi.h declares them (`extern MPI_Fint *MPI_F_STATUS_IGNORE`):
+// MPICH's Fortran layer (libmpichfort) stores the address of its common block's
+// MPI_STATUS_IGNORE here at start-up, and so does ours (`fortran::sentinels`). A
+// read-only symbol made MPICH-built Fortran programs crash in MPI_Init.
 #[no_mangle]
-pub static MPI_F_STATUS_IGNORE: ConstPtr<c_int> =
-    ConstPtr(addr_of_mut!(F_STATUS_IGNORE) as *mut c_int);
+pub static mut MPI_F_STATUS_IGNORE: *mut c_int = addr_of_mut!(F_STATUS_IGNORE) as *mut c_int;
 #[no_mangle]
-pub static MPI_F_STATUSES_IGNORE: ConstPtr<c_int> =
-    ConstPtr(addr_of_mut!(F_STATUSES_IGNORE) as *mut c_int);
+pub static mut MPI_F_STATUSES_IGNORE: *mut c_int = addr_of_mut!(F_STATUSES_IGNORE) as *mut c_int;
 #[no_mangle]
 pub static MPI_UNWEIGHTED: ConstPtr<c_int> = ConstPtr(addr_of_mut!(UNWEIGHTED));
 #[no_mangle]

@@ -16,6 +16,10 @@
 //!   `extern "C" fn PMPI_*` entry points (argument decoding and checks, then a call of the
 //!   hand-written `imp::*` function), the weak `MPI_*` aliases, the prototype section of
 //!   `include/mpi.h` and `docs/coverage.md`.
+//! - [`fortran`]: the Fortran binding's run-time conventions (sentinels in MPICH's
+//!   common blocks, strings, indices); its `mpi_x_` entry points are generated from the
+//!   same table by `build/fortran.rs`, which also writes `include/mpif.h` and the module
+//!   sources in `fortran/`.
 //! - [`ffi`]: C types and predefined handle values; `handles`: the handle tables and
 //!   decoders; `entry`: panic catching and error routing; `imp`: one small function per
 //!   MPI function.
@@ -24,6 +28,7 @@ pub mod ffi;
 
 mod data;
 mod entry;
+pub mod fortran;
 mod handles;
 mod imp;
 
@@ -42,4 +47,5 @@ mod generated {
     include!(concat!(env!("OUT_DIR"), "/entry_points.rs"));
 }
 
+pub use fortran::FORTRAN_NAMES;
 pub use generated::IMPLEMENTED;

@@ -1,13 +1,14 @@
 //! Support shared by the workspace's integration tests (a dev-dependency only).
 //!
 //! A test whose prerequisite is missing (Debian's MPICH, network namespaces, Slurm, a C
-//! compiler) may skip on a developer's machine, but must not pass silently in CI:
-//! `TSUNAGI_REQUIRE` lists the prerequisites that must be there (comma-separated names, or
-//! `all`), and `.ci/run` sets `TSUNAGI_REQUIRE=all`.
+//! or Fortran compiler) may skip on a developer's machine, but must not pass silently in
+//! CI: `TSUNAGI_REQUIRE` lists the prerequisites that must be there (comma-separated names,
+//! or `all`); `.ci/run` sets `TSUNAGI_REQUIRE=all`, and any run with `CI` set demands all.
 
-/// True when `TSUNAGI_REQUIRE` demands `prereq`.
+/// True when `TSUNAGI_REQUIRE` demands `prereq`, or `CI` is set.
 pub fn required(prereq: &str) -> bool {
-    std::env::var("TSUNAGI_REQUIRE").is_ok_and(|v| demands(&v, prereq))
+    std::env::var_os("CI").is_some()
+        || std::env::var("TSUNAGI_REQUIRE").is_ok_and(|v| demands(&v, prereq))
 }
 
 fn demands(spec: &str, prereq: &str) -> bool {

@@ -940,6 +940,9 @@ impl Datatype {
     /// range must be readable, and must not be written concurrently. Panics (without
     /// touching memory) if the range exceeds `count * size()` bytes.
     pub unsafe fn pack_range(&self, buf: *const u8, count: usize, offset: usize, out: &mut [u8]) {
+        // Addresses are formed with `wrapping_offset`: `buf` may be MPI_BOTTOM (NULL) with
+        // absolute displacements, where `offset`'s in-bounds rule does not hold (and the
+        // optimiser made NULL + displacement NULL again).
         self.check_range(count, offset, out.len());
         if out.is_empty() {
             return;
@@ -949,7 +952,11 @@ impl Datatype {
             // SAFETY: contiguous types occupy exactly [buf+off, buf+off+count*size) in
             // stream order; the caller guarantees it is readable, and `out` is ours.
             unsafe {
-                std::ptr::copy_nonoverlapping(buf.offset(off + offset as isize), dst, out.len())
+                std::ptr::copy_nonoverlapping(
+                    buf.wrapping_offset(off + offset as isize),
+                    dst,
+                    out.len(),
+                )
             };
             return;
         }
@@ -958,7 +965,7 @@ impl Datatype {
                 // SAFETY: `mem..mem+n` is part of the type map of an element < count (walk
                 // stays within the checked range), readable per the caller's contract;
                 // `pos + n <= out.len()`.
-                unsafe { std::ptr::copy_nonoverlapping(buf.offset(mem), dst.add(pos), n) }
+                unsafe { std::ptr::copy_nonoverlapping(buf.wrapping_offset(mem), dst.add(pos), n) }
             });
     }
 
@@ -979,7 +986,11 @@ impl Datatype {
         if let Some(off) = self.contig {
             // SAFETY: as in pack_range, with the destination writable per the contract.
             unsafe {
-                std::ptr::copy_nonoverlapping(src, buf.offset(off + offset as isize), input.len())
+                std::ptr::copy_nonoverlapping(
+                    src,
+                    buf.wrapping_offset(off + offset as isize),
+                    input.len(),
+                )
             };
             return;
         }
@@ -987,7 +998,7 @@ impl Datatype {
             .walk(self.extent(), offset, input.len(), |mem, pos, n| {
                 // SAFETY: `mem..mem+n` is in the type map of an element < count, writable per
                 // the contract; `pos + n <= input.len()`.
-                unsafe { std::ptr::copy_nonoverlapping(src.add(pos), buf.offset(mem), n) }
+                unsafe { std::ptr::copy_nonoverlapping(src.add(pos), buf.wrapping_offset(mem), n) }
             });
     }
 

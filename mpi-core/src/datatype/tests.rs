@@ -714,3 +714,25 @@ fn constructor_errors_name_the_call() {
     let e = Datatype::contiguous(i64::MAX / 2, &int()).unwrap_err();
     assert!(e.message.contains("overflow"));
 }
+
+/// MPI_BOTTOM: a NULL base with absolute addresses as displacements (as Fortran's
+/// MPI_GET_ADDRESS + MPI_TYPE_CREATE_STRUCT programs do) packs and unpacks the variables.
+#[test]
+fn absolute_addresses_from_a_null_base() {
+    let src: [i32; 3] = [7, 8, 9];
+    let mut dst: [i32; 3] = [0; 3];
+    let a0 = std::ptr::addr_of!(src[0]) as Aint;
+    let a2 = std::ptr::addr_of!(src[2]) as Aint;
+    let t = arc(Datatype::hindexed(&[1, 1], &[a0, a2], &int()));
+    let mut packed = [0u8; 8];
+    // SAFETY: the displacements are the addresses of live elements of `src`.
+    unsafe { t.pack_range(std::ptr::null(), 1, 0, &mut packed) };
+    assert_eq!(packed[..4], 7i32.to_ne_bytes());
+    assert_eq!(packed[4..], 9i32.to_ne_bytes());
+    let b0 = std::ptr::addr_of_mut!(dst[0]) as Aint;
+    let b1 = std::ptr::addr_of_mut!(dst[1]) as Aint;
+    let u = arc(Datatype::hindexed(&[1, 1], &[b1, b0], &int()));
+    // SAFETY: the displacements are the addresses of live elements of `dst`.
+    unsafe { u.unpack_range(std::ptr::null_mut(), 1, 0, &packed) };
+    assert_eq!(dst, [9, 7, 0]);
+}
