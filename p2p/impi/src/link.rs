@@ -708,6 +708,8 @@ impl Link {
             if let Err(e) = self.handle_packet(next.0, next.1) {
                 return Err(self.break_with(e));
             }
+            // A SYNCACK or CANCELYES may have ended the last send FINI waited for.
+            self.maybe_fini();
         }
     }
 
