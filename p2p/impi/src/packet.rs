@@ -7,7 +7,7 @@
 //! |---|---|---|
 //! | 0 | pk_type | Uint4 |
 //! | 4 | pk_len | Uint4 |
-//! | 8 | pk_src | {Uint1 hostid[16]; Int8 pid} |
+//! | 8 | pk_src | `{Uint1 hostid[16]; Int8 pid}` |
 //! | 32 | pk_dest | same |
 //! | 56 | pk_srqid | Uint8 |
 //! | 64 | pk_drqid | Uint8 |

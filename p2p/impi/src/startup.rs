@@ -306,12 +306,15 @@ impl ServerMsg {
     }
 }
 
+/// A whole command: its value, its payload and the bytes it used.
+type Command<'a> = (u32, &'a [u8], usize);
+
 /// Split `{cmd, len}` + payload off the front of `b` once complete; `valid(cmd, len)`
 /// decides whether the command and length are acceptable in this direction.
 fn split_command(
     b: &[u8],
     valid: impl Fn(u32, u32) -> bool,
-) -> Result<Option<(u32, &[u8], usize)>, StartupError> {
+) -> Result<Option<Command<'_>>, StartupError> {
     if b.len() < 8 {
         return Ok(None);
     }

@@ -769,16 +769,19 @@ impl Rng {
 
 /// The device side of one link in the simulation: unmatched arrivals in announcement
 /// order, long messages being assembled, and what was received in match order.
+/// A message signature: (source, destination, tag).
+type Sig = (u32, u32, i32);
+
 #[derive(Default)]
 struct Device {
     seen: usize,
     unmatched: Vec<Arrival>,
     /// Long messages: arrival id -> (signature, slot in `received`, bytes so far).
-    assembling: HashMap<u64, ((u32, u32, i32), usize, Vec<u8>)>,
+    assembling: HashMap<u64, (Sig, usize, Vec<u8>)>,
     cancel_results: Vec<(u64, bool)>,
 }
 
-type Received = BTreeMap<(u32, u32, i32), Vec<Option<Vec<u8>>>>;
+type Received = BTreeMap<Sig, Vec<Option<Vec<u8>>>>;
 
 impl Device {
     fn absorb(&mut self, events: &[Event], received: &mut Received) {
@@ -840,7 +843,7 @@ fn randomised_simulation() {
             hiwater: ackmark + rng.below(4) as u32,
         };
         let mut s = sim(cfg, 2, 3, seed % 2 == 0);
-        let mut sent: BTreeMap<(u32, u32, i32), Vec<(bool, u64, Vec<u8>)>> = BTreeMap::new();
+        let mut sent: BTreeMap<Sig, Vec<(bool, u64, Vec<u8>)>> = BTreeMap::new();
         let mut cancelled: Vec<(bool, u64)> = Vec::new();
         let mut pending: Vec<(bool, u64)> = Vec::new();
         let mut received = Received::new();
