@@ -4,8 +4,9 @@
 //! Prints `HOST:PORT` as its first line (as the Indiana University server did), serves the
 //! start-up protocol (see `tsunagi_impi::server`), and exits 0 once every client sent FINI;
 //! exits 1 with a message when a client is lost before FINI or breaks the protocol.
-//! Authentication: `-auth key` requires the key in `IMPI_AUTH_KEY`; `-auth none` accepts
-//! clients offering NONE; without `-auth`, `IMPI_AUTH_KEY` enables KEY and
+//! Authentication: `-auth key` (or `1`) accepts KEY with the key from `IMPI_AUTH_KEY`;
+//! `-auth none` (or `0`, the Indiana University server's spelling) accepts NONE; a list such
+//! as `0,1` accepts both (KEY preferred). Without `-auth`, `IMPI_AUTH_KEY` enables KEY and
 //! `IMPI_AUTH_NONE` (or no key) enables NONE.
 //!
 //! This is the thin socket driver: one reader thread per connection hands bytes to the main
@@ -19,7 +20,8 @@ use std::time::Duration;
 
 use tsunagi_impi::server::{parse_key, AuthPolicy, ConnId, Output, Server, ServerConfig};
 
-const USAGE: &str = "usage: tsunagi-impi-server -server N [-port P] [-host ADDR] [-auth none|key]";
+const USAGE: &str =
+    "usage: tsunagi-impi-server -server N [-port P] [-host ADDR] [-auth none|key|0|1[,...]]";
 
 enum Msg {
     Accepted(ConnId, TcpStream),
@@ -31,7 +33,14 @@ struct Args {
     nclients: u32,
     port: u16,
     host: Option<IpAddr>,
-    auth: Option<String>,
+    auth: Option<AuthSet>,
+}
+
+/// The methods named by `-auth`.
+#[derive(Clone, Copy, Default)]
+struct AuthSet {
+    none: bool,
+    key: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -66,11 +75,22 @@ fn parse_args() -> Result<Args, String> {
                 );
             }
             "auth" => {
+                // Names, or the IMPI values the Indiana University server took (`-auth 0`
+                // for NONE, 1 for KEY), alone or as a comma-separated list.
                 let v = value("method")?;
-                if v != "none" && v != "key" {
-                    return Err(format!("-auth {v}: expected none or key"));
+                let mut set = AuthSet::default();
+                for m in v.split(',') {
+                    match m.trim() {
+                        "none" | "0" => set.none = true,
+                        "key" | "1" => set.key = true,
+                        _ => {
+                            return Err(format!(
+                                "-auth {v}: expected none, key, 0, 1 or a comma-separated list"
+                            ))
+                        }
+                    }
                 }
-                a.auth = Some(v);
+                a.auth = Some(set);
             }
             "h" | "help" => {
                 println!("{USAGE}");
@@ -85,18 +105,19 @@ fn parse_args() -> Result<Args, String> {
     Ok(a)
 }
 
-fn auth_policy(choice: Option<&str>) -> Result<AuthPolicy, String> {
+fn auth_policy(choice: Option<AuthSet>) -> Result<AuthPolicy, String> {
     let key = std::env::var("IMPI_AUTH_KEY").ok();
     match choice {
-        Some("none") => Ok(AuthPolicy {
-            none: true,
-            key: None,
-        }),
-        Some(_) => {
-            let k = key.ok_or("-auth key: set the key in IMPI_AUTH_KEY")?;
+        Some(set) => {
+            let key = if set.key {
+                let k = key.ok_or("-auth key: set the key in IMPI_AUTH_KEY")?;
+                Some(parse_key(&k)?)
+            } else {
+                None
+            };
             Ok(AuthPolicy {
-                none: false,
-                key: Some(parse_key(&k)?),
+                none: set.none,
+                key,
             })
         }
         None => AuthPolicy::from_env_values(
@@ -139,7 +160,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    let policy = match auth_policy(args.auth.as_deref()) {
+    let policy = match auth_policy(args.auth) {
         Ok(p) => p,
         Err(e) => {
             eprintln!("tsunagi-impi-server: {e}");
