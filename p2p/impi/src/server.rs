@@ -131,6 +131,7 @@ pub struct Server {
     done_answered: bool,
     fini: u32,
     over: bool,
+    verbose: bool,
     out: VecDeque<Output>,
 }
 
@@ -170,8 +171,14 @@ impl Server {
             done_answered: false,
             fini: 0,
             over: false,
+            verbose: false,
             out: VecDeque::new(),
         })
+    }
+
+    /// Report every command received as an [`Output::Note`] (for diagnosing a client).
+    pub fn set_verbose(&mut self, on: bool) {
+        self.verbose = on;
     }
 
     /// Whether the job ended (finished or failed); the driver stops after draining output.
@@ -295,6 +302,20 @@ impl Server {
 
     fn handle(&mut self, conn: ConnId, msg: ClientMsg) {
         let phase = self.conns[&conn].phase;
+        if self.verbose {
+            let who = match self.conns[&conn].rank {
+                Some(r) => format!("client {r}"),
+                None => format!("connection {conn}"),
+            };
+            let what = match &msg {
+                ClientMsg::Coll { label, data } => {
+                    format!("COLL label 0x{label:x}, {} bytes", data.len())
+                }
+                ClientMsg::Key(_) => "KEY (value not shown)".to_string(),
+                m => format!("{m:?}"),
+            };
+            self.note(format!("{who}: {what}"));
+        }
         match (phase, msg) {
             (Phase::Auth, ClientMsg::Auth { mask }) => {
                 if self.cfg.auth.key.is_some() && mask & AUTH_KEY_BIT != 0 {

@@ -21,7 +21,7 @@ use std::time::Duration;
 use tsunagi_impi::server::{parse_key, AuthPolicy, ConnId, Output, Server, ServerConfig};
 
 const USAGE: &str =
-    "usage: tsunagi-impi-server -server N [-port P] [-host ADDR] [-auth none|key|0|1[,...]]";
+    "usage: tsunagi-impi-server -server N [-port P] [-host ADDR] [-auth none|key|0|1[,...]] [-v]";
 
 enum Msg {
     Accepted(ConnId, TcpStream),
@@ -34,6 +34,7 @@ struct Args {
     port: u16,
     host: Option<IpAddr>,
     auth: Option<AuthSet>,
+    verbose: bool,
 }
 
 /// The methods named by `-auth`.
@@ -50,6 +51,7 @@ fn parse_args() -> Result<Args, String> {
         port: 0,
         host: None,
         auth: None,
+        verbose: false,
     };
     while let Some(arg) = it.next() {
         let name = arg.trim_start_matches('-');
@@ -92,6 +94,7 @@ fn parse_args() -> Result<Args, String> {
                 }
                 a.auth = Some(set);
             }
+            "v" | "verbose" => a.verbose = true,
             "h" | "help" => {
                 println!("{USAGE}");
                 std::process::exit(0);
@@ -177,6 +180,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    server.set_verbose(args.verbose);
     let bind = SocketAddr::new(
         args.host.unwrap_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED)),
         args.port,
