@@ -94,16 +94,31 @@ impl Client {
                 return m;
             }
             let mut b = [0u8; 4096];
-            let n = self.s.read(&mut b).unwrap();
+            let n = match self.s.read(&mut b) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                r => r.unwrap(),
+            };
             assert!(n > 0, "server closed the connection");
             self.buf.extend_from_slice(&b[..n]);
         }
     }
 
-    /// Whether the server closed the connection (EOF or reset) within the timeout.
+    /// Whether the server closed the connection (EOF or reset) before the read timeout.
     fn closed_by_server(&mut self) -> bool {
         let mut b = [0u8; 16];
-        matches!(self.s.read(&mut b), Ok(0) | Err(_))
+        loop {
+            match self.s.read(&mut b) {
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                // A timeout means the server kept the connection open.
+                Err(e) => {
+                    return !matches!(
+                        e.kind(),
+                        std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    )
+                }
+                Ok(n) => return n == 0,
+            }
+        }
     }
 
     fn auth_none(&mut self) {
@@ -120,7 +135,7 @@ impl Client {
 #[test]
 fn two_clients_full_startup_over_tcp() {
     let srv = start(
-        &["-server", "2", "-host", "127.0.0.1"],
+        &["-server", "2", "-host", "127.0.0.1", "-v"],
         &[("IMPI_AUTH_NONE", "")],
     );
     assert_eq!(srv.first_line, format!("127.0.0.1:{}", srv.port));
@@ -189,6 +204,10 @@ fn two_clients_full_startup_over_tcp() {
     let (code, err) = srv.wait();
     assert_eq!(code, 0, "stderr: {err}");
     assert!(err.contains("every client sent FINI"), "{err}");
+    assert!(
+        err.contains("client 1: COLL label 0x3100, 24 bytes"),
+        "-v reports commands: {err}"
+    );
 }
 
 #[test]
@@ -233,10 +252,7 @@ fn key_auth_over_tcp_and_a_wrong_key_does_not_end_the_job() {
 
 #[test]
 fn a_client_lost_before_fini_is_reported_and_the_server_fails() {
-    let srv = start(
-        &["-server", "2", "-host", "127.0.0.1", "-auth", "none"],
-        &[],
-    );
+    let srv = start(&["-server", "2", "-host", "127.0.0.1", "-auth", "0"], &[]);
     let mut a = Client::connect(srv.port);
     let mut b = Client::connect(srv.port);
     for (cl, r) in [(&mut a, 0), (&mut b, 1)] {
