@@ -25,6 +25,13 @@
 //! - [`Link::finish`]: FINI once nothing is left to send; the link is closed when FINI
 //!   went both ways.
 //!
+//! Where we differ from LAM/MPI 7.1 (all within the report's text): every message gets a
+//! non-zero `pk_srqid` (LAM leaves 0 on short standard ones), so a CANCEL can name any
+//! message; control packets carry `pk_len` 0 (LAM writes 128); one queue per proc pair
+//! instead of LAM's one per host, whose head-of-line blocking lets one full window stall
+//! every other pair. Peers' packets are accepted in either form (tests/lam_capture.rs
+//! replays LAM's own bytes).
+//!
 //! IMPI has no timers (TCP is reliable), so no time goes in: timeouts are the driver's.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
