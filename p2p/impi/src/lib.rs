@@ -10,6 +10,8 @@
 //! * [`startup`]: the client ↔ server commands (AUTH, IMPI, COLL, DONE, FINI) and labels.
 //! * [`link`]: one host-to-host connection's protocol ([`link::Link`]): short and long
 //!   messages, synchronous sends, PROTOACK flow control, cancel, FINI; events for a device.
+//! * [`params`]: the job's parameters from the server's COLL answers (minimum DATALEN, tag
+//!   bound, ackmark/hiwater; agreed collective thresholds; hosts and procs in global order).
 //! * [`server`]: the IMPI server's state machine; `tsunagi-impi-server` drives it over TCP.
 //!
 //! Boundary: no sockets except in the server binary, no MPI semantics (matching,
@@ -20,6 +22,7 @@
 
 pub mod link;
 pub mod packet;
+pub mod params;
 pub mod server;
 pub mod startup;
 
