@@ -10,6 +10,7 @@
 //! * [`startup`]: the client ↔ server commands (AUTH, IMPI, COLL, DONE, FINI) and labels.
 //! * [`link`]: one host-to-host connection's protocol ([`link::Link`]): short and long
 //!   messages, synchronous sends, PROTOACK flow control, cancel, FINI; events for a device.
+//! * [`client`]: a client's side of start-up ([`client::ClientStartup`]).
 //! * [`params`]: the job's parameters from the server's COLL answers (minimum DATALEN, tag
 //!   bound, ackmark/hiwater; agreed collective thresholds; hosts and procs in global order).
 //! * [`server`]: the IMPI server's state machine; `tsunagi-impi-server` drives it over TCP.
@@ -20,6 +21,7 @@
 //! the IMPI report and LAM/MPI 7.1.4's implementation; where they differ, the module docs
 //! say which is followed.
 
+pub mod client;
 pub mod link;
 pub mod packet;
 pub mod params;
