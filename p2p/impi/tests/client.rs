@@ -60,7 +60,7 @@ fn clients_and_server_state_machines() {
         },
     })
     .unwrap();
-    let mut clients = vec![
+    let mut clients = [
         ClientStartup::new(config(1, 3, Some(9))).unwrap(),
         ClientStartup::new(config(0, 2, Some(9))).unwrap(),
     ];
