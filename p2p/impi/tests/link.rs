@@ -833,7 +833,12 @@ impl Device {
 /// destination, tag); every CANCEL is answered; FINI closes both.
 #[test]
 fn randomised_simulation() {
-    for seed in 1..=16u64 {
+    // IMPI_SIM_SEEDS=N runs more seeds (CI runs 16).
+    let seeds: u64 = std::env::var("IMPI_SIM_SEEDS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(16);
+    for seed in 1..=seeds {
         let mut rng = Rng(seed.wrapping_mul(0x9e37_79b9_7f4a_7c15));
         let datalen = 1 + rng.below(80) as u32;
         let ackmark = 1 + rng.below(3) as u32;
