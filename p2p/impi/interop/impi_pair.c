@@ -1,0 +1,119 @@
+/* Two-process IMPI check (one process per IMPI client): point-to-point both ways, short,
+ * long and synchronous, more than hiwater messages back to back, then barrier, bcast,
+ * reduce and allreduce on MPI_COMM_WORLD (what LAM/MPI supports across IMPI).
+ * Prints "impi_pair: rank R ok" per rank; exits non-zero on the first mismatch. */
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void check(int cond, const char *what, int rank)
+{
+    if (!cond) {
+        fprintf(stderr, "impi_pair: rank %d: %s\n", rank, what);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+}
+
+static int verbose;
+#define STEP(...) do { if (verbose) { fprintf(stderr, "impi_pair: rank %d: ", rank); fprintf(stderr, __VA_ARGS__); fputc('\n', stderr); } } while (0)
+
+static void fill(int *b, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        b[i] = seed * 1000003 + i;
+}
+
+static int same(const int *b, int n, int seed)
+{
+    for (int i = 0; i < n; i++)
+        if (b[i] != seed * 1000003 + i)
+            return 0;
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    int rank = -1, size;
+    verbose = getenv("IMPI_PAIR_VERBOSE") != NULL;
+    STEP("MPI_Init");
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    check(size == 2, "needs exactly 2 processes", rank);
+    int peer = 1 - rank;
+    const int sizes[] = {0, 1, 100, 16384, 16385, 100000, 300000};
+    const int nsizes = sizeof sizes / sizeof sizes[0];
+    int *buf = malloc(300000 * sizeof(int));
+    MPI_Status st;
+
+    /* Each size both ways, standard then synchronous mode. */
+    /* IMPI_PAIR_NO_SSEND: skip synchronous mode (LAM-to-LAM hangs in MPI_Ssend of 1 int). */
+    int modes = getenv("IMPI_PAIR_NO_SSEND") ? 1 : 2;
+    for (int mode = 0; mode < modes; mode++) {
+        for (int k = 0; k < nsizes; k++) {
+            int n = sizes[k];
+            for (int dir = 0; dir < 2; dir++) {
+                STEP("%s %d ints from rank %d", mode ? "ssend" : "send", n, dir);
+                int seed = 10 * k + 2 * dir + mode + 1;
+                if (rank == dir) {
+                    fill(buf, n, seed);
+                    if (mode)
+                        MPI_Ssend(buf, n, MPI_INT, peer, k, MPI_COMM_WORLD);
+                    else
+                        MPI_Send(buf, n, MPI_INT, peer, k, MPI_COMM_WORLD);
+                } else {
+                    memset(buf, 0, n * sizeof(int));
+                    MPI_Recv(buf, n, MPI_INT, peer, k, MPI_COMM_WORLD, &st);
+                    int cnt;
+                    MPI_Get_count(&st, MPI_INT, &cnt);
+                    check(cnt == n && st.MPI_SOURCE == peer && st.MPI_TAG == k, "status", rank);
+                    check(same(buf, n, seed), "data", rank);
+                }
+            }
+        }
+    }
+
+    /* 100 messages back to back (hiwater 20), mixed short and long with the same tag:
+       they must arrive in order. */
+    STEP("100 back to back");
+    if (rank == 0) {
+        MPI_Request req[100];
+        int *bufs = malloc(100 * 20000 * sizeof(int));
+        for (int i = 0; i < 100; i++) {
+            int n = (i % 10 == 0) ? 20000 : 3;
+            fill(bufs + i * 20000, n, 500 + i);
+            MPI_Isend(bufs + i * 20000, n, MPI_INT, 1, 77, MPI_COMM_WORLD, &req[i]);
+        }
+        MPI_Waitall(100, req, MPI_STATUSES_IGNORE);
+        free(bufs);
+    } else {
+        for (int i = 0; i < 100; i++) {
+            int n = (i % 10 == 0) ? 20000 : 3;
+            MPI_Recv(buf, 20000, MPI_INT, 0, 77, MPI_COMM_WORLD, &st);
+            int cnt;
+            MPI_Get_count(&st, MPI_INT, &cnt);
+            check(cnt == n && same(buf, n, 500 + i), "back-to-back order", rank);
+        }
+    }
+
+    STEP("barrier");
+    MPI_Barrier(MPI_COMM_WORLD);
+    STEP("bcast");
+    int v = rank == 1 ? 4242 : 0;
+    MPI_Bcast(&v, 1, MPI_INT, 1, MPI_COMM_WORLD);
+    check(v == 4242, "bcast", rank);
+    STEP("reduce");
+    double d = rank + 0.5, sum = 0;
+    MPI_Reduce(&d, &sum, 1, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+    check(rank != 0 || sum == 2.0, "reduce", rank);
+    STEP("allreduce");
+    int mx = 0, me = 10 + rank;
+    MPI_Allreduce(&me, &mx, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+    check(mx == 11, "allreduce", rank);
+    printf("impi_pair: rank %d ok\n", rank);
+    fflush(stdout);
+    free(buf);
+    MPI_Finalize();
+    return 0;
+}

@@ -1,0 +1,38 @@
+//! IMPI, the Interoperable MPI protocol (NIST, 2000), for Tsunagi: the wire formats and
+//! the protocols as state machines without I/O, plus the IMPI server.
+//!
+//! IMPI lets several MPI implementations ("clients", one per site) form one
+//! MPI_COMM_WORLD: each client registers with an IMPI server, which collects and hands
+//! back everyone's start-up data; then every pair of IMPI hosts talks over one TCP
+//! connection with 128-byte packets.
+//!
+//! * [`packet`]: the packet header codec and a stream splitter ([`packet::PacketDecoder`]).
+//! * [`startup`]: the client ↔ server commands (AUTH, IMPI, COLL, DONE, FINI) and labels.
+//! * [`link`]: one host-to-host connection's protocol ([`link::Link`]): short and long
+//!   messages, synchronous sends, PROTOACK flow control, cancel, FINI; events for a device.
+//! * [`client`]: a client's side of start-up ([`client::ClientStartup`]).
+//! * [`params`]: the job's parameters from the server's COLL answers (minimum DATALEN, tag
+//!   bound, ackmark/hiwater; agreed collective thresholds; hosts and procs in global order).
+//! * [`server`]: the IMPI server's state machine; `tsunagi-impi-server` drives it over TCP.
+//!
+//! Boundary: no sockets except in the server binary, no MPI semantics (matching,
+//! datatypes, external32 conversion, collectives): those are the IMPI device's in
+//! `tsunagi-core`, which drives [`link::Link`] from its progress engine. Facts come from
+//! the IMPI report and LAM/MPI 7.1.4's implementation; where they differ, the module docs
+//! say which is followed.
+
+pub mod client;
+pub mod link;
+pub mod packet;
+pub mod params;
+pub mod server;
+pub mod startup;
+
+#[doc(hidden)]
+pub mod fuzzing;
+
+pub use link::{
+    Arrival, ArrivalId, CancelStatus, Event, Link, LinkConfig, LinkError, ProcTable, SendId,
+    SendRequest,
+};
+pub use packet::{Header, PacketDecoder, PacketError, PacketType, ProcId, HEADER_LEN};
