@@ -16,11 +16,28 @@ use std::time::{Duration, Instant};
 use tsunagi_core::pmi::wire::LineBuffer;
 
 use crate::agent::Msg;
-use crate::server::{Event, PmiServer};
+use crate::server::{printable, Event, PmiServer, MESSAGE_MAX};
 use crate::signals::{self, SignalPipe};
 
 /// How long ranks get to exit after SIGTERM (or a forwarded signal) before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(1);
+/// How long an abort that blames a failed peer ("peer rank N failed: ...") waits for that
+/// peer's own exit, which is the first cause and what mpirun reports. Across hosts the
+/// survivor's abort often arrives first: its TCP link broke at once, while the dead rank's
+/// exit travels through its agent.
+pub const BLAME_WAIT: Duration = Duration::from_secs(2);
+
+/// The rank an abort message blames: `N` of "peer rank N failed" (the text of
+/// `P2pError::PeerFailed`, which the MPI library passes to PMI abort when a peer's
+/// connection broke).
+pub fn blamed_peer(message: &str) -> Option<usize> {
+    let rest = &message[message.find("peer rank ")? + "peer rank ".len()..];
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || !rest[digits..].starts_with(" failed") {
+        return None;
+    }
+    rest[..digits].parse().ok()
+}
 
 /// What to run on this host.
 #[derive(Clone, Debug)]
@@ -67,6 +84,21 @@ struct Runner {
     failure: Option<Outcome>,
     /// When survivors of a failure get SIGKILL.
     kill_at: Option<Instant>,
+    /// An abort that blames a failed peer, held back until that peer's exit is known or
+    /// [`BLAME_WAIT`] passed (then it is the failure after all).
+    held: Option<Held>,
+    /// The first rank that exited with status 0 without ever calling MPI_Init (PMI
+    /// `init`), with where it ran: fatal once any rank waits in MPI_Init.
+    early_exit: Option<(usize, String)>,
+}
+
+struct Held {
+    outcome: Outcome,
+    /// The rank it blames.
+    peer: usize,
+    until: Instant,
+    /// Ranks that aborted meanwhile: their own exits are consequences too.
+    aborted: Vec<usize>,
 }
 
 fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -185,6 +217,8 @@ pub fn run_with(
         remote: None,
         failure: None,
         kill_at: None,
+        held: None,
+        early_exit: None,
     };
     if let Some(rem) = remote {
         r.start_agents(rem);
@@ -238,6 +272,7 @@ impl Runner {
         if self.failure.is_some() {
             return;
         }
+        self.held = None;
         self.failure = Some(Outcome {
             exit_code,
             message: Some(message),
@@ -284,6 +319,11 @@ impl Runner {
             }
             self.reap(&mut buf);
             self.reap_agents();
+            self.check_early_exit();
+            if let Some(h) = self.held.take_if(|h| Instant::now() >= h.until) {
+                let Outcome { exit_code, message } = h.outcome;
+                self.fail(message.unwrap_or_default(), exit_code, libc::SIGTERM);
+            }
             if self.ranks.iter().all(|rk| rk.exited) && self.agents_done() {
                 self.kill_agents();
                 return;
@@ -316,7 +356,7 @@ impl Runner {
             }
             let remote_from = pfds.len();
             let remote_polled = self.remote_pollfds(&mut pfds);
-            let timeout = match self.kill_at {
+            let timeout = match self.kill_at.or(self.held.as_ref().map(|h| h.until)) {
                 Some(t) => {
                     t.saturating_duration_since(Instant::now())
                         .as_millis()
@@ -417,9 +457,11 @@ impl Runner {
                     code,
                     message,
                 }) => {
+                    let blamed = message.as_deref().and_then(blamed_peer);
                     let msg = match message {
                         Some(m) => format!(
-                            "rank {rank} called MPI_Abort with error code {code}: {m}; job aborted"
+                            "rank {rank} called MPI_Abort with error code {code}: {}; job aborted",
+                            printable(&m, MESSAGE_MAX)
                         ),
                         None => format!(
                             "rank {rank} called MPI_Abort with error code {code}; job aborted"
@@ -430,12 +472,32 @@ impl Runner {
                         0 => 1,
                         c => c,
                     };
-                    self.fail(msg, status, libc::SIGTERM);
+                    if let Some(h) = self.held.as_mut() {
+                        // Another survivor of the same failure.
+                        h.aborted.push(rank);
+                    } else if let (Some(peer), None) = (blamed, &self.failure) {
+                        if peer != rank && peer < self.server.size() {
+                            self.held = Some(Held {
+                                outcome: Outcome {
+                                    exit_code: status,
+                                    message: Some(msg),
+                                },
+                                peer,
+                                until: Instant::now() + BLAME_WAIT,
+                                aborted: vec![rank],
+                            });
+                            return false;
+                        }
+                        self.fail(msg, status, libc::SIGTERM);
+                    } else {
+                        self.fail(msg, status, libc::SIGTERM);
+                    }
                 }
                 Some(Event::ProtocolError { rank, detail }) => {
                     self.fail(
                         format!(
-                            "rank {rank} ({who}) broke the PMI protocol ({detail}); job aborted"
+                            "rank {rank} ({who}) broke the PMI protocol ({}); job aborted",
+                            printable(&detail, MESSAGE_MAX)
                         ),
                         1,
                         libc::SIGTERM,
@@ -515,8 +577,47 @@ impl Runner {
         }
     }
 
+    /// A rank that exited before MPI_Init while others wait in MPI_Init (whose PMI
+    /// barrier needs every rank) would leave them waiting forever: end the job. A job in
+    /// which no rank ever calls MPI_Init (`mpirun -n 4 hostname`) is not affected.
+    fn check_early_exit(&mut self) {
+        let Some((rank, who)) = &self.early_exit else {
+            return;
+        };
+        if self.failure.is_some() || self.held.is_some() {
+            return;
+        }
+        let size = self.server.size();
+        if let Some(waiting) = (0..size).find(|&r| self.server.initialized(r)) {
+            let msg = format!(
+                "rank {rank} ({who}) exited with code 0 before calling MPI_Init, while rank \
+                 {waiting} (and any others) wait for it in MPI_Init; job aborted"
+            );
+            self.fail(msg, 1, libc::SIGTERM);
+        }
+    }
+
     /// Decide what a rank's exit means for the job (`who`: where it ran, for messages).
     fn judge_exit(&mut self, rank: usize, who: &str, code: Option<i32>, signal: Option<i32>) {
+        if let Some(h) = &self.held {
+            // While an abort that blames a peer waits for that peer's exit, the aborting
+            // ranks' own exits are consequences; the peer's exit (or any other rank's
+            // failure) is the first cause and replaces the held abort.
+            if h.aborted.contains(&rank) && rank != h.peer {
+                return;
+            }
+            if rank == h.peer
+                && signal.is_none()
+                && code == Some(0)
+                && self.server.finalized(rank)
+            {
+                // It exited cleanly: the blame stands.
+                let h = self.held.take().expect("held");
+                let Outcome { exit_code, message } = h.outcome;
+                self.fail(message.unwrap_or_default(), exit_code, libc::SIGTERM);
+                return;
+            }
+        }
         {
             if let Some(sig) = signal {
                 self.fail(
@@ -543,6 +644,9 @@ impl Runner {
                         1,
                         libc::SIGTERM,
                     );
+                } else if !self.server.initialized(rank) && self.early_exit.is_none() {
+                    self.early_exit = Some((rank, who.to_string()));
+                    self.check_early_exit();
                 }
             }
         }
@@ -978,7 +1082,11 @@ impl Runner {
                     self.judge_exit(rank, &format!("on host {host}"), code, sig);
                 }
                 Ok(Msg::Failed(m)) => {
-                    self.fail(format!("host {host}: {m}; job aborted"), 126, libc::SIGTERM);
+                    self.fail(
+                        format!("host {host}: {}; job aborted", printable(&m, MESSAGE_MAX)),
+                        126,
+                        libc::SIGTERM,
+                    );
                 }
                 _ => {
                     a.conn = None;
@@ -1030,5 +1138,23 @@ impl Runner {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blamed_peer_is_read_from_peer_failed_messages() {
+        assert_eq!(
+            blamed_peer("MPI_Recv: peer rank 3 failed: connection closed without goodbye"),
+            Some(3)
+        );
+        assert_eq!(blamed_peer("peer rank 12 failed"), Some(12));
+        assert_eq!(blamed_peer("peer rank x failed"), None);
+        assert_eq!(blamed_peer("peer rank 3 is slow"), None);
+        assert_eq!(blamed_peer("user abort"), None);
+        assert_eq!(blamed_peer("peer rank 99999999999999999999999 failed"), None);
     }
 }

@@ -105,6 +105,11 @@ impl PmiServer {
         }
     }
 
+    /// The job's size.
+    pub fn size(&self) -> usize {
+        self.size
+    }
+
     pub fn kvsname(&self) -> &str {
         &self.kvsname
     }
