@@ -398,13 +398,20 @@ fn run_sh(np: usize, dir: &Path, script: &str, limit: Duration) -> (Output, Dura
         .spawn()
         .unwrap();
     let pid = child.id() as i32;
-    let watchdog = std::thread::spawn(move || {
-        std::thread::sleep(limit);
-        // SAFETY: signalling our own child (at worst a pid already reaped: ESRCH).
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    std::thread::spawn(move || {
+        while start.elapsed() < limit {
+            if d2.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: signalling our own child, not reaped yet (`done` is still false).
         unsafe { libc::kill(pid, libc::SIGKILL) };
     });
-    drop(watchdog);
     let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
     (out, start.elapsed())
 }
 

@@ -74,6 +74,63 @@ impl JobKey {
     }
 }
 
+/// The job key from the inherited descriptor `fd_spec` (the value of `TSUNAGI_JOB_KEY_FD`):
+/// mpirun hands each rank a sealed memfd holding the key in hex, so the key appears in no
+/// process's command line or environment (`/proc/PID/environ`). Read with `pread` at offset
+/// 0, so reading again gives the same key; the descriptor is made close-on-exec, so
+/// programs the rank starts do not inherit it.
+pub fn read_key_fd(fd_spec: &str) -> Result<JobKey, String> {
+    let bad = |why: String| format!("TSUNAGI_JOB_KEY_FD={fd_spec}: {why}");
+    let fd: i32 = fd_spec
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&fd| fd >= 0)
+        .ok_or_else(|| bad("expected a descriptor number".into()))?;
+    let mut buf = [0u8; 64];
+    // SAFETY: pread writes at most buf.len() bytes into `buf`; a bad descriptor is EBADF.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(bad(std::io::Error::last_os_error().to_string()));
+    }
+    // SAFETY: fcntl on a descriptor that pread just read from.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    let text = std::str::from_utf8(&buf[..n as usize]).map_err(|_| bad("not hex".into()))?;
+    JobKey::from_hex(text).map_err(|e| bad(e.replace("TSUNAGI_JOB_KEY: ", "")))
+}
+
+/// A sealed memfd (close-on-exec) holding `key` in hex, for [`read_key_fd`]: the launcher
+/// makes it inheritable in the child it starts and names it in `TSUNAGI_JOB_KEY_FD`.
+pub fn key_memfd(key: &JobKey) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let last = std::io::Error::last_os_error;
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"tsunagi-job-key".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(last());
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let hex = key.to_hex();
+    // SAFETY: writing from a live buffer of the stated length to our descriptor.
+    let n = unsafe { libc::write(fd, hex.as_ptr().cast(), hex.len()) };
+    if n != hex.len() as isize {
+        return Err(last());
+    }
+    // Nobody (the rank included) can change the key after this.
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own memfd.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(last());
+    }
+    Ok(owned)
+}
+
 /// Parse `TSUNAGI_TCP_PORTS`: `lo-hi` (inclusive) or a single port.
 pub fn parse_ports(spec: &str) -> Result<(u16, u16), String> {
     let bad =
@@ -204,13 +261,15 @@ impl TcpConfig {
     }
 
     /// From the environment (`getenv` is `std::env::var` outside tests). The key comes from
-    /// `TSUNAGI_JOB_KEY`, else is derived from `key_seed` (the kvsname).
+    /// the descriptor `TSUNAGI_JOB_KEY_FD` names (mpirun's way: see [`read_key_fd`]), else
+    /// from `TSUNAGI_JOB_KEY`, else is derived from `key_seed` (the kvsname).
     pub fn from_env(
         getenv: impl Fn(&str) -> Option<String>,
         key_seed: &str,
     ) -> Result<TcpConfig, String> {
-        let key = match getenv("TSUNAGI_JOB_KEY") {
-            Some(k) if !k.is_empty() => JobKey::from_hex(&k)?,
+        let key = match (getenv("TSUNAGI_JOB_KEY_FD"), getenv("TSUNAGI_JOB_KEY")) {
+            (Some(fd), _) if !fd.trim().is_empty() => read_key_fd(&fd)?,
+            (_, Some(k)) if !k.is_empty() => JobKey::from_hex(&k)?,
             _ => JobKey::derive(key_seed),
         };
         let mut c = TcpConfig::new(key);
@@ -246,6 +305,30 @@ impl TcpConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_from_an_inherited_descriptor() {
+        use std::os::fd::AsRawFd;
+        let k = JobKey::random();
+        let fd = key_memfd(&k).unwrap();
+        let spec = fd.as_raw_fd().to_string();
+        assert_eq!(read_key_fd(&spec), Ok(k));
+        assert_eq!(read_key_fd(&spec), Ok(k), "a second read gives the same key");
+        // Sealed: not even its holder can rewrite it.
+        // SAFETY: write from a live 1-byte buffer to our descriptor.
+        let w = unsafe { libc::pwrite(fd.as_raw_fd(), b"0".as_ptr().cast(), 1, 0) };
+        assert_eq!(w, -1);
+        let env = |k: &str| match k {
+            "TSUNAGI_JOB_KEY_FD" => Some(spec.clone()),
+            "TSUNAGI_JOB_KEY" => Some("00".repeat(16)),
+            _ => None,
+        };
+        assert_eq!(TcpConfig::from_env(env, "kvs").unwrap().key, k, "the fd wins");
+        assert!(read_key_fd("-1").is_err());
+        assert!(read_key_fd("x").is_err());
+        drop(fd);
+        assert!(read_key_fd(&spec).unwrap_err().contains("TSUNAGI_JOB_KEY_FD="));
+    }
 
     #[test]
     fn keys() {
