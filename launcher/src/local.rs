@@ -54,6 +54,9 @@ pub struct LocalJob {
     /// Extra environment for the ranks, applied in order after the PMI variables.
     pub env: Vec<(OsString, OsString)>,
     pub kvsname: String,
+    /// The job key (hex) for the ranks' TCP connections, handed over in a sealed memfd
+    /// named by `TSUNAGI_JOB_KEY_FD`, so it is in no command line or environment.
+    pub job_key: Option<String>,
 }
 
 /// The end of a job: mpirun's exit status and, for a failed job, the one line to print.
@@ -136,6 +139,15 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
     let (server_end, client_end) = socketpair()?;
     set_nonblocking(server_end.as_raw_fd())?;
     let client_fd = client_end.as_raw_fd();
+    let key_fd = match &job.job_key {
+        Some(k) => {
+            let key = tsunagi_tcp::JobKey::from_hex(k)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            Some(tsunagi_tcp::config::key_memfd(&key)?)
+        }
+        None => None,
+    };
+    let key_raw = key_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
 
     let mut cmd = Command::new(&job.program);
     cmd.arg0(&job.argv0).args(&job.args);
@@ -153,6 +165,11 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
         .env("TSUNAGI_JOBID", &job.kvsname);
     for (k, v) in &job.env {
         cmd.env(k, v);
+    }
+    if key_raw >= 0 {
+        // A key in mpirun's own environment must not reach the ranks either.
+        cmd.env_remove("TSUNAGI_JOB_KEY")
+            .env("TSUNAGI_JOB_KEY_FD", key_raw.to_string());
     }
     // Only rank 0 reads the user's stdin (as with every mpirun); output is inherited so it
     // reaches the user byte for byte with no copying through us.
@@ -189,11 +206,16 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
             if libc::fcntl(client_fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            // The same for its job key's memfd.
+            if key_raw >= 0 && libc::fcntl(key_raw, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             Ok(())
         });
     }
     let child = cmd.spawn()?;
     drop(client_end);
+    drop(key_fd);
     Ok((child, server_end))
 }
 
@@ -662,6 +684,15 @@ pub const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// After SIGKILL was requested from the agents, how long they get before their launch
 /// commands are killed outright.
 const AGENT_GRACE: Duration = Duration::from_secs(2);
+/// How long a connection to the agent port may take to answer the challenge; an agent
+/// answers within a round trip.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections that have not answered the challenge yet, at most: past this the oldest is
+/// closed, so a flood of half-open connections costs a bounded number of descriptors.
+pub const FRESH_MAX: usize = 32;
+/// After accept failed for want of descriptors, how long the listener is left alone
+/// (instead of poll reporting it readable again at once, a busy loop).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// One host's agent to start.
 #[derive(Clone, Debug)]
@@ -680,8 +711,8 @@ pub struct Remote {
     pub agents: Vec<AgentPlan>,
     /// Where agents connect back (already listening).
     pub listener: std::net::TcpListener,
-    /// The job key in hex; an agent's hello must carry it.
-    pub key: String,
+    /// The agent key: agents prove they know it (challenge-response) and get it on stdin.
+    pub key: tsunagi_tcp::JobKey,
     /// The job description sent to the agents (their ranks are filled in per agent).
     pub spec: LocalJob,
 }
@@ -700,13 +731,25 @@ struct Agent {
     lost: bool,
 }
 
+/// An accepted connection that has not answered its challenge yet.
+struct Fresh {
+    sock: std::net::TcpStream,
+    lines: LineBuffer,
+    challenge: [u8; tsunagi_tcp::auth::NONCE_BYTES],
+    since: Instant,
+}
+
 pub(crate) struct RemoteState {
     agents: Vec<Agent>,
     listener: std::net::TcpListener,
-    key: String,
+    key: tsunagi_tcp::JobKey,
     spec: LocalJob,
-    /// Accepted connections that have not said hello yet.
-    fresh: Vec<(std::net::TcpStream, LineBuffer)>,
+    /// Accepted connections that have not said hello yet (at most [`FRESH_MAX`]).
+    fresh: Vec<Fresh>,
+    /// The listener is not polled until then (accept ran out of descriptors).
+    accept_paused: Option<Instant>,
+    /// Connections refused or dropped unanswered; only the first is reported.
+    refused: usize,
     /// When the launch commands of agents still running get SIGKILL.
     hard_kill_at: Option<Instant>,
 }
@@ -719,14 +762,13 @@ enum Polled {
     Agent(usize),
 }
 
-fn spawn_launch(plan: &AgentPlan) -> io::Result<Child> {
+/// Start an agent's launch command. The agent key goes to its stdin as the first line;
+/// for the host of rank 0, mpirun's own stdin follows (copied by a thread), so rank 0 still
+/// reads the user's input.
+fn spawn_launch(plan: &AgentPlan, key: &tsunagi_tcp::JobKey) -> io::Result<Child> {
     let mut cmd = Command::new(&plan.argv[0]);
     cmd.args(&plan.argv[1..]);
-    cmd.stdin(if plan.stdin {
-        Stdio::inherit()
-    } else {
-        Stdio::null()
-    });
+    cmd.stdin(Stdio::piped());
     // The agent's (and so its ranks') output reaches the user through the launch command.
     cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -742,7 +784,17 @@ fn spawn_launch(plan: &AgentPlan) -> io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
+    let mut child = cmd.spawn()?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // 33 bytes into an empty pipe: never blocks.
+    stdin.write_all(format!("{}\n", key.to_hex()).as_bytes())?;
+    if plan.stdin {
+        std::thread::spawn(move || {
+            // Ends at mpirun's end of input, or when the agent is gone (EPIPE).
+            let _ = io::copy(&mut io::stdin().lock(), &mut stdin);
+        });
+    }
+    Ok(child)
 }
 
 impl Runner {
@@ -754,6 +806,8 @@ impl Runner {
             key: rem.key,
             spec: rem.spec,
             fresh: Vec::new(),
+            accept_paused: None,
+            refused: 0,
             hard_kill_at: None,
         };
         let mut failed = None;
@@ -761,7 +815,7 @@ impl Runner {
             if failed.is_some() {
                 break;
             }
-            match spawn_launch(&plan) {
+            match spawn_launch(&plan, &st.key) {
                 Ok(child) => st.agents.push(Agent {
                     pid: child.id() as i32,
                     child: Some(child),
@@ -838,6 +892,11 @@ impl Runner {
             return;
         };
         let now = Instant::now();
+        // Connections that did not answer the challenge in time.
+        st.fresh.retain(|f| now - f.since < HELLO_DEADLINE);
+        if st.accept_paused.is_some_and(|t| now >= t) {
+            st.accept_paused = None;
+        }
         let hard = st.hard_kill_at.is_some_and(|t| now >= t);
         for a in st.agents.iter_mut() {
             if hard {
@@ -896,9 +955,11 @@ impl Runner {
             });
             polled.push(what);
         };
-        add(st.listener.as_raw_fd(), false, Polled::Listener);
-        for (i, (s, _)) in st.fresh.iter().enumerate() {
-            add(s.as_raw_fd(), false, Polled::Fresh(i));
+        if st.accept_paused.is_none() {
+            add(st.listener.as_raw_fd(), false, Polled::Listener);
+        }
+        for (i, f) in st.fresh.iter().enumerate() {
+            add(f.sock.as_raw_fd(), false, Polled::Fresh(i));
         }
         for (i, a) in st.agents.iter().enumerate() {
             if let Some(c) = &a.conn {
@@ -935,10 +996,55 @@ impl Runner {
         let Some(st) = self.remote.as_mut() else {
             return;
         };
-        while let Ok((s, _)) = st.listener.accept() {
+        // Closes the connection that has waited longest (the fresh list is in accept order).
+        let drop_oldest = |st: &mut RemoteState| {
+            if !st.fresh.is_empty() {
+                st.fresh.remove(0);
+                st.refused += 1;
+            }
+        };
+        loop {
+            let s = match st.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO)
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => {
+                    // EMFILE, ENFILE, ENOBUFS...: the pending connection stays queued and the
+                    // listener readable. Free a descriptor and leave the listener alone for a
+                    // moment instead of polling it again at once.
+                    drop_oldest(st);
+                    st.accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
+                    return;
+                }
+            };
             let _ = s.set_nonblocking(true);
             let _ = s.set_nodelay(true);
-            st.fresh.push((s, LineBuffer::new()));
+            let Ok(challenge) = tsunagi_tcp::auth::nonce() else {
+                continue;
+            };
+            // A few dozen bytes into a fresh socket's empty buffer: written whole.
+            let mut s2: &std::net::TcpStream = &s;
+            if std::io::Write::write_all(&mut s2, Msg::Challenge(challenge).encode().as_bytes())
+                .is_err()
+            {
+                continue;
+            }
+            if st.fresh.len() >= FRESH_MAX {
+                drop_oldest(st);
+            }
+            st.fresh.push(Fresh {
+                sock: s,
+                lines: LineBuffer::new(),
+                challenge,
+                since: Instant::now(),
+            });
         }
     }
 
@@ -947,12 +1053,12 @@ impl Runner {
         let Some(st) = self.remote.as_mut() else {
             return;
         };
-        let (s, lines) = &mut st.fresh[i];
-        let mut s2: &std::net::TcpStream = s;
+        let f = &mut st.fresh[i];
+        let mut s2: &std::net::TcpStream = &f.sock;
         let drop_it = match std::io::Read::read(&mut s2, buf) {
             Ok(0) => true,
             Ok(n) => {
-                lines.push(&buf[..n]);
+                f.lines.push(&buf[..n]);
                 false
             }
             Err(e) => !matches!(
@@ -960,36 +1066,54 @@ impl Runner {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ),
         };
-        if drop_it {
-            st.fresh.swap_remove(i);
+        // A hello is one short line: a longer one is not an agent's.
+        if drop_it || f.lines.pending() > 512 {
+            st.fresh.remove(i);
             return;
         }
-        let line = match lines.next_line() {
+        let line = match f.lines.next_line() {
             Ok(Some(l)) => l,
             Ok(None) => return,
             Err(_) => {
-                st.fresh.swap_remove(i);
+                st.fresh.remove(i);
                 return;
             }
         };
-        let (s, rest) = st.fresh.swap_remove(i);
-        let hello = Msg::decode(&line);
-        let agent = match hello {
-            Ok(Msg::Hello { id, key }) if key == st.key => st
-                .agents
-                .get_mut(id)
-                .filter(|a| a.conn.is_none() && !a.lost),
+        let Fresh {
+            sock: s,
+            lines: rest,
+            challenge,
+            ..
+        } = st.fresh.remove(i);
+        let key = st.key;
+        let agent = match Msg::decode(&line) {
+            Ok(Msg::Hello { id, nonce, mac })
+                if crate::agent::check_hello(&key, &challenge, id, &nonce, &mac) =>
+            {
+                st.agents
+                    .get_mut(id)
+                    .filter(|a| a.conn.is_none() && !a.lost)
+                    .map(|a| (a, id, nonce))
+            }
             _ => None,
         };
-        let Some(a) = agent else {
-            // Not one of our agents (or a duplicate): close it.
-            let _ = writeln!(
-                io::stderr(),
-                "mpirun: refused a control connection from {} (not an agent of this job)",
-                s.peer_addr().map_or("?".into(), |a| a.to_string())
-            );
+        let Some((a, id, nonce)) = agent else {
+            // Not one of our agents (or a duplicate): close it, and say so once.
+            st.refused += 1;
+            if st.refused == 1 {
+                let _ = writeln!(
+                    io::stderr(),
+                    "mpirun: refused a control connection from {} (not an agent of this job; further refusals are not reported)",
+                    s.peer_addr().map_or("?".into(), |a| a.to_string())
+                );
+            }
             return;
         };
+        a.out.extend_from_slice(
+            Msg::Proof(crate::agent::proof_mac(&key, id, &challenge, &nonce))
+                .encode()
+                .as_bytes(),
+        );
         let mut spec = st.spec.clone();
         spec.ranks = a.plan.ranks.clone();
         for m in Msg::job_spec(&spec) {

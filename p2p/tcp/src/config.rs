@@ -198,9 +198,10 @@ pub fn interfaces() -> Vec<Interface> {
 ///
 /// * an address: bind to it and publish it;
 /// * an interface name: bind to and publish its first IPv4 address;
-/// * nothing: bind to every interface (0.0.0.0) and publish the first non-loopback IPv4
-///   address (in a network namespace joined by a veth pair, the veth's), or 127.0.0.1 on
-///   a host with no other interface.
+/// * nothing: publish the first non-loopback IPv4 address (in a network namespace joined by
+///   a veth pair, the veth's), or 127.0.0.1 on a host with no other interface, and bind to
+///   that same address only: peers connect to the published address, so listening on every
+///   interface would only let in connections from networks no peer uses.
 pub fn choose_address(spec: Option<&str>, ifs: &[Interface]) -> Result<(IpAddr, IpAddr), String> {
     match spec.map(str::trim).filter(|s| !s.is_empty()) {
         Some(s) => {
@@ -224,7 +225,7 @@ pub fn choose_address(spec: Option<&str>, ifs: &[Interface]) -> Result<(IpAddr, 
                 .find(|i| !i.addr.is_loopback())
                 .map(|i| i.addr)
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-            Ok((IpAddr::V4(Ipv4Addr::UNSPECIFIED), publish))
+            Ok((publish, publish))
         }
     }
 }
@@ -371,11 +372,9 @@ mod tests {
 
     #[test]
     fn address_choice() {
-        let any: IpAddr = "0.0.0.0".parse().unwrap();
-        assert_eq!(
-            choose_address(None, &ifs()),
-            Ok((any, "10.77.0.2".parse().unwrap()))
-        );
+        // Unset: listen only where peers connect, the published address (issue 14).
+        let first: IpAddr = "10.77.0.2".parse().unwrap();
+        assert_eq!(choose_address(None, &ifs()), Ok((first, first)));
         assert_eq!(
             choose_address(Some("eth1"), &ifs()),
             Ok((
@@ -389,10 +388,8 @@ mod tests {
             .unwrap_err()
             .contains("veth1"));
         let lo_only = &ifs()[..1];
-        assert_eq!(
-            choose_address(None, lo_only),
-            Ok((any, "127.0.0.1".parse().unwrap()))
-        );
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(choose_address(None, lo_only), Ok((lo, lo)));
         // The real host has at least a loopback interface.
         assert!(interfaces().iter().any(|i| i.addr.is_loopback()));
     }

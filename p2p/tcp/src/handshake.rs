@@ -82,7 +82,9 @@ impl fmt::Display for Refusal {
             Refusal::WrongKey => f.write_str("wrong job key"),
             Refusal::WrongRank { to } => write!(f, "hello addressed to rank {to}"),
             Refusal::UnknownPeer(r) => write!(f, "rank {r} is not a peer of this transport"),
-            Refusal::Incomplete => f.write_str("closed before completing its hello"),
+            Refusal::Incomplete => {
+                f.write_str("no complete hello (closed, too slow, or too many waiting)")
+            }
         }
     }
 }

@@ -63,6 +63,14 @@ const READ_BUDGET: usize = 1 << 20;
 const MAX_IOV: usize = 64;
 /// Listen backlog: every rank of a large job may connect at once.
 const BACKLOG: i32 = 1024;
+/// How long an accepted connection may take to send its hello. A rank sends it as soon as
+/// its connect completes, so only connections that are not ranks (a port scanner, a
+/// half-open flood) take longer.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+/// Accepted connections waiting for their hello, at most: past this the one that waited
+/// longest is closed, so half-open connections cost a bounded number of descriptors and
+/// cannot starve the job's own connections of them.
+pub const MAX_AWAITING_HELLO: usize = 64;
 
 const TOKEN_LISTENER: Token = Token(0);
 const TOKEN_WAKER: Token = Token(1);
@@ -146,6 +154,8 @@ struct Conn {
     dec: FrameDecoder,
     /// WRITABLE is in the registered interest.
     want_write: bool,
+    /// When it was accepted or connected.
+    since: Instant,
 }
 
 /// Our link to one peer.
@@ -365,7 +375,7 @@ impl TcpTransport {
         })
     }
 
-    /// The address the listener is bound to (0.0.0.0:port unless an interface was chosen).
+    /// The address the listener is bound to (the published address and the port).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
@@ -438,6 +448,7 @@ impl TcpTransport {
             peer,
             dec: FrameDecoder::new(MAX_PAYLOAD),
             want_write: interest.is_writable(),
+            since: Instant::now(),
         });
         Ok(idx)
     }
@@ -689,6 +700,11 @@ impl TcpTransport {
             if tune(SockRef::from(&stream), &self.cfg).is_err() {
                 continue; // dropped: the connector sees a reset
             }
+            if self.awaiting_hello().count() >= MAX_AWAITING_HELLO {
+                if let Some((_, oldest)) = self.awaiting_hello().min() {
+                    self.refuse(oldest, Refusal::Incomplete);
+                }
+            }
             match self.add_conn(
                 stream,
                 remote,
@@ -700,6 +716,27 @@ impl TcpTransport {
                 Ok(idx) => self.service(idx, sink.as_deref_mut(), delivered),
                 Err(e) => self.errors.push_back(e),
             }
+        }
+    }
+
+    /// (accepted at, slot) of the inbound connections still waiting for their hello.
+    fn awaiting_hello(&self) -> impl Iterator<Item = (Instant, usize)> + '_ {
+        self.conns.iter().enumerate().filter_map(|(i, c)| match c {
+            Some(c) if matches!(c.phase, Phase::AwaitHello(_)) => Some((c.since, i)),
+            _ => None,
+        })
+    }
+
+    /// Close inbound connections whose hello is overdue.
+    fn expire_hellos(&mut self) {
+        let now = Instant::now();
+        let overdue: Vec<usize> = self
+            .awaiting_hello()
+            .filter(|(since, _)| now - *since >= HELLO_DEADLINE)
+            .map(|(_, i)| i)
+            .collect();
+        for idx in overdue {
+            self.refuse(idx, Refusal::Incomplete);
         }
     }
 
@@ -1040,6 +1077,7 @@ impl TcpTransport {
             self.service(idx, sink.as_deref_mut(), &mut delivered);
         }
         self.progress_pending();
+        self.expire_hellos();
         self.shared.busy.store(
             !self.hot.is_empty() || !self.errors.is_empty(),
             Ordering::Release,
