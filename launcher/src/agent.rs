@@ -60,7 +60,11 @@ pub fn hello_mac(
     challenge: &[u8; NONCE_BYTES],
     nonce: &[u8; NONCE_BYTES],
 ) -> [u8; MAC_BYTES] {
-    auth::mac(&key.0, HELLO_LABEL, &[&(id as u64).to_le_bytes(), challenge, nonce])
+    auth::mac(
+        &key.0,
+        HELLO_LABEL,
+        &[&(id as u64).to_le_bytes(), challenge, nonce],
+    )
 }
 
 /// mpirun's check of an agent's hello to its challenge.
@@ -86,7 +90,11 @@ pub fn proof_mac(
     challenge: &[u8; NONCE_BYTES],
     nonce: &[u8; NONCE_BYTES],
 ) -> [u8; MAC_BYTES] {
-    auth::mac(&key.0, PROOF_LABEL, &[&(id as u64).to_le_bytes(), nonce, challenge])
+    auth::mac(
+        &key.0,
+        PROOF_LABEL,
+        &[&(id as u64).to_le_bytes(), nonce, challenge],
+    )
 }
 use crate::signals::SignalPipe;
 
@@ -692,7 +700,10 @@ mod tests {
         assert!(Msg::decode("pmi x 00").is_err());
         assert!(Msg::decode("pmi 1 0").is_err());
         assert!(Msg::decode("bogus").is_err());
-        assert!(Msg::decode("hello 3 00ff").is_err(), "the old key-in-clear hello");
+        assert!(
+            Msg::decode("hello 3 00ff").is_err(),
+            "the old key-in-clear hello"
+        );
         assert!(Msg::decode("challenge 0102").is_err());
     }
 

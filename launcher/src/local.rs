@@ -628,10 +628,7 @@ impl Runner {
             if h.aborted.contains(&rank) && rank != h.peer {
                 return;
             }
-            if rank == h.peer
-                && signal.is_none()
-                && code == Some(0)
-                && self.server.finalized(rank)
+            if rank == h.peer && signal.is_none() && code == Some(0) && self.server.finalized(rank)
             {
                 // It exited cleanly: the blame stands.
                 let h = self.held.take().expect("held");
@@ -786,8 +783,9 @@ fn spawn_launch(plan: &AgentPlan, key: &tsunagi_tcp::JobKey) -> io::Result<Child
     }
     let mut child = cmd.spawn()?;
     let mut stdin = child.stdin.take().expect("piped stdin");
-    // 33 bytes into an empty pipe: never blocks.
-    stdin.write_all(format!("{}\n", key.to_hex()).as_bytes())?;
+    // 33 bytes into an empty pipe: never blocks. A launch command that already exited
+    // (EPIPE) is judged by its exit status, as without a key.
+    let _ = stdin.write_all(format!("{}\n", key.to_hex()).as_bytes());
     if plan.stdin {
         std::thread::spawn(move || {
             // Ends at mpirun's end of input, or when the agent is gone (EPIPE).
@@ -1017,11 +1015,17 @@ impl Runner {
                 }
                 Err(_) => {
                     // EMFILE, ENFILE, ENOBUFS...: the pending connection stays queued and the
-                    // listener readable. Free a descriptor and leave the listener alone for a
-                    // moment instead of polling it again at once.
-                    drop_oldest(st);
-                    st.accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
-                    return;
+                    // listener readable. Close the older half of the unanswered connections
+                    // and go on accepting; with none to close, leave the listener alone
+                    // for a moment instead of polling it again at once (a busy loop).
+                    if st.fresh.is_empty() {
+                        st.accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
+                        return;
+                    }
+                    for _ in 0..st.fresh.len().div_ceil(2) {
+                        drop_oldest(st);
+                    }
+                    continue;
                 }
             };
             let _ = s.set_nonblocking(true);
@@ -1279,6 +1283,9 @@ mod tests {
         assert_eq!(blamed_peer("peer rank x failed"), None);
         assert_eq!(blamed_peer("peer rank 3 is slow"), None);
         assert_eq!(blamed_peer("user abort"), None);
-        assert_eq!(blamed_peer("peer rank 99999999999999999999999 failed"), None);
+        assert_eq!(
+            blamed_peer("peer rank 99999999999999999999999 failed"),
+            None
+        );
     }
 }

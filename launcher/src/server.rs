@@ -284,7 +284,10 @@ impl PmiServer {
         }
         let bytes = key.len() + value.len();
         // An overwrite gives back the old entry's bytes (to whichever rank wrote it).
-        let old = self.kvs.get(key).map(|(v, owner)| (key.len() + v.len(), *owner));
+        let old = self
+            .kvs
+            .get(key)
+            .map(|(v, owner)| (key.len() + v.len(), *owner));
         let (freed_total, freed_mine) = match old {
             Some((b, owner)) => (b, if owner == rank { b } else { 0 }),
             None => (0, 0),
@@ -423,7 +426,11 @@ mod tests {
         let mut stored = 0;
         let mut refused = None;
         for i in 0..2 * KVS_BYTES_PER_RANK / VALLEN_MAX {
-            let r = one(&mut s, 0, &format!("cmd=put kvsname=k key=k{i} value={value}"));
+            let r = one(
+                &mut s,
+                0,
+                &format!("cmd=put kvsname=k key=k{i} value={value}"),
+            );
             if r.get_int("rc") == Some(0) {
                 stored += 1;
             } else {
@@ -432,7 +439,10 @@ mod tests {
             }
         }
         assert_eq!(refused.as_deref(), Some("kvs_full_for_this_rank"));
-        assert!(stored > 900 && stored <= KVS_BYTES_PER_RANK / VALLEN_MAX, "{stored}");
+        assert!(
+            stored > 900 && stored <= KVS_BYTES_PER_RANK / VALLEN_MAX,
+            "{stored}"
+        );
         assert!(s.ranks[0].kvs_bytes <= KVS_BYTES_PER_RANK);
         // Rewriting an existing key still works; another rank still has its own room.
         let r = one(&mut s, 0, &format!("cmd=put kvsname=k key=k0 value=short"));

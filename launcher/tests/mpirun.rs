@@ -384,7 +384,7 @@ fn usage_errors_and_missing_programs() {
 /// mpirun running `sh -c SCRIPT` as every rank; the script may `exec` pmi_rank.
 fn run_sh(np: usize, dir: &Path, script: &str, limit: Duration) -> (Output, Duration) {
     let start = Instant::now();
-    let mut child = Command::new(mpirun())
+    let child = Command::new(mpirun())
         .arg("-n")
         .arg(np.to_string())
         .arg("--env")
@@ -422,8 +422,14 @@ fn rank_exiting_before_init_ends_the_job() {
     let dir = test_dir("earlyexit");
     // Rank 1 exits at once, before or after the others reach init: both orders count.
     for (name, script) in [
-        ("first", r#"[ "$PMI_RANK" = 1 ] && exit 0; exec "$PMI_RANK_EXE" barrier"#),
-        ("late", r#"[ "$PMI_RANK" = 1 ] && { sleep 0.5; exit 0; }; exec "$PMI_RANK_EXE" barrier"#),
+        (
+            "first",
+            r#"[ "$PMI_RANK" = 1 ] && exit 0; exec "$PMI_RANK_EXE" barrier"#,
+        ),
+        (
+            "late",
+            r#"[ "$PMI_RANK" = 1 ] && { sleep 0.5; exit 0; }; exec "$PMI_RANK_EXE" barrier"#,
+        ),
     ] {
         let (out, took) = run_sh(3, &dir, script, Duration::from_secs(30));
         assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
@@ -470,7 +476,9 @@ fn abort_message_escapes_are_printed_safely() {
     let (out, took) = run_sh(1, &dir, script, Duration::from_secs(30));
     assert_eq!(out.status.code(), Some(7), "{out:?}");
     assert!(
-        !out.stderr.iter().any(|&b| b == 0x1b || b == 0x07 || b == b'\r'),
+        !out.stderr
+            .iter()
+            .any(|&b| b == 0x1b || b == 0x07 || b == b'\r'),
         "raw control bytes reached the terminal: {:?}",
         String::from_utf8_lossy(&out.stderr)
     );

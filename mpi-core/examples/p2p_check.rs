@@ -868,6 +868,7 @@ fn main() {
                 let mut b = [0u8; 1];
                 recv_bytes(rt, &mut b, ANY_SOURCE, 999, CommId::WORLD);
             }
+            "pause" => std::thread::sleep(std::time::Duration::from_secs(3)),
             "sigkill_after_traffic" => {
                 // Every rank has a live link to the last one; then the last dies by SIGKILL
                 // while the others wait for it, so their links break (issue 14, item 6:

@@ -314,7 +314,11 @@ mod tests {
         let fd = key_memfd(&k).unwrap();
         let spec = fd.as_raw_fd().to_string();
         assert_eq!(read_key_fd(&spec), Ok(k));
-        assert_eq!(read_key_fd(&spec), Ok(k), "a second read gives the same key");
+        assert_eq!(
+            read_key_fd(&spec),
+            Ok(k),
+            "a second read gives the same key"
+        );
         // Sealed: not even its holder can rewrite it.
         // SAFETY: write from a live 1-byte buffer to our descriptor.
         let w = unsafe { libc::pwrite(fd.as_raw_fd(), b"0".as_ptr().cast(), 1, 0) };
@@ -324,11 +328,17 @@ mod tests {
             "TSUNAGI_JOB_KEY" => Some("00".repeat(16)),
             _ => None,
         };
-        assert_eq!(TcpConfig::from_env(env, "kvs").unwrap().key, k, "the fd wins");
+        assert_eq!(
+            TcpConfig::from_env(env, "kvs").unwrap().key,
+            k,
+            "the fd wins"
+        );
         assert!(read_key_fd("-1").is_err());
         assert!(read_key_fd("x").is_err());
         drop(fd);
-        assert!(read_key_fd(&spec).unwrap_err().contains("TSUNAGI_JOB_KEY_FD="));
+        assert!(read_key_fd(&spec)
+            .unwrap_err()
+            .contains("TSUNAGI_JOB_KEY_FD="));
     }
 
     #[test]
