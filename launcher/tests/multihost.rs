@@ -342,6 +342,32 @@ fn rank_killed_on_remote_host_ends_the_job() {
     assert!(h.leftovers().is_empty(), "orphans: {:?}", h.leftovers());
 }
 
+/// Issue 14, item 6: every rank has a live TCP link to the last one, which then dies by
+/// SIGKILL. The survivors' aborts ("peer rank 3 failed") must not win: mpirun names the
+/// dead rank, its signal and its host, and exits 128+9. Several runs, as it was a race.
+#[test]
+fn dying_rank_is_named_with_its_signal_across_tcp() {
+    let _s = serial();
+    let Some(h) = Hosts::new(2) else { return };
+    for run_no in 0..3 {
+        let mut c = h.mpirun(2);
+        c.arg(p2p_check()).arg("sigkill_after_traffic");
+        let (out, took) = run(c, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + 9), "run {run_no}: {stderr}");
+        // The ranks' own stderr lines may interleave with mpirun's (unbuffered writes of
+        // several processes), so look for mpirun's one line as a substring.
+        let want = format!(
+            "mpirun: rank 3 (on host {}) killed by signal 9 (SIGKILL); job aborted",
+            h.names[1]
+        );
+        assert!(stderr.contains(&want), "run {run_no}: {stderr}");
+        assert_eq!(stderr.matches("mpirun:").count(), 1, "run {run_no}: {stderr}");
+        assert!(took < Duration::from_secs(15), "run {run_no} took {took:?}");
+        assert!(h.leftovers().is_empty(), "orphans: {:?}", h.leftovers());
+    }
+}
+
 #[test]
 fn lost_agent_ends_the_job() {
     let _s = serial();

@@ -888,7 +888,15 @@ fn main() {
                 }
                 send_bytes(rt, &b, last, 5, CommId::WORLD);
                 recv_bytes(rt, &mut b, last, 6, CommId::WORLD);
-                recv_bytes(rt, &mut b, last, 7, CommId::WORLD);
+                // As an MPI program with the default error handler: the broken link ends
+                // this rank through MPI_Abort, blaming the dead peer.
+                // SAFETY: `b` is a live, exclusively borrowed slice for the blocking call.
+                let r = unsafe {
+                    rt.recv("MPI_Recv", b.as_mut_ptr(), 1, &byte(), last, 7, CommId::WORLD)
+                };
+                if let Err(e) = r {
+                    rt.handle_error(Some(CommId::WORLD), &e);
+                }
             }
             "fatal" => {
                 // Default handler: an invalid rank ends the job with one line.
