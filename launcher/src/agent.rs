@@ -248,6 +248,17 @@ impl Msg {
     }
 }
 
+/// The job an agent would run from these spec messages (up to `Start`); for fuzzing.
+pub fn build_spec(msgs: Vec<Msg>) -> Result<LocalJob, String> {
+    let mut b = SpecBuilder::default();
+    for m in msgs {
+        if b.take(m)? {
+            break;
+        }
+    }
+    b.build()
+}
+
 /// Builds a [`LocalJob`] from spec messages.
 #[derive(Default)]
 struct SpecBuilder {

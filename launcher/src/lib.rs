@@ -22,7 +22,9 @@
 //!
 //! - [`hosts`]: `--host`/`--hostfile` parsing, placement by slot or node, the
 //!   `PMI_process_mapping` of a placement;
-//! - [`agent`]: the per-host agent (`mpirun --agent ...`) and its control protocol.
+//! - [`agent`]: the per-host agent (`mpirun --agent ...`) and its control protocol;
+//! - `fuzzing`: fuzz targets for every decoder of outside bytes (used by `fuzz/` and
+//!   `tests/fuzz_corpus.rs`).
 //!
 //! Several hosts: ranks on hosts named `localhost` (or this host's name) start here as
 //! above; every other host gets an agent, started through the launch command (default
@@ -36,6 +38,8 @@
 
 pub mod agent;
 pub mod cli;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hosts;
 pub mod local;
 pub mod server;

@@ -5,7 +5,6 @@
 //! MPI_Init, so an outside connection can no longer pose as a rank.) Real processes throughout; the "remote" host of the agent tests is this
 //! host, reached through a launch command that is a shell script (no root needed).
 
-use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
