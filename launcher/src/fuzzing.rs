@@ -17,8 +17,11 @@ use tsunagi_tcp::JobKey;
 use crate::agent::{self, Msg};
 use crate::server::{Event, PmiServer};
 
+/// A fuzz target: arbitrary bytes in, a panic on a defect.
+pub type Target = fn(&[u8]);
+
 /// The targets by name (the names of `fuzz/fuzz_targets/*.rs` and `fuzz/corpus/*`).
-pub const TARGETS: &[(&str, fn(&[u8]))] = &[
+pub const TARGETS: &[(&str, Target)] = &[
     ("tcp_frame", tcp_frame),
     ("tcp_hello", tcp_hello),
     ("pmi_client", pmi_client),
@@ -86,7 +89,10 @@ pub fn tcp_hello(data: &[u8]) {
     if let Some(b) = data.get(..VERDICT_BYTES) {
         let b: [u8; VERDICT_BYTES] = b.try_into().expect("8 bytes");
         if let Some(v) = handshake::decode_verdict(&b) {
-            assert_eq!(handshake::decode_verdict(&handshake::encode_verdict(v)), Some(v));
+            assert_eq!(
+                handshake::decode_verdict(&handshake::encode_verdict(v)),
+                Some(v)
+            );
         }
     }
 }
@@ -142,7 +148,10 @@ pub fn pmi_server(data: &[u8]) {
         }
         for (to, reply) in &out {
             assert!(*to < 4);
-            assert!(wire::parse(reply.trim_end_matches('\n')).is_ok(), "{reply:?}");
+            assert!(
+                wire::parse(reply.trim_end_matches('\n')).is_ok(),
+                "{reply:?}"
+            );
         }
     }
 }

@@ -445,7 +445,7 @@ mod tests {
         );
         assert!(s.ranks[0].kvs_bytes <= KVS_BYTES_PER_RANK);
         // Rewriting an existing key still works; another rank still has its own room.
-        let r = one(&mut s, 0, &format!("cmd=put kvsname=k key=k0 value=short"));
+        let r = one(&mut s, 0, "cmd=put kvsname=k key=k0 value=short");
         assert_eq!(r.get_int("rc"), Some(0));
         let r = one(&mut s, 1, "cmd=put kvsname=k key=mine value=x");
         assert_eq!(r.get_int("rc"), Some(0));

@@ -362,7 +362,11 @@ fn dying_rank_is_named_with_its_signal_across_tcp() {
             h.names[1]
         );
         assert!(stderr.contains(&want), "run {run_no}: {stderr}");
-        assert_eq!(stderr.matches("mpirun:").count(), 1, "run {run_no}: {stderr}");
+        assert_eq!(
+            stderr.matches("mpirun:").count(),
+            1,
+            "run {run_no}: {stderr}"
+        );
         assert!(took < Duration::from_secs(15), "run {run_no} took {took:?}");
         assert!(h.leftovers().is_empty(), "orphans: {:?}", h.leftovers());
     }

@@ -892,7 +892,15 @@ fn main() {
                 // this rank through MPI_Abort, blaming the dead peer.
                 // SAFETY: `b` is a live, exclusively borrowed slice for the blocking call.
                 let r = unsafe {
-                    rt.recv("MPI_Recv", b.as_mut_ptr(), 1, &byte(), last, 7, CommId::WORLD)
+                    rt.recv(
+                        "MPI_Recv",
+                        b.as_mut_ptr(),
+                        1,
+                        &byte(),
+                        last,
+                        7,
+                        CommId::WORLD,
+                    )
                 };
                 if let Err(e) = r {
                     rt.handle_error(Some(CommId::WORLD), &e);
