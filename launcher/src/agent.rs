@@ -398,29 +398,69 @@ fn read_key_line(fd: i32, timeout: Duration) -> Result<JobKey, String> {
         .map_err(|_| "expected 32 hex digits".into())
 }
 
-fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
-    let mut ctl = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-        .map_err(|e| format!("cannot reach mpirun at {addr}: {e}"))?;
+/// How a connection attempt to mpirun ended before the job spec was complete.
+enum Attempt {
+    /// mpirun (or whoever listens there) closed or broke the connection before proving
+    /// itself: under a flood of half-open connections mpirun closes new ones, so try again.
+    Retry(String),
+    /// A definite failure (a bad proof, a protocol violation).
+    Fatal(String),
+}
+
+/// Connect, authenticate both ways and read the job spec; retried while mpirun closes the
+/// connection before its proof, until [`CONNECT_TIMEOUT`].
+fn connect_for_spec(
+    addr: SocketAddr,
+    id: usize,
+    key: &JobKey,
+) -> Result<(TcpStream, LineBuffer, LocalJob), String> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match try_connect_for_spec(addr, id, key, deadline) {
+            Ok(x) => return Ok(x),
+            Err(Attempt::Fatal(e)) => return Err(e),
+            Err(Attempt::Retry(e)) => {
+                if Instant::now() >= deadline {
+                    return Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn try_connect_for_spec(
+    addr: SocketAddr,
+    id: usize,
+    key: &JobKey,
+    deadline: Instant,
+) -> Result<(TcpStream, LineBuffer, LocalJob), Attempt> {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    let mut ctl = TcpStream::connect_timeout(&addr, left)
+        .map_err(|e| Attempt::Retry(format!("cannot reach mpirun at {addr}: {e}")))?;
     let _ = ctl.set_nodelay(true);
     let mut lines = LineBuffer::new();
     let mut spec = SpecBuilder::default();
     let mut buf = vec![0u8; 64 * 1024];
+    let fatal = |e: String| Attempt::Fatal(e);
     ctl.set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| fatal(e.to_string()))?;
     // Challenge and answer both ways, then the job description, read blocking (mpirun
     // sends it at once after its proof).
-    let nonce = auth::nonce()?;
+    let nonce = auth::nonce().map_err(fatal)?;
     let mut challenge = None;
     let mut proven = false;
-    'spec: loop {
-        while let Some(line) = lines.next_line().map_err(|e| e.to_string())? {
-            let msg = Msg::decode(&line)?;
+    loop {
+        while let Some(line) = lines.next_line().map_err(|e| fatal(e.to_string()))? {
+            let msg = Msg::decode(&line).map_err(fatal)?;
             match (msg, challenge, proven) {
                 (Msg::Challenge(c), None, _) => {
                     challenge = Some(c);
                     let mac = hello_mac(key, id, &c, &nonce);
                     ctl.write_all(Msg::Hello { id, nonce, mac }.encode().as_bytes())
-                        .map_err(|e| format!("lost mpirun: {e}"))?;
+                        .map_err(|e| Attempt::Retry(format!("lost mpirun: {e}")))?;
                 }
                 (Msg::Proof(m), Some(c), false) => {
                     if !auth::verify(
@@ -429,32 +469,48 @@ fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
                         &[&(id as u64).to_le_bytes(), &nonce, &c],
                         &m,
                     ) {
-                        return Err(format!("{addr} is not this job's mpirun (bad proof)"));
+                        return Err(fatal(format!(
+                            "{addr} is not this job's mpirun (bad proof)"
+                        )));
                     }
                     proven = true;
                 }
                 (m, _, true) => {
-                    if spec.take(m)? {
-                        break 'spec;
+                    if spec.take(m).map_err(fatal)? {
+                        let job = std::mem::take(&mut spec).build().map_err(fatal)?;
+                        return Ok((ctl, lines, job));
                     }
                 }
                 (m, _, false) => {
-                    return Err(format!(
+                    return Err(fatal(format!(
                         "mpirun at {addr} sent {} before proving itself",
                         m.encode().split(' ').next().unwrap_or("?").trim()
-                    ))
+                    )))
                 }
             }
         }
+        let lost = |e: String| {
+            if proven {
+                fatal(e)
+            } else {
+                Attempt::Retry(e)
+            }
+        };
         let n = ctl
             .read(&mut buf)
-            .map_err(|e| format!("lost mpirun: {e}"))?;
+            .map_err(|e| lost(format!("lost mpirun: {e}")))?;
         if n == 0 {
-            return Err("mpirun closed the connection before sending the job".into());
+            return Err(lost(
+                "mpirun closed the connection before sending the job".into(),
+            ));
         }
         lines.push(&buf[..n]);
     }
-    let job = spec.build()?;
+}
+
+fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
+    let (ctl, mut lines, job) = connect_for_spec(addr, id, key)?;
+    let mut buf = vec![0u8; 64 * 1024];
     ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
     ctl.set_nonblocking(true).map_err(|e| e.to_string())?;
     let sigs = SignalPipe::install().map_err(|e| format!("signal setup: {e}"))?;

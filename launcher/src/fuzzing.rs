@@ -11,7 +11,7 @@
 
 use tsunagi_core::pmi::wire::{self, LineBuffer};
 use tsunagi_p2p::stream::{encode_frame_head, Frame, FrameDecoder};
-use tsunagi_tcp::handshake::{self, HELLO_BYTES, VERDICT_BYTES};
+use tsunagi_tcp::handshake::{self, CHALLENGE_BYTES, HELLO_BYTES, VERDICT_BYTES};
 use tsunagi_tcp::JobKey;
 
 use crate::agent::{self, Msg};
@@ -73,17 +73,27 @@ pub fn tcp_frame(data: &[u8]) {
     assert!(dec.buffered() <= MAX + 4096, "decoder memory is bounded");
 }
 
-/// The TCP connection hello (32 bytes) and verdict (8 bytes).
+/// The TCP connection handshake: challenge (24 bytes), hello (48) and verdict (8).
 pub fn tcp_hello(data: &[u8]) {
     let key = JobKey::derive("fuzz");
+    let nonce = [7u8; 16];
     if let Some(b) = data.get(..HELLO_BYTES) {
-        let b: [u8; HELLO_BYTES] = b.try_into().expect("32 bytes");
+        let b: [u8; HELLO_BYTES] = b.try_into().expect("48 bytes");
         let me = data.get(HELLO_BYTES).copied().unwrap_or(0) as u32;
-        if let Ok(h) = handshake::check_hello(&b, &key, me) {
+        if let Ok(h) = handshake::check_hello(&b, &key, &nonce, me) {
+            // Only a hello made with the key passes: this input carries a valid MAC.
             assert_eq!(h.to, me);
-            assert_eq!(h.key, key);
-            let again = handshake::encode_hello(&key, h.from, h.to);
-            assert_eq!(handshake::check_hello(&again, &key, me), Ok(h));
+            assert_eq!(b, handshake::encode_hello(&key, &nonce, h.from, h.to));
+        }
+        // A well-formed hello with the key always passes.
+        let from = u32::from(data[0]);
+        let good = handshake::encode_hello(&key, &nonce, from, me);
+        assert!(handshake::check_hello(&good, &key, &nonce, me).is_ok());
+    }
+    if let Some(b) = data.get(..CHALLENGE_BYTES) {
+        let b: [u8; CHALLENGE_BYTES] = b.try_into().expect("24 bytes");
+        if let Ok(n) = handshake::decode_challenge(&b) {
+            assert_eq!(handshake::encode_challenge(&n), b);
         }
     }
     if let Some(b) = data.get(..VERDICT_BYTES) {

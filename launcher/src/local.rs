@@ -687,6 +687,8 @@ pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
 /// Connections that have not answered the challenge yet, at most: past this the oldest is
 /// closed, so a flood of half-open connections costs a bounded number of descriptors.
 pub const FRESH_MAX: usize = 32;
+/// A connection younger than this is not closed to make room for a new one.
+const EVICT_AFTER: Duration = Duration::from_millis(200);
 /// After accept failed for want of descriptors, how long the listener is left alone
 /// (instead of poll reporting it readable again at once, a busy loop).
 const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
@@ -1041,7 +1043,15 @@ impl Runner {
                 continue;
             }
             if st.fresh.len() >= FRESH_MAX {
-                drop_oldest(st);
+                // Full: close the one that waited longest, unless it is younger than any
+                // answer could take (a burst): then the new one goes, and a real agent
+                // that loses out connects again.
+                if st.fresh[0].since.elapsed() >= EVICT_AFTER {
+                    drop_oldest(st);
+                } else {
+                    st.refused += 1;
+                    continue;
+                }
             }
             st.fresh.push(Fresh {
                 sock: s,

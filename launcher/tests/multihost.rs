@@ -430,10 +430,13 @@ fn wrong_key_from_outside_is_refused() {
             if let Ok(mut s) =
                 std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200))
             {
-                let key = tsunagi_tcp::JobKey::derive("not this job");
-                let hello = tsunagi_tcp::handshake::encode_hello(&key, 1, 0);
-                s.write_all(&hello).unwrap();
                 s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut c = [0u8; tsunagi_tcp::handshake::CHALLENGE_BYTES];
+                s.read_exact(&mut c).unwrap();
+                let nonce = tsunagi_tcp::handshake::decode_challenge(&c).unwrap();
+                let key = tsunagi_tcp::JobKey::derive("not this job");
+                let hello = tsunagi_tcp::handshake::encode_hello(&key, &nonce, 1, 0);
+                s.write_all(&hello).unwrap();
                 let mut b = [0u8; 8];
                 // Closed (EOF or reset), never a verdict.
                 return s.read(&mut b).unwrap_or(0);
