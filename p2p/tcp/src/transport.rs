@@ -502,6 +502,11 @@ impl TcpTransport {
     fn refuse(&mut self, idx: usize, why: Refusal) {
         let remote = self.conns[idx].as_ref().map(|c| c.remote);
         self.close_conn(idx);
+        self.note_refusal(remote, why);
+    }
+
+    /// Count a refused connection from `remote`; log the first of this transport.
+    fn note_refusal(&mut self, remote: Option<SocketAddr>, why: Refusal) {
         self.refused += 1;
         if self.refused == 1 {
             eprintln!(
@@ -714,7 +719,7 @@ impl TcpTransport {
                         self.refuse(oldest, Refusal::Incomplete)
                     }
                     _ => {
-                        self.refused += 1;
+                        self.note_refusal(Some(remote), Refusal::Incomplete);
                         continue;
                     }
                 }
