@@ -8,10 +8,11 @@ use std::time::Duration;
 
 /// The per-job secret every new connection must present.
 ///
-/// 128 bits, random per job when mpirun sets `TSUNAGI_JOB_KEY`. It keeps out connections
-/// that do not belong to the job (another job's rank on a reused port, port scanners, a
-/// stale process), not an eavesdropper: the key travels in clear in the hello, as MPI
-/// implementations' TCP paths have no authentication at all.
+/// 128 bits, random per job when mpirun hands it over (`TSUNAGI_JOB_KEY_FD`). It keeps out
+/// connections that do not belong to the job (another job's rank on a reused port, port
+/// scanners, a stale process, a local user). It never travels: a connector answers the
+/// acceptor's challenge with an HMAC under it (see `handshake`). Messages after the
+/// handshake are neither encrypted nor signed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct JobKey(pub [u8; 16]);
 
