@@ -1,8 +1,11 @@
-//! The per-host agent: `mpirun --agent ADDR:PORT ID KEY`, started on a remote host through
+//! The per-host agent: `mpirun --agent ADDR:PORT ID`, started on a remote host through
 //! the launch command (`ssh {host}`, `ip netns exec {host}`, ...).
 //!
-//! The agent connects back to mpirun over TCP, proves it belongs to the job with the job
-//! key, receives the job description (program, arguments, environment, its ranks), starts
+//! The agent reads the agent key (32 hex digits and a newline) from its standard input,
+//! which mpirun feeds through the launch command, so the key is on no command line and in
+//! no environment. It connects back to mpirun over TCP, and the two prove to each other
+//! that they know the key without sending it (see *Authentication* below); then it
+//! receives the job description (program, arguments, environment, the job key, its ranks), starts
 //! its ranks with PMI_FD socketpairs exactly as mpirun does for local ranks, relays their
 //! PMI lines to mpirun's one PMI server and the replies back, forwards signals, and reports
 //! every exit. Its ranks' stdout/stderr are inherited from the agent, whose own output the
@@ -15,6 +18,20 @@
 //! # Control protocol
 //!
 //! Lines of space-separated words; arbitrary bytes travel hex-encoded ([`Msg::encode`]).
+//!
+//! # Authentication
+//!
+//! ```text
+//! mpirun → agent   challenge Cm                 (16 random bytes, on accept)
+//! agent  → mpirun  hello ID Ca HMAC(k, hello, ID, Cm, Ca)
+//! mpirun → agent   proof HMAC(k, proof, ID, Ca, Cm)   then the job spec
+//! ```
+//!
+//! HMAC-SHA256 under the agent key `k` ([`tsunagi_tcp::auth`]). mpirun sends nothing of
+//! the job before the agent's MAC checked out, and the agent runs nothing before mpirun's
+//! did: a local user who connects first, or who listens where an agent connects, learns
+//! nothing and can start nothing. The spec itself (with the job key) then travels in clear
+//! over the connection, as everything else between mpirun and agents does.
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
@@ -28,17 +45,74 @@ use std::time::{Duration, Instant};
 
 use tsunagi_core::pmi::wire::LineBuffer;
 
+use tsunagi_tcp::auth::{self, MAC_BYTES, NONCE_BYTES};
+use tsunagi_tcp::JobKey;
+
 use crate::local::{self, LocalJob};
+
+const HELLO_LABEL: &str = "tsunagi agent hello v1";
+const PROOF_LABEL: &str = "tsunagi mpirun proof v1";
+
+/// The agent's answer to mpirun's challenge `challenge`, sent with its own `nonce`.
+pub fn hello_mac(
+    key: &JobKey,
+    id: usize,
+    challenge: &[u8; NONCE_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+) -> [u8; MAC_BYTES] {
+    auth::mac(
+        &key.0,
+        HELLO_LABEL,
+        &[&(id as u64).to_le_bytes(), challenge, nonce],
+    )
+}
+
+/// mpirun's check of an agent's hello to its challenge.
+pub fn check_hello(
+    key: &JobKey,
+    challenge: &[u8; NONCE_BYTES],
+    id: usize,
+    nonce: &[u8; NONCE_BYTES],
+    mac: &[u8; MAC_BYTES],
+) -> bool {
+    auth::verify(
+        &key.0,
+        HELLO_LABEL,
+        &[&(id as u64).to_le_bytes(), challenge, nonce],
+        mac,
+    )
+}
+
+/// mpirun's answer to the agent's `nonce` (its own `challenge` bound in too).
+pub fn proof_mac(
+    key: &JobKey,
+    id: usize,
+    challenge: &[u8; NONCE_BYTES],
+    nonce: &[u8; NONCE_BYTES],
+) -> [u8; MAC_BYTES] {
+    auth::mac(
+        &key.0,
+        PROOF_LABEL,
+        &[&(id as u64).to_le_bytes(), nonce, challenge],
+    )
+}
 use crate::signals::SignalPipe;
 
 /// One control message, either direction.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
-    /// agent → mpirun, first: which agent and the job key (hex).
+    /// mpirun → agent, first: the challenge.
+    Challenge([u8; NONCE_BYTES]),
+    /// agent → mpirun: which agent, its own challenge, and its answer to mpirun's.
     Hello {
         id: usize,
-        key: String,
+        nonce: [u8; NONCE_BYTES],
+        mac: [u8; MAC_BYTES],
     },
+    /// mpirun → agent: mpirun's answer to the agent's challenge.
+    Proof([u8; MAC_BYTES]),
+    /// mpirun → agent, in the spec: the job key (hex) for the ranks' TCP connections.
+    JobKey(String),
     /// mpirun → agent: the job description, ended by `Start`.
     Prog(OsString),
     Argv0(OsString),
@@ -87,7 +161,12 @@ impl Msg {
     pub fn encode(&self) -> String {
         let os = |s: &OsString| hex(s.as_bytes());
         let body = match self {
-            Msg::Hello { id, key } => format!("hello {id} {key}"),
+            Msg::Challenge(n) => format!("challenge {}", auth::to_hex(n)),
+            Msg::Hello { id, nonce, mac } => {
+                format!("hello {id} {} {}", auth::to_hex(nonce), auth::to_hex(mac))
+            }
+            Msg::Proof(m) => format!("proof {}", auth::to_hex(m)),
+            Msg::JobKey(k) => format!("jobkey {}", hex(k.as_bytes())),
             Msg::Prog(p) => format!("prog {}", os(p)),
             Msg::Argv0(p) => format!("argv0 {}", os(p)),
             Msg::Arg(p) => format!("arg {}", os(p)),
@@ -122,10 +201,14 @@ impl Msg {
         let num = |s: &str| s.parse::<usize>().map_err(|_| bad());
         let int = |s: &str| s.parse::<i32>().map_err(|_| bad());
         Ok(match w[..] {
-            ["hello", id, key] => Msg::Hello {
+            ["challenge", n] => Msg::Challenge(auth::from_hex(n).ok_or_else(bad)?),
+            ["hello", id, n, m] => Msg::Hello {
                 id: num(id)?,
-                key: key.to_string(),
+                nonce: auth::from_hex(n).ok_or_else(bad)?,
+                mac: auth::from_hex(m).ok_or_else(bad)?,
             },
+            ["proof", m] => Msg::Proof(auth::from_hex(m).ok_or_else(bad)?),
+            ["jobkey", k] => Msg::JobKey(text(k)?),
             ["prog", p] => Msg::Prog(os(p)?),
             ["argv0", p] => Msg::Argv0(os(p)?),
             ["arg", p] => Msg::Arg(os(p)?),
@@ -157,9 +240,23 @@ impl Msg {
         v.extend(job.ranks.iter().map(|&r| Msg::Rank(r)));
         v.push(Msg::Size(job.size));
         v.push(Msg::Kvs(job.kvsname.clone()));
+        if let Some(k) = &job.job_key {
+            v.push(Msg::JobKey(k.clone()));
+        }
         v.push(Msg::Start);
         v
     }
+}
+
+/// The job an agent would run from these spec messages (up to `Start`); for fuzzing.
+pub fn build_spec(msgs: Vec<Msg>) -> Result<LocalJob, String> {
+    let mut b = SpecBuilder::default();
+    for m in msgs {
+        if b.take(m)? {
+            break;
+        }
+    }
+    b.build()
 }
 
 /// Builds a [`LocalJob`] from spec messages.
@@ -172,6 +269,7 @@ struct SpecBuilder {
     ranks: Vec<usize>,
     size: usize,
     kvs: String,
+    job_key: Option<String>,
 }
 
 impl SpecBuilder {
@@ -184,6 +282,7 @@ impl SpecBuilder {
             Msg::Rank(r) => self.ranks.push(r),
             Msg::Size(n) => self.size = n,
             Msg::Kvs(k) => self.kvs = k,
+            Msg::JobKey(k) => self.job_key = Some(k),
             Msg::Start => return Ok(true),
             other => return Err(format!("unexpected {other:?} before start")),
         }
@@ -202,6 +301,7 @@ impl SpecBuilder {
             size: self.size,
             env: self.env,
             kvsname: self.kvs,
+            job_key: self.job_key,
         })
     }
 }
@@ -222,21 +322,27 @@ fn say(msg: &str) {
     let _ = writeln!(io::stderr(), "mpirun agent: {msg}");
 }
 
-/// `mpirun --agent ADDR:PORT ID KEY`: returns the exit status.
+/// `mpirun --agent ADDR:PORT ID` (the agent key on stdin): returns the exit status.
 pub fn agent_main(args: &[OsString]) -> i32 {
-    let [addr, id, key] = args else {
-        say("usage: mpirun --agent ADDR:PORT ID KEY");
+    let [addr, id] = args else {
+        say("usage: mpirun --agent ADDR:PORT ID  (the agent key on standard input)");
         return 2;
     };
-    let (Some(addr), Some(id), Some(key)) = (
+    let (Some(addr), Some(id)) = (
         addr.to_str().and_then(|a| a.parse::<SocketAddr>().ok()),
         id.to_str().and_then(|i| i.parse::<usize>().ok()),
-        key.to_str(),
     ) else {
         say("bad --agent arguments");
         return 2;
     };
-    match run_agent(addr, id, key) {
+    let key = match read_key_line(0, STDIN_KEY_TIMEOUT) {
+        Ok(k) => k,
+        Err(e) => {
+            say(&format!("no agent key on standard input: {e}"));
+            return 2;
+        }
+    };
+    match run_agent(addr, id, &key) {
         Ok(code) => code,
         Err(e) => {
             say(&e);
@@ -245,40 +351,166 @@ pub fn agent_main(args: &[OsString]) -> i32 {
     }
 }
 
-fn run_agent(addr: SocketAddr, id: usize, key: &str) -> Result<i32, String> {
-    let mut ctl = TcpStream::connect_timeout(&addr, CONNECT_TIMEOUT)
-        .map_err(|e| format!("cannot reach mpirun at {addr}: {e}"))?;
-    let _ = ctl.set_nodelay(true);
-    ctl.write_all(
-        Msg::Hello {
-            id,
-            key: key.to_string(),
+/// How long the agent waits for its key on stdin.
+const STDIN_KEY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Read one line, `32 hex digits\n`, from `fd` a byte at a time: what follows belongs to
+/// rank 0, which inherits the descriptor (mpirun relays its own stdin behind the key).
+fn read_key_line(fd: i32, timeout: Duration) -> Result<JobKey, String> {
+    let deadline = Instant::now() + timeout;
+    let mut line = Vec::new();
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err("timed out".into());
         }
-        .encode()
-        .as_bytes(),
-    )
-    .map_err(|e| format!("lost mpirun: {e}"))?;
-    // The job description, read blocking (mpirun sends it at once after the hello).
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let ready =
+            unsafe { libc::poll(&mut pfd, 1, left.as_millis().min(i32::MAX as u128) as i32) };
+        if ready <= 0 {
+            continue; // timed out or interrupted: the deadline check decides
+        }
+        let mut b = 0u8;
+        // SAFETY: reading at most one byte into `b`.
+        let n = unsafe { libc::read(fd, (&mut b as *mut u8).cast(), 1) };
+        match n {
+            1 if b == b'\n' => break,
+            1 if line.len() < 64 => line.push(b),
+            1 => return Err("line too long".into()),
+            0 => return Err("end of input".into()),
+            _ => {
+                let e = io::Error::last_os_error();
+                if !matches!(
+                    e.kind(),
+                    io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock
+                ) {
+                    return Err(e.to_string());
+                }
+            }
+        }
+    }
+    JobKey::from_hex(std::str::from_utf8(&line).unwrap_or(""))
+        .map_err(|_| "expected 32 hex digits".into())
+}
+
+/// How a connection attempt to mpirun ended before the job spec was complete.
+enum Attempt {
+    /// mpirun (or whoever listens there) closed or broke the connection before proving
+    /// itself: under a flood of half-open connections mpirun closes new ones, so try again.
+    Retry(String),
+    /// A definite failure (a bad proof, a protocol violation).
+    Fatal(String),
+}
+
+/// Connect, authenticate both ways and read the job spec; retried while mpirun closes the
+/// connection before its proof, until [`CONNECT_TIMEOUT`].
+fn connect_for_spec(
+    addr: SocketAddr,
+    id: usize,
+    key: &JobKey,
+) -> Result<(TcpStream, LineBuffer, LocalJob), String> {
+    let deadline = Instant::now() + CONNECT_TIMEOUT;
+    loop {
+        match try_connect_for_spec(addr, id, key, deadline) {
+            Ok(x) => return Ok(x),
+            Err(Attempt::Fatal(e)) => return Err(e),
+            Err(Attempt::Retry(e)) => {
+                if Instant::now() >= deadline {
+                    return Err(e);
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        }
+    }
+}
+
+fn try_connect_for_spec(
+    addr: SocketAddr,
+    id: usize,
+    key: &JobKey,
+    deadline: Instant,
+) -> Result<(TcpStream, LineBuffer, LocalJob), Attempt> {
+    let left = deadline
+        .saturating_duration_since(Instant::now())
+        .max(Duration::from_millis(100));
+    let mut ctl = TcpStream::connect_timeout(&addr, left)
+        .map_err(|e| Attempt::Retry(format!("cannot reach mpirun at {addr}: {e}")))?;
+    let _ = ctl.set_nodelay(true);
     let mut lines = LineBuffer::new();
     let mut spec = SpecBuilder::default();
     let mut buf = vec![0u8; 64 * 1024];
+    let fatal = |e: String| Attempt::Fatal(e);
     ctl.set_read_timeout(Some(Duration::from_secs(30)))
-        .map_err(|e| e.to_string())?;
-    'spec: loop {
-        while let Some(line) = lines.next_line().map_err(|e| e.to_string())? {
-            if spec.take(Msg::decode(&line)?)? {
-                break 'spec;
+        .map_err(|e| fatal(e.to_string()))?;
+    // Challenge and answer both ways, then the job description, read blocking (mpirun
+    // sends it at once after its proof).
+    let nonce = auth::nonce().map_err(fatal)?;
+    let mut challenge = None;
+    let mut proven = false;
+    loop {
+        while let Some(line) = lines.next_line().map_err(|e| fatal(e.to_string()))? {
+            let msg = Msg::decode(&line).map_err(fatal)?;
+            match (msg, challenge, proven) {
+                (Msg::Challenge(c), None, _) => {
+                    challenge = Some(c);
+                    let mac = hello_mac(key, id, &c, &nonce);
+                    ctl.write_all(Msg::Hello { id, nonce, mac }.encode().as_bytes())
+                        .map_err(|e| Attempt::Retry(format!("lost mpirun: {e}")))?;
+                }
+                (Msg::Proof(m), Some(c), false) => {
+                    if !auth::verify(
+                        &key.0,
+                        PROOF_LABEL,
+                        &[&(id as u64).to_le_bytes(), &nonce, &c],
+                        &m,
+                    ) {
+                        return Err(fatal(format!(
+                            "{addr} is not this job's mpirun (bad proof)"
+                        )));
+                    }
+                    proven = true;
+                }
+                (m, _, true) => {
+                    if spec.take(m).map_err(fatal)? {
+                        let job = std::mem::take(&mut spec).build().map_err(fatal)?;
+                        return Ok((ctl, lines, job));
+                    }
+                }
+                (m, _, false) => {
+                    return Err(fatal(format!(
+                        "mpirun at {addr} sent {} before proving itself",
+                        m.encode().split(' ').next().unwrap_or("?").trim()
+                    )))
+                }
             }
         }
+        let lost = |e: String| {
+            if proven {
+                fatal(e)
+            } else {
+                Attempt::Retry(e)
+            }
+        };
         let n = ctl
             .read(&mut buf)
-            .map_err(|e| format!("lost mpirun: {e}"))?;
+            .map_err(|e| lost(format!("lost mpirun: {e}")))?;
         if n == 0 {
-            return Err("mpirun closed the connection before sending the job".into());
+            return Err(lost(
+                "mpirun closed the connection before sending the job".into(),
+            ));
         }
         lines.push(&buf[..n]);
     }
-    let job = spec.build()?;
+}
+
+fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
+    let (ctl, mut lines, job) = connect_for_spec(addr, id, key)?;
+    let mut buf = vec![0u8; 64 * 1024];
     ctl.set_read_timeout(None).map_err(|e| e.to_string())?;
     ctl.set_nonblocking(true).map_err(|e| e.to_string())?;
     let sigs = SignalPipe::install().map_err(|e| format!("signal setup: {e}"))?;
@@ -501,10 +733,14 @@ mod tests {
     #[test]
     fn messages_round_trip() {
         let msgs = vec![
+            Msg::Challenge([7; NONCE_BYTES]),
             Msg::Hello {
                 id: 3,
-                key: "00ff".into(),
+                nonce: [1; NONCE_BYTES],
+                mac: [0xfe; MAC_BYTES],
             },
+            Msg::Proof([9; MAC_BYTES]),
+            Msg::JobKey("00ff".into()),
             Msg::Prog("/bin/prog with space".into()),
             Msg::Argv0("p".into()),
             Msg::Arg("".into()),
@@ -531,6 +767,50 @@ mod tests {
         assert!(Msg::decode("pmi x 00").is_err());
         assert!(Msg::decode("pmi 1 0").is_err());
         assert!(Msg::decode("bogus").is_err());
+        assert!(
+            Msg::decode("hello 3 00ff").is_err(),
+            "the old key-in-clear hello"
+        );
+        assert!(Msg::decode("challenge 0102").is_err());
+    }
+
+    /// Each side's answer checks out only with the key, the agent id and both nonces of
+    /// this very connection; mpirun's proof is not an agent's hello (labels differ).
+    #[test]
+    fn challenge_response_binds_key_id_and_nonces() {
+        let k = JobKey::random();
+        let (cm, ca) = (auth::nonce().unwrap(), auth::nonce().unwrap());
+        let mac = hello_mac(&k, 2, &cm, &ca);
+        assert!(check_hello(&k, &cm, 2, &ca, &mac));
+        assert!(!check_hello(&JobKey::random(), &cm, 2, &ca, &mac));
+        assert!(!check_hello(&k, &cm, 1, &ca, &mac));
+        assert!(!check_hello(&k, &ca, 2, &cm, &mac));
+        assert!(!check_hello(&k, &auth::nonce().unwrap(), 2, &ca, &mac));
+        let proof = proof_mac(&k, 2, &cm, &ca);
+        assert!(!check_hello(&k, &cm, 2, &ca, &proof));
+        assert_ne!(proof, mac);
+    }
+
+    #[test]
+    fn key_line_is_read_without_consuming_what_follows() {
+        let k = JobKey::random();
+        let (r, w) = std::io::pipe().unwrap();
+        let mut w = w;
+        w.write_all(format!("{}\nuser input\n", k.to_hex()).as_bytes())
+            .unwrap();
+        drop(w);
+        let fd = r.as_raw_fd();
+        assert_eq!(read_key_line(fd, Duration::from_secs(5)), Ok(k));
+        let mut rest = String::new();
+        let mut r = r;
+        r.read_to_string(&mut rest).unwrap();
+        assert_eq!(rest, "user input\n");
+        let (r, mut w) = std::io::pipe().unwrap();
+        w.write_all(b"not a key\n").unwrap();
+        assert!(read_key_line(r.as_raw_fd(), Duration::from_secs(5)).is_err());
+        drop(w);
+        let (r, _w) = std::io::pipe().unwrap();
+        assert!(read_key_line(r.as_raw_fd(), Duration::from_millis(100)).is_err());
     }
 
     #[test]
@@ -543,6 +823,7 @@ mod tests {
             size: 4,
             env: vec![("A".into(), "1".into())],
             kvsname: "k".into(),
+            job_key: Some("ab".repeat(16)),
         };
         let mut b = SpecBuilder::default();
         let mut started = false;
@@ -553,7 +834,7 @@ mod tests {
         assert!(started);
         let j = b.build().unwrap();
         assert_eq!(
-            (j.program, j.argv0, j.args, j.ranks, j.size, j.env, j.kvsname),
+            (j.program, j.argv0, j.args, j.ranks, j.size, j.env, j.kvsname, j.job_key),
             (
                 job.program,
                 job.argv0,
@@ -561,7 +842,8 @@ mod tests {
                 job.ranks,
                 job.size,
                 job.env,
-                job.kvsname
+                job.kvsname,
+                job.job_key
             )
         );
     }

@@ -22,7 +22,9 @@
 //!
 //! - [`hosts`]: `--host`/`--hostfile` parsing, placement by slot or node, the
 //!   `PMI_process_mapping` of a placement;
-//! - [`agent`]: the per-host agent (`mpirun --agent ...`) and its control protocol.
+//! - [`agent`]: the per-host agent (`mpirun --agent ...`) and its control protocol;
+//! - `fuzzing`: fuzz targets for every decoder of outside bytes (used by `fuzz/` and
+//!   `tests/fuzz_corpus.rs`).
 //!
 //! Several hosts: ranks on hosts named `localhost` (or this host's name) start here as
 //! above; every other host gets an agent, started through the launch command (default
@@ -36,6 +38,8 @@
 
 pub mod agent;
 pub mod cli;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod hosts;
 pub mod local;
 pub mod server;
@@ -201,10 +205,10 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
     };
     let kvsname = new_kvsname();
     let _cleanup = ShmCleanup(kvsname.clone());
-    // The per-job secret every TCP connection between ranks must present.
+    // The per-job secret every TCP connection between ranks must present. Ranks get it
+    // through an inherited descriptor (`TSUNAGI_JOB_KEY_FD`), never in their environment.
     let key = tsunagi_tcp::JobKey::random().to_hex();
-    let mut env: Vec<(OsString, OsString)> = vec![("TSUNAGI_JOB_KEY".into(), key.clone().into())];
-    env.extend(opts.env.iter().cloned());
+    let env: Vec<(OsString, OsString)> = opts.env.clone();
     let outcome = if opts.host.is_some() || opts.hostfile.is_some() {
         match multi_host(&opts, program, kvsname, key, env, &sigs) {
             Ok(o) => o,
@@ -223,6 +227,7 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             size: np,
             env,
             kvsname,
+            job_key: Some(key),
         };
         local::run(&job, &sigs)
     };
@@ -274,6 +279,7 @@ fn multi_host(
         size: np,
         env: env.clone(),
         kvsname: kvsname.clone(),
+        job_key: Some(key.clone()),
     };
     let remote_hosts: Vec<usize> = (0..hosts.len())
         .filter(|&h| !hosts::is_local(&hosts[h].name, &me) && placement.contains(&h))
@@ -281,12 +287,6 @@ fn multi_host(
     if remote_hosts.is_empty() {
         return Ok(local::run_with(&job, &mapping, None, sigs));
     }
-    let listener = std::net::TcpListener::bind("0.0.0.0:0")
-        .map_err(|e| format!("cannot listen for agents: {e}"))?;
-    let port = listener
-        .local_addr()
-        .map_err(|e| format!("cannot listen for agents: {e}"))?
-        .port();
     let addr_spec = opts
         .launch_addr
         .clone()
@@ -298,11 +298,21 @@ fn multi_host(
             .map_err(|_| format!("--launch-addr {a}: not an IP address"))?,
         None => tsunagi_tcp::config::choose_address(None, &tsunagi_tcp::config::interfaces())?.1,
     };
+    // Listen only on the address agents are told to use (a NAT'd --launch-addr that is not
+    // ours falls back to every address).
+    let listener = std::net::TcpListener::bind((ip, 0))
+        .or_else(|_| std::net::TcpListener::bind("0.0.0.0:0"))
+        .map_err(|e| format!("cannot listen for agents: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("cannot listen for agents: {e}"))?
+        .port();
     let advertise = std::net::SocketAddr::new(ip, port);
     let exe = std::env::current_exe().map_err(|e| format!("cannot find mpirun itself: {e}"))?;
-    // Agents prove they belong to the job with a key of their own: it is visible on their
-    // command lines (ps), unlike the job key, which they receive over the connection.
-    let agent_key = tsunagi_tcp::JobKey::random().to_hex();
+    // Agents and mpirun prove to each other that they belong to the job with a key of the
+    // agents' own (a challenge-response, see `agent`), which reaches each agent on its
+    // standard input: nothing secret is on any command line or in any environment.
+    let agent_key = tsunagi_tcp::JobKey::random();
     let template = opts.launch_agent.as_deref().unwrap_or(DEFAULT_LAUNCH);
     let agents = remote_hosts
         .iter()
@@ -317,7 +327,6 @@ fn multi_host(
             argv.push("--agent".into());
             argv.push(advertise.to_string().into());
             argv.push(id.to_string().into());
-            argv.push(agent_key.clone().into());
             let ranks: Vec<usize> = (0..np).filter(|&r| placement[r] == h).collect();
             local::AgentPlan {
                 host: name.clone(),
@@ -327,14 +336,14 @@ fn multi_host(
             }
         })
         .collect();
-    // Remote ranks get the job key, mpirun's TSUNAGI_* settings (ssh starts them with a
-    // fresh environment) and the user's -x/--env variables, in that order.
-    let mut spec_env: Vec<(OsString, OsString)> =
-        vec![("TSUNAGI_JOB_KEY".into(), key.clone().into())];
+    // Remote ranks get mpirun's TSUNAGI_* settings (ssh starts them with a fresh
+    // environment) and the user's -x/--env variables, in that order; the job key travels
+    // apart (`key` in the job spec) and reaches them through a descriptor, as here.
+    let mut spec_env: Vec<(OsString, OsString)> = Vec::new();
     for (k, v) in std::env::vars_os() {
-        if k.to_str()
-            .is_some_and(|k| k.starts_with("TSUNAGI_") && k != "TSUNAGI_JOB_KEY")
-        {
+        if k.to_str().is_some_and(|k| {
+            k.starts_with("TSUNAGI_") && k != "TSUNAGI_JOB_KEY" && k != "TSUNAGI_JOB_KEY_FD"
+        }) {
             spec_env.push((k, v));
         }
     }
@@ -347,6 +356,7 @@ fn multi_host(
         size: np,
         env: spec_env,
         kvsname,
+        job_key: Some(key),
     };
     let remote = local::Remote {
         agents,

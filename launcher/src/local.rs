@@ -16,11 +16,28 @@ use std::time::{Duration, Instant};
 use tsunagi_core::pmi::wire::LineBuffer;
 
 use crate::agent::Msg;
-use crate::server::{Event, PmiServer};
+use crate::server::{printable, Event, PmiServer, MESSAGE_MAX};
 use crate::signals::{self, SignalPipe};
 
 /// How long ranks get to exit after SIGTERM (or a forwarded signal) before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(1);
+/// How long an abort that blames a failed peer ("peer rank N failed: ...") waits for that
+/// peer's own exit, which is the first cause and what mpirun reports. Across hosts the
+/// survivor's abort often arrives first: its TCP link broke at once, while the dead rank's
+/// exit travels through its agent.
+pub const BLAME_WAIT: Duration = Duration::from_secs(2);
+
+/// The rank an abort message blames: `N` of "peer rank N failed" (the text of
+/// `P2pError::PeerFailed`, which the MPI library passes to PMI abort when a peer's
+/// connection broke).
+pub fn blamed_peer(message: &str) -> Option<usize> {
+    let rest = &message[message.find("peer rank ")? + "peer rank ".len()..];
+    let digits = rest.bytes().take_while(u8::is_ascii_digit).count();
+    if digits == 0 || !rest[digits..].starts_with(" failed") {
+        return None;
+    }
+    rest[..digits].parse().ok()
+}
 
 /// What to run on this host.
 #[derive(Clone, Debug)]
@@ -37,6 +54,9 @@ pub struct LocalJob {
     /// Extra environment for the ranks, applied in order after the PMI variables.
     pub env: Vec<(OsString, OsString)>,
     pub kvsname: String,
+    /// The job key (hex) for the ranks' TCP connections, handed over in a sealed memfd
+    /// named by `TSUNAGI_JOB_KEY_FD`, so it is in no command line or environment.
+    pub job_key: Option<String>,
 }
 
 /// The end of a job: mpirun's exit status and, for a failed job, the one line to print.
@@ -67,6 +87,21 @@ struct Runner {
     failure: Option<Outcome>,
     /// When survivors of a failure get SIGKILL.
     kill_at: Option<Instant>,
+    /// An abort that blames a failed peer, held back until that peer's exit is known or
+    /// [`BLAME_WAIT`] passed (then it is the failure after all).
+    held: Option<Held>,
+    /// The first rank that exited with status 0 without ever calling MPI_Init (PMI
+    /// `init`), with where it ran: fatal once any rank waits in MPI_Init.
+    early_exit: Option<(usize, String)>,
+}
+
+struct Held {
+    outcome: Outcome,
+    /// The rank it blames.
+    peer: usize,
+    until: Instant,
+    /// Ranks that aborted meanwhile: their own exits are consequences too.
+    aborted: Vec<usize>,
 }
 
 fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
@@ -104,6 +139,15 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
     let (server_end, client_end) = socketpair()?;
     set_nonblocking(server_end.as_raw_fd())?;
     let client_fd = client_end.as_raw_fd();
+    let key_fd = match &job.job_key {
+        Some(k) => {
+            let key = tsunagi_tcp::JobKey::from_hex(k)
+                .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+            Some(tsunagi_tcp::config::key_memfd(&key)?)
+        }
+        None => None,
+    };
+    let key_raw = key_fd.as_ref().map_or(-1, |f| f.as_raw_fd());
 
     let mut cmd = Command::new(&job.program);
     cmd.arg0(&job.argv0).args(&job.args);
@@ -121,6 +165,11 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
         .env("TSUNAGI_JOBID", &job.kvsname);
     for (k, v) in &job.env {
         cmd.env(k, v);
+    }
+    if key_raw >= 0 {
+        // A key in mpirun's own environment must not reach the ranks either.
+        cmd.env_remove("TSUNAGI_JOB_KEY")
+            .env("TSUNAGI_JOB_KEY_FD", key_raw.to_string());
     }
     // Only rank 0 reads the user's stdin (as with every mpirun); output is inherited so it
     // reaches the user byte for byte with no copying through us.
@@ -157,11 +206,16 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
             if libc::fcntl(client_fd, libc::F_SETFD, 0) != 0 {
                 return Err(io::Error::last_os_error());
             }
+            // The same for its job key's memfd.
+            if key_raw >= 0 && libc::fcntl(key_raw, libc::F_SETFD, 0) != 0 {
+                return Err(io::Error::last_os_error());
+            }
             Ok(())
         });
     }
     let child = cmd.spawn()?;
     drop(client_end);
+    drop(key_fd);
     Ok((child, server_end))
 }
 
@@ -185,6 +239,8 @@ pub fn run_with(
         remote: None,
         failure: None,
         kill_at: None,
+        held: None,
+        early_exit: None,
     };
     if let Some(rem) = remote {
         r.start_agents(rem);
@@ -238,6 +294,7 @@ impl Runner {
         if self.failure.is_some() {
             return;
         }
+        self.held = None;
         self.failure = Some(Outcome {
             exit_code,
             message: Some(message),
@@ -284,6 +341,11 @@ impl Runner {
             }
             self.reap(&mut buf);
             self.reap_agents();
+            self.check_early_exit();
+            if let Some(h) = self.held.take_if(|h| Instant::now() >= h.until) {
+                let Outcome { exit_code, message } = h.outcome;
+                self.fail(message.unwrap_or_default(), exit_code, libc::SIGTERM);
+            }
             if self.ranks.iter().all(|rk| rk.exited) && self.agents_done() {
                 self.kill_agents();
                 return;
@@ -316,7 +378,7 @@ impl Runner {
             }
             let remote_from = pfds.len();
             let remote_polled = self.remote_pollfds(&mut pfds);
-            let timeout = match self.kill_at {
+            let timeout = match self.kill_at.or(self.held.as_ref().map(|h| h.until)) {
                 Some(t) => {
                     t.saturating_duration_since(Instant::now())
                         .as_millis()
@@ -417,9 +479,11 @@ impl Runner {
                     code,
                     message,
                 }) => {
+                    let blamed = message.as_deref().and_then(blamed_peer);
                     let msg = match message {
                         Some(m) => format!(
-                            "rank {rank} called MPI_Abort with error code {code}: {m}; job aborted"
+                            "rank {rank} called MPI_Abort with error code {code}: {}; job aborted",
+                            printable(&m, MESSAGE_MAX)
                         ),
                         None => format!(
                             "rank {rank} called MPI_Abort with error code {code}; job aborted"
@@ -430,12 +494,32 @@ impl Runner {
                         0 => 1,
                         c => c,
                     };
-                    self.fail(msg, status, libc::SIGTERM);
+                    if let Some(h) = self.held.as_mut() {
+                        // Another survivor of the same failure.
+                        h.aborted.push(rank);
+                    } else if let (Some(peer), None) = (blamed, &self.failure) {
+                        if peer != rank && peer < self.server.size() {
+                            self.held = Some(Held {
+                                outcome: Outcome {
+                                    exit_code: status,
+                                    message: Some(msg),
+                                },
+                                peer,
+                                until: Instant::now() + BLAME_WAIT,
+                                aborted: vec![rank],
+                            });
+                            return false;
+                        }
+                        self.fail(msg, status, libc::SIGTERM);
+                    } else {
+                        self.fail(msg, status, libc::SIGTERM);
+                    }
                 }
                 Some(Event::ProtocolError { rank, detail }) => {
                     self.fail(
                         format!(
-                            "rank {rank} ({who}) broke the PMI protocol ({detail}); job aborted"
+                            "rank {rank} ({who}) broke the PMI protocol ({}); job aborted",
+                            printable(&detail, MESSAGE_MAX)
                         ),
                         1,
                         libc::SIGTERM,
@@ -515,8 +599,44 @@ impl Runner {
         }
     }
 
+    /// A rank that exited before MPI_Init while others wait in MPI_Init (whose PMI
+    /// barrier needs every rank) would leave them waiting forever: end the job. A job in
+    /// which no rank ever calls MPI_Init (`mpirun -n 4 hostname`) is not affected.
+    fn check_early_exit(&mut self) {
+        let Some((rank, who)) = &self.early_exit else {
+            return;
+        };
+        if self.failure.is_some() || self.held.is_some() {
+            return;
+        }
+        let size = self.server.size();
+        if let Some(waiting) = (0..size).find(|&r| self.server.initialized(r)) {
+            let msg = format!(
+                "rank {rank} ({who}) exited with code 0 before calling MPI_Init, while rank \
+                 {waiting} (and any others) wait for it in MPI_Init; job aborted"
+            );
+            self.fail(msg, 1, libc::SIGTERM);
+        }
+    }
+
     /// Decide what a rank's exit means for the job (`who`: where it ran, for messages).
     fn judge_exit(&mut self, rank: usize, who: &str, code: Option<i32>, signal: Option<i32>) {
+        if let Some(h) = &self.held {
+            // While an abort that blames a peer waits for that peer's exit, the aborting
+            // ranks' own exits are consequences; the peer's exit (or any other rank's
+            // failure) is the first cause and replaces the held abort.
+            if h.aborted.contains(&rank) && rank != h.peer {
+                return;
+            }
+            if rank == h.peer && signal.is_none() && code == Some(0) && self.server.finalized(rank)
+            {
+                // It exited cleanly: the blame stands.
+                let h = self.held.take().expect("held");
+                let Outcome { exit_code, message } = h.outcome;
+                self.fail(message.unwrap_or_default(), exit_code, libc::SIGTERM);
+                return;
+            }
+        }
         {
             if let Some(sig) = signal {
                 self.fail(
@@ -543,6 +663,9 @@ impl Runner {
                         1,
                         libc::SIGTERM,
                     );
+                } else if !self.server.initialized(rank) && self.early_exit.is_none() {
+                    self.early_exit = Some((rank, who.to_string()));
+                    self.check_early_exit();
                 }
             }
         }
@@ -558,6 +681,17 @@ pub const AGENT_CONNECT_TIMEOUT: Duration = Duration::from_secs(20);
 /// After SIGKILL was requested from the agents, how long they get before their launch
 /// commands are killed outright.
 const AGENT_GRACE: Duration = Duration::from_secs(2);
+/// How long a connection to the agent port may take to answer the challenge; an agent
+/// answers within a round trip.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+/// Connections that have not answered the challenge yet, at most: past this the oldest is
+/// closed, so a flood of half-open connections costs a bounded number of descriptors.
+pub const FRESH_MAX: usize = 32;
+/// A connection younger than this is not closed to make room for a new one.
+const EVICT_AFTER: Duration = Duration::from_millis(200);
+/// After accept failed for want of descriptors, how long the listener is left alone
+/// (instead of poll reporting it readable again at once, a busy loop).
+const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
 
 /// One host's agent to start.
 #[derive(Clone, Debug)]
@@ -576,8 +710,8 @@ pub struct Remote {
     pub agents: Vec<AgentPlan>,
     /// Where agents connect back (already listening).
     pub listener: std::net::TcpListener,
-    /// The job key in hex; an agent's hello must carry it.
-    pub key: String,
+    /// The agent key: agents prove they know it (challenge-response) and get it on stdin.
+    pub key: tsunagi_tcp::JobKey,
     /// The job description sent to the agents (their ranks are filled in per agent).
     pub spec: LocalJob,
 }
@@ -596,13 +730,25 @@ struct Agent {
     lost: bool,
 }
 
+/// An accepted connection that has not answered its challenge yet.
+struct Fresh {
+    sock: std::net::TcpStream,
+    lines: LineBuffer,
+    challenge: [u8; tsunagi_tcp::auth::NONCE_BYTES],
+    since: Instant,
+}
+
 pub(crate) struct RemoteState {
     agents: Vec<Agent>,
     listener: std::net::TcpListener,
-    key: String,
+    key: tsunagi_tcp::JobKey,
     spec: LocalJob,
-    /// Accepted connections that have not said hello yet.
-    fresh: Vec<(std::net::TcpStream, LineBuffer)>,
+    /// Accepted connections that have not said hello yet (at most [`FRESH_MAX`]).
+    fresh: Vec<Fresh>,
+    /// The listener is not polled until then (accept ran out of descriptors).
+    accept_paused: Option<Instant>,
+    /// Connections refused or dropped unanswered; only the first is reported.
+    refused: usize,
     /// When the launch commands of agents still running get SIGKILL.
     hard_kill_at: Option<Instant>,
 }
@@ -615,14 +761,13 @@ enum Polled {
     Agent(usize),
 }
 
-fn spawn_launch(plan: &AgentPlan) -> io::Result<Child> {
+/// Start an agent's launch command. The agent key goes to its stdin as the first line;
+/// for the host of rank 0, mpirun's own stdin follows (copied by a thread), so rank 0 still
+/// reads the user's input.
+fn spawn_launch(plan: &AgentPlan, key: &tsunagi_tcp::JobKey) -> io::Result<Child> {
     let mut cmd = Command::new(&plan.argv[0]);
     cmd.args(&plan.argv[1..]);
-    cmd.stdin(if plan.stdin {
-        Stdio::inherit()
-    } else {
-        Stdio::null()
-    });
+    cmd.stdin(Stdio::piped());
     // The agent's (and so its ranks') output reaches the user through the launch command.
     cmd.stdout(Stdio::inherit()).stderr(Stdio::inherit());
     // SAFETY: the closure runs in the forked child before exec and only makes
@@ -638,7 +783,18 @@ fn spawn_launch(plan: &AgentPlan) -> io::Result<Child> {
             Ok(())
         });
     }
-    cmd.spawn()
+    let mut child = cmd.spawn()?;
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    // 33 bytes into an empty pipe: never blocks. A launch command that already exited
+    // (EPIPE) is judged by its exit status, as without a key.
+    let _ = stdin.write_all(format!("{}\n", key.to_hex()).as_bytes());
+    if plan.stdin {
+        std::thread::spawn(move || {
+            // Ends at mpirun's end of input, or when the agent is gone (EPIPE).
+            let _ = io::copy(&mut io::stdin().lock(), &mut stdin);
+        });
+    }
+    Ok(child)
 }
 
 impl Runner {
@@ -650,6 +806,8 @@ impl Runner {
             key: rem.key,
             spec: rem.spec,
             fresh: Vec::new(),
+            accept_paused: None,
+            refused: 0,
             hard_kill_at: None,
         };
         let mut failed = None;
@@ -657,7 +815,7 @@ impl Runner {
             if failed.is_some() {
                 break;
             }
-            match spawn_launch(&plan) {
+            match spawn_launch(&plan, &st.key) {
                 Ok(child) => st.agents.push(Agent {
                     pid: child.id() as i32,
                     child: Some(child),
@@ -734,6 +892,11 @@ impl Runner {
             return;
         };
         let now = Instant::now();
+        // Connections that did not answer the challenge in time.
+        st.fresh.retain(|f| now - f.since < HELLO_DEADLINE);
+        if st.accept_paused.is_some_and(|t| now >= t) {
+            st.accept_paused = None;
+        }
         let hard = st.hard_kill_at.is_some_and(|t| now >= t);
         for a in st.agents.iter_mut() {
             if hard {
@@ -792,9 +955,11 @@ impl Runner {
             });
             polled.push(what);
         };
-        add(st.listener.as_raw_fd(), false, Polled::Listener);
-        for (i, (s, _)) in st.fresh.iter().enumerate() {
-            add(s.as_raw_fd(), false, Polled::Fresh(i));
+        if st.accept_paused.is_none() {
+            add(st.listener.as_raw_fd(), false, Polled::Listener);
+        }
+        for (i, f) in st.fresh.iter().enumerate() {
+            add(f.sock.as_raw_fd(), false, Polled::Fresh(i));
         }
         for (i, a) in st.agents.iter().enumerate() {
             if let Some(c) = &a.conn {
@@ -831,10 +996,69 @@ impl Runner {
         let Some(st) = self.remote.as_mut() else {
             return;
         };
-        while let Ok((s, _)) = st.listener.accept() {
+        // Closes the connection that has waited longest (the fresh list is in accept order).
+        let drop_oldest = |st: &mut RemoteState| {
+            if !st.fresh.is_empty() {
+                st.fresh.remove(0);
+                st.refused += 1;
+            }
+        };
+        loop {
+            let s = match st.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e)
+                    if matches!(
+                        e.raw_os_error(),
+                        Some(libc::EINTR | libc::ECONNABORTED | libc::EPROTO)
+                    ) =>
+                {
+                    continue
+                }
+                Err(_) => {
+                    // EMFILE, ENFILE, ENOBUFS...: the pending connection stays queued and the
+                    // listener readable. Close the older half of the unanswered connections
+                    // and go on accepting; with none to close, leave the listener alone
+                    // for a moment instead of polling it again at once (a busy loop).
+                    if st.fresh.is_empty() {
+                        st.accept_paused = Some(Instant::now() + ACCEPT_PAUSE);
+                        return;
+                    }
+                    for _ in 0..st.fresh.len().div_ceil(2) {
+                        drop_oldest(st);
+                    }
+                    continue;
+                }
+            };
             let _ = s.set_nonblocking(true);
             let _ = s.set_nodelay(true);
-            st.fresh.push((s, LineBuffer::new()));
+            let Ok(challenge) = tsunagi_tcp::auth::nonce() else {
+                continue;
+            };
+            // A few dozen bytes into a fresh socket's empty buffer: written whole.
+            let mut s2: &std::net::TcpStream = &s;
+            if std::io::Write::write_all(&mut s2, Msg::Challenge(challenge).encode().as_bytes())
+                .is_err()
+            {
+                continue;
+            }
+            if st.fresh.len() >= FRESH_MAX {
+                // Full: close the one that waited longest, unless it is younger than any
+                // answer could take (a burst): then the new one goes, and a real agent
+                // that loses out connects again.
+                if st.fresh[0].since.elapsed() >= EVICT_AFTER {
+                    drop_oldest(st);
+                } else {
+                    st.refused += 1;
+                    continue;
+                }
+            }
+            st.fresh.push(Fresh {
+                sock: s,
+                lines: LineBuffer::new(),
+                challenge,
+                since: Instant::now(),
+            });
         }
     }
 
@@ -843,12 +1067,12 @@ impl Runner {
         let Some(st) = self.remote.as_mut() else {
             return;
         };
-        let (s, lines) = &mut st.fresh[i];
-        let mut s2: &std::net::TcpStream = s;
+        let f = &mut st.fresh[i];
+        let mut s2: &std::net::TcpStream = &f.sock;
         let drop_it = match std::io::Read::read(&mut s2, buf) {
             Ok(0) => true,
             Ok(n) => {
-                lines.push(&buf[..n]);
+                f.lines.push(&buf[..n]);
                 false
             }
             Err(e) => !matches!(
@@ -856,36 +1080,54 @@ impl Runner {
                 io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
             ),
         };
-        if drop_it {
-            st.fresh.swap_remove(i);
+        // A hello is one short line: a longer one is not an agent's.
+        if drop_it || f.lines.pending() > 512 {
+            st.fresh.remove(i);
             return;
         }
-        let line = match lines.next_line() {
+        let line = match f.lines.next_line() {
             Ok(Some(l)) => l,
             Ok(None) => return,
             Err(_) => {
-                st.fresh.swap_remove(i);
+                st.fresh.remove(i);
                 return;
             }
         };
-        let (s, rest) = st.fresh.swap_remove(i);
-        let hello = Msg::decode(&line);
-        let agent = match hello {
-            Ok(Msg::Hello { id, key }) if key == st.key => st
-                .agents
-                .get_mut(id)
-                .filter(|a| a.conn.is_none() && !a.lost),
+        let Fresh {
+            sock: s,
+            lines: rest,
+            challenge,
+            ..
+        } = st.fresh.remove(i);
+        let key = st.key;
+        let agent = match Msg::decode(&line) {
+            Ok(Msg::Hello { id, nonce, mac })
+                if crate::agent::check_hello(&key, &challenge, id, &nonce, &mac) =>
+            {
+                st.agents
+                    .get_mut(id)
+                    .filter(|a| a.conn.is_none() && !a.lost)
+                    .map(|a| (a, id, nonce))
+            }
             _ => None,
         };
-        let Some(a) = agent else {
-            // Not one of our agents (or a duplicate): close it.
-            let _ = writeln!(
-                io::stderr(),
-                "mpirun: refused a control connection from {} (not an agent of this job)",
-                s.peer_addr().map_or("?".into(), |a| a.to_string())
-            );
+        let Some((a, id, nonce)) = agent else {
+            // Not one of our agents (or a duplicate): close it, and say so once.
+            st.refused += 1;
+            if st.refused == 1 {
+                let _ = writeln!(
+                    io::stderr(),
+                    "mpirun: refused a control connection from {} (not an agent of this job; further refusals are not reported)",
+                    s.peer_addr().map_or("?".into(), |a| a.to_string())
+                );
+            }
             return;
         };
+        a.out.extend_from_slice(
+            Msg::Proof(crate::agent::proof_mac(&key, id, &challenge, &nonce))
+                .encode()
+                .as_bytes(),
+        );
         let mut spec = st.spec.clone();
         spec.ranks = a.plan.ranks.clone();
         for m in Msg::job_spec(&spec) {
@@ -978,7 +1220,11 @@ impl Runner {
                     self.judge_exit(rank, &format!("on host {host}"), code, sig);
                 }
                 Ok(Msg::Failed(m)) => {
-                    self.fail(format!("host {host}: {m}; job aborted"), 126, libc::SIGTERM);
+                    self.fail(
+                        format!("host {host}: {}; job aborted", printable(&m, MESSAGE_MAX)),
+                        126,
+                        libc::SIGTERM,
+                    );
                 }
                 _ => {
                     a.conn = None;
@@ -1030,5 +1276,26 @@ impl Runner {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn blamed_peer_is_read_from_peer_failed_messages() {
+        assert_eq!(
+            blamed_peer("MPI_Recv: peer rank 3 failed: connection closed without goodbye"),
+            Some(3)
+        );
+        assert_eq!(blamed_peer("peer rank 12 failed"), Some(12));
+        assert_eq!(blamed_peer("peer rank x failed"), None);
+        assert_eq!(blamed_peer("peer rank 3 is slow"), None);
+        assert_eq!(blamed_peer("user abort"), None);
+        assert_eq!(
+            blamed_peer("peer rank 99999999999999999999999 failed"),
+            None
+        );
     }
 }

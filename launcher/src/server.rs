@@ -1,7 +1,12 @@
 //! The PMI-1 server as a state machine: lines from ranks in, reply lines and job events out.
 //!
-//! It knows nothing about sockets or processes, so the same code can serve ranks connected
-//! directly (one host) or, later, lines relayed by per-host agents.
+//! It knows nothing about sockets or processes, so the same code serves ranks connected
+//! directly (one host) and lines relayed by per-host agents.
+//!
+//! A rank's lines are untrusted input: the server checks each rank's command sequence
+//! (`init` first, one `barrier_in` per barrier, nothing but `abort` after `finalize`), bounds
+//! the key-value space per rank and in total, and [`printable`] makes any text a rank sends
+//! safe to print on a terminal.
 
 use std::collections::HashMap;
 
@@ -11,6 +16,37 @@ use tsunagi_core::pmi::wire::{self, Command};
 pub const KVSNAME_MAX: usize = 256;
 pub const KEYLEN_MAX: usize = 64;
 pub const VALLEN_MAX: usize = 1024;
+/// Key-value bytes (keys plus values) one rank may hold in the store; a rank's business
+/// cards take a few KiB, so this leaves ample room and stops a runaway (or hostile) rank
+/// from growing mpirun without bound.
+pub const KVS_BYTES_PER_RANK: usize = 1 << 20;
+/// Key-value bytes of the whole job.
+pub const KVS_BYTES_MAX: usize = 64 << 20;
+/// Longest text of a rank (an abort message) that mpirun prints, in characters.
+pub const MESSAGE_MAX: usize = 1000;
+
+/// `text` made safe to print on a terminal as part of one line: control characters (C0,
+/// DEL, C1, which start escape sequences) and the bidirectional-override characters become
+/// visible `\u{..}` escapes, a backslash is doubled, and past `max` characters the rest is
+/// cut off with `...`.
+pub fn printable(text: &str, max: usize) -> String {
+    let mut out = String::with_capacity(text.len().min(max + 8));
+    for (n, c) in text.chars().enumerate() {
+        if n == max {
+            out.push_str("...");
+            break;
+        }
+        let bidi = matches!(c, '\u{202a}'..='\u{202e}' | '\u{2066}'..='\u{2069}');
+        if c == '\\' {
+            out.push_str("\\\\");
+        } else if c.is_control() || bidi {
+            out.push_str(&format!("\\u{{{:x}}}", c as u32));
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
 
 /// Something the launcher must act on.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -30,6 +66,8 @@ struct RankState {
     initialized: bool,
     finalized: bool,
     in_barrier: bool,
+    /// Key-value bytes this rank owns in the store.
+    kvs_bytes: usize,
 }
 
 /// The job's key-value space, barrier and per-rank PMI state.
@@ -37,7 +75,10 @@ struct RankState {
 pub struct PmiServer {
     kvsname: String,
     size: usize,
-    kvs: HashMap<String, String>,
+    /// Key → (value, the rank that wrote it last).
+    kvs: HashMap<String, (String, usize)>,
+    /// Key-value bytes of the whole store.
+    kvs_bytes: usize,
     /// Reserved `PMI_*` attributes (e.g. `PMI_process_mapping`): readable, not writable.
     attrs: HashMap<String, String>,
     ranks: Vec<RankState>,
@@ -57,10 +98,16 @@ impl PmiServer {
             kvsname: kvsname.to_string(),
             size,
             kvs: HashMap::new(),
+            kvs_bytes: 0,
             attrs,
             ranks: vec![RankState::default(); size],
             barrier_count: 0,
         }
+    }
+
+    /// The job's size.
+    pub fn size(&self) -> usize {
+        self.size
     }
 
     pub fn kvsname(&self) -> &str {
@@ -97,6 +144,9 @@ impl PmiServer {
                 })
             }
         };
+        if let Err(detail) = self.check_sequence(rank, &c.cmd) {
+            return Some(Event::ProtocolError { rank, detail });
+        }
         let mut reply = |c: Command| out.push((rank, c.to_line()));
         match c.cmd.as_str() {
             "init" => {
@@ -126,7 +176,7 @@ impl PmiServer {
             "get_my_kvsname" => reply(Command::new("my_kvsname").arg("kvsname", &self.kvsname)),
             "get_universe_size" => reply(Command::new("universe_size").arg("size", self.size)),
             "put" => {
-                let result = self.put(&c);
+                let result = self.put(rank, &c);
                 reply(match result {
                     Ok(()) => Command::new("put_result")
                         .arg("rc", 0)
@@ -145,10 +195,9 @@ impl PmiServer {
                 reply(r);
             }
             "barrier_in" => {
-                if !self.ranks[rank].in_barrier {
-                    self.ranks[rank].in_barrier = true;
-                    self.barrier_count += 1;
-                }
+                // check_sequence refused a second barrier_in of the same barrier.
+                self.ranks[rank].in_barrier = true;
+                self.barrier_count += 1;
                 if self.barrier_count == self.size {
                     self.barrier_count = 0;
                     for (r, st) in self.ranks.iter_mut().enumerate() {
@@ -191,6 +240,25 @@ impl PmiServer {
         None
     }
 
+    /// Whether `cmd` may come from `rank` now. A rank starts with `init` (`initack` first
+    /// for PMI_PORT clients), enters each barrier once, and after `finalize` may only abort:
+    /// a stray `barrier_in` would otherwise count towards a barrier the others have not
+    /// reached and put every later barrier out of step.
+    fn check_sequence(&self, rank: usize, cmd: &str) -> Result<(), String> {
+        let st = &self.ranks[rank];
+        match cmd {
+            "abort" | "initack" => Ok(()),
+            "init" if st.initialized => Err("cmd=init sent twice".into()),
+            "init" => Ok(()),
+            _ if !st.initialized => Err(format!("cmd={} before cmd=init", printable(cmd, 40))),
+            _ if st.finalized => Err(format!("cmd={} after cmd=finalize", printable(cmd, 40))),
+            "barrier_in" if st.in_barrier => {
+                Err("cmd=barrier_in while already waiting in the barrier".into())
+            }
+            _ => Ok(()),
+        }
+    }
+
     fn check_kvsname(&self, c: &Command) -> Result<(), String> {
         match c.get("kvsname") {
             Some(k) if k != self.kvsname => Err(format!("unknown_kvsname_{k}")),
@@ -198,7 +266,7 @@ impl PmiServer {
         }
     }
 
-    fn put(&mut self, c: &Command) -> Result<(), String> {
+    fn put(&mut self, rank: usize, c: &Command) -> Result<(), String> {
         self.check_kvsname(c)?;
         let key = c
             .get("key")
@@ -214,7 +282,29 @@ impl PmiServer {
         if key.starts_with("PMI_") {
             return Err("key_reserved".to_string());
         }
-        self.kvs.insert(key.to_string(), value.to_string());
+        let bytes = key.len() + value.len();
+        // An overwrite gives back the old entry's bytes (to whichever rank wrote it).
+        let old = self
+            .kvs
+            .get(key)
+            .map(|(v, owner)| (key.len() + v.len(), *owner));
+        let (freed_total, freed_mine) = match old {
+            Some((b, owner)) => (b, if owner == rank { b } else { 0 }),
+            None => (0, 0),
+        };
+        if self.ranks[rank].kvs_bytes - freed_mine + bytes > KVS_BYTES_PER_RANK {
+            return Err("kvs_full_for_this_rank".to_string());
+        }
+        if self.kvs_bytes - freed_total + bytes > KVS_BYTES_MAX {
+            return Err("kvs_full".to_string());
+        }
+        if let Some((b, owner)) = old {
+            self.ranks[owner].kvs_bytes -= b;
+            self.kvs_bytes -= b;
+        }
+        self.ranks[rank].kvs_bytes += bytes;
+        self.kvs_bytes += bytes;
+        self.kvs.insert(key.to_string(), (value.to_string(), rank));
         Ok(())
     }
 
@@ -223,7 +313,7 @@ impl PmiServer {
         let key = c.get("key").ok_or("missing_key")?;
         self.attrs
             .get(key)
-            .or_else(|| self.kvs.get(key))
+            .or_else(|| self.kvs.get(key).map(|(v, _)| v))
             .cloned()
             .ok_or_else(|| "key_not_found".to_string())
     }
@@ -256,6 +346,8 @@ mod tests {
             ("response_to_init", Some(0))
         );
         assert!(s.initialized(0) && !s.initialized(1));
+        let r = one(&mut s, 1, "cmd=init pmi_version=2 pmi_subversion=0");
+        assert_eq!(r.get_int("rc"), Some(-1));
         let r = one(&mut s, 0, "cmd=get_maxes");
         assert_eq!(r.get_int("vallen_max"), Some(1024));
         assert_eq!(r.get_int("keylen_max"), Some(64));
@@ -269,21 +361,140 @@ mod tests {
             one(&mut s, 1, "cmd=get_universe_size").get_int("size"),
             Some(2)
         );
-        let r = one(&mut s, 1, "cmd=init pmi_version=2 pmi_subversion=0");
-        assert_eq!(r.get_int("rc"), Some(-1));
-        let r = one(&mut s, 0, "cmd=finalize");
-        assert_eq!(r.cmd, "finalize_ack");
-        assert!(s.finalized(0));
         let r = one(&mut s, 0, "cmd=spawn_something x=1");
         assert_eq!(
             (r.cmd.as_str(), r.get_int("rc")),
             ("spawn_something_result", Some(-1))
         );
+        let r = one(&mut s, 0, "cmd=finalize");
+        assert_eq!(r.cmd, "finalize_ack");
+        assert!(s.finalized(0));
+    }
+
+    fn protocol_error(s: &mut PmiServer, rank: usize, line: &str) -> String {
+        let mut out = Vec::new();
+        match s.handle_line(rank, line, &mut out) {
+            Some(Event::ProtocolError { rank: r, detail }) if r == rank => {
+                assert!(out.is_empty(), "{line}: no reply to a refused command");
+                detail
+            }
+            other => panic!("{line}: expected a protocol error, got {other:?}"),
+        }
+    }
+
+    /// Issue 14, item 8: a stray barrier_in before init (or a second one in the same
+    /// barrier, or anything after finalize) is a protocol error, not a count that puts
+    /// every later barrier out of step.
+    #[test]
+    fn out_of_sequence_commands_are_refused() {
+        let mut s = PmiServer::new("k", 2, "(vector,(0,1,2))");
+        let d = protocol_error(&mut s, 1, "cmd=barrier_in");
+        assert!(d.contains("barrier_in before cmd=init"), "{d}");
+        protocol_error(&mut s, 1, "cmd=put key=a value=b");
+        protocol_error(&mut s, 1, "cmd=finalize");
+        init_all(&mut s, 2);
+        protocol_error(&mut s, 0, "cmd=init pmi_version=1 pmi_subversion=1");
+        let mut out = Vec::new();
+        assert_eq!(s.handle_line(0, "cmd=barrier_in", &mut out), None);
+        let d = protocol_error(&mut s, 0, "cmd=barrier_in");
+        assert!(d.contains("already waiting"), "{d}");
+        // The barrier still completes once, for both ranks, when rank 1 enters.
+        assert_eq!(s.handle_line(1, "cmd=barrier_in", &mut out), None);
+        assert_eq!(out.len(), 2);
+        one(&mut s, 1, "cmd=finalize");
+        let d = protocol_error(&mut s, 1, "cmd=barrier_in");
+        assert!(d.contains("after cmd=finalize"), "{d}");
+        // Abort is allowed at any point.
+        assert!(matches!(
+            s.handle_line(1, "cmd=abort exitcode=1", &mut out),
+            Some(Event::Abort { .. })
+        ));
+        let mut fresh = PmiServer::new("k", 1, "(vector,(0,1,1))");
+        assert!(matches!(
+            fresh.handle_line(0, "cmd=abort exitcode=1", &mut out),
+            Some(Event::Abort { .. })
+        ));
+    }
+
+    /// Issue 14, item 8: the store is bounded per rank and in total; overwrites are
+    /// charged only the difference, so a rank rewriting one key never fills up.
+    #[test]
+    fn key_value_store_is_bounded() {
+        let mut s = PmiServer::new("k", 2, "(vector,(0,1,2))");
+        init_all(&mut s, 2);
+        let value = "v".repeat(VALLEN_MAX);
+        let mut stored = 0;
+        let mut refused = None;
+        for i in 0..2 * KVS_BYTES_PER_RANK / VALLEN_MAX {
+            let r = one(
+                &mut s,
+                0,
+                &format!("cmd=put kvsname=k key=k{i} value={value}"),
+            );
+            if r.get_int("rc") == Some(0) {
+                stored += 1;
+            } else {
+                refused = Some(r.get("msg").unwrap_or("").to_string());
+                break;
+            }
+        }
+        assert_eq!(refused.as_deref(), Some("kvs_full_for_this_rank"));
+        assert!(
+            stored > 900 && stored <= KVS_BYTES_PER_RANK / VALLEN_MAX,
+            "{stored}"
+        );
+        assert!(s.ranks[0].kvs_bytes <= KVS_BYTES_PER_RANK);
+        // Rewriting an existing key still works; another rank still has its own room.
+        let r = one(&mut s, 0, "cmd=put kvsname=k key=k0 value=short");
+        assert_eq!(r.get_int("rc"), Some(0));
+        let r = one(&mut s, 1, "cmd=put kvsname=k key=mine value=x");
+        assert_eq!(r.get_int("rc"), Some(0));
+        // Rank 1 overwriting rank 0's key takes the entry over.
+        let before = s.ranks[0].kvs_bytes;
+        let r = one(&mut s, 1, "cmd=put kvsname=k key=k1 value=y");
+        assert_eq!(r.get_int("rc"), Some(0));
+        assert_eq!(s.ranks[0].kvs_bytes, before - 2 - VALLEN_MAX);
+        assert_eq!(s.kvs_bytes, s.ranks[0].kvs_bytes + s.ranks[1].kvs_bytes);
+        // The job-wide bound: many ranks each within their own limit.
+        let n = KVS_BYTES_MAX / KVS_BYTES_PER_RANK + 2;
+        let mut big = PmiServer::new("k", n, "(vector,(0,1,1))");
+        init_all(&mut big, n);
+        let mut full = false;
+        'ranks: for r in 0..n {
+            for i in 0..KVS_BYTES_PER_RANK / (VALLEN_MAX + 8) {
+                let line = format!("cmd=put kvsname=k key=r{r}k{i} value={value}");
+                if one(&mut big, r, &line).get("msg") == Some("kvs_full") {
+                    full = true;
+                    break 'ranks;
+                }
+            }
+        }
+        assert!(full && big.kvs_bytes <= KVS_BYTES_MAX);
+    }
+
+    #[test]
+    fn printable_escapes_terminal_controls() {
+        assert_eq!(printable("plain text", 100), "plain text");
+        assert_eq!(
+            printable("\x1b]0;owned\x07\x1b[2Jbye\r\n\u{9b}31m", 100),
+            "\\u{1b}]0;owned\\u{7}\\u{1b}[2Jbye\\u{d}\\u{a}\\u{9b}31m"
+        );
+        assert_eq!(printable("a\u{202e}b", 100), "a\\u{202e}b");
+        assert_eq!(printable("a\\b", 100), "a\\\\b");
+        assert_eq!(printable("abcdef", 3), "abc...");
+        assert_eq!(printable("日本語", 10), "日本語");
+    }
+
+    fn init_all(s: &mut PmiServer, n: usize) {
+        for r in 0..n {
+            one(s, r, "cmd=init pmi_version=1 pmi_subversion=1");
+        }
     }
 
     #[test]
     fn kvs_put_get_and_reserved_keys() {
         let mut s = PmiServer::new("kvs_1", 2, "(vector,(0,1,2))");
+        init_all(&mut s, 2);
         let r = one(&mut s, 0, "cmd=put kvsname=kvs_1 key=card-0 value=a=b");
         assert_eq!(r.get_int("rc"), Some(0));
         let r = one(&mut s, 1, "cmd=get kvsname=kvs_1 key=card-0");
@@ -311,10 +522,10 @@ mod tests {
     #[test]
     fn barrier_releases_everyone_once_all_entered() {
         let mut s = PmiServer::new("k", 3, "(vector,(0,1,3))");
+        init_all(&mut s, 3);
         let mut out = Vec::new();
         s.handle_line(0, "cmd=barrier_in", &mut out);
         s.handle_line(2, "cmd=barrier_in", &mut out);
-        s.handle_line(2, "cmd=barrier_in", &mut out); // duplicate does not count twice
         assert!(out.is_empty());
         s.handle_line(1, "cmd=barrier_in", &mut out);
         let got = cmds(&out);

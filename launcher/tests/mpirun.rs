@@ -380,3 +380,113 @@ fn usage_errors_and_missing_programs() {
     assert_eq!(out.status.code(), Some(0));
     assert!(out.stderr.is_empty() && out.stdout.is_empty());
 }
+
+/// mpirun running `sh -c SCRIPT` as every rank; the script may `exec` pmi_rank.
+fn run_sh(np: usize, dir: &Path, script: &str, limit: Duration) -> (Output, Duration) {
+    let start = Instant::now();
+    let child = Command::new(mpirun())
+        .arg("-n")
+        .arg(np.to_string())
+        .arg("--env")
+        .arg(format!("PMI_TEST_DIR={}", dir.display()))
+        .arg("--env")
+        .arg(format!("PMI_RANK_EXE={}", pmi_rank().display()))
+        .args(["sh", "-c", script])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as i32;
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let d2 = done.clone();
+    std::thread::spawn(move || {
+        while start.elapsed() < limit {
+            if d2.load(std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        // SAFETY: signalling our own child, not reaped yet (`done` is still false).
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    });
+    let out = child.wait_with_output().unwrap();
+    done.store(true, std::sync::atomic::Ordering::SeqCst);
+    (out, start.elapsed())
+}
+
+/// Issue 14, item 7: a rank that exits with status 0 before MPI_Init (PMI init) while the
+/// others wait in start-up ends the job with one clear line, instead of a hang.
+#[test]
+fn rank_exiting_before_init_ends_the_job() {
+    let dir = test_dir("earlyexit");
+    // Rank 1 exits at once, before or after the others reach init: both orders count.
+    for (name, script) in [
+        (
+            "first",
+            r#"[ "$PMI_RANK" = 1 ] && exit 0; exec "$PMI_RANK_EXE" barrier"#,
+        ),
+        (
+            "late",
+            r#"[ "$PMI_RANK" = 1 ] && { sleep 0.5; exit 0; }; exec "$PMI_RANK_EXE" barrier"#,
+        ),
+    ] {
+        let (out, took) = run_sh(3, &dir, script, Duration::from_secs(30));
+        assert_eq!(out.status.code(), Some(1), "{name}: {out:?}");
+        let lines = stderr_lines(&out);
+        assert_eq!(lines.len(), 1, "{name}: {lines:?}");
+        assert!(
+            lines[0].starts_with("mpirun: rank 1 (pid ")
+                && lines[0].contains("exited with code 0 before calling MPI_Init"),
+            "{name}: {lines:?}"
+        );
+        assert!(took < Duration::from_secs(5), "{name}: took {took:?}");
+    }
+    // A job in which no rank uses MPI at all is still fine.
+    let (out, _) = run_sh(3, &dir, "exit 0", Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 14, item 8: a stray `barrier_in` before init is refused with one line naming the
+/// rank (it used to put the barrier out of step and hang the job).
+#[test]
+fn stray_pmi_barrier_before_init_ends_the_job() {
+    let dir = test_dir("straybarrier");
+    let script = r#"[ "$PMI_RANK" = 2 ] && printf 'cmd=barrier_in\n' >&"$PMI_FD"; exec "$PMI_RANK_EXE" barrier barrier"#;
+    let (out, took) = run_sh(3, &dir, script, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let lines = stderr_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("rank 2")
+            && lines[0].contains("broke the PMI protocol (cmd=barrier_in before cmd=init)"),
+        "{lines:?}"
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Issue 14, item 8: an abort message with terminal escape sequences is printed with the
+/// control characters made visible, never raw.
+#[test]
+fn abort_message_escapes_are_printed_safely() {
+    let dir = test_dir("escapes");
+    let script = r#"printf 'cmd=init pmi_version=1 pmi_subversion=1\n' >&"$PMI_FD"; printf 'cmd=abort exitcode=7 message=\033]0;owned\007\033[2Jgone\r\n' >&"$PMI_FD"; exec sleep 20"#;
+    let (out, took) = run_sh(1, &dir, script, Duration::from_secs(30));
+    assert_eq!(out.status.code(), Some(7), "{out:?}");
+    assert!(
+        !out.stderr
+            .iter()
+            .any(|&b| b == 0x1b || b == 0x07 || b == b'\r'),
+        "raw control bytes reached the terminal: {:?}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = stderr_lines(&out);
+    assert_eq!(
+        lines,
+        vec!["mpirun: rank 0 called MPI_Abort with error code 7: \\u{1b}]0;owned\\u{7}\\u{1b}[2Jgone; job aborted"]
+    );
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -345,6 +345,36 @@ fn rank_killed_on_remote_host_ends_the_job() {
     assert!(h.leftovers().is_empty(), "orphans: {:?}", h.leftovers());
 }
 
+/// Issue 14, item 6: every rank has a live TCP link to the last one, which then dies by
+/// SIGKILL. The survivors' aborts ("peer rank 3 failed") must not win: mpirun names the
+/// dead rank, its signal and its host, and exits 128+9. Several runs, as it was a race.
+#[test]
+fn dying_rank_is_named_with_its_signal_across_tcp() {
+    let _s = serial();
+    let Some(h) = Hosts::new(2) else { return };
+    for run_no in 0..3 {
+        let mut c = h.mpirun(2);
+        c.arg(p2p_check()).arg("sigkill_after_traffic");
+        let (out, took) = run(c, Duration::from_secs(60));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(128 + 9), "run {run_no}: {stderr}");
+        // The ranks' own stderr lines may interleave with mpirun's (unbuffered writes of
+        // several processes), so look for mpirun's one line as a substring.
+        let want = format!(
+            "mpirun: rank 3 (on host {}) killed by signal 9 (SIGKILL); job aborted",
+            h.names[1]
+        );
+        assert!(stderr.contains(&want), "run {run_no}: {stderr}");
+        assert_eq!(
+            stderr.matches("mpirun:").count(),
+            1,
+            "run {run_no}: {stderr}"
+        );
+        assert!(took < Duration::from_secs(15), "run {run_no} took {took:?}");
+        assert!(h.leftovers().is_empty(), "orphans: {:?}", h.leftovers());
+    }
+}
+
 #[test]
 fn lost_agent_ends_the_job() {
     let _s = serial();
@@ -403,10 +433,13 @@ fn wrong_key_from_outside_is_refused() {
             if let Ok(mut s) =
                 std::net::TcpStream::connect_timeout(&target, Duration::from_millis(200))
             {
-                let key = tsunagi_tcp::JobKey::derive("not this job");
-                let hello = tsunagi_tcp::handshake::encode_hello(&key, 1, 0);
-                s.write_all(&hello).unwrap();
                 s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+                let mut c = [0u8; tsunagi_tcp::handshake::CHALLENGE_BYTES];
+                s.read_exact(&mut c).unwrap();
+                let nonce = tsunagi_tcp::handshake::decode_challenge(&c).unwrap();
+                let key = tsunagi_tcp::JobKey::derive("not this job");
+                let hello = tsunagi_tcp::handshake::encode_hello(&key, &nonce, 1, 0);
+                s.write_all(&hello).unwrap();
                 let mut b = [0u8; 8];
                 // Closed (EOF or reset), never a verdict.
                 return s.read(&mut b).unwrap_or(0);

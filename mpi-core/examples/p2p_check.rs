@@ -942,6 +942,44 @@ fn main() {
                 let mut b = [0u8; 1];
                 recv_bytes(rt, &mut b, ANY_SOURCE, 999, CommId::WORLD);
             }
+            "pause" => std::thread::sleep(std::time::Duration::from_secs(3)),
+            "sigkill_after_traffic" => {
+                // Every rank has a live link to the last one; then the last dies by SIGKILL
+                // while the others wait for it, so their links break (issue 14, item 6:
+                // mpirun must still name the dead rank and its signal, not a survivor).
+                let last = rt.world_size() as i32 - 1;
+                let mut b = [0u8; 1];
+                if rt.world_rank() as i32 == last {
+                    for src in 0..last {
+                        recv_bytes(rt, &mut b, src, 5, CommId::WORLD);
+                    }
+                    for dst in 0..last {
+                        send_bytes(rt, &b, dst, 6, CommId::WORLD);
+                    }
+                    std::thread::sleep(std::time::Duration::from_millis(200));
+                    // SAFETY: raising a signal on ourselves.
+                    unsafe { libc::raise(libc::SIGKILL) };
+                }
+                send_bytes(rt, &b, last, 5, CommId::WORLD);
+                recv_bytes(rt, &mut b, last, 6, CommId::WORLD);
+                // As an MPI program with the default error handler: the broken link ends
+                // this rank through MPI_Abort, blaming the dead peer.
+                // SAFETY: `b` is a live, exclusively borrowed slice for the blocking call.
+                let r = unsafe {
+                    rt.recv(
+                        "MPI_Recv",
+                        b.as_mut_ptr(),
+                        1,
+                        &byte(),
+                        last,
+                        7,
+                        CommId::WORLD,
+                    )
+                };
+                if let Err(e) = r {
+                    rt.handle_error(Some(CommId::WORLD), &e);
+                }
+            }
             "fatal" => {
                 // Default handler: an invalid rank ends the job with one line.
                 let b = [0u8; 1];

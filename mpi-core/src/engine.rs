@@ -1153,18 +1153,50 @@ impl Core {
         self.completions = self.completions.wrapping_add(1);
     }
 
+    /// Whether a control message (CTS, DATA, FIN, SYNC_ACK) from world rank `src` may act
+    /// on request `id`: the request exists, is a send (`send`) or a receive, and talks to
+    /// `src`: a send's destination, a receive's matched source. A transport delivers from
+    /// `src` only what came over that rank's own connection, so a frame naming another
+    /// peer's request is forged (or a bug) and is dropped; it must not complete a request
+    /// of someone else (issue 14, item 4).
+    fn control_from_peer(&self, id: ReqId, src: Rank, send: bool) -> bool {
+        let Some(req) = self.reqs.get(id.0) else {
+            return false;
+        };
+        let counterpart = match req.op {
+            Op::Send(_) if send => req.peer,
+            Op::Recv if !send => req.status.source,
+            _ => return false,
+        };
+        let ok = counterpart >= 0
+            && self.comm(req.comm).is_some_and(|c| {
+                (counterpart as usize) < c.group.size()
+                    && c.group.world_rank(counterpart as usize) == src
+            });
+        if !ok && !FORGED_REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "tsunagi: rank {} ignored a control message from rank {src} for a request it \
+                 does not belong to (further ones are not reported)",
+                self.me
+            );
+        }
+        ok
+    }
+
     /// Handle one message from a transport (inside its poll).
     fn on_arrival(&mut self, src: Rank, h: &Header, p: &[u8]) {
+        let id = ReqId(h.cookie as u32);
         match h.kind {
             EAGER | RTS => self.arrive_matchable(src, h, p),
-            CTS => self.streams.push(Stream {
-                send: ReqId(h.cookie as u32),
+            CTS if self.control_from_peer(id, src, true) => self.streams.push(Stream {
+                send: id,
                 recv_cookie: h.len,
                 peer: src,
                 offset: 0,
             }),
-            DATA => self.arrive_data(h, p),
-            FIN | SYNC_ACK => self.complete(ReqId(h.cookie as u32)),
+            DATA if self.control_from_peer(id, src, false) => self.arrive_data(h, p),
+            FIN | SYNC_ACK if self.control_from_peer(id, src, true) => self.complete(id),
+            CTS | DATA | FIN | SYNC_ACK => {}
             k => {
                 self.set_fault(mpi_err(
                     ErrorClass::Intern,
@@ -1342,6 +1374,9 @@ impl Core {
     }
 }
 
+/// A forged control message was reported (once per process).
+static FORGED_REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 fn sync_ack(me: Rank, cookie: u64) -> Header {
     Header {
         kind: SYNC_ACK,
@@ -1363,5 +1398,89 @@ impl Engine {
     /// Internal use: a byte type for packed buffers.
     pub(crate) fn byte_type(&self) -> TypeRef {
         self.core.byte_type.clone()
+    }
+}
+
+#[cfg(test)]
+mod forged_control_tests {
+    use super::*;
+    use crate::comm::ErrHandler;
+    use crate::group::Group;
+    use std::sync::Arc;
+
+    /// Rank 0 of 3 with WORLD and one active request to `peer`; no transports needed:
+    /// arrivals are fed to `on_arrival` as a transport's poll would.
+    fn engine_with(send: bool, peer: i32) -> (Engine, ReqId) {
+        let mut e = Engine::new(0, 3, Router::new(3));
+        e.core.comms.push(Some(CommData {
+            group: Arc::new(Group::new(vec![0, 1, 2])),
+            rank: 0,
+            context: 0,
+            name: "WORLD".into(),
+            errhandler: ErrHandler::Fatal,
+            attrs: Default::default(),
+            nodes: Arc::new(vec![0, 0, 1]),
+        }));
+        let mode = send.then_some(SendMode::Synchronous);
+        let id = e.new_request(
+            mode,
+            Buf(std::ptr::null_mut()),
+            0,
+            Datatype::builtin(Builtin::Byte),
+            CommId(0),
+            peer,
+            0,
+            false,
+        );
+        let req = e.core.reqs.get_mut(id.0).unwrap();
+        req.phase = Phase::Active;
+        if !send {
+            req.status.source = peer;
+            req.expected = 1;
+        }
+        (e, id)
+    }
+
+    fn ctl(kind: u8, cookie: u32) -> Header {
+        Header {
+            kind,
+            cookie: cookie as u64,
+            ..Header::default()
+        }
+    }
+
+    /// Issue 14, item 4: FIN / SYNC_ACK / CTS / DATA naming a request act only when they
+    /// come from the peer that request talks to.
+    #[test]
+    fn control_messages_from_other_peers_are_ignored() {
+        for kind in [FIN, SYNC_ACK] {
+            let (mut e, id) = engine_with(true, 1);
+            e.core.on_arrival(2, &ctl(kind, id.0), &[]);
+            assert!(
+                !e.is_done(id),
+                "kind {kind} from rank 2 completed a send to rank 1"
+            );
+            e.core.on_arrival(1, &ctl(kind, id.0), &[]);
+            assert!(e.is_done(id), "kind {kind} from rank 1 must complete it");
+        }
+        let (mut e, id) = engine_with(true, 1);
+        e.core.on_arrival(2, &ctl(CTS, id.0), &[]);
+        assert!(
+            e.core.streams.is_empty(),
+            "a CTS from rank 2 started a stream"
+        );
+        e.core.on_arrival(1, &ctl(CTS, id.0), &[]);
+        assert_eq!(e.core.streams.len(), 1);
+        // A FIN naming a receive, or no request at all, does nothing.
+        let (mut e, id) = engine_with(false, 1);
+        e.core.on_arrival(1, &ctl(FIN, id.0), &[]);
+        e.core.on_arrival(1, &ctl(FIN, 999), &[]);
+        assert!(!e.is_done(id));
+        // DATA for a receive matched to rank 1 is taken only from rank 1.
+        e.core.on_arrival(2, &ctl(DATA, id.0), &[1]);
+        assert!(!e.is_done(id));
+        e.core.on_arrival(1, &ctl(DATA, id.0), &[1]);
+        assert!(e.is_done(id));
+        assert!(e.core.fault.is_none());
     }
 }

@@ -167,6 +167,17 @@ pub mod wire {
         if cmd.is_empty() {
             return Err(WireError("empty command name".to_string()));
         }
+        // A command name is a word: one with escaped spaces or other bytes would be echoed
+        // into replies (`cmd=<name>_result`) and change their meaning (found by fuzzing).
+        if !cmd
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+        {
+            return Err(WireError(format!(
+                "malformed command name {:?}",
+                cmd.chars().take(40).collect::<String>()
+            )));
+        }
         let args = tokens.map(|(k, v)| (k, v.unwrap_or_default())).collect();
         Ok(Command { cmd, args })
     }
@@ -261,6 +272,14 @@ pub mod wire {
     #[cfg(test)]
     mod tests {
         use super::*;
+
+        #[test]
+        fn command_names_are_words() {
+            assert!(parse("cmd=ge\\ b msg=x").is_err());
+            assert!(parse("cmd=a=b").is_err());
+            assert!(parse("cmd=get_result rc=0").is_ok());
+            assert!(parse("cmd=spawn-x").is_ok());
+        }
 
         #[test]
         fn parses_simple_lines() {

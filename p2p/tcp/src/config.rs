@@ -8,10 +8,11 @@ use std::time::Duration;
 
 /// The per-job secret every new connection must present.
 ///
-/// 128 bits, random per job when mpirun sets `TSUNAGI_JOB_KEY`. It keeps out connections
-/// that do not belong to the job (another job's rank on a reused port, port scanners, a
-/// stale process), not an eavesdropper: the key travels in clear in the hello, as MPI
-/// implementations' TCP paths have no authentication at all.
+/// 128 bits, random per job when mpirun hands it over (`TSUNAGI_JOB_KEY_FD`). It keeps out
+/// connections that do not belong to the job (another job's rank on a reused port, port
+/// scanners, a stale process, a local user). It never travels: a connector answers the
+/// acceptor's challenge with an HMAC under it (see `handshake`). Messages after the
+/// handshake are neither encrypted nor signed.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct JobKey(pub [u8; 16]);
 
@@ -72,6 +73,63 @@ impl JobKey {
         k[8..].copy_from_slice(&h(0x6c62_272e_07bb_0142).to_le_bytes());
         JobKey(k)
     }
+}
+
+/// The job key from the inherited descriptor `fd_spec` (the value of `TSUNAGI_JOB_KEY_FD`):
+/// mpirun hands each rank a sealed memfd holding the key in hex, so the key appears in no
+/// process's command line or environment (`/proc/PID/environ`). Read with `pread` at offset
+/// 0, so reading again gives the same key; the descriptor is made close-on-exec, so
+/// programs the rank starts do not inherit it.
+pub fn read_key_fd(fd_spec: &str) -> Result<JobKey, String> {
+    let bad = |why: String| format!("TSUNAGI_JOB_KEY_FD={fd_spec}: {why}");
+    let fd: i32 = fd_spec
+        .trim()
+        .parse()
+        .ok()
+        .filter(|&fd| fd >= 0)
+        .ok_or_else(|| bad("expected a descriptor number".into()))?;
+    let mut buf = [0u8; 64];
+    // SAFETY: pread writes at most buf.len() bytes into `buf`; a bad descriptor is EBADF.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    if n < 0 {
+        return Err(bad(std::io::Error::last_os_error().to_string()));
+    }
+    // SAFETY: fcntl on a descriptor that pread just read from.
+    unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+    let text = std::str::from_utf8(&buf[..n as usize]).map_err(|_| bad("not hex".into()))?;
+    JobKey::from_hex(text).map_err(|e| bad(e.replace("TSUNAGI_JOB_KEY: ", "")))
+}
+
+/// A sealed memfd (close-on-exec) holding `key` in hex, for [`read_key_fd`]: the launcher
+/// makes it inheritable in the child it starts and names it in `TSUNAGI_JOB_KEY_FD`.
+pub fn key_memfd(key: &JobKey) -> std::io::Result<std::os::fd::OwnedFd> {
+    use std::os::fd::FromRawFd;
+    let last = std::io::Error::last_os_error;
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd.
+    let fd = unsafe {
+        libc::memfd_create(
+            c"tsunagi-job-key".as_ptr(),
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )
+    };
+    if fd < 0 {
+        return Err(last());
+    }
+    // SAFETY: a fresh descriptor that nothing else owns.
+    let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+    let hex = key.to_hex();
+    // SAFETY: writing from a live buffer of the stated length to our descriptor.
+    let n = unsafe { libc::write(fd, hex.as_ptr().cast(), hex.len()) };
+    if n != hex.len() as isize {
+        return Err(last());
+    }
+    // Nobody (the rank included) can change the key after this.
+    let seals = libc::F_SEAL_WRITE | libc::F_SEAL_GROW | libc::F_SEAL_SHRINK | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on our own memfd.
+    if unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(last());
+    }
+    Ok(owned)
 }
 
 /// Parse `TSUNAGI_TCP_PORTS`: `lo-hi` (inclusive) or a single port.
@@ -141,9 +199,10 @@ pub fn interfaces() -> Vec<Interface> {
 ///
 /// * an address: bind to it and publish it;
 /// * an interface name: bind to and publish its first IPv4 address;
-/// * nothing: bind to every interface (0.0.0.0) and publish the first non-loopback IPv4
-///   address (in a network namespace joined by a veth pair, the veth's), or 127.0.0.1 on
-///   a host with no other interface.
+/// * nothing: publish the first non-loopback IPv4 address (in a network namespace joined by
+///   a veth pair, the veth's), or 127.0.0.1 on a host with no other interface, and bind to
+///   that same address only: peers connect to the published address, so listening on every
+///   interface would only let in connections from networks no peer uses.
 pub fn choose_address(spec: Option<&str>, ifs: &[Interface]) -> Result<(IpAddr, IpAddr), String> {
     match spec.map(str::trim).filter(|s| !s.is_empty()) {
         Some(s) => {
@@ -167,7 +226,7 @@ pub fn choose_address(spec: Option<&str>, ifs: &[Interface]) -> Result<(IpAddr, 
                 .find(|i| !i.addr.is_loopback())
                 .map(|i| i.addr)
                 .unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-            Ok((IpAddr::V4(Ipv4Addr::UNSPECIFIED), publish))
+            Ok((publish, publish))
         }
     }
 }
@@ -204,13 +263,15 @@ impl TcpConfig {
     }
 
     /// From the environment (`getenv` is `std::env::var` outside tests). The key comes from
-    /// `TSUNAGI_JOB_KEY`, else is derived from `key_seed` (the kvsname).
+    /// the descriptor `TSUNAGI_JOB_KEY_FD` names (mpirun's way: see [`read_key_fd`]), else
+    /// from `TSUNAGI_JOB_KEY`, else is derived from `key_seed` (the kvsname).
     pub fn from_env(
         getenv: impl Fn(&str) -> Option<String>,
         key_seed: &str,
     ) -> Result<TcpConfig, String> {
-        let key = match getenv("TSUNAGI_JOB_KEY") {
-            Some(k) if !k.is_empty() => JobKey::from_hex(&k)?,
+        let key = match (getenv("TSUNAGI_JOB_KEY_FD"), getenv("TSUNAGI_JOB_KEY")) {
+            (Some(fd), _) if !fd.trim().is_empty() => read_key_fd(&fd)?,
+            (_, Some(k)) if !k.is_empty() => JobKey::from_hex(&k)?,
             _ => JobKey::derive(key_seed),
         };
         let mut c = TcpConfig::new(key);
@@ -246,6 +307,40 @@ impl TcpConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn key_from_an_inherited_descriptor() {
+        use std::os::fd::AsRawFd;
+        let k = JobKey::random();
+        let fd = key_memfd(&k).unwrap();
+        let spec = fd.as_raw_fd().to_string();
+        assert_eq!(read_key_fd(&spec), Ok(k));
+        assert_eq!(
+            read_key_fd(&spec),
+            Ok(k),
+            "a second read gives the same key"
+        );
+        // Sealed: not even its holder can rewrite it.
+        // SAFETY: write from a live 1-byte buffer to our descriptor.
+        let w = unsafe { libc::pwrite(fd.as_raw_fd(), b"0".as_ptr().cast(), 1, 0) };
+        assert_eq!(w, -1);
+        let env = |k: &str| match k {
+            "TSUNAGI_JOB_KEY_FD" => Some(spec.clone()),
+            "TSUNAGI_JOB_KEY" => Some("00".repeat(16)),
+            _ => None,
+        };
+        assert_eq!(
+            TcpConfig::from_env(env, "kvs").unwrap().key,
+            k,
+            "the fd wins"
+        );
+        assert!(read_key_fd("-1").is_err());
+        assert!(read_key_fd("x").is_err());
+        drop(fd);
+        assert!(read_key_fd(&spec)
+            .unwrap_err()
+            .contains("TSUNAGI_JOB_KEY_FD="));
+    }
 
     #[test]
     fn keys() {
@@ -288,11 +383,9 @@ mod tests {
 
     #[test]
     fn address_choice() {
-        let any: IpAddr = "0.0.0.0".parse().unwrap();
-        assert_eq!(
-            choose_address(None, &ifs()),
-            Ok((any, "10.77.0.2".parse().unwrap()))
-        );
+        // Unset: listen only where peers connect, the published address (issue 14).
+        let first: IpAddr = "10.77.0.2".parse().unwrap();
+        assert_eq!(choose_address(None, &ifs()), Ok((first, first)));
         assert_eq!(
             choose_address(Some("eth1"), &ifs()),
             Ok((
@@ -306,10 +399,8 @@ mod tests {
             .unwrap_err()
             .contains("veth1"));
         let lo_only = &ifs()[..1];
-        assert_eq!(
-            choose_address(None, lo_only),
-            Ok((any, "127.0.0.1".parse().unwrap()))
-        );
+        let lo: IpAddr = "127.0.0.1".parse().unwrap();
+        assert_eq!(choose_address(None, lo_only), Ok((lo, lo)));
         // The real host has at least a loopback interface.
         assert!(interfaces().iter().any(|i| i.addr.is_loopback()));
     }

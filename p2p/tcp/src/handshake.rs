@@ -1,11 +1,16 @@
-//! The connection handshake, sans IO: the hello a connector sends, the acceptor's verdict,
-//! and the rule that resolves simultaneous connects.
+//! The connection handshake, sans IO: the acceptor's challenge, the hello a connector
+//! answers with, the acceptor's verdict, and the rule that resolves simultaneous connects.
 //!
 //! ```text
-//! connector → acceptor   hello (32 bytes):  "TSGT" version byte-order 0 0 | key (16) |
-//!                                           from rank (u32 LE) | to rank (u32 LE)
-//! acceptor  → connector  verdict (8 bytes): "TSGA" verdict 0 0 0
+//! acceptor  → connector  challenge (24 bytes): "TSGC" version byte-order 0 0 | nonce (16)
+//! connector → acceptor   hello (48 bytes):     "TSGT" version byte-order 0 0 |
+//!                                              from rank (u32 LE) | to rank (u32 LE) |
+//!                                              HMAC-SHA256(job key, nonce, from, to) (32)
+//! acceptor  → connector  verdict (8 bytes):    "TSGA" verdict 0 0 0
 //! ```
+//!
+//! The hello proves knowledge of the job key without carrying it: someone who watches a
+//! connection learns a MAC that is worthless for the next one (a fresh nonce each time).
 //!
 //! After an *accept* verdict both directions carry the shared stream frames
 //! (`tsunagi_p2p::framing`). The connector sends nothing but the hello until the verdict
@@ -31,16 +36,21 @@ use std::fmt;
 
 use tsunagi_p2p::Rank;
 
+use crate::auth::{self, NONCE_BYTES};
 use crate::config::JobKey;
 
+/// Bytes of a challenge.
+pub const CHALLENGE_BYTES: usize = 24;
 /// Bytes of a hello.
-pub const HELLO_BYTES: usize = 32;
+pub const HELLO_BYTES: usize = 48;
+const CHALLENGE_MAGIC: [u8; 4] = *b"TSGC";
+const HELLO_LABEL: &str = "tsunagi tcp hello v2";
 /// Bytes of a verdict.
 pub const VERDICT_BYTES: usize = 8;
 const HELLO_MAGIC: [u8; 4] = *b"TSGT";
 const VERDICT_MAGIC: [u8; 4] = *b"TSGA";
-/// Wire version; bumped on incompatible changes.
-pub const VERSION: u8 = 1;
+/// Wire version; bumped on incompatible changes (2: challenge and HMAC instead of the key).
+pub const VERSION: u8 = 2;
 /// 1 on little-endian hosts, 2 on big-endian ones: the message header travels in native byte
 /// order (`Header::to_bytes`), so both ends must share it; a mismatch is refused clearly
 /// rather than corrupting messages.
@@ -49,7 +59,6 @@ const BYTE_ORDER: u8 = if cfg!(target_endian = "little") { 1 } else { 2 };
 /// A decoded hello.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
-    pub key: JobKey,
     pub from: Rank,
     pub to: Rank,
 }
@@ -82,25 +91,60 @@ impl fmt::Display for Refusal {
             Refusal::WrongKey => f.write_str("wrong job key"),
             Refusal::WrongRank { to } => write!(f, "hello addressed to rank {to}"),
             Refusal::UnknownPeer(r) => write!(f, "rank {r} is not a peer of this transport"),
-            Refusal::Incomplete => f.write_str("closed before completing its hello"),
+            Refusal::Incomplete => {
+                f.write_str("no complete hello (closed, too slow, or too many waiting)")
+            }
         }
     }
 }
 
-/// The hello rank `from` sends to rank `to`.
-pub fn encode_hello(key: &JobKey, from: Rank, to: Rank) -> [u8; HELLO_BYTES] {
+/// A nonce of a challenge.
+pub type Nonce = [u8; NONCE_BYTES];
+
+/// The challenge an acceptor sends as soon as it accepted a connection.
+pub fn encode_challenge(nonce: &Nonce) -> [u8; CHALLENGE_BYTES] {
+    let mut b = [0u8; CHALLENGE_BYTES];
+    b[..4].copy_from_slice(&CHALLENGE_MAGIC);
+    b[4] = VERSION;
+    b[5] = BYTE_ORDER;
+    b[8..].copy_from_slice(nonce);
+    b
+}
+
+/// The nonce of a challenge, or why the acceptor is not a rank we can talk to.
+pub fn decode_challenge(b: &[u8; CHALLENGE_BYTES]) -> Result<Nonce, Refusal> {
+    if b[..4] != CHALLENGE_MAGIC {
+        return Err(Refusal::BadMagic);
+    }
+    if b[4] != VERSION {
+        return Err(Refusal::Version(b[4]));
+    }
+    if b[5] != BYTE_ORDER {
+        return Err(Refusal::ByteOrder);
+    }
+    Ok(b[8..].try_into().expect("16 bytes"))
+}
+
+/// The hello rank `from` sends to rank `to` in answer to `nonce`.
+pub fn encode_hello(key: &JobKey, nonce: &Nonce, from: Rank, to: Rank) -> [u8; HELLO_BYTES] {
     let mut b = [0u8; HELLO_BYTES];
     b[..4].copy_from_slice(&HELLO_MAGIC);
     b[4] = VERSION;
     b[5] = BYTE_ORDER;
-    b[8..24].copy_from_slice(&key.0);
-    b[24..28].copy_from_slice(&from.to_le_bytes());
-    b[28..32].copy_from_slice(&to.to_le_bytes());
+    b[8..12].copy_from_slice(&from.to_le_bytes());
+    b[12..16].copy_from_slice(&to.to_le_bytes());
+    let (f, t) = (from.to_le_bytes(), to.to_le_bytes());
+    b[16..48].copy_from_slice(&auth::mac(&key.0, HELLO_LABEL, &[nonce, &f, &t]));
     b
 }
 
-/// Decode a hello and check it against our key and rank.
-pub fn check_hello(b: &[u8; HELLO_BYTES], key: &JobKey, me: Rank) -> Result<Hello, Refusal> {
+/// Decode a hello answering our challenge `nonce` and check it against our key and rank.
+pub fn check_hello(
+    b: &[u8; HELLO_BYTES],
+    key: &JobKey,
+    nonce: &Nonce,
+    me: Rank,
+) -> Result<Hello, Refusal> {
     if b[..4] != HELLO_MAGIC {
         return Err(Refusal::BadMagic);
     }
@@ -110,22 +154,17 @@ pub fn check_hello(b: &[u8; HELLO_BYTES], key: &JobKey, me: Rank) -> Result<Hell
     if b[5] != BYTE_ORDER {
         return Err(Refusal::ByteOrder);
     }
-    let got = JobKey(b[8..24].try_into().expect("16 bytes"));
-    // Compare without an early exit, so timing does not reveal how much of a guess matched.
-    let diff = got
-        .0
-        .iter()
-        .zip(key.0.iter())
-        .fold(0u8, |d, (a, b)| d | (a ^ b));
-    if diff != 0 {
+    let from = Rank::from_le_bytes(b[8..12].try_into().expect("4 bytes"));
+    let to = Rank::from_le_bytes(b[12..16].try_into().expect("4 bytes"));
+    let (f, t) = (from.to_le_bytes(), to.to_le_bytes());
+    // Constant-time comparison (hmac's verify).
+    if !auth::verify(&key.0, HELLO_LABEL, &[nonce, &f, &t], &b[16..48]) {
         return Err(Refusal::WrongKey);
     }
-    let from = Rank::from_le_bytes(b[24..28].try_into().expect("4 bytes"));
-    let to = Rank::from_le_bytes(b[28..32].try_into().expect("4 bytes"));
     if to != me {
         return Err(Refusal::WrongRank { to });
     }
-    Ok(Hello { key: got, from, to })
+    Ok(Hello { from, to })
 }
 
 /// The acceptor's answer.
@@ -221,32 +260,44 @@ mod tests {
     #[test]
     fn hello_round_trip_and_refusals() {
         let key = JobKey::derive("job");
-        let h = encode_hello(&key, 3, 5);
+        let n = auth::nonce().unwrap();
+        assert_eq!(decode_challenge(&encode_challenge(&n)), Ok(n));
+        let h = encode_hello(&key, &n, 3, 5);
+        assert_eq!(check_hello(&h, &key, &n, 5), Ok(Hello { from: 3, to: 5 }));
+        // The key is not on the wire.
+        assert!(!h.windows(16).any(|w| w == key.0));
         assert_eq!(
-            check_hello(&h, &key, 5),
-            Ok(Hello {
-                key,
-                from: 3,
-                to: 5
-            })
-        );
-        assert_eq!(
-            check_hello(&h, &JobKey::derive("other"), 5),
+            check_hello(&h, &JobKey::derive("other"), &n, 5),
             Err(Refusal::WrongKey)
         );
-        assert_eq!(check_hello(&h, &key, 4), Err(Refusal::WrongRank { to: 5 }));
+        // A hello recorded for one challenge is worthless for the next.
+        let n2 = auth::nonce().unwrap();
+        assert_eq!(check_hello(&h, &key, &n2, 5), Err(Refusal::WrongKey));
+        // The ranks are bound by the MAC: a changed `from` is a wrong key, not a new rank.
+        let mut bad = h;
+        bad[8] = 4;
+        assert_eq!(check_hello(&bad, &key, &n, 5), Err(Refusal::WrongKey));
+        assert_eq!(
+            check_hello(&h, &key, &n, 4),
+            Err(Refusal::WrongRank { to: 5 })
+        );
         let mut bad = h;
         bad[0] = b'G';
-        assert_eq!(check_hello(&bad, &key, 5), Err(Refusal::BadMagic));
+        assert_eq!(check_hello(&bad, &key, &n, 5), Err(Refusal::BadMagic));
         let mut bad = h;
         bad[4] = 9;
-        assert_eq!(check_hello(&bad, &key, 5), Err(Refusal::Version(9)));
+        assert_eq!(check_hello(&bad, &key, &n, 5), Err(Refusal::Version(9)));
         let mut bad = h;
         bad[5] ^= 3;
-        assert_eq!(check_hello(&bad, &key, 5), Err(Refusal::ByteOrder));
+        assert_eq!(check_hello(&bad, &key, &n, 5), Err(Refusal::ByteOrder));
         let mut http = [b' '; HELLO_BYTES];
         http[..14].copy_from_slice(b"GET / HTTP/1.1");
-        assert_eq!(check_hello(&http, &key, 5), Err(Refusal::BadMagic));
+        assert_eq!(check_hello(&http, &key, &n, 5), Err(Refusal::BadMagic));
+        let mut c = encode_challenge(&n);
+        c[4] = 1;
+        assert_eq!(decode_challenge(&c), Err(Refusal::Version(1)));
+        c[0] = b'X';
+        assert_eq!(decode_challenge(&c), Err(Refusal::BadMagic));
     }
 
     #[test]

@@ -17,9 +17,11 @@
 //! Linux) for the listener, every connection and a waker, which is what the progress
 //! engines sleep on; **socket2** sets what std and mio cannot before a socket connects or
 //! listens (buffer sizes, which must be set before the handshake to affect window scaling;
-//! `SO_REUSEADDR`; binding a port out of a range).
+//! `SO_REUSEADDR`; binding a port out of a range); **hmac** and **sha2** (RustCrypto) give
+//! the HMAC-SHA256 of [`auth`].
 //!
-//! * [`config`]: job key, interface and port selection (`TSUNAGI_TCP_IF`,
+//! * [`auth`]: HMAC-SHA256 challenge-response proofs (mpirun and its agents).
+//! * [`config`]: job key (also read from an inherited descriptor, `TSUNAGI_JOB_KEY_FD`), interface and port selection (`TSUNAGI_TCP_IF`,
 //!   `TSUNAGI_TCP_PORTS`), buffer sizes; pure, unit-tested.
 //! * [`handshake`]: the hello, the verdict and the simultaneous-connect rule; pure,
 //!   unit-tested.
@@ -28,6 +30,7 @@
 //!   prefix, the header, the payload; `GOODBYE` on a graceful close.
 //! * [`transport`]: the sockets.
 
+pub mod auth;
 pub mod config;
 mod factory;
 pub mod handshake;

@@ -38,8 +38,9 @@ use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
 
 use crate::config::{self, TcpConfig};
 use crate::handshake::{
-    self, check_hello, decode_verdict, encode_hello, encode_verdict, Fixed, LinkState, Refusal,
-    Verdict, HELLO_BYTES, VERDICT_BYTES,
+    self, check_hello, decode_challenge, decode_verdict, encode_challenge, encode_hello,
+    encode_verdict, Fixed, LinkState, Nonce, Refusal, Verdict, CHALLENGE_BYTES, HELLO_BYTES,
+    VERDICT_BYTES,
 };
 use crate::CARD_PREFIX;
 
@@ -63,6 +64,16 @@ const READ_BUDGET: usize = 1 << 20;
 const MAX_IOV: usize = 64;
 /// Listen backlog: every rank of a large job may connect at once.
 const BACKLOG: i32 = 1024;
+/// How long an accepted connection may take to send its hello. A rank sends it as soon as
+/// its connect completes, so only connections that are not ranks (a port scanner, a
+/// half-open flood) take longer.
+pub const HELLO_DEADLINE: Duration = Duration::from_secs(5);
+/// Accepted connections waiting for their hello, at most: past this the one that waited
+/// longest is closed, so half-open connections cost a bounded number of descriptors and
+/// cannot starve the job's own connections of them.
+pub const MAX_AWAITING_HELLO: usize = 64;
+/// A waiting connection younger than this is not closed to make room for a new one.
+const EVICT_AFTER: Duration = Duration::from_millis(200);
 
 const TOKEN_LISTENER: Token = Token(0);
 const TOKEN_WAKER: Token = Token(1);
@@ -129,10 +140,12 @@ impl EventSource for Shared {
 enum Phase {
     /// Outbound, the TCP connect is in progress.
     Connecting,
+    /// Outbound, connected; the acceptor's challenge is awaited.
+    AwaitChallenge(Fixed<CHALLENGE_BYTES>),
     /// Outbound, our hello is out; the verdict is awaited.
     AwaitVerdict(Fixed<VERDICT_BYTES>),
-    /// Inbound, the connector's hello is awaited.
-    AwaitHello(Fixed<HELLO_BYTES>),
+    /// Inbound, our challenge is out; the connector's hello (answering `Nonce`) is awaited.
+    AwaitHello(Fixed<HELLO_BYTES>, Nonce),
     /// The pair's link: frames both ways.
     Open,
 }
@@ -146,6 +159,8 @@ struct Conn {
     dec: FrameDecoder,
     /// WRITABLE is in the registered interest.
     want_write: bool,
+    /// When it was accepted or connected.
+    since: Instant,
 }
 
 /// Our link to one peer.
@@ -365,7 +380,7 @@ impl TcpTransport {
         })
     }
 
-    /// The address the listener is bound to (0.0.0.0:port unless an interface was chosen).
+    /// The address the listener is bound to (the published address and the port).
     pub fn local_addr(&self) -> SocketAddr {
         self.local
     }
@@ -438,6 +453,7 @@ impl TcpTransport {
             peer,
             dec: FrameDecoder::new(MAX_PAYLOAD),
             want_write: interest.is_writable(),
+            since: Instant::now(),
         });
         Ok(idx)
     }
@@ -486,6 +502,11 @@ impl TcpTransport {
     fn refuse(&mut self, idx: usize, why: Refusal) {
         let remote = self.conns[idx].as_ref().map(|c| c.remote);
         self.close_conn(idx);
+        self.note_refusal(remote, why);
+    }
+
+    /// Count a refused connection from `remote`; log the first of this transport.
+    fn note_refusal(&mut self, remote: Option<SocketAddr>, why: Refusal) {
         self.refused += 1;
         if self.refused == 1 {
             eprintln!(
@@ -689,10 +710,35 @@ impl TcpTransport {
             if tune(SockRef::from(&stream), &self.cfg).is_err() {
                 continue; // dropped: the connector sees a reset
             }
+            if self.awaiting_hello().count() >= MAX_AWAITING_HELLO {
+                // Full: make room by closing the one that waited longest, unless even that
+                // one is younger than a round trip could explain (a burst): then the new
+                // one goes. A rank's connection that loses out retries.
+                match self.awaiting_hello().min() {
+                    Some((since, oldest)) if since.elapsed() >= EVICT_AFTER => {
+                        self.refuse(oldest, Refusal::Incomplete)
+                    }
+                    _ => {
+                        self.note_refusal(Some(remote), Refusal::Incomplete);
+                        continue;
+                    }
+                }
+            }
+            let Ok(nonce) = crate::auth::nonce() else {
+                continue;
+            };
+            // 24 bytes into a fresh socket's empty buffer: written whole or not at all.
+            match sendmsg(
+                stream.as_raw_fd(),
+                &[IoSlice::new(&encode_challenge(&nonce))],
+            ) {
+                Ok(n) if n == CHALLENGE_BYTES => {}
+                _ => continue,
+            }
             match self.add_conn(
                 stream,
                 remote,
-                Phase::AwaitHello(Fixed::default()),
+                Phase::AwaitHello(Fixed::default(), nonce),
                 None,
                 Interest::READABLE,
             ) {
@@ -700,6 +746,27 @@ impl TcpTransport {
                 Ok(idx) => self.service(idx, sink.as_deref_mut(), delivered),
                 Err(e) => self.errors.push_back(e),
             }
+        }
+    }
+
+    /// (accepted at, slot) of the inbound connections still waiting for their hello.
+    fn awaiting_hello(&self) -> impl Iterator<Item = (Instant, usize)> + '_ {
+        self.conns.iter().enumerate().filter_map(|(i, c)| match c {
+            Some(c) if matches!(c.phase, Phase::AwaitHello(..)) => Some((c.since, i)),
+            _ => None,
+        })
+    }
+
+    /// Close inbound connections whose hello is overdue.
+    fn expire_hellos(&mut self) {
+        let now = Instant::now();
+        let overdue: Vec<usize> = self
+            .awaiting_hello()
+            .filter(|(since, _)| now - *since >= HELLO_DEADLINE)
+            .map(|(_, i)| i)
+            .collect();
+        for idx in overdue {
+            self.refuse(idx, Refusal::Incomplete);
         }
     }
 
@@ -724,20 +791,50 @@ impl TcpTransport {
         if let Some(e) = err {
             return self.connect_error(idx, peer, e);
         }
-        let hello = encode_hello(&self.cfg.key, self.me, peer);
-        let fd = c.sock.as_raw_fd();
-        // 32 bytes into a fresh socket's empty buffer: written whole or not at all.
-        match sendmsg(fd, &[IoSlice::new(&hello)]) {
-            Ok(n) if n == hello.len() => {}
-            Ok(_) => return self.connect_error(idx, peer, libc::EAGAIN),
-            Err(e) => return self.connect_error(idx, peer, e),
-        }
+        // Connected: the acceptor's challenge comes first.
         if let Some(c) = self.conns[idx].as_mut() {
-            c.phase = Phase::AwaitVerdict(Fixed::default());
+            c.phase = Phase::AwaitChallenge(Fixed::default());
         }
         if let Err(e) = self.set_write_interest(idx, false) {
             self.errors.push_back(e);
         }
+    }
+
+    /// The acceptor's challenge on outbound slot `idx` is complete: answer with our hello.
+    fn on_challenge(&mut self, idx: usize, b: [u8; CHALLENGE_BYTES]) -> bool {
+        let Some(c) = self.conns[idx].as_ref() else {
+            return false;
+        };
+        let peer = c.peer.expect("outbound");
+        let nonce = match decode_challenge(&b) {
+            Ok(n) => n,
+            Err(r) => {
+                self.close_conn(idx);
+                if matches!(self.peers[peer as usize].link, Link::Connecting { conn, .. } if conn == idx)
+                {
+                    let e = self.fail(peer, format!("handshake refused: the peer sent {r}"));
+                    self.errors.push_back(e);
+                }
+                return false;
+            }
+        };
+        let hello = encode_hello(&self.cfg.key, &nonce, self.me, peer);
+        // 48 bytes into a socket that has sent nothing yet: written whole or not at all.
+        match sendmsg(c.sock.as_raw_fd(), &[IoSlice::new(&hello)]) {
+            Ok(n) if n == hello.len() => {}
+            Ok(_) => {
+                self.connect_error(idx, peer, libc::EAGAIN);
+                return false;
+            }
+            Err(e) => {
+                self.connect_error(idx, peer, e);
+                return false;
+            }
+        }
+        if let Some(c) = self.conns[idx].as_mut() {
+            c.phase = Phase::AwaitVerdict(Fixed::default());
+        }
+        true
     }
 
     fn connect_error(&mut self, idx: usize, peer: Rank, e: i32) {
@@ -752,8 +849,8 @@ impl TcpTransport {
     }
 
     /// The peer's hello on inbound slot `idx` is complete: decide and answer.
-    fn on_hello(&mut self, idx: usize, hello: [u8; HELLO_BYTES]) -> bool {
-        let h = match check_hello(&hello, &self.cfg.key, self.me) {
+    fn on_hello(&mut self, idx: usize, hello: [u8; HELLO_BYTES], nonce: Nonce) -> bool {
+        let h = match check_hello(&hello, &self.cfg.key, &nonce, self.me) {
             Ok(h) => h,
             Err(r) => {
                 self.refuse(idx, r);
@@ -859,7 +956,24 @@ impl TcpTransport {
             let fd = c.sock.as_raw_fd();
             match &mut c.phase {
                 Phase::Connecting => return, // readiness for finish_connect
-                Phase::AwaitHello(f) => match recv(fd, f.want()) {
+                Phase::AwaitChallenge(f) => match recv(fd, f.want()) {
+                    Ok(None) => return,
+                    Ok(Some(0)) | Err(_) => {
+                        // Closed before its challenge (an acceptor flooded with half-open
+                        // connections closes the oldest): try again, as for a refused connect.
+                        let peer = c.peer.expect("outbound");
+                        return self.connect_error(idx, peer, libc::ECONNREFUSED);
+                    }
+                    Ok(Some(n)) => {
+                        if let Some(b) = f.commit(n) {
+                            let b = *b;
+                            if !self.on_challenge(idx, b) {
+                                return;
+                            }
+                        }
+                    }
+                },
+                Phase::AwaitHello(f, nonce) => match recv(fd, f.want()) {
                     Ok(None) => return,
                     Ok(Some(0)) | Err(_) => {
                         if f.is_empty() {
@@ -871,8 +985,8 @@ impl TcpTransport {
                     }
                     Ok(Some(n)) => {
                         if let Some(h) = f.commit(n) {
-                            let h = *h;
-                            if !self.on_hello(idx, h) {
+                            let (h, nonce) = (*h, *nonce);
+                            if !self.on_hello(idx, h, nonce) {
                                 return;
                             }
                         }
@@ -881,15 +995,11 @@ impl TcpTransport {
                 Phase::AwaitVerdict(f) => match recv(fd, f.want()) {
                     Ok(None) => return,
                     Ok(Some(0)) | Err(_) => {
+                        // Closed before its verdict: the acceptor had too many connections
+                        // waiting, or went away. Retry until the connect deadline, as for a
+                        // refused connect.
                         let peer = c.peer.expect("outbound");
-                        self.close_conn(idx);
-                        if matches!(self.peers[peer as usize].link, Link::Connecting { conn, .. } if conn == idx)
-                        {
-                            let e =
-                                self.fail(peer, "connection closed during the handshake".into());
-                            self.errors.push_back(e);
-                        }
-                        return;
+                        return self.connect_error(idx, peer, libc::ECONNREFUSED);
                     }
                     Ok(Some(n)) => {
                         if let Some(v) = f.commit(n) {
@@ -1020,6 +1130,11 @@ impl TcpTransport {
                         if readable || writable {
                             self.finish_connect(idx);
                         }
+                        // The challenge may have come with the same event (an edge that
+                        // will not come again): read it now.
+                        if readable {
+                            self.service(idx, sink.as_deref_mut(), &mut delivered);
+                        }
                         continue;
                     }
                     if writable {
@@ -1040,6 +1155,7 @@ impl TcpTransport {
             self.service(idx, sink.as_deref_mut(), &mut delivered);
         }
         self.progress_pending();
+        self.expire_hellos();
         self.shared.busy.store(
             !self.hot.is_empty() || !self.errors.is_empty(),
             Ordering::Release,

@@ -222,9 +222,24 @@ fn wrong_key_and_garbage_are_refused() {
     let addr = parse_card(&a.card()).unwrap();
     // A hello with another job's key, as rank 1.
     let mut s = TcpStream::connect(addr).unwrap();
-    let bad = tsunagi_tcp::handshake::encode_hello(&JobKey::derive("other job"), 1, 0);
-    s.write_all(&bad).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // The acceptor speaks first: its challenge.
+    let mut challenge = [0u8; tsunagi_tcp::handshake::CHALLENGE_BYTES];
+    let deadline = Instant::now() + Duration::from_secs(10);
+    s.set_nonblocking(true).unwrap();
+    let mut got = 0;
+    while got < challenge.len() {
+        assert!(Instant::now() < deadline);
+        a.poll(&mut |_, _, _| panic!()).unwrap();
+        match s.read(&mut challenge[got..]) {
+            Ok(n) => got += n,
+            Err(_) => std::thread::sleep(Duration::from_millis(1)),
+        }
+    }
+    s.set_nonblocking(false).unwrap();
+    let nonce = tsunagi_tcp::handshake::decode_challenge(&challenge).unwrap();
+    let bad = tsunagi_tcp::handshake::encode_hello(&JobKey::derive("other job"), &nonce, 1, 0);
+    s.write_all(&bad).unwrap();
     let mut buf = [0u8; 16];
     let deadline = Instant::now() + Duration::from_secs(10);
     while a.refused_connections() == 0 {

@@ -1,0 +1,3 @@
+#![no_main]
+//! See `tsunagi_launcher::fuzzing::pmi_client`.
+libfuzzer_sys::fuzz_target!(|data: &[u8]| tsunagi_launcher::fuzzing::pmi_client(data));
