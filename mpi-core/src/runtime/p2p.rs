@@ -239,21 +239,8 @@ impl Runtime {
     /// MPI_Wait. A truncated receive returns MPI_ERR_TRUNCATE (the data that fits was
     /// stored).
     pub fn wait(&self, call: &str, id: ReqId) -> MpiResult<Status> {
-        let mut out = None;
-        self.block_until(|e| {
-            if !e.request_exists(id) {
-                return Err(MpiError::new(
-                    ErrorClass::Request,
-                    format!("{call}: invalid request"),
-                ));
-            }
-            if e.is_done(id) {
-                out = e.test(id)?;
-                return Ok(true);
-            }
-            Ok(false)
-        })?;
-        self.collected_status(call, id, out.unwrap_or(Status::EMPTY))
+        let st = self.wait_raw(call, id)?;
+        self.collected_status(call, id, st)
     }
 
     /// The status of collected request `id` as MPI_Wait/MPI_Test return it: a truncation
