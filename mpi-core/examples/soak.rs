@@ -3,7 +3,8 @@
 //!
 //! In each round every rank sends 16 messages to random peers with random sizes (mostly
 //! small, some eager-sized, some rendezvous up to MAX_BYTES), all receives are wildcards
-//! (`ANY_SOURCE`), and each message carries its per-pair sequence number and its length;
+//! (`ANY_SOURCE`) on the round's tag, and each message carries its per-pair sequence
+//! number and its length;
 //! its bytes are a function of (sender, receiver, sequence number). The receiver checks the
 //! sequence (MPI's per-pair order), the length and every byte. Destinations and sizes come
 //! from a generator seeded by (sender, round), so every rank knows how many messages to
@@ -83,6 +84,11 @@ fn main() {
     let mut first_error = None::<String>;
     for round in 0..rounds {
         let t = Instant::now();
+        // The round's tag: a receive of this round must not take a faster rank's message
+        // of the next round. With one tag for all rounds, two ranks can each use up their
+        // receives on early arrivals and then wait forever for their own rendezvous sends
+        // to each other (the program would rely on buffering that MPI does not promise).
+        let tag = (round % 30_000) as i32 + 1;
         // What arrives here this round (order among senders is free: wildcard receives).
         let mut incoming = Vec::new();
         for src in 0..size {
@@ -92,7 +98,10 @@ fn main() {
                 }
             }
         }
-        let mut recv_bufs: Vec<Vec<u8>> = incoming.iter().map(|_| vec![0u8; HEAD + max]).collect();
+        // Room for the largest message `plan` makes (eager-sized ones reach 64 KiB even
+        // when MAX_BYTES is smaller).
+        let cap = HEAD + max.max(64 * 1024);
+        let mut recv_bufs: Vec<Vec<u8>> = incoming.iter().map(|_| vec![0u8; cap]).collect();
         let mut reqs: Vec<Option<ReqId>> = Vec::new();
         for b in recv_bufs.iter_mut() {
             // SAFETY: each buffer lives, untouched, until waitall below returns.
@@ -103,7 +112,7 @@ fn main() {
                     b.len() as i64,
                     &byte,
                     ANY_SOURCE,
-                    1,
+                    tag,
                     CommId::WORLD,
                 )
             }
@@ -129,7 +138,7 @@ fn main() {
                     b.len() as i64,
                     &byte,
                     *dst as i32,
-                    1,
+                    tag,
                     CommId::WORLD,
                     SendMode::Standard,
                 )

@@ -1183,6 +1183,70 @@ impl Core {
         ok
     }
 
+    /// What a stalled rank is waiting for (`TSUNAGI_STALL_REPORT`): a diagnostic, one line
+    /// per item.
+    pub(crate) fn stall_report(&self) -> String {
+        use std::fmt::Write;
+        let mut out = String::new();
+        let mut active = 0;
+        let mut done = Vec::new();
+        for (i, r) in self.reqs.iter() {
+            if r.phase != Phase::Active {
+                if r.phase == Phase::Done {
+                    done.push(i);
+                }
+                continue;
+            }
+            active += 1;
+            let _ = writeln!(
+                out,
+                "  req {i}: {:?} peer {} tag {} ctx {} bytes {} expected {} received {} source {}",
+                r.op,
+                r.peer,
+                r.tag,
+                r.context,
+                r.bytes(),
+                r.expected,
+                r.received,
+                r.status.source
+            );
+        }
+        for (ctx, q) in self.queues.iter().enumerate() {
+            if q.posted.is_empty() && q.unexpected.is_empty() {
+                continue;
+            }
+            let unexpected: Vec<String> = q
+                .unexpected
+                .iter()
+                .map(|a| {
+                    let kind = match a.body {
+                        Body::Eager { .. } => "eager",
+                        _ => "rts",
+                    };
+                    format!("{}:{}:{}:{kind}", a.src, a.tag, a.len)
+                })
+                .collect();
+            let _ = writeln!(
+                out,
+                "  ctx {ctx}: {} posted, unexpected [{}]",
+                q.posted.len(),
+                unexpected.join(" ")
+            );
+        }
+        let pending: usize = self.pending.iter().map(|q| q.len()).sum();
+        let _ = writeln!(
+            out,
+            "  {active} active requests, {} complete and not collected {done:?}, {} completions, {pending} sends waiting for room ({} peers), {} control, {} single-copy reads, {} streams",
+            done.len(),
+            self.completions,
+            self.pending_peers,
+            self.ctrl.len(),
+            self.cma.len(),
+            self.streams.len()
+        );
+        out
+    }
+
     /// Handle one message from a transport (inside its poll).
     fn on_arrival(&mut self, src: Rank, h: &Header, p: &[u8]) {
         let id = ReqId(h.cookie as u32);

@@ -63,6 +63,14 @@ impl<T> Slab<T> {
             .map(|i| i as u32)
     }
 
+    /// The stored values with their keys, lowest key first.
+    pub fn iter(&self) -> impl Iterator<Item = (u32, &T)> {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| s.as_ref().map(|v| (i as u32, v)))
+    }
+
     /// Number of values stored.
     pub fn len(&self) -> usize {
         self.slots.len() - self.free.len()
@@ -96,5 +104,7 @@ mod tests {
         assert!(!s.is_empty());
         assert_eq!(s.find(|&v| v == 'e'), Some(b));
         assert_eq!(s.find(|&v| v == 'q'), None);
+        let all: Vec<(u32, char)> = s.iter().map(|(k, &v)| (k, v)).collect();
+        assert_eq!(all, vec![(0, 'd'), (1, 'e'), (2, 'z')]);
     }
 }

@@ -200,6 +200,38 @@ fn concurrent_communicator_creation_both_engines() {
     }
 }
 
+/// Random traffic with wildcard receives and rendezvous messages on 4 ranks (the soak
+/// program, shortened): it used to hang for good in MPI_Waitall, whose completion check
+/// was asked twice in a row by the waiting loop and answered "not yet" the second time.
+#[test]
+fn wildcard_rendezvous_traffic_completes_both_engines() {
+    let _serial = serial();
+    let (mpirun, _) = ensure_built();
+    let soak = target_dir().join("examples").join("soak");
+    assert!(
+        soak.exists(),
+        "examples/soak is built with the other examples"
+    );
+    for progress in ["polling", "threaded"] {
+        for cma in ["1", "0"] {
+            let mut c = Command::new(&mpirun);
+            c.args(["-n", "4"])
+                .arg(&soak)
+                .args(["12000", "1048576"])
+                .env("TSUNAGI_PROGRESS", progress)
+                .env("TSUNAGI_SHM_CMA", cma)
+                .env_remove("TSUNAGI_NODE_MAP");
+            let (out, took) = run(c, Duration::from_secs(90));
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("errors=0"),
+                "soak {progress} cma={cma} failed after {took:?}: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+    }
+}
+
 /// Processes whose command line names `exe` (ranks of this file's jobs).
 fn ranks_alive(exe: &std::path::Path) -> usize {
     let exe = exe.to_string_lossy().into_owned();

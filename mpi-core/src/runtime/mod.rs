@@ -104,6 +104,8 @@ pub struct Runtime {
     nschedules: std::sync::atomic::AtomicUsize,
     /// Errors of failed schedules, until a wait or test collects them.
     schedule_errors: Mutex<Vec<(ReqId, MpiError)>>,
+    /// `TSUNAGI_STALL_REPORT=SECONDS`: a wait that lasts longer prints what it waits for.
+    stall_report: Option<Duration>,
     /// Free context pairs and the allocations in flight.
     contexts: Mutex<comm::ContextAllocator>,
     keyvals: Mutex<Slab<Keyval>>,
@@ -239,6 +241,11 @@ impl Runtime {
                 if oversubscribed { 50 } else { 20_000 },
             ),
             completed: std::sync::atomic::AtomicU64::new(0),
+            stall_report: std::env::var("TSUNAGI_STALL_REPORT")
+                .ok()
+                .and_then(|v| v.trim().parse::<f64>().ok())
+                .filter(|s| *s > 0.0)
+                .map(Duration::from_secs_f64),
             contexts: Mutex::new(comm::ContextAllocator::new()),
             schedules: Mutex::new(Vec::new()),
             nschedules: std::sync::atomic::AtomicUsize::new(0),

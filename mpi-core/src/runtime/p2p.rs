@@ -316,7 +316,9 @@ impl Runtime {
         let mut scanned_at: Option<u64> = None;
         self.block_until(|e| {
             if scanned_at == Some(e.core.completions) {
-                return Ok(false);
+                // Nothing completed since the last scan: done only if that scan collected
+                // the last request.
+                return Ok(left.is_empty());
             }
             scanned_at = Some(e.core.completions);
             let mut k = 0;

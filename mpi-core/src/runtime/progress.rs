@@ -102,6 +102,8 @@ impl Runtime {
     ) -> MpiResult<()> {
         let mut iter: u32 = 0;
         let threaded = self.mode == ProgressMode::Threaded;
+        let since = Instant::now();
+        let mut reported = false;
         loop {
             // Schedules advance outside the engine lock (they make requests of their own).
             self.advance_schedules();
@@ -109,6 +111,15 @@ impl Runtime {
             // Completions seen by the schedules just advanced: any later one may let a
             // schedule go on, so the polling engine must not sleep past it.
             let advanced_at = e.core.completions;
+            if !reported && self.stall_report.is_some_and(|t| since.elapsed() > t) {
+                reported = true;
+                eprintln!(
+                    "tsunagi: rank {} has waited {:?}:\n{}",
+                    self.rank,
+                    since.elapsed(),
+                    e.core.stall_report()
+                );
+            }
             if threaded {
                 if let Some(f) = &e.core.fault {
                     return Err(f.clone());
@@ -166,11 +177,14 @@ impl Runtime {
             }
             let tokens: Vec<u64> = self.sources.iter().map(|(_, s)| s.prepare()).collect();
             let n = e.progress()?;
-            if n > 0 || done(&mut e)? {
+            // Ask `done` once: it may collect what it finds (waitall does), so a second
+            // call right after a `true` can answer `false` and the wait would go on forever.
+            let finished = done(&mut e)?;
+            if n > 0 || finished {
                 for (_, s) in &self.sources {
                     s.cancel();
                 }
-                if done(&mut e)? {
+                if finished {
                     return Ok(());
                 }
                 continue;
