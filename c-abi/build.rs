@@ -24,20 +24,13 @@ mod fortran;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-/// Handle types decoded through a table when passed by value.
-const HANDLES: &[&str] = &[
-    "MPI_Comm",
-    "MPI_Datatype",
-    "MPI_Group",
-    "MPI_Op",
-    "MPI_Errhandler",
-    "MPI_Info",
-    "MPI_Request",
-    "MPI_Message",
-    "MPI_Win",
-];
-/// Scalar types whose pointers become references.
-const SCALARS: &[&str] = &["int", "MPI_Aint", "MPI_Count", "MPI_Fint", "double"];
+/// Whether a pointer to `base` becomes a reference in the C entry points: the table's
+/// handle and scalar types (`tsunagi_apidef`), except the MPI-IO ones, whose functions are
+/// stubs that take their pointers raw.
+fn by_reference(base: &str) -> bool {
+    (tsunagi_apidef::HANDLES.contains(&base) || tsunagi_apidef::SCALARS.contains(&base))
+        && !matches!(base, "MPI_File" | "MPI_Offset")
+}
 /// Function-pointer typedefs (`X *f` in C is `X` in Rust, an `Option<fn>`).
 const FN_TYPES: &[&str] = &[
     "MPI_Win_copy_attr_function",
@@ -145,7 +138,7 @@ fn convert(a: &Arg) -> (Option<String>, String) {
                 n.clone(),
             );
         }
-        if SCALARS.contains(&a.base.as_str()) || HANDLES.contains(&a.base.as_str()) {
+        if by_reference(&a.base) {
             let f = match (a.konst, null_ok) {
                 (true, false) => "in_ref",
                 (true, true) => "opt_ref",

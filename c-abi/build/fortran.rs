@@ -556,7 +556,8 @@ pub fn gen_mpi_module(consts: &[Const], funcs: &[Func]) -> String {
 fn mpi_arg(a: &Arg) -> Option<Vec<String>> {
     let n = &a.name;
     let scalar = |base: &str| -> String {
-        if HANDLE_BASES.contains(&base) {
+        // Handle arguments are INTEGERs in mpif.h and `use mpi`.
+        if tsunagi_apidef::HANDLES.contains(&base) {
             "integer".into()
         } else {
             f08_scalar_type(a, base)
@@ -593,20 +594,6 @@ fn mpi_arg(a: &Arg) -> Option<Vec<String>> {
         Kind::Other => return None,
     })
 }
-
-/// C handle types (arguments of these types are INTEGERs in mpif.h and `use mpi`).
-const HANDLE_BASES: &[&str] = &[
-    "MPI_Comm",
-    "MPI_Datatype",
-    "MPI_Group",
-    "MPI_Op",
-    "MPI_Errhandler",
-    "MPI_Info",
-    "MPI_Request",
-    "MPI_Message",
-    "MPI_Win",
-    "MPI_File",
-];
 
 /// Handle classes with a derived type in mpi_f08.
 const F08_HANDLES: &[&str] = &[
