@@ -382,31 +382,32 @@ impl OutQueue {
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// Deterministic frames for the tests of the framing and of the stream-socket transports
+/// (shared so that the transports' tests exercise the same shapes as the codec's); not
+/// part of the API.
+#[doc(hidden)]
+pub mod test_data {
+    use crate::Header;
 
     /// The largest payload the tests frame (the stream transports' limit).
-    const MAX_PAYLOAD: usize = 256 * 1024;
-    /// iovecs per drain, as a sendmsg would take.
-    const MAX_IOV: usize = 64;
+    pub const MAX_PAYLOAD: usize = 256 * 1024;
 
-    /// xorshift64*: deterministic test data without a dev-dependency.
-    struct Rng(u64);
+    /// xorshift64*: deterministic test data without a dependency.
+    pub struct Rng(pub u64);
     impl Rng {
-        fn next(&mut self) -> u64 {
+        pub fn next_u64(&mut self) -> u64 {
             self.0 ^= self.0 >> 12;
             self.0 ^= self.0 << 25;
             self.0 ^= self.0 >> 27;
             self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
         }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
+        pub fn below(&mut self, n: usize) -> usize {
+            (self.next_u64() % n as u64) as usize
         }
     }
 
-    /// A socket name no other test (or concurrent test run) uses.
-    fn hdr(seq: u32, len: usize, cookie: u64) -> Header {
+    /// The header of test message `seq` (its tag) of `len` bytes.
+    pub fn hdr(seq: u32, len: usize, cookie: u64) -> Header {
         Header {
             kind: 7,
             flags: 1,
@@ -421,7 +422,7 @@ mod tests {
 
     /// Payload of message `seq`: mostly small, every 16th up to the maximum, plus the
     /// extremes, so both the coalescing and the large-frame paths are exercised.
-    fn payload(seq: u32) -> Vec<u8> {
+    pub fn payload(seq: u32) -> Vec<u8> {
         let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (seq as u64 + 1).wrapping_mul(0x1234_5677));
         let len = match seq {
             1 => MAX_PAYLOAD,
@@ -431,14 +432,14 @@ mod tests {
         };
         let mut v = Vec::with_capacity(len + 8);
         while v.len() < len {
-            v.extend_from_slice(&rng.next().to_le_bytes());
+            v.extend_from_slice(&rng.next_u64().to_le_bytes());
         }
         v.truncate(len);
         v
     }
 
     /// FNV-1a over 8-byte words (plus tail): cheap enough for ~100 MB per test.
-    fn checksum(b: &[u8]) -> u64 {
+    pub fn checksum(b: &[u8]) -> u64 {
         let mut h = 0xcbf2_9ce4_8422_2325u64;
         let mut words = b.chunks_exact(8);
         for w in &mut words {
@@ -449,6 +450,15 @@ mod tests {
         }
         h
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_data::{checksum, hdr, payload, Rng, MAX_PAYLOAD};
+    use super::*;
+
+    /// iovecs per drain, as a sendmsg would take.
+    const MAX_IOV: usize = 64;
 
     fn sample_frames() -> Vec<(Header, Vec<u8>)> {
         (0..200)

@@ -951,21 +951,8 @@ mod tests {
     use super::*;
     use std::sync::atomic::AtomicUsize;
     use std::thread;
+    use tsunagi_p2p::framing::test_data::{checksum, hdr, payload};
     use tsunagi_p2p::framing::FRAME_HEAD_BYTES;
-
-    /// xorshift64*: deterministic test data without a dev-dependency.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 >> 12;
-            self.0 ^= self.0 << 25;
-            self.0 ^= self.0 >> 27;
-            self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-        }
-        fn below(&mut self, n: usize) -> usize {
-            (self.next() % n as u64) as usize
-        }
-    }
 
     /// A socket name no other test (or concurrent test run) uses.
     fn prefix(name: &str) -> String {
@@ -975,50 +962,6 @@ mod tests {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         )
-    }
-
-    fn hdr(seq: u32, len: usize, cookie: u64) -> Header {
-        Header {
-            kind: 7,
-            flags: 1,
-            reserved: 0,
-            src: 0,
-            tag: seq as i32,
-            context: 42,
-            len: len as u64,
-            cookie,
-        }
-    }
-
-    /// Payload of message `seq`: mostly small, every 16th up to the maximum, plus the
-    /// extremes, so both the coalescing and the large-frame paths are exercised.
-    fn payload(seq: u32) -> Vec<u8> {
-        let mut rng = Rng(0x9E37_79B9_7F4A_7C15 ^ (seq as u64 + 1).wrapping_mul(0x1234_5677));
-        let len = match seq {
-            1 => MAX_PAYLOAD,
-            2 => 0,
-            _ if seq & 15 == 0 => rng.below(MAX_PAYLOAD + 1),
-            _ => rng.below(4097),
-        };
-        let mut v = Vec::with_capacity(len + 8);
-        while v.len() < len {
-            v.extend_from_slice(&rng.next().to_le_bytes());
-        }
-        v.truncate(len);
-        v
-    }
-
-    /// FNV-1a over 8-byte words (plus tail): cheap enough for ~100 MB per test.
-    fn checksum(b: &[u8]) -> u64 {
-        let mut h = 0xcbf2_9ce4_8422_2325u64;
-        let mut words = b.chunks_exact(8);
-        for w in &mut words {
-            h = (h ^ u64::from_le_bytes(w.try_into().unwrap())).wrapping_mul(0x100_0000_01b3);
-        }
-        for &x in words.remainder() {
-            h = (h ^ x as u64).wrapping_mul(0x100_0000_01b3);
-        }
-        h
     }
 
     fn pair(name: &str) -> (StreamTransport, StreamTransport) {

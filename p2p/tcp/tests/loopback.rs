@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
+use tsunagi_p2p::framing::test_data::{checksum, hdr};
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport};
 use tsunagi_tcp::transport::{MAX_PAYLOAD, QUEUE_BOUND};
 use tsunagi_tcp::{parse_card, JobKey, TcpConfig, TcpTransport};
@@ -34,19 +35,6 @@ fn mesh(n: usize, key: &str) -> Vec<TcpTransport> {
     ts
 }
 
-fn hdr(seq: u32, len: usize, cookie: u64) -> Header {
-    Header {
-        kind: 7,
-        flags: 1,
-        reserved: 0,
-        src: 0,
-        tag: seq as i32,
-        context: 42,
-        len: len as u64,
-        cookie,
-    }
-}
-
 fn payload(seq: u32) -> Vec<u8> {
     let len = match seq % 97 {
         0 => MAX_PAYLOAD,
@@ -57,12 +45,6 @@ fn payload(seq: u32) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u32 ^ seq.wrapping_mul(2654435761)) as u8)
         .collect()
-}
-
-fn checksum(b: &[u8]) -> u64 {
-    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &x| {
-        (h ^ x as u64).wrapping_mul(0x100_0000_01b3)
-    })
 }
 
 const N: u32 = 3000;
