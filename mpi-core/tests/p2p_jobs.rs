@@ -232,6 +232,36 @@ fn wildcard_rendezvous_traffic_completes_both_engines() {
     }
 }
 
+/// `TSUNAGI_STALL_REPORT`: a wait longer than the threshold prints what the rank waits for.
+#[test]
+fn stall_report_names_what_a_wait_waits_for() {
+    let _serial = serial();
+    let (mpirun, _) = ensure_built();
+    let soak = target_dir().join("examples").join("soak");
+    let mut c = Command::new(&mpirun);
+    c.args(["-n", "2"])
+        .arg(&soak)
+        .arg("64")
+        .env("TSUNAGI_STALL_REPORT", "0.000001")
+        .env_remove("TSUNAGI_NODE_MAP");
+    let (out, _) = run(c, Duration::from_secs(60));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success(),
+        "soak with stall reports failed: {stderr}"
+    );
+    assert!(
+        stderr.contains("has waited") && stderr.contains("active requests"),
+        "no stall report: {stderr}"
+    );
+    // Without the variable, nothing is printed.
+    let mut c = Command::new(&mpirun);
+    c.args(["-n", "2"]).arg(&soak).arg("64");
+    let (out, _) = run(c, Duration::from_secs(60));
+    assert!(out.status.success());
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("has waited"));
+}
+
 /// Processes whose command line names `exe` (ranks of this file's jobs).
 fn ranks_alive(exe: &std::path::Path) -> usize {
     let exe = exe.to_string_lossy().into_owned();

@@ -102,8 +102,8 @@ impl Runtime {
     ) -> MpiResult<()> {
         let mut iter: u32 = 0;
         let threaded = self.mode == ProgressMode::Threaded;
-        let since = Instant::now();
-        let mut reported = false;
+        // Read the clock only when stall reports are on: every blocking call comes here.
+        let mut report_after = self.stall_report.map(|t| (Instant::now(), t));
         loop {
             // Schedules advance outside the engine lock (they make requests of their own).
             self.advance_schedules();
@@ -111,8 +111,8 @@ impl Runtime {
             // Completions seen by the schedules just advanced: any later one may let a
             // schedule go on, so the polling engine must not sleep past it.
             let advanced_at = e.core.completions;
-            if !reported && self.stall_report.is_some_and(|t| since.elapsed() > t) {
-                reported = true;
+            if let Some((since, _)) = report_after.filter(|(since, t)| since.elapsed() > *t) {
+                report_after = None;
                 eprintln!(
                     "tsunagi: rank {} has waited {:?}:\n{}",
                     self.rank,
