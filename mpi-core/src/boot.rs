@@ -9,6 +9,7 @@
 use std::collections::HashMap;
 
 use tsunagi_p2p::boot::{Bootstrap, Placement, Reach, Registry, StartInfo};
+use tsunagi_p2p::device::Device;
 use tsunagi_p2p::{P2pError, Rank, Router, SelfTransport};
 
 use crate::error::{ErrorClass, MpiError, MpiResult};
@@ -188,16 +189,45 @@ pub(crate) fn bootstrap(registry: &Registry) -> MpiResult<Box<dyn Bootstrap>> {
     })
 }
 
-/// Where every rank runs: `TSUNAGI_NODE_MAP` (pretend nodes), else what the bootstrap
-/// knows, else an exchange of host ids (one fence).
+/// The native devices a grid join brought, with the world ranks each serves.
+pub(crate) type Devices = Vec<(Box<dyn Device>, Vec<Rank>)>;
+
+/// Join other sites when the environment asks for it (the registry's first wanted
+/// [`GridJoin`](tsunagi_p2p::boot::GridJoin)): the job-wide bootstrap and its devices.
+/// Otherwise the site's bootstrap is the job's and there are no devices.
+pub(crate) fn join_grid(
+    registry: &Registry,
+    site: Box<dyn Bootstrap>,
+) -> MpiResult<(Box<dyn Bootstrap>, Devices)> {
+    match registry.grids.iter().find(|g| g.wanted()) {
+        None => Ok((site, Vec::new())),
+        Some(g) => {
+            let joined = g
+                .join(site)
+                .map_err(|e| init_err(format!("{}: {e}", g.name())))?;
+            Ok((joined.boot, joined.devices))
+        }
+    }
+}
+
+/// Where every rank runs: what a grid's bootstrap says (several sites), else
+/// `TSUNAGI_NODE_MAP` (pretend nodes), else what the bootstrap knows, else an exchange of
+/// host ids (one fence).
 pub(crate) fn placement(boot: &mut dyn Bootstrap) -> MpiResult<Placement> {
     let size = boot.size();
+    let known = boot.placement().map_err(init_err)?;
+    if let Some(p) = known
+        .as_ref()
+        .filter(|p| p.site.iter().any(|&s| s != p.site[0]))
+    {
+        return Ok(p.clone());
+    }
     if let Ok(spec) = std::env::var("TSUNAGI_NODE_MAP") {
         return Ok(Placement::one_site(
             parse_node_map(&spec, size).map_err(init_err)?,
         ));
     }
-    if let Some(p) = boot.placement().map_err(init_err)? {
+    if let Some(p) = known {
         return Ok(p);
     }
     let rank = boot.rank();
@@ -224,7 +254,8 @@ pub(crate) fn placement(boot: &mut dyn Bootstrap) -> MpiResult<Placement> {
 }
 
 /// Bring up the self path and one registered transport per reach that has peers, and
-/// route every rank to its transport.
+/// route every rank to its transport. Transports serve this rank's site only: other sites
+/// are the grid's devices'.
 pub(crate) fn start_transports(
     registry: &Registry,
     boot: &mut dyn Bootstrap,
@@ -234,10 +265,13 @@ pub(crate) fn start_transports(
     let size = boot.size();
     let job_id = boot.job_id().to_string();
     let my_node = placement.node[rank as usize];
+    let my_site = placement.site[rank as usize];
     let peers_of = |reach: Reach| -> Vec<Rank> {
         (0..size as Rank)
             .filter(|&r| {
-                r != rank && (placement.node[r as usize] == my_node) == (reach == Reach::Node)
+                r != rank
+                    && placement.site[r as usize] == my_site
+                    && (placement.node[r as usize] == my_node) == (reach == Reach::Node)
             })
             .collect()
     };

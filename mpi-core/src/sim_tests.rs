@@ -708,5 +708,6 @@ fn communicators_do_not_match_each_other() {
     job.wait(0, s2);
 }
 
+mod device;
 mod ordering;
 mod random;

@@ -15,6 +15,7 @@
 //! A transport is a new crate that implements these two traits plus one line in the
 //! registry (`tsunagi-transports`).
 
+use crate::device::Device;
 use crate::{P2pError, Rank, Transport};
 
 /// Where every rank of the job runs.
@@ -132,7 +133,32 @@ pub trait Starting: Send {
     fn finish(self: Box<Self>, info: &StartInfo<'_>) -> Result<Box<dyn Transport>, P2pError>;
 }
 
-/// What a program offers the core at start-up: its transports and extra bootstraps.
+/// A job that spans sites: joins this site's processes, started by the site's own
+/// bootstrap, with the other sites' into one MPI_COMM_WORLD, and brings the native
+/// [`Device`]s that reach the other sites (IMPI).
+pub trait GridJoin: Sync {
+    /// A short name for messages ("impi").
+    fn name(&self) -> &'static str;
+    /// Whether this process was asked to join a grid (for example, an IMPI server address
+    /// in its environment).
+    fn wanted(&self) -> bool;
+    /// Join. Collective over the site (every rank of `site` calls it) and, through the
+    /// grid's own rendezvous, over every site.
+    fn join(&self, site: Box<dyn Bootstrap>) -> Result<Joined, P2pError>;
+}
+
+/// The outcome of a [`GridJoin`].
+pub struct Joined {
+    /// The job-wide bootstrap: world rank and size over every site, and a placement whose
+    /// `site` says which ranks are this site's. Its put/get/fence stay within the site
+    /// (transports only ever serve ranks of their own site).
+    pub boot: Box<dyn Bootstrap>,
+    /// The devices and the world ranks each serves (the other sites' ranks).
+    pub devices: Vec<(Box<dyn Device>, Vec<Rank>)>,
+}
+
+/// What a program offers the core at start-up: its transports, extra bootstraps and ways to
+/// join other sites.
 #[derive(Clone, Copy)]
 pub struct Registry {
     /// Transports, in order of preference per [`Reach`] (the first of a reach is its
@@ -140,6 +166,9 @@ pub struct Registry {
     pub transports: &'static [&'static dyn TransportFactory],
     /// Bootstraps tried before the core's PMI client and the singleton.
     pub bootstraps: &'static [&'static dyn BootstrapFactory],
+    /// Grid joins, tried in order once the site's bootstrap is known; the first that is
+    /// [`GridJoin::wanted`] joins.
+    pub grids: &'static [&'static dyn GridJoin],
 }
 
 impl Registry {
@@ -207,6 +236,7 @@ mod tests {
         let r = Registry {
             transports: &ALL,
             bootstraps: &[],
+            grids: &[],
         };
         assert_eq!(r.choose(Reach::Node, "").unwrap().name(), "shm");
         assert_eq!(r.choose(Reach::Remote, "").unwrap().name(), "tcp");
@@ -217,6 +247,7 @@ mod tests {
         let empty = Registry {
             transports: &[],
             bootstraps: &[],
+            grids: &[],
         };
         assert!(empty.choose(Reach::Node, "").is_err());
     }

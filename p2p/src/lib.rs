@@ -15,10 +15,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub mod boot;
+pub mod device;
 pub mod framing;
 pub mod futex;
 pub mod self_transport;
 pub mod sim;
+pub mod sim_device;
 
 pub use self_transport::SelfTransport;
 
@@ -225,10 +227,12 @@ impl ProgressMode {
     }
 }
 
-/// Maps each world rank to the transport that reaches it.
+/// Maps each world rank to the transport, or the native device, that reaches it.
 pub struct Router {
     transports: Vec<Box<dyn Transport>>,
     route: Vec<u8>,
+    devices: Vec<Box<dyn device::Device>>,
+    device_route: Vec<u8>,
 }
 
 /// Marks a rank no transport reaches.
@@ -240,7 +244,45 @@ impl Router {
         Router {
             transports: Vec::new(),
             route: vec![NO_ROUTE; size],
+            devices: Vec::new(),
+            device_route: Vec::new(),
         }
+    }
+
+    /// Add a native device that reaches `peers`; a device route takes precedence over any
+    /// transport route. Returns the device's index.
+    pub fn add_device(&mut self, device: Box<dyn device::Device>, peers: &[Rank]) -> usize {
+        let idx = self.devices.len();
+        assert!(idx < NO_ROUTE as usize, "too many devices");
+        if self.device_route.is_empty() {
+            self.device_route = vec![NO_ROUTE; self.route.len()];
+        }
+        self.devices.push(device);
+        for &p in peers {
+            self.device_route[p as usize] = idx as u8;
+        }
+        idx
+    }
+
+    /// Index of the device reaching `peer`, if a device does. Costs one branch when the
+    /// job has no devices.
+    #[inline]
+    pub fn device_of(&self, peer: Rank) -> Option<usize> {
+        match self.device_route.get(peer as usize) {
+            Some(&i) if i != NO_ROUTE => Some(i as usize),
+            _ => None,
+        }
+    }
+
+    /// All devices, in the order they were added.
+    pub fn devices(&mut self) -> &mut [Box<dyn device::Device>] {
+        &mut self.devices
+    }
+
+    /// Whether the job has any native device.
+    #[inline]
+    pub fn has_devices(&self) -> bool {
+        !self.devices.is_empty()
     }
 
     /// Add a transport that reaches `peers`; later additions override earlier routes.
@@ -286,9 +328,14 @@ impl Router {
         self.transports.is_empty()
     }
 
-    /// The event sources of all transports, index-aligned with `transports()`.
+    /// The event sources of all transports, index-aligned with `transports()`, then those
+    /// of the devices (index `transports().len() + d` for device `d`).
     pub fn event_sources(&self) -> Vec<Arc<dyn EventSource>> {
-        self.transports.iter().map(|t| t.event_source()).collect()
+        self.transports
+            .iter()
+            .map(|t| t.event_source())
+            .chain(self.devices.iter().map(|d| d.event_source()))
+            .collect()
     }
 
     /// Polling engine step: visit every transport once without blocking.

@@ -103,7 +103,7 @@ impl Runtime {
     /// Value of a predefined attribute (MPI_TAG_UB and friends).
     pub fn predefined_attr(&self, which: PredefinedAttr) -> Option<i32> {
         match which {
-            PredefinedAttr::TagUb => Some(TAG_UB),
+            PredefinedAttr::TagUb => Some(tag_ub()),
             PredefinedAttr::Host => Some(PROC_NULL),
             PredefinedAttr::Io => Some(ANY_SOURCE),
             PredefinedAttr::WtimeIsGlobal => Some(0),

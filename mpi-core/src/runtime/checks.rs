@@ -56,12 +56,13 @@ impl Runtime {
     }
 
     pub(super) fn check_tag(call: &str, tag: i32, allow_any: bool) -> MpiResult<()> {
-        if (allow_any && tag == ANY_TAG) || (0..=TAG_UB).contains(&tag) {
+        let ub = tag_ub();
+        if (allow_any && tag == ANY_TAG) || (0..=ub).contains(&tag) {
             return Ok(());
         }
         Err(MpiError::new(
             ErrorClass::Tag,
-            format!("{call}: invalid tag {tag} (tags run from 0 to {TAG_UB})"),
+            format!("{call}: invalid tag {tag} (tags run from 0 to {ub})"),
         ))
     }
 

@@ -35,8 +35,16 @@ use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
 pub use schedules::Schedule;
 
-/// Largest tag a user may use (MPI_TAG_UB).
+/// Largest tag a user may use (MPI_TAG_UB) when no device lowers it.
 pub const TAG_UB: i32 = i32::MAX;
+
+/// This job's MPI_TAG_UB: [`TAG_UB`], or less when a device (IMPI) negotiated less.
+static JOB_TAG_UB: std::sync::atomic::AtomicI32 = std::sync::atomic::AtomicI32::new(TAG_UB);
+
+/// This job's MPI_TAG_UB.
+pub fn tag_ub() -> i32 {
+    JOB_TAG_UB.load(Ordering::Relaxed)
+}
 
 /// MPI's thread support levels.
 #[repr(i32)]
@@ -169,10 +177,17 @@ fn env_u32(name: &str, default: u32) -> u32 {
 impl Runtime {
     pub(super) fn boot(required: ThreadLevel, registry: &Registry) -> MpiResult<Runtime> {
         let mode = ProgressMode::from_env().map_err(init_err)?;
-        let mut boot = crate::boot::bootstrap(registry)?;
+        let boot = crate::boot::bootstrap(registry)?;
+        let (mut boot, devices) = crate::boot::join_grid(registry, boot)?;
         let (rank, size) = (boot.rank(), boot.size());
         let placement = crate::boot::placement(boot.as_mut())?;
-        let router = crate::boot::start_transports(registry, boot.as_mut(), &placement)?;
+        let mut router = crate::boot::start_transports(registry, boot.as_mut(), &placement)?;
+        let mut tag_ub = TAG_UB;
+        for (device, peers) in devices {
+            tag_ub = tag_ub.min(device.caps().tag_ub);
+            router.add_device(device, &peers);
+        }
+        JOB_TAG_UB.store(tag_ub, Ordering::Relaxed);
         let nodes = placement.node;
         let my_node = nodes[rank as usize];
         let local = nodes.iter().filter(|&&n| n == my_node).count();
@@ -309,6 +324,19 @@ impl Runtime {
         }
         for h in self.threads.lock().expect("threads").drain(..) {
             let _ = h.join();
+        }
+        {
+            // Devices say goodbye to the other sites (IMPI: FINI both ways) before the
+            // site's own start-up is told this rank is done.
+            let mut e = self.lock();
+            for d in e.router.devices() {
+                d.finish(Duration::from_secs(30)).map_err(|err| {
+                    MpiError::new(
+                        ErrorClass::Other,
+                        format!("MPI_Finalize: {}: {err}", d.name()),
+                    )
+                })?;
+            }
         }
         self.boot
             .lock()

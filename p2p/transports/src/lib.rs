@@ -18,4 +18,5 @@ pub static REGISTRY: Registry = Registry {
         &tsunagi_stream::FACTORY,
     ],
     bootstraps: &[],
+    grids: &[],
 };

@@ -8,9 +8,13 @@
 //! streamed chunks, sends that found no room) is queued in the core and carried out by
 //! [`Engine::flush`] right after the poll returns.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 
+use tsunagi_p2p::device::DataRep;
 use tsunagi_p2p::{Header, P2pError, Rank, Router};
+
+mod device;
+use device::{DeviceArrival, DeviceRecv};
 
 pub(crate) use crate::slab::Slab;
 
@@ -156,8 +160,16 @@ pub struct Arrived {
 }
 
 enum Body {
-    Eager { data: Vec<u8>, sync: Option<u64> },
-    Rts { cookie: u64, addr: Option<u64> },
+    Eager {
+        data: Vec<u8>,
+        sync: Option<u64>,
+    },
+    Rts {
+        cookie: u64,
+        addr: Option<u64>,
+    },
+    /// Announced by a native device, which carries the rest itself.
+    Device(DeviceArrival),
 }
 
 impl Arrived {
@@ -282,6 +294,12 @@ pub(crate) struct Core {
     pub bsend_buffer: Option<(usize, usize)>,
     pub bsend_used: usize,
     byte_type: TypeRef,
+    /// Native devices: arrivals matched since the last flush (device, arrival id), to
+    /// accept after the poll; matched receives whose data is still coming in; each
+    /// device's data representation.
+    dev_accepts: Vec<(u8, u64)>,
+    dev_recvs: HashMap<(u8, u64), DeviceRecv>,
+    dev_reps: Vec<DataRep>,
 }
 
 /// The request layer and the router, guarded together by the runtime's lock.
@@ -302,7 +320,8 @@ fn p2p_fault(e: P2pError) -> MpiError {
 }
 
 impl Engine {
-    pub(crate) fn new(me: Rank, size: usize, router: Router) -> Engine {
+    pub(crate) fn new(me: Rank, size: usize, mut router: Router) -> Engine {
+        let dev_reps = router.devices().iter().map(|d| d.caps().data_rep).collect();
         Engine {
             router,
             core: Core {
@@ -324,6 +343,9 @@ impl Engine {
                 bsend_buffer: None,
                 bsend_used: 0,
                 byte_type: Datatype::builtin(Builtin::Byte),
+                dev_accepts: Vec::new(),
+                dev_recvs: HashMap::new(),
+                dev_reps,
             },
         }
     }
@@ -331,16 +353,32 @@ impl Engine {
     /// One polling-engine step over every transport, then the deferred work.
     pub(crate) fn progress(&mut self) -> MpiResult<usize> {
         let Engine { router, core } = self;
-        let n = match router.poll_all(&mut |src, h, p| core.on_arrival(src, h, p)) {
+        let mut n = match router.poll_all(&mut |src, h, p| core.on_arrival(src, h, p)) {
             Ok(n) => n,
             Err(e) => return Err(core.set_fault(p2p_fault(e))),
         };
+        if self.router.has_devices() {
+            n += match self.poll_devices() {
+                Ok(n) => n,
+                Err(e) => return Err(self.core.set_fault(e)),
+            };
+        }
         self.flush()?;
         Ok(n)
     }
 
     /// Poll only transport `idx` (a threaded-engine progress thread), then deferred work.
+    /// Indices past the transports name devices (as in `Router::event_sources`).
     pub(crate) fn progress_one(&mut self, idx: usize) -> MpiResult<usize> {
+        let ntransports = self.router.len();
+        if idx >= ntransports {
+            let n = match self.poll_device(idx - ntransports) {
+                Ok(n) => n,
+                Err(e) => return Err(self.core.set_fault(e)),
+            };
+            self.flush()?;
+            return Ok(n);
+        }
         let Engine { router, core } = self;
         let n = match router.transports()[idx].poll(&mut |src, h, p| core.on_arrival(src, h, p)) {
             Ok(n) => n,
@@ -383,6 +421,9 @@ impl Engine {
     }
 
     fn flush_control(&mut self) -> MpiResult<()> {
+        if !self.core.dev_accepts.is_empty() {
+            self.flush_device_accepts()?;
+        }
         while !self.core.ctrl.is_empty() {
             let ctrl = std::mem::take(&mut self.core.ctrl);
             for (peer, hdr) in ctrl {
@@ -665,10 +706,16 @@ impl Engine {
         let comm = self.core.comm(comm_id).expect("checked by the API");
         let dest = comm.group.world_rank(peer as usize);
         let me = self.core.me;
-        let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
-        let eager_limit = t.eager_limit();
-        // Asked only for rendezvous: eager messages (the latency-bound case) never need it.
-        let single_copy = bytes > eager_limit && t.single_copy(dest);
+        let device = self.router.device_of(dest);
+        let (eager_limit, single_copy) = if device.is_some() {
+            (usize::MAX, false)
+        } else {
+            let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
+            let eager_limit = t.eager_limit();
+            // Asked only for rendezvous: eager messages (the latency-bound case) never
+            // need it.
+            (eager_limit, bytes > eager_limit && t.single_copy(dest))
+        };
 
         if mode == SendMode::Buffered {
             let req = self.core.reqs.get_mut(id.0).expect("live request");
@@ -715,6 +762,9 @@ impl Engine {
             return self.start_send(copy, SendMode::Standard);
         }
 
+        if let Some(dev) = device {
+            return self.start_device_send(id, mode, dev, dest);
+        }
         let req = self.core.reqs.get_mut(id.0).expect("live request");
         if bytes <= eager_limit {
             let sync = mode == SendMode::Synchronous;
@@ -1032,6 +1082,10 @@ impl Engine {
                     .comm(req.comm)
                     .map(|c| c.group.world_rank(req.peer as usize))
                     .unwrap_or(0);
+                if let Some(dev) = self.router.device_of(dest) {
+                    return self.cancel_device_send(id, dev);
+                }
+                let core = &mut self.core;
                 let q = &mut core.pending[dest as usize];
                 // The last envelope with this cookie: earlier ones belong to completed
                 // eager sends whose request id this one reuses (they are still queued
@@ -1120,6 +1174,7 @@ impl Core {
             || !self.streams.is_empty()
             || !self.ctrl.is_empty()
             || !self.cma.is_empty()
+            || !self.dev_accepts.is_empty()
     }
 
     fn set_fault(&mut self, e: MpiError) -> MpiError {
@@ -1221,7 +1276,8 @@ impl Core {
                 .map(|a| {
                     let kind = match a.body {
                         Body::Eager { .. } => "eager",
-                        _ => "rts",
+                        Body::Rts { .. } => "rts",
+                        Body::Device(_) => "device",
                     };
                     format!("{}:{}:{}:{kind}", a.src, a.tag, a.len)
                 })
@@ -1360,6 +1416,7 @@ impl Core {
                 }
                 self.pool.push(data);
             }
+            Body::Device(d) => self.consume_device(id, a.src, a.tag, d),
             Body::Rts { cookie, addr } => {
                 let source = {
                     let comm = self.reqs.get(id.0).expect("live").comm;

@@ -1,0 +1,321 @@
+//! The request layer over native devices (`tsunagi_p2p::device`): peers on other sites.
+//!
+//! Matching stays here, in the same queues as the transports' arrivals, so that a wildcard
+//! receive sees every peer in arrival order. What differs from the transports' path: the
+//! device runs the long-message, synchronous and cancel protocols itself, so a send is one
+//! call and completes on [`DeviceEvent::SendComplete`]; a receive matches an announced
+//! arrival, tells the device ([`Device::accept`], after the poll), and takes the data as it
+//! comes. Data crosses in the device's representation: native bytes go straight into the
+//! receive buffer; external32 is converted into it once the whole message is in.
+
+use tsunagi_p2p::device::{DataRep, DeviceCancel, DeviceEvent, Envelope};
+use tsunagi_p2p::Rank;
+
+use super::*;
+
+/// An unexpected (or mprobe'd) message announced by a device.
+pub(super) struct DeviceArrival {
+    pub dev: u8,
+    pub id: u64,
+    /// The first part of the data (the whole message when `complete`).
+    pub data: Vec<u8>,
+    pub complete: bool,
+}
+
+/// A matched receive whose data streams in from a device.
+pub(super) struct DeviceRecv {
+    pub req: ReqId,
+    /// The wire representation needs conversion at the end: the bytes so far.
+    pub staging: Option<Vec<u8>>,
+}
+
+impl Engine {
+    /// Start a send to world rank `dest`, reached by device `dev`.
+    pub(super) fn start_device_send(
+        &mut self,
+        id: ReqId,
+        mode: SendMode,
+        dev: usize,
+        dest: Rank,
+    ) -> MpiResult<()> {
+        let rep = self.router.devices()[dev].caps().data_rep;
+        let me = self.core.me;
+        let req = self.core.reqs.get_mut(id.0).expect("live request");
+        let (tag, context, bytes) = (req.tag, req.context, req.bytes());
+        let data = match req.packed.take() {
+            Some(p) if rep == DataRep::Native => p,
+            packed => {
+                let mut native = packed.unwrap_or_default();
+                if native.len() != bytes {
+                    native.clear();
+                    native.resize(bytes, 0);
+                    // SAFETY: the send buffer holds `count` elements of `dtype` (MPI
+                    // contract); `native` has exactly their packed size.
+                    unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut native) };
+                }
+                match rep {
+                    DataRep::Native => native,
+                    DataRep::External32 => to_external32(&req.dtype, &native, req.count)?,
+                }
+            }
+        };
+        req.status.bytes = bytes;
+        let env = Envelope {
+            src: me,
+            dst: dest,
+            tag,
+            context,
+            len: data.len() as u64,
+        };
+        let sync = mode == SendMode::Synchronous;
+        self.router.devices()[dev]
+            .send(env, sync, data, id.0 as u64)
+            .map_err(p2p_fault)
+    }
+
+    /// MPI_Cancel of a send to a device's peer.
+    pub(super) fn cancel_device_send(&mut self, id: ReqId, dev: usize) -> MpiResult<()> {
+        match self.router.devices()[dev]
+            .cancel_send(id.0 as u64)
+            .map_err(p2p_fault)?
+        {
+            DeviceCancel::Cancelled => self.core.cancelled(id),
+            DeviceCancel::NotCancelled | DeviceCancel::Pending => {}
+        }
+        Ok(())
+    }
+
+    /// Poll every device (polling engine), handling their events.
+    pub(super) fn poll_devices(&mut self) -> MpiResult<usize> {
+        let Engine { router, core } = self;
+        let mut n = 0;
+        for (i, d) in router.devices().iter_mut().enumerate() {
+            n += d
+                .poll(&mut |ev| core.on_device_event(i as u8, ev))
+                .map_err(p2p_fault)?;
+        }
+        Ok(n)
+    }
+
+    /// Poll device `dev` only (a threaded-engine progress thread).
+    pub(super) fn poll_device(&mut self, dev: usize) -> MpiResult<usize> {
+        let Engine { router, core } = self;
+        router.devices()[dev]
+            .poll(&mut |ev| core.on_device_event(dev as u8, ev))
+            .map_err(p2p_fault)
+    }
+
+    /// Tell the devices which arrivals matched (queued by the event handler, which cannot
+    /// call the device it is called from).
+    pub(super) fn flush_device_accepts(&mut self) -> MpiResult<()> {
+        let accepts = std::mem::take(&mut self.core.dev_accepts);
+        for (dev, id) in accepts {
+            self.router.devices()[dev as usize]
+                .accept(id)
+                .map_err(p2p_fault)?;
+        }
+        Ok(())
+    }
+}
+
+impl Core {
+    fn device_rep(&self, dev: u8) -> DataRep {
+        self.dev_reps
+            .get(dev as usize)
+            .copied()
+            .unwrap_or(DataRep::Native)
+    }
+
+    /// Mark a send cancelled and complete it.
+    pub(super) fn cancelled(&mut self, id: ReqId) {
+        if let Some(req) = self.reqs.get_mut(id.0) {
+            req.status.cancelled = true;
+            req.status.bytes = 0;
+            if req.phase == Phase::Active {
+                self.complete(id);
+            }
+        }
+    }
+
+    fn on_device_event(&mut self, dev: u8, ev: DeviceEvent) {
+        match ev {
+            DeviceEvent::Arrived {
+                id,
+                env,
+                data,
+                complete,
+                ..
+            } => {
+                let a = Arrived {
+                    src: env.src,
+                    tag: env.tag,
+                    len: env.len as usize,
+                    body: Body::Device(DeviceArrival {
+                        dev,
+                        id,
+                        data,
+                        complete,
+                    }),
+                };
+                match self.queue(env.context).take_posted(env.src, env.tag) {
+                    Some(p) => self.consume(p.id, a),
+                    None => self.queue(env.context).push_unexpected(a),
+                }
+            }
+            DeviceEvent::Data { id, offset, data } => self.device_data(dev, id, offset, &data),
+            DeviceEvent::Received { id } => {
+                if let Some(r) = self.dev_recvs.remove(&(dev, id)) {
+                    self.device_received(r);
+                }
+            }
+            DeviceEvent::ArrivalCancelled { id } => {
+                for q in self.queues.iter_mut() {
+                    if let Some(pos) = q.unexpected.iter().position(
+                        |a| matches!(&a.body, Body::Device(d) if d.dev == dev && d.id == id),
+                    ) {
+                        q.unexpected.remove(pos);
+                        break;
+                    }
+                }
+            }
+            DeviceEvent::SendComplete { token } => {
+                let id = ReqId(token as u32);
+                if self
+                    .reqs
+                    .get(id.0)
+                    .is_some_and(|r| r.phase == Phase::Active && matches!(r.op, Op::Send(_)))
+                {
+                    self.complete(id);
+                }
+            }
+            DeviceEvent::CancelResult { token, cancelled } => {
+                if cancelled {
+                    self.cancelled(ReqId(token as u32));
+                }
+            }
+        }
+    }
+
+    /// A device's arrival meets its receive (now, or from the unexpected queue or an
+    /// mprobe).
+    pub(super) fn consume_device(&mut self, id: ReqId, src: Rank, tag: i32, a: DeviceArrival) {
+        self.dev_accepts.push((a.dev, a.id));
+        let rep = self.device_rep(a.dev);
+        if a.complete && rep == DataRep::Native {
+            self.deliver_eager(id, src, tag, &a.data);
+            return;
+        }
+        let source = {
+            let comm = self.reqs.get(id.0).expect("live").comm;
+            self.comm_rank_of(comm, src)
+        };
+        let req = self.reqs.get_mut(id.0).expect("live");
+        req.status = Status {
+            source,
+            tag,
+            error: 0,
+            bytes: 0,
+            cancelled: false,
+        };
+        req.received = 0;
+        let staging = (rep != DataRep::Native).then(Vec::new);
+        let r = DeviceRecv { req: id, staging };
+        if a.complete {
+            let mut r = r;
+            r.staging = Some(a.data);
+            self.device_received(r);
+            return;
+        }
+        self.dev_recvs.insert((a.dev, a.id), r);
+        self.device_data(a.dev, a.id, 0, &a.data);
+    }
+
+    fn device_data(&mut self, dev: u8, id: u64, offset: u64, data: &[u8]) {
+        let Some(r) = self.dev_recvs.get_mut(&(dev, id)) else {
+            self.set_fault(mpi_err(
+                ErrorClass::Intern,
+                format!("device protocol error: data for unknown arrival {id}"),
+            ));
+            return;
+        };
+        let offset = offset as usize;
+        if let Some(st) = r.staging.as_mut() {
+            if st.len() < offset + data.len() {
+                st.resize(offset + data.len(), 0);
+            }
+            st[offset..offset + data.len()].copy_from_slice(data);
+            return;
+        }
+        let req = self.reqs.get_mut(r.req.0).expect("live receive");
+        if offset < req.capacity && !data.is_empty() {
+            let take = data.len().min(req.capacity - offset);
+            match req.dtype.contiguous_offset() {
+                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`, and
+                // `offset + take <= capacity`.
+                Some(off) => unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        data.as_ptr(),
+                        req.buf.0.offset(off).add(offset),
+                        take,
+                    )
+                },
+                // SAFETY: the receive buffer holds `count` elements of `dtype`.
+                None => unsafe {
+                    req.dtype
+                        .unpack_range(req.buf.0, req.count, offset, &data[..take])
+                },
+            }
+        }
+        req.received = req.received.max(offset + data.len());
+    }
+
+    /// The whole message of a device receive is in: convert (external32), set the status,
+    /// complete.
+    fn device_received(&mut self, r: DeviceRecv) {
+        let req = self.reqs.get_mut(r.req.0).expect("live receive");
+        match r.staging {
+            None => {
+                let got = req.received;
+                req.status.bytes = got.min(req.capacity);
+                if got > req.capacity {
+                    req.status.error = ErrorClass::Truncate as i32;
+                }
+            }
+            Some(wire) => match from_external32(&req.dtype, &wire, req.buf, req.count) {
+                Ok((native, truncated)) => {
+                    req.status.bytes = native;
+                    if truncated {
+                        req.status.error = ErrorClass::Truncate as i32;
+                    }
+                }
+                Err(e) => req.status.error = e.class as i32,
+            },
+        }
+        self.complete(r.req);
+    }
+}
+
+/// Convert `count` elements of `dtype`, packed natively in `native`, to external32.
+fn to_external32(dtype: &TypeRef, native: &[u8], count: usize) -> MpiResult<Vec<u8>> {
+    let _ = (dtype, count);
+    let _ = native;
+    Err(mpi_err(
+        ErrorClass::UnsupportedOperation,
+        "external32 is not available in this build".into(),
+    ))
+}
+
+/// Convert external32 `wire` data into the receive buffer; returns the native bytes
+/// written and whether the message was longer than the buffer.
+fn from_external32(
+    dtype: &TypeRef,
+    wire: &[u8],
+    buf: Buf,
+    count: usize,
+) -> MpiResult<(usize, bool)> {
+    let _ = (dtype, wire, buf, count);
+    Err(mpi_err(
+        ErrorClass::UnsupportedOperation,
+        "external32 is not available in this build".into(),
+    ))
+}
