@@ -44,10 +44,13 @@ enum Wire {
     },
 }
 
+/// One mailbox per rank: (sender, message) in arrival order.
+type Mailboxes = Vec<VecDeque<(Rank, Wire)>>;
+
 /// The shared mailboxes of a simulated device fabric.
 #[derive(Clone)]
 pub struct DeviceFabric {
-    boxes: Arc<Mutex<Vec<VecDeque<(Rank, Wire)>>>>,
+    boxes: Arc<Mutex<Mailboxes>>,
     first_len: usize,
 }
 
