@@ -59,6 +59,9 @@ pub fn usage(prog: &str) -> String {
            --env VAR=VAL         set VAR=VAL in the ranks (also: -env VAR VAL)\n  \
            --progress MODE       progress engine for the ranks: polling or threaded\n  \
            --node-map SPEC       node map for the ranks (sets TSUNAGI_NODE_MAP)\n  \
+           --client K --server HOST:PORT\n  \
+                                 run as client K of a multi-site job through that IMPI server\n  \
+                                 (LAM's `-client K HOST:PORT` is accepted too)\n  \
            --version             print the version and exit\n  \
            -h, --help            print this help and exit\n\
          \n\
@@ -66,6 +69,11 @@ pub fn usage(prog: &str) -> String {
          The exit status is 0 only if every rank exits 0; a rank that fails, is killed or\n\
          calls MPI_Abort ends the whole job.\n"
     )
+}
+
+/// `HOST:PORT` with a numeric port.
+fn is_host_port(s: &str) -> bool {
+    matches!(s.rsplit_once(':'), Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok())
 }
 
 /// Parse `args` (without `argv[0]`). `getenv` looks up mpirun's own environment for `-x VAR`.
@@ -82,6 +90,8 @@ pub fn parse(
     let mut oversubscribe = false;
     let mut launch_agent = None;
     let mut launch_addr = None;
+    let mut impi_client: Option<String> = None;
+    let mut impi_server: Option<String> = None;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -191,6 +201,27 @@ pub fn parse(
                 let v = value("a node map")?;
                 env.push(("TSUNAGI_NODE_MAP".into(), v.into()));
             }
+            "--client" | "-client" => {
+                let k = value("a client number")?;
+                if k.parse::<u32>().is_err() {
+                    return Err(format!("{name}: {k:?} is not a client number"));
+                }
+                impi_client = Some(k);
+                // LAM's spelling: `-client K HOST:PORT`.
+                if let Some(next) = args.get(i + 1).and_then(|a| a.to_str()) {
+                    if impi_server.is_none() && is_host_port(next) {
+                        impi_server = Some(next.to_string());
+                        i += 1;
+                    }
+                }
+            }
+            "--server" | "-server" => {
+                let v = value("the IMPI server's HOST:PORT")?;
+                if !is_host_port(&v) {
+                    return Err(format!("{name}: expected HOST:PORT, got {v:?}"));
+                }
+                impi_server = Some(v);
+            }
             _ => return Err(format!("unknown option {s:?}")),
         }
         i += 1;
@@ -200,6 +231,19 @@ pub fn parse(
     };
     if host.is_some() && hostfile.is_some() {
         return Err("--host and --hostfile cannot be combined".to_string());
+    }
+    match (impi_client, impi_server) {
+        (Some(k), Some(server)) => {
+            env.push(("TSUNAGI_IMPI_CLIENT".into(), k.into()));
+            env.push(("TSUNAGI_IMPI_SERVER".into(), server.into()));
+        }
+        (None, None) => {}
+        (Some(_), None) => {
+            return Err("--client needs --server HOST:PORT (the IMPI server)".to_string())
+        }
+        (None, Some(_)) => {
+            return Err("--server needs --client K (this site's client number)".to_string())
+        }
     }
     Ok(Action::Run(Options {
         np: np.unwrap_or(1),
@@ -330,5 +374,27 @@ mod tests {
         assert_eq!(p(&["-n", "2", "--help", "prog"]), Ok(Action::Help));
         assert!(p(&[]).unwrap_err().contains("no program"));
         assert!(p(&["--bogus", "prog"]).unwrap_err().contains("--bogus"));
+    }
+
+    #[test]
+    fn impi_client_options() {
+        let want = vec![
+            ("TSUNAGI_IMPI_CLIENT".to_string(), "1".to_string()),
+            ("TSUNAGI_IMPI_SERVER".to_string(), "h:5000".to_string()),
+        ];
+        let o = run(&["--client", "1", "--server", "h:5000", "-n", "2", "prog"]);
+        assert_eq!(env(&o), want);
+        // LAM's spelling.
+        let o = run(&["-client", "1", "h:5000", "-n", "2", "prog"]);
+        assert_eq!(env(&o), want);
+        assert_eq!(o.program, "prog");
+        assert!(p(&["--client", "1", "prog"])
+            .unwrap_err()
+            .contains("--server"));
+        assert!(p(&["--server", "h:5000", "prog"])
+            .unwrap_err()
+            .contains("--client"));
+        assert!(p(&["--server", "h", "--client", "0", "prog"]).is_err());
+        assert!(p(&["--client", "x", "--server", "h:1", "prog"]).is_err());
     }
 }

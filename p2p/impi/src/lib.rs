@@ -14,14 +14,20 @@
 //! * [`params`]: the job's parameters from the server's COLL answers (minimum DATALEN, tag
 //!   bound, ackmark/hiwater; agreed collective thresholds; hosts and procs in global order).
 //! * [`server`]: the IMPI server's state machine; `tsunagi-impi-server` drives it over TCP.
+//! * [`device`]: the IMPI device, Tsunagi's native-tier device for the other sites' ranks
+//!   (links over non-blocking sockets).
+//! * [`join`]: joining sites at start-up ([`join::GRID`], a `GridJoin` in the registry).
 //!
-//! Boundary: no sockets except in the server binary, no MPI semantics (matching,
-//! datatypes, external32 conversion, collectives): those are the IMPI device's in
-//! `tsunagi-core`, which drives [`link::Link`] from its progress engine. Facts come from
+//! Boundary: the protocol modules (packet, startup, link, client, params, server) do no
+//! I/O; sockets live in the server binary, [`device`] and [`join`]. No MPI semantics
+//! (matching, datatypes, external32 conversion, collectives): the MPI core matches device
+//! arrivals in its own queues and converts data. Facts come from
 //! the IMPI report and LAM/MPI 7.1.4's implementation; where they differ, the module docs
 //! say which is followed.
 
 pub mod client;
+pub mod device;
+pub mod join;
 pub mod link;
 pub mod packet;
 pub mod params;

@@ -4,7 +4,8 @@
 //! [`tsunagi_p2p::boot::TransportFactory`]; the C library and the Rust API pass
 //! [`REGISTRY`] to `tsunagi_core::init`. Adding a transport is a new crate that implements
 //! the factory plus one line below. Order matters per reach: the first transport of a reach
-//! is the default (`TSUNAGI_INTRANODE` / `TSUNAGI_INTERNODE` pick another by name).
+//! is the default (`TSUNAGI_INTRANODE` / `TSUNAGI_INTERNODE` pick another by name). Grid
+//! joins bring native devices for other sites (`tsunagi_p2p::boot::GridJoin`).
 
 use tsunagi_p2p::boot::Registry;
 
@@ -18,5 +19,6 @@ pub static REGISTRY: Registry = Registry {
         &tsunagi_stream::FACTORY,
     ],
     bootstraps: &[],
-    grids: &[],
+    // Other sites (IMPI), when the environment names an IMPI server.
+    grids: &[&tsunagi_impi::join::GRID],
 };
