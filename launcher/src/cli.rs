@@ -36,6 +36,8 @@ pub struct Options {
     pub launch_agent: Option<String>,
     /// `--launch-addr IP`: the address agents connect back to.
     pub launch_addr: Option<String>,
+    /// `--sites FILE`: a job over the sites the file lists, joined by IMPI.
+    pub sites: Option<OsString>,
 }
 
 /// The text of `--help`.
@@ -59,6 +61,8 @@ pub fn usage(prog: &str) -> String {
            --env VAR=VAL         set VAR=VAL in the ranks (also: -env VAR VAL)\n  \
            --progress MODE       progress engine for the ranks: polling or threaded\n  \
            --node-map SPEC       node map for the ranks (sets TSUNAGI_NODE_MAP)\n  \
+           --sites FILE          run over the sites FILE lists (one line of mpirun options per\n  \
+                                 site), joined by an IMPI server this mpirun starts\n  \
            --client K --server HOST:PORT\n  \
                                  run as client K of a multi-site job through that IMPI server\n  \
                                  (LAM's `-client K HOST:PORT` is accepted too)\n  \
@@ -92,6 +96,7 @@ pub fn parse(
     let mut launch_addr = None;
     let mut impi_client: Option<String> = None;
     let mut impi_server: Option<String> = None;
+    let mut sites = None;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -215,6 +220,7 @@ pub fn parse(
                     }
                 }
             }
+            "--sites" => sites = Some(value("a sites file")?.into()),
             "--server" | "-server" => {
                 let v = value("the IMPI server's HOST:PORT")?;
                 if !is_host_port(&v) {
@@ -257,6 +263,7 @@ pub fn parse(
         oversubscribe,
         launch_agent,
         launch_addr,
+        sites,
     }))
 }
 

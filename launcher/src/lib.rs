@@ -40,6 +40,7 @@ pub mod agent;
 pub mod cli;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod grid;
 pub mod hosts;
 pub mod local;
 pub mod server;
@@ -189,6 +190,15 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             return EXIT_USAGE;
         }
     };
+    if let Some(file) = &opts.sites {
+        return match grid::run(&prog, Path::new(file), &opts.env, &opts.program, &opts.args) {
+            Ok(code) => code,
+            Err(msg) => {
+                say(&prog, &msg);
+                EXIT_USAGE
+            }
+        };
+    }
     let program = match resolve_program(&opts.program, std::env::var_os("PATH").as_deref()) {
         Ok(p) => p,
         Err((msg, code)) => {
