@@ -257,7 +257,14 @@ mod tests {
     fn words_and_quotes() {
         assert_eq!(
             split_words(r#"-n 2 --launch-agent "ip netns exec {host}" 'a b' c\ d"#).unwrap(),
-            vec!["-n", "2", "--launch-agent", "ip netns exec {host}", "a b", "c d"]
+            vec![
+                "-n",
+                "2",
+                "--launch-agent",
+                "ip netns exec {host}",
+                "a b",
+                "c d"
+            ]
         );
         assert!(split_words("\"open").is_err());
         assert_eq!(split_words("  ").unwrap(), Vec::<String>::new());
@@ -271,8 +278,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(f.server_addr, "10.0.0.1");
-        assert_eq!(f.sites, vec![vec!["-n", "2", "--host", "a:2"], vec!["-n", "1"]]);
-        assert!(parse_sites("# nothing\n", "f").unwrap_err().contains("no sites"));
+        assert_eq!(
+            f.sites,
+            vec![vec!["-n", "2", "--host", "a:2"], vec!["-n", "1"]]
+        );
+        assert!(parse_sites("# nothing\n", "f")
+            .unwrap_err()
+            .contains("no sites"));
         assert!(parse_sites("server\n-n 1\n", "f").is_err());
         assert!(parse_sites("-n 1 --client 0\n", "f")
             .unwrap_err()

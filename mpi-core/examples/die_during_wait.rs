@@ -22,7 +22,17 @@ fn main() {
     let byte = Datatype::builtin(Builtin::Byte);
     let mut b = [0u8; 8];
     // SAFETY: `b` outlives the blocking receive.
-    let r = unsafe { rt.recv("MPI_Recv", b.as_mut_ptr(), 8, &byte, victim, 0, CommId::WORLD) };
+    let r = unsafe {
+        rt.recv(
+            "MPI_Recv",
+            b.as_mut_ptr(),
+            8,
+            &byte,
+            victim,
+            0,
+            CommId::WORLD,
+        )
+    };
     eprintln!("rank {me}: the receive from rank {victim} ended: {r:?}");
     std::process::exit(4);
 }
