@@ -17,7 +17,8 @@
 //! At MPI_Finalize the devices exchange FINI; then the site's rank 0 sends FINI to the
 //! server. Environment (LAM's names where LAM has one): `IMPI_AUTH_NONE`, `IMPI_AUTH_KEY`
 //! (offered methods; NONE when neither is set), `TSUNAGI_IMPI_ADDR` (the IPv4 address to
-//! listen on; default: the one that routes to the server), `TSUNAGI_IMPI_DATALEN`,
+//! listen on; default: the one that routes to the server), `TSUNAGI_IMPI_DATAREP`
+//! (`external32`, the default, or `native` as LAM sends), `TSUNAGI_IMPI_DATALEN`,
 //! `TSUNAGI_IMPI_HIWATER`, `TSUNAGI_IMPI_ACKMARK`, `TSUNAGI_IMPI_TAGUB`.
 
 use std::collections::BTreeMap;
@@ -208,6 +209,19 @@ fn get_chunked(site: &mut dyn Bootstrap, key: &str) -> Result<Option<String>, P2
         );
     }
     Ok(Some(s))
+}
+
+/// How user data crosses sites: `TSUNAGI_IMPI_DATAREP=external32` (the default: MPI's
+/// portable representation, what the IMPI report asks for) or `native` (the sender's
+/// packed bytes, which is what LAM/MPI 7.1 sends; every site of a job must agree).
+fn data_rep() -> Result<DataRep, P2pError> {
+    match env("TSUNAGI_IMPI_DATAREP").as_deref().map(str::trim) {
+        Some("external32") => Ok(DataRep::External32),
+        None | Some("native") => Ok(DataRep::Native),
+        Some(other) => Err(err(format!(
+            "TSUNAGI_IMPI_DATAREP={other}: expected external32 or native"
+        ))),
+    }
 }
 
 /// The address to listen on: `TSUNAGI_IMPI_ADDR`, else the one that routes to the server.
@@ -439,7 +453,7 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
         peers.extend_from_slice(&ranks);
         with_links.push((conn, ranks));
     }
-    let device = ImpiDevice::new(me, size, with_links, params.tag_ub, DataRep::Native)?;
+    let device = ImpiDevice::new(me, size, with_links, params.tag_ub, data_rep()?)?;
     let devices: Vec<(Box<dyn Device>, Vec<Rank>)> = if peers.is_empty() {
         Vec::new()
     } else {
