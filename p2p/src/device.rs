@@ -62,6 +62,8 @@ pub struct DeviceCaps {
     pub data_rep: DataRep,
     /// Largest tag the device carries (MPI_TAG_UB of the job is at most this).
     pub tag_ub: i32,
+    /// It has timers: [`Device::next_deadline`] matters.
+    pub timers: bool,
 }
 
 /// What happened on a device.
@@ -133,6 +135,10 @@ pub trait Device: Send {
     fn comm_created(&mut self, _context: u32, _members: &[Rank]) {}
     /// The communicator with context pair `context` was freed.
     fn comm_freed(&mut self, _context: u32) {}
+    /// The next moment [`Device::poll`] must run even if nothing arrives, if any.
+    fn next_deadline(&self) -> Option<std::time::Instant> {
+        None
+    }
     /// MPI_Finalize: finish what is queued, say goodbye to the peers and wait (at most
     /// `timeout`) until they said goodbye too.
     fn finish(&mut self, timeout: Duration) -> Result<(), P2pError>;

@@ -12,7 +12,7 @@
 
 use std::fmt;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 pub mod boot;
 pub mod device;
@@ -136,6 +136,28 @@ impl P2pError {
 /// shared-memory ring), so the request layer copies it out or into the user's buffer.
 pub type Sink<'a> = dyn FnMut(Rank, &Header, &[u8]) + 'a;
 
+/// What a transport offers, read once when it joins the router.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TransportCaps {
+    /// Payload bytes up to which messages go eagerly.
+    pub eager_limit: usize,
+    /// Largest payload of one message.
+    pub max_payload: usize,
+    /// It can read a peer's memory ([`Transport::read_remote`]: CMA, an RDMA read) for
+    /// some peers ([`Transport::single_copy`] says which).
+    pub rdma_read: bool,
+    /// It can write into a peer's memory (an RDMA write: PM's PUSH).
+    pub rdma_write: bool,
+    /// Memory must be registered with the NIC before a remote access (PM, InfiniBand);
+    /// CMA needs none.
+    pub needs_registration: bool,
+    /// Messages to one peer arrive in the order they were sent. The request layer's
+    /// matching needs it; a transport that reorders (UDP) must restore the order itself.
+    pub ordered: bool,
+    /// It has timers (retransmission, pacing): [`Transport::next_deadline`] matters.
+    pub timers: bool,
+}
+
 /// The contract of a transport.
 ///
 /// A transport reaches a set of peers and moves messages to them reliably and in order per
@@ -182,6 +204,28 @@ pub trait Transport: Send {
     /// What to block on when idle. The object outlives borrows of the transport so that a
     /// progress thread can sleep on it without holding the request-layer lock.
     fn event_source(&self) -> Arc<dyn EventSource>;
+
+    /// What the transport offers. The default describes a reliable, ordered byte mover
+    /// without remote memory access or timers, with [`Transport::eager_limit`] and
+    /// [`Transport::max_payload`].
+    fn caps(&self) -> TransportCaps {
+        TransportCaps {
+            eager_limit: self.eager_limit(),
+            max_payload: self.max_payload(),
+            rdma_read: false,
+            rdma_write: false,
+            needs_registration: false,
+            ordered: true,
+            timers: false,
+        }
+    }
+
+    /// The next moment [`Transport::poll`] must run even if nothing arrives (a
+    /// retransmission or pacing timer), if any. Both progress engines bound their sleeps by
+    /// it; the transport reads the clock itself when polled.
+    fn next_deadline(&self) -> Option<Instant> {
+        None
+    }
 }
 
 /// Something an idle rank can sleep on until a transport may have work.
@@ -233,6 +277,8 @@ pub struct Router {
     route: Vec<u8>,
     devices: Vec<Box<dyn device::Device>>,
     device_route: Vec<u8>,
+    /// Some transport or device has timers.
+    timers: bool,
 }
 
 /// Marks a rank no transport reaches.
@@ -246,6 +292,36 @@ impl Router {
             route: vec![NO_ROUTE; size],
             devices: Vec::new(),
             device_route: Vec::new(),
+            timers: false,
+        }
+    }
+
+    /// The earliest deadline of any transport or device with timers (see
+    /// [`Transport::next_deadline`]). Costs one branch when none has timers.
+    #[inline]
+    pub fn next_deadline(&self) -> Option<Instant> {
+        if !self.timers {
+            return None;
+        }
+        self.transports
+            .iter()
+            .filter_map(|t| t.next_deadline())
+            .chain(self.devices.iter().filter_map(|d| d.next_deadline()))
+            .min()
+    }
+
+    /// The deadline of transport or device `idx` (indices as in
+    /// [`Router::event_sources`]).
+    pub fn deadline_of(&self, idx: usize) -> Option<Instant> {
+        if !self.timers {
+            return None;
+        }
+        match self.transports.get(idx) {
+            Some(t) => t.next_deadline(),
+            None => self
+                .devices
+                .get(idx - self.transports.len())
+                .and_then(|d| d.next_deadline()),
         }
     }
 
@@ -257,6 +333,7 @@ impl Router {
         if self.device_route.is_empty() {
             self.device_route = vec![NO_ROUTE; self.route.len()];
         }
+        self.timers |= device.caps().timers;
         self.devices.push(device);
         for &p in peers {
             self.device_route[p as usize] = idx as u8;
@@ -287,9 +364,21 @@ impl Router {
 
     /// Add a transport that reaches `peers`; later additions override earlier routes.
     /// Returns the transport's index.
+    ///
+    /// # Panics
+    /// If the transport breaks the contract's invariants as its [`TransportCaps`] state
+    /// them (unordered delivery, a maximum payload below the eager limit): a bug in the
+    /// transport, not a run-time condition.
     pub fn add(&mut self, transport: Box<dyn Transport>, peers: &[Rank]) -> usize {
         let idx = self.transports.len();
         assert!(idx < NO_ROUTE as usize, "too many transports");
+        let caps = transport.caps();
+        assert!(
+            caps.ordered && caps.max_payload >= caps.eager_limit,
+            "transport {} breaks the contract: {caps:?}",
+            transport.name()
+        );
+        self.timers |= caps.timers;
         self.transports.push(transport);
         for &p in peers {
             self.route[p as usize] = idx as u8;
@@ -345,5 +434,77 @@ impl Router {
             n += t.poll(sink)?;
         }
         Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod router_tests {
+    use super::*;
+
+    /// A transport that moves nothing and states the capabilities and deadline it is given.
+    struct Stated(TransportCaps, Option<Instant>);
+
+    impl Transport for Stated {
+        fn name(&self) -> &'static str {
+            "stated"
+        }
+        fn eager_limit(&self) -> usize {
+            self.0.eager_limit
+        }
+        fn max_payload(&self) -> usize {
+            self.0.max_payload
+        }
+        fn try_send(&mut self, _: Rank, _: &Header, _: &[u8]) -> Result<bool, P2pError> {
+            Ok(false)
+        }
+        fn poll(&mut self, _: &mut Sink<'_>) -> Result<usize, P2pError> {
+            Ok(0)
+        }
+        fn event_source(&self) -> Arc<dyn EventSource> {
+            futex::LocalDoorbell::new()
+        }
+        fn caps(&self) -> TransportCaps {
+            self.0
+        }
+        fn next_deadline(&self) -> Option<Instant> {
+            self.1
+        }
+    }
+
+    fn caps(timers: bool, ordered: bool) -> TransportCaps {
+        TransportCaps {
+            eager_limit: 64,
+            max_payload: 128,
+            rdma_read: false,
+            rdma_write: false,
+            needs_registration: false,
+            ordered,
+            timers,
+        }
+    }
+
+    #[test]
+    fn the_earliest_timer_bounds_the_engines_sleep() {
+        let now = Instant::now();
+        let soon = now + Duration::from_millis(5);
+        let later = now + Duration::from_millis(50);
+        let mut r = Router::new(4);
+        r.add(Box::new(Stated(caps(false, true), Some(now))), &[0]);
+        // Without a transport that declares timers, deadlines are not even asked for.
+        assert_eq!(r.next_deadline(), None);
+        r.add(Box::new(Stated(caps(true, true), Some(later))), &[1]);
+        r.add(Box::new(Stated(caps(true, true), Some(soon))), &[2]);
+        r.add(Box::new(Stated(caps(true, true), None)), &[3]);
+        // The first transport states no timers but reports a deadline: it is still the
+        // earliest once any transport has timers (the router asks every one).
+        assert_eq!(r.next_deadline(), Some(now));
+        assert_eq!(r.deadline_of(2), Some(soon));
+        assert_eq!(r.deadline_of(3), None);
+    }
+
+    #[test]
+    #[should_panic(expected = "breaks the contract")]
+    fn an_unordered_transport_is_refused() {
+        Router::new(1).add(Box::new(Stated(caps(false, false), None)), &[0]);
     }
 }

@@ -130,6 +130,7 @@ impl Device for SimDevice {
         DeviceCaps {
             data_rep: DataRep::Native,
             tag_ub: 32767,
+            timers: false,
         }
     }
 

@@ -298,6 +298,14 @@ impl Runtime {
                 .map(|&w| world_nodes[w as usize])
                 .collect(),
         );
+        if e.router.has_devices() {
+            // Devices with per-communicator state (collectives, context agreement) learn
+            // of it here.
+            let members = group.world_ranks().to_vec();
+            for d in e.router.devices() {
+                d.comm_created(context, &members);
+            }
+        }
         let data = CommData {
             group: Arc::new(group),
             rank,
@@ -444,6 +452,9 @@ impl Runtime {
         }
         let mut e = self.lock();
         let c = e.core.comms[comm.0 as usize].take().expect("checked");
+        for d in e.router.devices() {
+            d.comm_freed(c.context);
+        }
         drop(e);
         self.release_context(c.context);
         Ok(())

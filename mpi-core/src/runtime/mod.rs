@@ -188,6 +188,13 @@ impl Runtime {
             router.add_device(device, &peers);
         }
         JOB_TAG_UB.store(tag_ub, Ordering::Relaxed);
+        if router.has_devices() {
+            let world: Vec<Rank> = (0..size as Rank).collect();
+            for d in router.devices() {
+                d.comm_created(0, &world);
+                d.comm_created(2, &[rank]);
+            }
+        }
         let nodes = placement.node;
         let my_node = nodes[rank as usize];
         let local = nodes.iter().filter(|&&n| n == my_node).count();

@@ -34,7 +34,7 @@ impl Runtime {
         while !stop.load(Ordering::Acquire) {
             let sleeping = idle >= self.thread_spin.saturating_add(self.thread_yields);
             let token = if sleeping { src.prepare() } else { 0 };
-            let (n, busy, completed) = {
+            let (n, busy, completed, deadline) = {
                 let mut e = self.lock();
                 let before = e.core.completions;
                 let n = e.progress_one(idx).unwrap_or(0);
@@ -43,7 +43,12 @@ impl Runtime {
                     self.completed.store(e.core.completions, Ordering::Release);
                     self.completion_bell.ring();
                 }
-                (n, e.core_has_outgoing(), completed)
+                (
+                    n,
+                    e.core_has_outgoing(),
+                    completed,
+                    e.router.deadline_of(idx),
+                )
             };
             if n > 0 {
                 idle = 0;
@@ -71,7 +76,7 @@ impl Runtime {
             } else {
                 Duration::from_millis(20)
             };
-            src.sleep(token, t);
+            src.sleep(token, until_deadline(t, deadline));
         }
     }
 
@@ -196,6 +201,7 @@ impl Runtime {
                 continue;
             }
             let busy = e.core_has_outgoing();
+            let deadline = e.router.next_deadline();
             drop(e);
             // One thread can block on one event source only. With several transports
             // (shared memory's futex, a socket's epoll) take turns, with short sleeps, so
@@ -209,12 +215,22 @@ impl Runtime {
                 Duration::from_millis(20)
             };
             let turn = self.sleep_turn.fetch_add(1, Ordering::Relaxed) % n;
-            self.sources[turn].1.sleep(tokens[turn], timeout);
+            self.sources[turn]
+                .1
+                .sleep(tokens[turn], until_deadline(timeout, deadline));
             for (i, (_, s)) in self.sources.iter().enumerate() {
                 if i != turn {
                     s.cancel();
                 }
             }
         }
+    }
+}
+
+/// A sleep of at most `timeout` that also ends at a transport's timer deadline.
+fn until_deadline(timeout: Duration, deadline: Option<Instant>) -> Duration {
+    match deadline {
+        None => timeout,
+        Some(d) => timeout.min(d.saturating_duration_since(Instant::now())),
     }
 }

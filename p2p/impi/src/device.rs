@@ -166,7 +166,11 @@ impl ImpiDevice {
             me,
             conns: list,
             conn_of,
-            caps: DeviceCaps { data_rep, tag_ub },
+            caps: DeviceCaps {
+                data_rep,
+                tag_ub,
+                timers: false,
+            },
             tokens: HashMap::new(),
             sends: HashMap::new(),
             source,

@@ -698,6 +698,19 @@ impl Transport for ShmTransport {
         self.max_payload
     }
 
+    fn caps(&self) -> tsunagi_p2p::TransportCaps {
+        tsunagi_p2p::TransportCaps {
+            eager_limit: self.eager_limit,
+            max_payload: self.max_payload,
+            // Single copy by process_vm_readv: no registration, reads only.
+            rdma_read: self.cma_enabled,
+            rdma_write: false,
+            needs_registration: false,
+            ordered: true,
+            timers: false,
+        }
+    }
+
     fn single_copy(&self, peer: Rank) -> bool {
         if !self.cma_enabled {
             return false;
