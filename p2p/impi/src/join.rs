@@ -155,8 +155,11 @@ fn unhex(s: &str) -> Option<Vec<u8>> {
         .collect()
 }
 
+/// The server's answers: label → (client mask, data).
+type Answers = BTreeMap<i32, (u32, Vec<u8>)>;
+
 /// The server's answers as one text: `nclients` then `label:mask:hex` items.
-fn encode_answers(nclients: u32, answers: &BTreeMap<i32, (u32, Vec<u8>)>) -> String {
+fn encode_answers(nclients: u32, answers: &Answers) -> String {
     let mut s = nclients.to_string();
     for (l, (mask, data)) in answers {
         s.push_str(&format!(";{l}:{mask}:{}", hex(data)));
@@ -164,7 +167,7 @@ fn encode_answers(nclients: u32, answers: &BTreeMap<i32, (u32, Vec<u8>)>) -> Str
     s
 }
 
-fn decode_answers(s: &str) -> Option<(u32, BTreeMap<i32, (u32, Vec<u8>)>)> {
+fn decode_answers(s: &str) -> Option<(u32, Answers)> {
     let mut parts = s.split(';');
     let n = parts.next()?.parse().ok()?;
     let mut m = BTreeMap::new();
