@@ -615,3 +615,52 @@ impl Bootstrap for GridBoot {
         self.site.appnum()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn answers_survive_the_site_key_value_space() {
+        let mut a = Answers::new();
+        a.insert(label::C_NPROCS, (0b11, vec![0, 0, 0, 2, 0, 0, 0, 1]));
+        a.insert(label::H_IPV6, (0b11, (0..=255).collect()));
+        a.insert(label::C_VERSION, (0b11, vec![]));
+        let text = encode_answers(2, &a);
+        assert_eq!(decode_answers(&text), Some((2, a)));
+        assert_eq!(decode_answers("2;4608:3:0g"), None, "bad hex");
+        assert_eq!(decode_answers("x"), None);
+        assert_eq!(decode_answers("2;4608:3"), None, "missing data");
+    }
+
+    #[test]
+    fn one_host_per_process_payloads() {
+        let cards = [
+            HostCard {
+                addr: Ipv4Addr::new(10, 0, 0, 2),
+                port: 7000,
+                pid: 11,
+            },
+            HostCard {
+                addr: Ipv4Addr::new(10, 0, 0, 2),
+                port: 7001,
+                pid: 12,
+            },
+        ];
+        let p = payloads(&cards, LinkConfig::default(), 32767);
+        let get = |l: i32| p.iter().find(|(x, _)| *x == l).unwrap().1.clone();
+        assert_eq!(
+            p.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
+            label::ALL.to_vec(),
+            "every label, in the report's order"
+        );
+        assert_eq!(get(label::C_NHOSTS), vec![0, 0, 0, 2]);
+        assert_eq!(get(label::H_NPROCS), vec![0, 0, 0, 1, 0, 0, 0, 1]);
+        assert_eq!(get(label::H_PORT), vec![0, 0, 0x1b, 0x58, 0, 0, 0x1b, 0x59]);
+        assert_eq!(
+            get(label::P_IPV6)[..16],
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 0, 0, 2]
+        );
+        assert_eq!(get(label::P_PID)[8..], 12i64.to_be_bytes());
+    }
+}
