@@ -342,8 +342,7 @@ fn to_external(conv: Conv, src: &[u8], dst: &mut [u8]) -> Result<(), (usize, &'s
         Conv::NarrowULong => {
             for (k, (s, d)) in src.chunks_exact(8).zip(dst.chunks_exact_mut(4)).enumerate() {
                 let v = u64::from_ne_bytes(s.try_into().expect("8 bytes"));
-                let narrow =
-                    u32::try_from(v).map_err(|_| (k, "MPI_UNSIGNED_LONG", v as i128))?;
+                let narrow = u32::try_from(v).map_err(|_| (k, "MPI_UNSIGNED_LONG", v as i128))?;
                 d.copy_from_slice(&narrow.to_be_bytes());
             }
         }
@@ -612,8 +611,9 @@ impl External32Plan {
             // SAFETY: a contiguous type's `count` elements are exactly the bytes
             // [buf+off, buf+off+count*size) in stream order, readable per the contract.
             // `wrapping_offset`, as in pack_range: buf may be MPI_BOTTOM.
-            let src =
-                unsafe { std::slice::from_raw_parts(buf.wrapping_offset(off), count * self.native) };
+            let src = unsafe {
+                std::slice::from_raw_parts(buf.wrapping_offset(off), count * self.native)
+            };
             self.to_external(dtype, src, &mut out[start..], 0)
         } else {
             self.pack_staged(dtype, buf, count, &mut out[start..])
