@@ -542,7 +542,10 @@ fn external_window(
         ));
     }
     if size < 0 {
-        return Err(err(ErrorClass::Arg, format!("{size_name} {size} is negative")));
+        return Err(err(
+            ErrorClass::Arg,
+            format!("{size_name} {size} is negative"),
+        ));
     }
     if n > (size as usize).saturating_sub(position as usize) {
         return Err(err(
@@ -577,9 +580,7 @@ pub(crate) fn pack_external(
     unsafe { pack_external32(t, inbuf as *const u8, incount as usize, &mut packed)? };
     // SAFETY: outbuf holds outsize >= pos + n bytes (checked above, MPI's contract), and
     // `packed` is ours.
-    unsafe {
-        std::ptr::copy_nonoverlapping(packed.as_ptr(), (outbuf as *mut u8).add(pos), n)
-    };
+    unsafe { std::ptr::copy_nonoverlapping(packed.as_ptr(), (outbuf as *mut u8).add(pos), n) };
     *position += n as MPI_Aint;
     Ok(())
 }

@@ -524,7 +524,7 @@ impl External32Plan {
     }
 
     /// Convert a whole number of elements of native stream `src` into `dst`.
-    fn to_external(
+    fn native_to_external(
         &self,
         dtype: &Datatype,
         src: &[u8],
@@ -564,7 +564,7 @@ impl External32Plan {
     /// Convert up to `elems` elements of external `src` into native `dst`, stopping
     /// before the first basic element `src` does not hold whole; returns (external bytes
     /// read, native bytes written).
-    fn from_external(&self, src: &[u8], dst: &mut [u8], elems: usize) -> (usize, usize) {
+    fn external_to_native(&self, src: &[u8], dst: &mut [u8], elems: usize) -> (usize, usize) {
         let mut cur = Cursor {
             src,
             dst,
@@ -614,7 +614,7 @@ impl External32Plan {
             let src = unsafe {
                 std::slice::from_raw_parts(buf.wrapping_offset(off), count * self.native)
             };
-            self.to_external(dtype, src, &mut out[start..], 0)
+            self.native_to_external(dtype, src, &mut out[start..], 0)
         } else {
             self.pack_staged(dtype, buf, count, &mut out[start..])
         };
@@ -644,7 +644,7 @@ impl External32Plan {
             // SAFETY: elements first..first+k < count, readable per the contract.
             unsafe { dtype.pack_range(buf, count, first * self.native, native) };
             let ext = &mut out[first * self.external..(first + k) * self.external];
-            self.to_external(dtype, native, ext, first * self.native)?;
+            self.native_to_external(dtype, native, ext, first * self.native)?;
             first += k;
         }
         Ok(())
@@ -681,7 +681,7 @@ impl External32Plan {
             let dst = unsafe {
                 std::slice::from_raw_parts_mut(buf.wrapping_offset(off), touched * self.native)
             };
-            let (e, n) = self.from_external(data, dst, touched);
+            let (e, n) = self.external_to_native(data, dst, touched);
             return External32Unpacked {
                 external_bytes: e,
                 native_bytes: n,
@@ -693,7 +693,7 @@ impl External32Plan {
         while first < touched {
             let k = per.min(touched - first);
             let src = &data[done.external_bytes..];
-            let (e, n) = self.from_external(src, &mut stage[..k * self.native], k);
+            let (e, n) = self.external_to_native(src, &mut stage[..k * self.native], k);
             // SAFETY: stream bytes [native_bytes, native_bytes+n) lie within elements
             // < touched <= count, writable per the contract; `stage` is ours.
             unsafe { dtype.unpack_range(buf, count, done.native_bytes, &stage[..n]) };

@@ -721,8 +721,8 @@ fn short_data_truncates_and_partial_unpack_stops_at_whole_basic_elements() {
         &[bt(Builtin::Int), bt(Builtin::Double)],
     ));
     let mut native = Vec::new();
-    for k in 0..3 {
-        native.extend(bytes_of(&[k as i32 + 1]));
+    for k in 0..3i32 {
+        native.extend(bytes_of(&[k + 1]));
         native.extend([0xEE; 4]);
         native.extend(bytes_of(&[k as f64 + 0.5]));
     }
