@@ -502,6 +502,44 @@ impl External32Plan {
         }
     }
 
+    /// The native packed-stream bytes that the first `external_len` external32 bytes of a
+    /// stream of this type stand for: whole elements, then the whole basic elements of a
+    /// partial one (what a receive of that much data reports, through
+    /// [`Datatype::count_for_bytes`], for `MPI_Get_count` and `MPI_Get_elements`).
+    pub fn native_bytes_for(&self, external_len: usize) -> usize {
+        fn walk(items: &[Item], budget: &mut usize, native: &mut usize) -> bool {
+            for it in items {
+                match it {
+                    Item::Run(c, n) => {
+                        let fit = (*n).min(*budget / c.external_size());
+                        *budget -= fit * c.external_size();
+                        *native += fit * c.native_size();
+                        if fit < *n {
+                            return false;
+                        }
+                    }
+                    Item::Group(g) => {
+                        let whole = (g.repeat).min(*budget / g.external.max(1));
+                        *budget -= whole * g.external;
+                        *native += whole * g.native;
+                        if whole < g.repeat && !walk(&g.items, budget, native) {
+                            return false;
+                        }
+                    }
+                }
+            }
+            true
+        }
+        if self.external == 0 {
+            return 0;
+        }
+        let whole = external_len / self.external;
+        let mut budget = external_len % self.external;
+        let mut native = whole * self.native;
+        walk(&self.items, &mut budget, &mut native);
+        native
+    }
+
     /// external32 bytes of one element.
     pub fn element_size(&self) -> usize {
         self.external

@@ -746,6 +746,18 @@ fn short_data_truncates_and_partial_unpack_stops_at_whole_basic_elements() {
         }
     );
     assert_eq!(s.count_for_bytes(done.native_bytes), (None, 3));
+    let plan = External32Plan::new(&s);
+    assert_eq!(plan.native_bytes_for(data.len()), 16);
+    assert_eq!(plan.native_bytes_for(36), 36);
+    assert_eq!(plan.native_bytes_for(12 + 3), 12);
+    // Inside a repeated group: vector of 4 of the struct; 2 whole structs and an int.
+    let v = arc(Datatype::vector(4, 1, 2, &s));
+    let vplan = External32Plan::new(&v);
+    assert_eq!(vplan.native_bytes_for(2 * 12 + 4 + 7), 2 * 12 + 4);
+    assert_eq!(vplan.native_bytes_for(48 + 12), 48 + 12);
+    // Longs are 8 native bytes for 4 external ones.
+    let lp = External32Plan::new(&bt(Builtin::Long));
+    assert_eq!(lp.native_bytes_for(10), 16);
     assert_eq!(&buf[..4], &native[..4]);
     assert_eq!(&buf[8..20], &native[8..20]);
     assert!(
