@@ -314,11 +314,28 @@ impl Cursor<'_> {
     }
 }
 
+/// `src` as arrays of `N` bytes (a trailing remainder is left out): `slice::as_chunks`,
+/// which is stable only from Rust 1.88 (the workspace supports 1.87). Array elements
+/// rather than `chunks_exact` + `try_into` keep the conversion loops tight even at the
+/// dev profile's opt-level 1 (8x faster measured).
+fn arrays<const N: usize>(src: &[u8]) -> &[[u8; N]] {
+    // SAFETY: `[u8; N]` has size N and alignment 1, so the first `len / N * N` bytes of
+    // `src` are exactly `len / N` such arrays, valid and borrowed as long as `src`.
+    unsafe { std::slice::from_raw_parts(src.as_ptr().cast::<[u8; N]>(), src.len() / N) }
+}
+
+/// [`arrays`] for writing.
+fn arrays_mut<const N: usize>(dst: &mut [u8]) -> &mut [[u8; N]] {
+    // SAFETY: as in `arrays`; the unique borrow of `dst` moves to the result.
+    unsafe { std::slice::from_raw_parts_mut(dst.as_mut_ptr().cast::<[u8; N]>(), dst.len() / N) }
+}
+
+/// Convert each `$n`-byte element of `$src` into `$dst` through `$t` (`$from` bytes,
+/// `$to` bytes).
 macro_rules! swap {
     ($src:expr, $dst:expr, $t:ty, $n:expr, $from:ident, $to:ident) => {
-        for (s, d) in $src.chunks_exact($n).zip($dst.chunks_exact_mut($n)) {
-            let v = <$t>::$from(s.try_into().expect("chunk of the type's size"));
-            d.copy_from_slice(&v.$to());
+        for (s, d) in arrays::<$n>($src).iter().zip(arrays_mut::<$n>($dst)) {
+            *d = <$t>::$from(*s).$to();
         }
     };
 }
@@ -333,30 +350,41 @@ fn to_external(conv: Conv, src: &[u8], dst: &mut [u8]) -> Result<(), (usize, &'s
         Conv::Swap8 => swap!(src, dst, u64, 8, from_ne_bytes, to_be_bytes),
         Conv::Swap16 => swap!(src, dst, u128, 16, from_ne_bytes, to_be_bytes),
         Conv::NarrowLong => {
-            for (k, (s, d)) in src.chunks_exact(8).zip(dst.chunks_exact_mut(4)).enumerate() {
-                let v = i64::from_ne_bytes(s.try_into().expect("8 bytes"));
+            for (k, (s, d)) in arrays::<8>(src)
+                .iter()
+                .zip(arrays_mut::<4>(dst))
+                .enumerate()
+            {
+                let v = i64::from_ne_bytes(*s);
                 let narrow = i32::try_from(v).map_err(|_| (k, "MPI_LONG", v as i128))?;
-                d.copy_from_slice(&narrow.to_be_bytes());
+                *d = narrow.to_be_bytes();
             }
         }
         Conv::NarrowULong => {
-            for (k, (s, d)) in src.chunks_exact(8).zip(dst.chunks_exact_mut(4)).enumerate() {
-                let v = u64::from_ne_bytes(s.try_into().expect("8 bytes"));
+            for (k, (s, d)) in arrays::<8>(src)
+                .iter()
+                .zip(arrays_mut::<4>(dst))
+                .enumerate()
+            {
+                let v = u64::from_ne_bytes(*s);
                 let narrow = u32::try_from(v).map_err(|_| (k, "MPI_UNSIGNED_LONG", v as i128))?;
-                d.copy_from_slice(&narrow.to_be_bytes());
+                *d = narrow.to_be_bytes();
             }
         }
         Conv::NarrowWChar => {
-            for (k, (s, d)) in src.chunks_exact(4).zip(dst.chunks_exact_mut(2)).enumerate() {
-                let v = i32::from_ne_bytes(s.try_into().expect("4 bytes"));
+            for (k, (s, d)) in arrays::<4>(src)
+                .iter()
+                .zip(arrays_mut::<2>(dst))
+                .enumerate()
+            {
+                let v = i32::from_ne_bytes(*s);
                 let narrow = u16::try_from(v).map_err(|_| (k, "MPI_WCHAR", v as i128))?;
-                d.copy_from_slice(&narrow.to_be_bytes());
+                *d = narrow.to_be_bytes();
             }
         }
         Conv::X87 => {
-            for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
-                let q = x87_to_binary128(s.try_into().expect("16 bytes"));
-                d.copy_from_slice(&q.to_be_bytes());
+            for (s, d) in arrays::<16>(src).iter().zip(arrays_mut::<16>(dst)) {
+                *d = x87_to_binary128(*s).to_be_bytes();
             }
         }
     }
@@ -372,27 +400,23 @@ fn from_external(conv: Conv, src: &[u8], dst: &mut [u8]) {
         Conv::Swap8 => swap!(src, dst, u64, 8, from_be_bytes, to_ne_bytes),
         Conv::Swap16 => swap!(src, dst, u128, 16, from_be_bytes, to_ne_bytes),
         Conv::NarrowLong => {
-            for (s, d) in src.chunks_exact(4).zip(dst.chunks_exact_mut(8)) {
-                let v = i32::from_be_bytes(s.try_into().expect("4 bytes"));
-                d.copy_from_slice(&i64::from(v).to_ne_bytes());
+            for (s, d) in arrays::<4>(src).iter().zip(arrays_mut::<8>(dst)) {
+                *d = i64::from(i32::from_be_bytes(*s)).to_ne_bytes();
             }
         }
         Conv::NarrowULong => {
-            for (s, d) in src.chunks_exact(4).zip(dst.chunks_exact_mut(8)) {
-                let v = u32::from_be_bytes(s.try_into().expect("4 bytes"));
-                d.copy_from_slice(&u64::from(v).to_ne_bytes());
+            for (s, d) in arrays::<4>(src).iter().zip(arrays_mut::<8>(dst)) {
+                *d = u64::from(u32::from_be_bytes(*s)).to_ne_bytes();
             }
         }
         Conv::NarrowWChar => {
-            for (s, d) in src.chunks_exact(2).zip(dst.chunks_exact_mut(4)) {
-                let v = u16::from_be_bytes(s.try_into().expect("2 bytes"));
-                d.copy_from_slice(&i32::from(v).to_ne_bytes());
+            for (s, d) in arrays::<2>(src).iter().zip(arrays_mut::<4>(dst)) {
+                *d = i32::from(u16::from_be_bytes(*s)).to_ne_bytes();
             }
         }
         Conv::X87 => {
-            for (s, d) in src.chunks_exact(16).zip(dst.chunks_exact_mut(16)) {
-                let q = u128::from_be_bytes(s.try_into().expect("16 bytes"));
-                d.copy_from_slice(&binary128_to_x87(q));
+            for (s, d) in arrays::<16>(src).iter().zip(arrays_mut::<16>(dst)) {
+                *d = binary128_to_x87(u128::from_be_bytes(*s));
             }
         }
     }
@@ -411,7 +435,7 @@ const QUAD_QUIET: u128 = 1 << (QUAD_FRAC_BITS - 1);
 /// 387 rejects as operands (unnormals, pseudo-infinities and pseudo-NaNs) become a quiet
 /// NaN; pseudo-denormals (exponent 0, integer bit set) are the normal numbers they denote.
 fn x87_to_binary128(b: [u8; 16]) -> u128 {
-    let mant = u64::from_le_bytes(b[0..8].try_into().expect("8 bytes"));
+    let mant = u64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]);
     let se = u16::from_le_bytes([b[8], b[9]]);
     let sign = u128::from(se >> 15) << 127;
     let exp = u128::from(se & 0x7fff);
