@@ -799,3 +799,71 @@ fn plans_of_repeated_structs_stay_small() {
     assert_eq!(plan.element_size(), 12_000_000);
     let _: Aint = v.extent();
 }
+
+/// Valid native bytes for `n` basic elements converting as `conv` (values that fit their
+/// external32 size; canonical x87 numbers with zero padding).
+fn native_values(conv: Conv, n: usize, next: &mut impl FnMut() -> u64) -> Vec<u8> {
+    let mut v = Vec::new();
+    for _ in 0..n {
+        let r = next();
+        match conv {
+            Conv::NarrowLong => v.extend(i64::from(r as i32).to_ne_bytes()),
+            Conv::NarrowULong => v.extend(u64::from(r as u32).to_ne_bytes()),
+            Conv::NarrowWChar => v.extend(i32::from(r as u16).to_ne_bytes()),
+            Conv::X87 => {
+                let exp = 1 + (r >> 48) as u16 % 0x7ffe;
+                let sign = (r & 1) as u16;
+                v.extend(x87(next() | 1 << 63, sign << 15 | exp));
+            }
+            c => v.extend((0..c.native_size()).map(|k| (r >> (8 * (k % 8))) as u8)),
+        }
+    }
+    v
+}
+
+#[test]
+fn every_predefined_type_round_trips_and_leaves_its_gaps() {
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    let count = 5;
+    for &b in Builtin::ALL {
+        let t = bt(b);
+        let mut stream = Vec::new();
+        for _ in 0..count {
+            for &(c, n) in builtin_convs(b) {
+                stream.extend(native_values(c, n, &mut next));
+            }
+        }
+        assert_eq!(stream.len(), count * t.size(), "{}", b.name());
+        let len = count * t.extent() as usize;
+        // The user-memory image of those values; the pair types' holes stay 0xEE.
+        let mut mem = vec![0xEEu8; len];
+        // SAFETY: `mem` holds `count` elements.
+        unsafe { t.unpack_range(mem.as_mut_ptr(), count, 0, &stream) };
+        let ext = pack(&t, &mem, count).unwrap();
+        assert_eq!(
+            ext.len(),
+            external32_size(&t, count).unwrap(),
+            "{}",
+            b.name()
+        );
+        assert_eq!(unpack(&t, &ext, count, len), mem, "{}", b.name());
+        // Through a derived type (a vector with gaps of each) as well.
+        let v = arc(Datatype::vector(2, 1, 2, &t));
+        let mut big = vec![0xEEu8; 4 * t.extent() as usize];
+        big[..2 * t.extent() as usize].copy_from_slice(&mem[..2 * t.extent() as usize]);
+        big.copy_within(
+            t.extent() as usize..2 * t.extent() as usize,
+            2 * t.extent() as usize,
+        );
+        let ext_v = pack(&v, &big, 1).unwrap();
+        let e = t.extent() as usize;
+        let ext_pair = pack(&t, &[&big[..e], &big[2 * e..3 * e]].concat(), 2).unwrap();
+        assert_eq!(ext_v, ext_pair, "{}", b.name());
+    }
+}
