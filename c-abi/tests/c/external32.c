@@ -170,6 +170,61 @@ static void predefined(void) {
     EXPECT("MPI_REAL8", fr8, 1, MPI_REAL8, "c0 00 00 00 00 00 00 00");
 }
 
+/* long double <-> binary128 against GCC's own conversions (__float128, exact one way,
+ * rounding to nearest-even the other) on random finite values, subnormals included. */
+static uint64_t rng_state = 88172645463325252ULL;
+static uint64_t rng(void) {
+    rng_state ^= rng_state << 13;
+    rng_state ^= rng_state >> 7;
+    rng_state ^= rng_state << 17;
+    return rng_state;
+}
+
+static void long_double_against_gcc(void) {
+    int checked = 0;
+    for (int i = 0; i < 20000; i++) {
+        /* A canonical x87 value: integer bit set unless the exponent is 0. */
+        uint64_t m = rng();
+        uint16_t se = (uint16_t)rng();
+        int e = se & 0x7fff;
+        if (e != 0x7fff) {
+            if (e == 0)
+                m &= ~(1ULL << 63);
+            else
+                m |= 1ULL << 63;
+            unsigned char b[16] = {0}, qb[16], want[16], got[16];
+            memcpy(b, &m, 8);
+            memcpy(b + 8, &se, 2);
+            long double ld;
+            memcpy(&ld, b, 16);
+            __float128 q = (__float128)ld;
+            memcpy(qb, &q, 16);
+            for (int k = 0; k < 16; k++)
+                want[k] = qb[15 - k];
+            MPI_Aint pos = 0;
+            OK(MPI_Pack_external("external32", &ld, 1, MPI_LONG_DOUBLE, got, 16, &pos));
+            CHECK(memcmp(got, want, 16) == 0);
+            checked++;
+        }
+        /* Random binary128 bits (not infinity or NaN) into a long double. */
+        unsigned char be[16], le[16];
+        for (int k = 0; k < 16; k++)
+            be[k] = (unsigned char)rng();
+        if ((be[0] & 0x7f) == 0x7f && be[1] == 0xff)
+            continue;
+        for (int k = 0; k < 16; k++)
+            le[k] = be[15 - k];
+        __float128 q2;
+        memcpy(&q2, le, 16);
+        long double want_ld = (long double)q2, got_ld = 0;
+        MPI_Aint pos = 0;
+        OK(MPI_Unpack_external("external32", be, 16, &pos, &got_ld, 1, MPI_LONG_DOUBLE));
+        CHECK(memcmp(&want_ld, &got_ld, 10) == 0);
+        checked++;
+    }
+    printf("long double: %d conversions agree with GCC's\n", checked);
+}
+
 static void derived(void) {
     /* A vector with gaps: ints 0, 2, 4 of 5. */
     MPI_Datatype vec;
@@ -360,6 +415,7 @@ int main(int argc, char **argv) {
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
     OK(MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN));
     predefined();
+    long_double_against_gcc();
     derived();
 #ifndef MPICH_SUBSET
     tsunagi_only();
