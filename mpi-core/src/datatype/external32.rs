@@ -686,6 +686,40 @@ impl External32Plan {
         r
     }
 
+    /// Append the external32 form of `packed`, a native packed stream of whole elements
+    /// of `dtype` (what [`Datatype::pack_range`] produced), to `out`. On error `out` is
+    /// left as it was; `MPI_ERR_INTERN` if `packed` is not a whole number of elements.
+    pub fn convert_packed(
+        &self,
+        dtype: &Datatype,
+        packed: &[u8],
+        out: &mut Vec<u8>,
+    ) -> MpiResult<()> {
+        if self.native == 0 {
+            return Ok(());
+        }
+        if !packed.len().is_multiple_of(self.native) {
+            return Err(MpiError::new(
+                ErrorClass::Intern,
+                format!(
+                    "external32: {} packed bytes are not a whole number of elements of {} \
+                     ({} bytes each)",
+                    packed.len(),
+                    dtype.describe(),
+                    self.native
+                ),
+            ));
+        }
+        let total = self.size(packed.len() / self.native)?;
+        let start = out.len();
+        out.resize(start + total, 0);
+        let r = self.native_to_external(dtype, packed, &mut out[start..], 0);
+        if r.is_err() {
+            out.truncate(start);
+        }
+        r
+    }
+
     /// Pack through a native staging buffer, chunk by chunk of whole elements.
     ///
     /// # Safety
@@ -789,6 +823,13 @@ pub unsafe fn pack_external32(
 ) -> MpiResult<()> {
     // SAFETY: forwarded contract.
     unsafe { External32Plan::new(dtype).pack(dtype, buf, count, out) }
+}
+
+/// Append the external32 form of a native packed stream of `dtype` (whole elements, as
+/// [`Datatype::pack_range`] produces) to `out`: for data that is already packed (a send
+/// staged natively before its device was known). Errors as for [`pack_external32`].
+pub fn packed_to_external32(dtype: &Datatype, packed: &[u8], out: &mut Vec<u8>) -> MpiResult<()> {
+    External32Plan::new(dtype).convert_packed(dtype, packed, out)
 }
 
 /// Read `count` elements of `dtype` from the external32 bytes at the start of `data`

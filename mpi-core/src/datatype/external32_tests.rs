@@ -867,3 +867,35 @@ fn every_predefined_type_round_trips_and_leaves_its_gaps() {
         assert_eq!(ext_v, ext_pair, "{}", b.name());
     }
 }
+
+#[test]
+fn packed_streams_convert_like_user_buffers() {
+    let s = arc(Datatype::structure(
+        &[1, 1],
+        &[0, 8],
+        &[bt(Builtin::Long), bt(Builtin::Double)],
+    ));
+    let mut native = Vec::new();
+    for k in 0..4i64 {
+        native.extend(bytes_of(&[k - 2]));
+        native.extend(bytes_of(&[k as f64]));
+    }
+    // SAFETY: `native` holds 4 elements.
+    let packed = unsafe { s.pack(native.as_ptr(), 4) };
+    assert_eq!(packed.len(), 4 * 16);
+    let mut out = vec![7u8];
+    packed_to_external32(&s, &packed, &mut out).unwrap();
+    assert_eq!(out[0], 7, "appended");
+    assert_eq!(out[1..], pack(&s, &native, 4).unwrap()[..]);
+    // Not a whole number of elements: an internal error, nothing appended.
+    let e = packed_to_external32(&s, &packed[..20], &mut out).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Intern);
+    assert_eq!(out.len(), 1 + 4 * 12);
+    // A long that does not fit: MPI_ERR_CONVERSION, nothing appended.
+    let mut bad = packed.clone();
+    bad[16..24].copy_from_slice(&(1i64 << 40).to_ne_bytes());
+    let e = packed_to_external32(&s, &bad, &mut out).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Conversion);
+    assert!(e.message.contains("element 1"), "{}", e.message);
+    assert_eq!(out.len(), 1 + 4 * 12);
+}

@@ -21,8 +21,8 @@ mod layout;
 
 pub use builtin::{Builtin, Primitive};
 pub use external32::{
-    external32_size, pack_external32, unpack_external32, unpack_external32_partial, External32Plan,
-    External32Unpacked,
+    external32_size, pack_external32, packed_to_external32, unpack_external32,
+    unpack_external32_partial, External32Plan, External32Unpacked,
 };
 
 use crate::error::{ErrorClass, MpiError, MpiResult};
