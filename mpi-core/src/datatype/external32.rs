@@ -226,6 +226,8 @@ pub struct External32Unpacked {
     /// Native packed-stream bytes written: what a native receive of the same data would
     /// have reported, so `Datatype::count_for_bytes(native_bytes)` gives the status counts.
     pub native_bytes: usize,
+    /// `data` held more than `count` elements (`MPI_ERR_TRUNCATE` for a receive).
+    pub truncated: bool,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -761,14 +763,16 @@ impl External32Plan {
         buf: *mut u8,
         count: usize,
     ) -> External32Unpacked {
+        let capacity = count.saturating_mul(self.external);
         let mut done = External32Unpacked {
             external_bytes: 0,
             native_bytes: 0,
+            truncated: data.len() > capacity,
         };
-        if self.external == 0 || count == 0 {
+        if capacity == 0 {
             return done;
         }
-        let data = &data[..data.len().min(count.saturating_mul(self.external))];
+        let data = &data[..data.len().min(capacity)];
         // Elements touched, the last one possibly partial.
         let touched = data.len().div_ceil(self.external);
         if let Some(off) = dtype.contiguous_offset() {
@@ -781,6 +785,7 @@ impl External32Plan {
             return External32Unpacked {
                 external_bytes: e,
                 native_bytes: n,
+                ..done
             };
         }
         let per = chunk_elements(self.native);
@@ -866,8 +871,7 @@ pub unsafe fn unpack_external32(
 
 /// The receive side of a message: unpack what `data` holds, up to `count` elements of
 /// `dtype` (whole elements, then the whole basic elements of a partial one). Bytes beyond
-/// `count` elements are not read: compare `external_bytes` with `data.len()` to detect
-/// truncation.
+/// `count` elements are not read; `truncated` says there were some.
 ///
 /// # Safety
 /// As for [`unpack_external32`].

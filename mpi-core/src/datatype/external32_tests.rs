@@ -743,6 +743,7 @@ fn short_data_truncates_and_partial_unpack_stops_at_whole_basic_elements() {
         External32Unpacked {
             external_bytes: 16,
             native_bytes: 16,
+            truncated: false,
         }
     );
     assert_eq!(s.count_for_bytes(done.native_bytes), (None, 3));
@@ -769,6 +770,15 @@ fn short_data_truncates_and_partial_unpack_stops_at_whole_basic_elements() {
     // SAFETY: `buf` holds 1 element.
     let done = unsafe { unpack_external32_partial(&s, &ext, buf.as_mut_ptr(), 1) };
     assert_eq!(done.external_bytes, 12);
+    assert!(done.truncated);
+    // Exactly count elements: not truncated; a size-0 type with data: truncated.
+    // SAFETY: `buf` holds 1 element.
+    let done = unsafe { unpack_external32_partial(&s, &ext[..12], buf.as_mut_ptr(), 1) };
+    assert!(!done.truncated);
+    let empty = arc(Datatype::contiguous(0, &bt(Builtin::Int)));
+    // SAFETY: a size-0 type touches no memory.
+    let done = unsafe { unpack_external32_partial(&empty, &ext[..1], buf.as_mut_ptr(), 1) };
+    assert!(done.truncated && done.external_bytes == 0);
     // The contiguous path stops the same way.
     let d = bt(Builtin::Double);
     let ext = pack(&d, &bytes_of(&[1.0f64, 2.0]), 2).unwrap();
