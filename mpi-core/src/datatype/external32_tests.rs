@@ -909,3 +909,41 @@ fn packed_streams_convert_like_user_buffers() {
     assert!(e.message.contains("element 1"), "{}", e.message);
     assert_eq!(out.len(), 1 + 4 * 12);
 }
+
+#[test]
+fn arbitrary_wire_bytes_never_crash_the_decoder() {
+    // Every external32 bit pattern has a native form, so any bytes of any length decode:
+    // whole basic elements are written, a ragged tail is ignored, nothing panics.
+    let s = arc(Datatype::structure(
+        &[1, 2, 1, 1],
+        &[0, 16, 48, 64],
+        &[
+            bt(Builtin::Long),
+            bt(Builtin::LongDouble),
+            bt(Builtin::WChar),
+            bt(Builtin::ShortInt),
+        ],
+    ));
+    let v = arc(Datatype::vector(3, 1, 2, &s));
+    let mut x = 0x0123_4567_89ab_cdefu64;
+    for round in 0..300 {
+        x = x
+            .wrapping_mul(6_364_136_223_846_793_005)
+            .wrapping_add(1442695040888963407);
+        let len = (x >> 40) as usize % 400;
+        let data: Vec<u8> = (0..len).map(|k| (x >> (k % 56)) as u8 ^ k as u8).collect();
+        let t = if round % 2 == 0 { &s } else { &v };
+        let count = 1 + round % 3;
+        let mut buf = vec![0u8; count * t.extent() as usize + 64];
+        // SAFETY: `buf` holds `count` elements.
+        let done = unsafe { unpack_external32_partial(t, &data, buf.as_mut_ptr(), count) };
+        assert!(done.external_bytes <= data.len());
+        assert!(done.native_bytes <= count * t.size());
+        let plan = External32Plan::new(t);
+        assert_eq!(
+            plan.native_bytes_for(done.external_bytes),
+            done.native_bytes
+        );
+        assert_eq!(done.truncated, len > count * plan.element_size());
+    }
+}
