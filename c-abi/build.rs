@@ -112,7 +112,9 @@ fn convert(a: &Arg) -> (Option<String>, String) {
         };
         return (line, pass);
     }
-    if a.depth == 1 && !a.is_array {
+    // `const char name[]` (MPI_Pack_external's datarep) is an input string like
+    // `const char *name`.
+    if a.depth == 1 && (!a.is_array || (a.base == "char" && a.konst)) {
         let safety = "// SAFETY: the C caller passes a pointer that is valid for this call, as the MPI\n        // standard requires; the helper checks it for NULL first.\n        ";
         if a.base == "MPI_Status" {
             if a.konst {

@@ -431,6 +431,66 @@ unsafe impl<T: Equivalence> BufferMut for Vec<T> {
     }
 }
 
+/// The buffer's data in the portable `external32` representation (`MPI_Pack_external`
+/// with datarep "external32": big-endian, IEEE 754, the standard's sizes, so e.g. a C
+/// `long` takes 4 bytes).
+///
+/// ```
+/// use tsunagi::datatype::{external32_size, pack_external32, unpack_external32};
+/// use tsunagi::traits::*;
+///
+/// let v = [1i32, -2];
+/// let bytes = pack_external32(&v[..]).unwrap();
+/// assert_eq!(bytes, [0, 0, 0, 1, 0xff, 0xff, 0xff, 0xfe]);
+/// assert_eq!(external32_size(&i32::equivalent_datatype(), 2).unwrap(), 8);
+/// let mut back = [0i32; 2];
+/// assert_eq!(unpack_external32(&bytes, &mut back[..]).unwrap(), 8);
+/// assert_eq!(back, v);
+/// ```
+///
+/// A value that does not fit its external32 size is an [`ErrorClass::Conversion`] error.
+pub fn pack_external32<B: Buffer + ?Sized>(buf: &B) -> Result<Vec<u8>> {
+    let dt = buf.buffer_datatype();
+    let count = non_negative("pack_external32", buf.buffer_count())?;
+    let mut out = Vec::new();
+    // SAFETY: `Buffer` guarantees `count` elements of the datatype at the pointer are
+    // readable while `buf` is borrowed.
+    unsafe {
+        tsunagi_core::datatype::pack_external32(&dt.0, buf.buffer_pointer(), count, &mut out)
+    }?;
+    Ok(out)
+}
+
+/// Fill the buffer from the `external32` bytes at the start of `data`
+/// (`MPI_Unpack_external`); returns the bytes consumed. [`ErrorClass::Truncate`] if `data`
+/// is shorter than the buffer's external32 size (then nothing is written).
+pub fn unpack_external32<B: BufferMut + ?Sized>(data: &[u8], buf: &mut B) -> Result<usize> {
+    let dt = buf.buffer_datatype();
+    let count = non_negative("unpack_external32", buf.buffer_count())?;
+    let ptr = buf.buffer_pointer_mut();
+    // SAFETY: `BufferMut` guarantees the elements are writable with data of the type's
+    // signature through the unique borrow, so they cannot overlap `data`.
+    Ok(unsafe { tsunagi_core::datatype::unpack_external32(&dt.0, data, ptr, count) }?)
+}
+
+/// Bytes of `count` elements of `datatype` in `external32` (`MPI_Pack_external_size`).
+pub fn external32_size(datatype: &impl AsDatatype, count: Count) -> Result<usize> {
+    let count = non_negative("external32_size", count)?;
+    Ok(tsunagi_core::datatype::external32_size(
+        &datatype.as_datatype().0,
+        count,
+    )?)
+}
+
+fn non_negative(call: &str, count: Count) -> Result<usize> {
+    usize::try_from(count).map_err(|_| {
+        Error::new(
+            ErrorClass::Count,
+            format!("{call}: count {count} is negative"),
+        )
+    })
+}
+
 /// Check that `count` elements of `dt` starting at offset 0 lie within `bytes` bytes.
 fn check_fits(call: &str, dt: &DatatypeRef, count: Count, bytes: usize) -> Result<()> {
     if count < 0 {

@@ -1558,6 +1558,45 @@ module mpi
       integer :: size
       integer :: ierror
     end subroutine MPI_Pack_size
+    subroutine MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer :: incount
+      integer :: datatype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_ADDRESS_KIND) :: outsize
+      integer(kind=MPI_ADDRESS_KIND) :: position
+      integer :: ierror
+    end subroutine MPI_Pack_external
+    subroutine MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_ADDRESS_KIND) :: insize
+      integer(kind=MPI_ADDRESS_KIND) :: position
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer :: outcount
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_Unpack_external
+    subroutine MPI_Pack_external_size(datarep, incount, datatype, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      integer :: incount
+      integer :: datatype
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Pack_external_size
     subroutine MPI_Comm_size(comm, size, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -3979,45 +4018,6 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_darray
-    subroutine MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
-        & ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      character(len=*) :: datarep
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
-      type(*), dimension(*) :: inbuf
-      integer :: incount
-      integer :: datatype
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
-      type(*), dimension(*) :: outbuf
-      integer(kind=MPI_ADDRESS_KIND) :: outsize
-      integer(kind=MPI_ADDRESS_KIND) :: position
-      integer :: ierror
-    end subroutine MPI_Pack_external
-    subroutine MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount,  &
-        & datatype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      character(len=*) :: datarep
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
-      type(*), dimension(*) :: inbuf
-      integer(kind=MPI_ADDRESS_KIND) :: insize
-      integer(kind=MPI_ADDRESS_KIND) :: position
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
-      type(*), dimension(*) :: outbuf
-      integer :: outcount
-      integer :: datatype
-      integer :: ierror
-    end subroutine MPI_Unpack_external
-    subroutine MPI_Pack_external_size(datarep, incount, datatype, size, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      character(len=*) :: datarep
-      integer :: incount
-      integer :: datatype
-      integer(kind=MPI_ADDRESS_KIND) :: size
-      integer :: ierror
-    end subroutine MPI_Pack_external_size
     subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

@@ -1302,6 +1302,42 @@ module mpi_f08
       integer :: size
       integer(c_int) :: ierror
     end subroutine tsunagi_pack_size
+    subroutine tsunagi_pack_external(datarep, inbuf, incount, datatype, outbuf, outsize,  &
+        & position, ierror, datarep_len) bind(C, name="mpi_pack_external_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(*), dimension(*) :: inbuf
+      integer :: incount
+      type(MPI_Datatype) :: datatype
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_ADDRESS_KIND) :: outsize
+      integer(kind=MPI_ADDRESS_KIND) :: position
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_pack_external
+    subroutine tsunagi_unpack_external(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror, datarep_len) bind(C, name="mpi_unpack_external_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_ADDRESS_KIND) :: insize
+      integer(kind=MPI_ADDRESS_KIND) :: position
+      type(*), dimension(*) :: outbuf
+      integer :: outcount
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_unpack_external
+    subroutine tsunagi_pack_external_size(datarep, incount, datatype, size, ierror,  &
+        & datarep_len) bind(C, name="mpi_pack_external_size_")
+      import
+      character(kind=c_char) :: datarep(*)
+      integer :: incount
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_pack_external_size
     subroutine tsunagi_comm_size(comm, size, ierror) bind(C, name="mpi_comm_size_")
       import
       type(MPI_Comm) :: comm
@@ -3488,42 +3524,6 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_darray
-    subroutine tsunagi_pack_external(datarep, inbuf, incount, datatype, outbuf, outsize,  &
-        & position, ierror, datarep_len) bind(C, name="mpi_pack_external_")
-      import
-      character(kind=c_char) :: datarep(*)
-      type(*), dimension(*) :: inbuf
-      integer :: incount
-      type(MPI_Datatype) :: datatype
-      type(*), dimension(*) :: outbuf
-      integer(kind=MPI_ADDRESS_KIND) :: outsize
-      integer(kind=MPI_ADDRESS_KIND) :: position
-      integer(c_int) :: ierror
-      integer(c_size_t), value :: datarep_len
-    end subroutine tsunagi_pack_external
-    subroutine tsunagi_unpack_external(datarep, inbuf, insize, position, outbuf, outcount,  &
-        & datatype, ierror, datarep_len) bind(C, name="mpi_unpack_external_")
-      import
-      character(kind=c_char) :: datarep(*)
-      type(*), dimension(*) :: inbuf
-      integer(kind=MPI_ADDRESS_KIND) :: insize
-      integer(kind=MPI_ADDRESS_KIND) :: position
-      type(*), dimension(*) :: outbuf
-      integer :: outcount
-      type(MPI_Datatype) :: datatype
-      integer(c_int) :: ierror
-      integer(c_size_t), value :: datarep_len
-    end subroutine tsunagi_unpack_external
-    subroutine tsunagi_pack_external_size(datarep, incount, datatype, size, ierror,  &
-        & datarep_len) bind(C, name="mpi_pack_external_size_")
-      import
-      character(kind=c_char) :: datarep(*)
-      integer :: incount
-      type(MPI_Datatype) :: datatype
-      integer(kind=MPI_ADDRESS_KIND) :: size
-      integer(c_int) :: ierror
-      integer(c_size_t), value :: datarep_len
-    end subroutine tsunagi_pack_external_size
     subroutine tsunagi_type_create_f90_real(p, r, newtype, ierror) bind(C,  &
         & name="mpi_type_create_f90_real_")
       import
@@ -4794,6 +4794,50 @@ contains
     call tsunagi_pack_size(incount, datatype, comm, size, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Pack_size
+  subroutine MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position, ierror)
+    character(len=*) :: datarep
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer, intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: outsize
+    integer(kind=MPI_ADDRESS_KIND) :: position
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
+        & ierror_c, len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_external
+  subroutine MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype,  &
+      & ierror)
+    character(len=*) :: datarep
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: insize
+    integer(kind=MPI_ADDRESS_KIND) :: position
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer, intent(in) :: outcount
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype,  &
+        & ierror_c, len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Unpack_external
+  subroutine MPI_Pack_external_size(datarep, incount, datatype, size, ierror)
+    character(len=*) :: datarep
+    integer, intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_ADDRESS_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_external_size(datarep, incount, datatype, size, ierror_c, len(datarep,  &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_external_size
   subroutine MPI_Comm_size(comm, size, ierror)
     type(MPI_Comm), intent(in) :: comm
     integer :: size
@@ -7511,50 +7555,6 @@ contains
         & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_darray
-  subroutine MPI_Pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position, ierror)
-    character(len=*) :: datarep
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
-    type(*), dimension(*) :: inbuf
-    integer, intent(in) :: incount
-    type(MPI_Datatype), intent(in) :: datatype
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
-    type(*), dimension(*) :: outbuf
-    integer(kind=MPI_ADDRESS_KIND), intent(in) :: outsize
-    integer(kind=MPI_ADDRESS_KIND) :: position
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_pack_external(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
-        & ierror_c, len(datarep, kind=c_size_t))
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Pack_external
-  subroutine MPI_Unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype,  &
-      & ierror)
-    character(len=*) :: datarep
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
-    type(*), dimension(*) :: inbuf
-    integer(kind=MPI_ADDRESS_KIND), intent(in) :: insize
-    integer(kind=MPI_ADDRESS_KIND) :: position
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
-    type(*), dimension(*) :: outbuf
-    integer, intent(in) :: outcount
-    type(MPI_Datatype), intent(in) :: datatype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_unpack_external(datarep, inbuf, insize, position, outbuf, outcount, datatype,  &
-        & ierror_c, len(datarep, kind=c_size_t))
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Unpack_external
-  subroutine MPI_Pack_external_size(datarep, incount, datatype, size, ierror)
-    character(len=*) :: datarep
-    integer, intent(in) :: incount
-    type(MPI_Datatype), intent(in) :: datatype
-    integer(kind=MPI_ADDRESS_KIND) :: size
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_pack_external_size(datarep, incount, datatype, size, ierror_c, len(datarep,  &
-        & kind=c_size_t))
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Pack_external_size
   subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
     integer, intent(in) :: p
     integer, intent(in) :: r

@@ -27,6 +27,7 @@ pub enum ErrorClass {
     InStatus = 17,
     Pending = 18,
     Request = 19,
+    Conversion = 23,
     Info = 28,
     InfoKey = 29,
     InfoValue = 30,
@@ -64,6 +65,7 @@ impl ErrorClass {
         ErrorClass::InStatus,
         ErrorClass::Pending,
         ErrorClass::Request,
+        ErrorClass::Conversion,
         ErrorClass::Info,
         ErrorClass::InfoKey,
         ErrorClass::InfoValue,
@@ -108,6 +110,7 @@ impl ErrorClass {
             InStatus => "See the MPI_ERROR field in MPI_Status for the error code",
             Pending => "Pending request (no error)",
             Request => "Invalid MPI_Request",
+            Conversion => "Data conversion error (a value does not fit the representation)",
             Info => "Invalid MPI_Info",
             InfoKey => "Invalid key for MPI_Info",
             InfoValue => "Invalid MPI_Info value",
@@ -175,6 +178,7 @@ mod tests {
         }
         assert_eq!(ErrorClass::Truncate as i32, 14);
         assert_eq!(ErrorClass::UnsupportedOperation as i32, 44);
+        assert_eq!(ErrorClass::Conversion as i32, 23);
         assert_eq!(ErrorClass::from_code(9999), None);
     }
 }

@@ -2,7 +2,9 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use tsunagi_core::datatype::{Count, Datatype, Order, TypeRef};
+use tsunagi_core::datatype::{
+    external32_size, pack_external32, unpack_external32, Count, Datatype, Order, TypeRef,
+};
 use tsunagi_core::{CommId, ErrorClass, MpiResult};
 
 use crate::ffi::*;
@@ -508,6 +510,117 @@ pub(crate) fn unpack(
     // SAFETY: MPI requires room for outcount elements of the type at outbuf.
     unsafe { t.unpack_range(outbuf as *mut u8, outcount as usize, 0, input) };
     *position = pos + n as c_int;
+    Ok(())
+}
+
+/// The `datarep` of the `MPI_*_external` calls: MPI defines only "external32".
+fn external32(datarep: &str) -> MpiResult<()> {
+    if datarep != "external32" {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("datarep \"{datarep}\" is not a data representation for packing (only \"external32\" is)"),
+        ));
+    }
+    Ok(())
+}
+
+fn external_bytes(t: &TypeRef, count: c_int) -> MpiResult<usize> {
+    external32_size(t, count as usize)
+}
+
+/// Checks `position` and the buffer size for `n` bytes; the start offset.
+fn external_window(
+    n: usize,
+    position: MPI_Aint,
+    size: MPI_Aint,
+    size_name: &str,
+) -> MpiResult<usize> {
+    if position < 0 {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("position {position} is negative"),
+        ));
+    }
+    if size < 0 {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("{size_name} {size} is negative"),
+        ));
+    }
+    if n > (size as usize).saturating_sub(position as usize) {
+        return Err(err(
+            ErrorClass::Truncate,
+            format!("{n} bytes at position {position} do not fit in {size_name} {size}"),
+        ));
+    }
+    Ok(position as usize)
+}
+
+pub(crate) fn pack_external(
+    datarep: &str,
+    inbuf: *const c_void,
+    incount: c_int,
+    t: &TypeRef,
+    outbuf: *mut c_void,
+    outsize: MPI_Aint,
+    position: &mut MPI_Aint,
+) -> MpiResult<()> {
+    external32(datarep)?;
+    committed(t)?;
+    let n = external_bytes(t, incount)?;
+    let pos = external_window(n, *position, outsize, "outsize")?;
+    if n == 0 {
+        return Ok(());
+    }
+    if outbuf.is_null() {
+        return Err(err(ErrorClass::Buffer, "outbuf is NULL"));
+    }
+    let mut packed = Vec::with_capacity(n);
+    // SAFETY: MPI requires inbuf to hold incount elements of the type.
+    unsafe { pack_external32(t, inbuf as *const u8, incount as usize, &mut packed)? };
+    // SAFETY: outbuf holds outsize >= pos + n bytes (checked above, MPI's contract), and
+    // `packed` is ours.
+    unsafe { std::ptr::copy_nonoverlapping(packed.as_ptr(), (outbuf as *mut u8).add(pos), n) };
+    *position += n as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn unpack_external(
+    datarep: &str,
+    inbuf: *const c_void,
+    insize: MPI_Aint,
+    position: &mut MPI_Aint,
+    outbuf: *mut c_void,
+    outcount: c_int,
+    t: &TypeRef,
+) -> MpiResult<()> {
+    external32(datarep)?;
+    committed(t)?;
+    let n = external_bytes(t, outcount)?;
+    let pos = external_window(n, *position, insize, "insize")?;
+    if n == 0 {
+        return Ok(());
+    }
+    if inbuf.is_null() {
+        return Err(err(ErrorClass::Buffer, "inbuf is NULL"));
+    }
+    // SAFETY: inbuf holds insize >= pos + n bytes (checked above, MPI's contract).
+    let input = unsafe { std::slice::from_raw_parts((inbuf as *const u8).add(pos), n) };
+    // SAFETY: MPI requires room for outcount elements of the type at outbuf, apart from
+    // inbuf.
+    unsafe { unpack_external32(t, input, outbuf as *mut u8, outcount as usize)? };
+    *position += n as MPI_Aint;
+    Ok(())
+}
+
+pub(crate) fn pack_external_size(
+    datarep: &str,
+    incount: c_int,
+    t: &TypeRef,
+    size: &mut MPI_Aint,
+) -> MpiResult<()> {
+    external32(datarep)?;
+    *size = external_bytes(t, incount)? as MPI_Aint;
     Ok(())
 }
 

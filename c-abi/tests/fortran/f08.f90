@@ -1,6 +1,6 @@
 ! Free-form Fortran 2008 with `use mpi_f08`: TYPE(MPI_Comm) and friends, TYPE(MPI_Status),
 ! optional ierror, non-blocking calls, a derived type, info strings, communicators and an
-! error handler returning the error. Prints OK at rank 0.
+! error handler returning the error, external32 packing. Prints OK at rank 0.
 program f08
   use mpi_f08
   implicit none
@@ -16,6 +16,9 @@ program f08
   character(len=MPI_MAX_INFO_VAL) :: val
   character(len=MPI_MAX_PROCESSOR_NAME) :: host
   character(len=MPI_MAX_ERROR_STRING) :: msg
+  integer(kind=MPI_ADDRESS_KIND) :: asz, apos
+  integer(kind=1) :: ext(16)
+  integer :: iback(2)
 
   call MPI_Init()
   call MPI_Comm_rank(MPI_COMM_WORLD, rank)
@@ -78,6 +81,19 @@ program f08
   call MPI_Info_free(info)
   call MPI_Get_processor_name(host, slen)
   call check(slen > 0 .and. len_trim(host) == slen, 'processor name')
+
+  ! external32: big-endian integers; the datarep may be blank padded
+  call MPI_Pack_external_size('external32', 2, MPI_INTEGER, asz)
+  call check(asz == 8, 'pack_external_size')
+  ext = 0
+  apos = 0
+  call MPI_Pack_external('external32', [1, -2], 2, MPI_INTEGER, ext, 16_MPI_ADDRESS_KIND, apos)
+  call check(apos == 8 .and. all(ext(1:8) == int([0, 0, 0, 1, -1, -1, -1, -2], 1)), &
+             'pack_external bytes')
+  apos = 0
+  iback = 0
+  call MPI_Unpack_external('external32  ', ext, 8_MPI_ADDRESS_KIND, apos, iback, 2, MPI_INTEGER)
+  call check(apos == 8 .and. all(iback == [1, -2]), 'unpack_external')
 
   ! Errors returned in ierror
   call MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN)

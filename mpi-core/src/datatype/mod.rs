@@ -16,9 +16,14 @@
 //! largest alignment of its members.
 
 mod builtin;
+mod external32;
 mod layout;
 
 pub use builtin::{Builtin, Primitive};
+pub use external32::{
+    external32_size, pack_external32, packed_to_external32, unpack_external32,
+    unpack_external32_partial, External32Plan, External32Unpacked,
+};
 
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::mpi_bail;
