@@ -11,7 +11,7 @@ use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
 
 use crate::select::{choose, Coll};
 use crate::util::{
-    byte_type, check_count, check_counts, check_displs, check_type, copy_typed, err, tag, Ctx,
+    check_count, check_counts, check_displs, check_type, copy_typed, err, span_copy, tag, Ctx,
     Hier, SendBuf,
 };
 
@@ -312,21 +312,18 @@ unsafe fn alltoall_impl(
     let p = ctx.size;
     let me = ctx.rank;
     let call = ctx.call;
-    // In place: pack every receive block first, and send from that copy.
-    let mut keep = Vec::new();
+    // In place: copy every receive block first (the memory its elements span, so that it
+    // travels with its own datatype), and send from those copies.
+    let mut keep: Vec<Vec<u8>> = Vec::new();
     let send: Vec<Spec> = match send {
         Some(s) => s,
         None => {
-            let byte = byte_type();
-            let lens: Vec<usize> = recv.iter().map(|(_, c, t)| c * t.size()).collect();
-            keep = vec![0u8; lens.iter().sum()];
-            let mut off = 0;
             let mut out = Vec::with_capacity(p);
-            for (j, (ptr, c, t)) in recv.iter().enumerate() {
-                // SAFETY: the caller's receive blocks are readable; slice inside `keep`.
-                unsafe { t.pack_range(*ptr, *c, 0, &mut keep[off..off + lens[j]]) };
-                out.push((keep.as_mut_ptr().wrapping_add(off), lens[j], byte.clone()));
-                off += lens[j];
+            for (ptr, c, t) in recv.iter() {
+                // SAFETY: the caller's receive blocks are readable.
+                let (mut copy, at) = unsafe { span_copy(*ptr, *c, t) };
+                out.push((copy.as_mut_ptr().wrapping_add(at), *c, t.clone()));
+                keep.push(copy);
             }
             out
         }

@@ -966,16 +966,14 @@ unsafe fn ialltoallw_impl(
     let mut out: Vec<(Loc, usize, Option<TypeRef>)> = Vec::with_capacity(n);
     match sendbuf {
         SendBuf::InPlace => {
-            let lens: Vec<usize> = (0..n).map(|j| rcs[j] * recvtypes[j].size()).collect();
-            let t = r.tmp(lens.iter().sum());
-            let mut off = 0;
+            // A copy of the memory each block spans, sent with the block's own type (so a
+            // converting device sees the receiver's type, not bytes).
             for j in 0..n {
-                // SAFETY: the receive blocks are readable; slice inside the tmp buffer.
-                unsafe {
-                    recvtypes[j].pack_range(rblk(j), rcs[j], 0, &mut r.tmps[t][off..off + lens[j]])
-                };
-                out.push((Loc::Tmp(t, off), lens[j], None));
-                off += lens[j];
+                // SAFETY: the receive blocks are readable.
+                let (copy, at) = unsafe { crate::util::span_copy(rblk(j), rcs[j], &recvtypes[j]) };
+                let t = r.tmp(copy.len());
+                r.tmps[t].copy_from_slice(&copy);
+                out.push((Loc::Tmp(t, at), rcs[j], Some(recvtypes[j].clone())));
             }
         }
         SendBuf::Ptr(s) => {

@@ -52,6 +52,7 @@ type Mailboxes = Vec<VecDeque<(Rank, Wire)>>;
 pub struct DeviceFabric {
     boxes: Arc<Mutex<Mailboxes>>,
     first_len: usize,
+    rep: DataRep,
 }
 
 impl DeviceFabric {
@@ -60,7 +61,14 @@ impl DeviceFabric {
         DeviceFabric {
             boxes: Arc::new(Mutex::new((0..n).map(|_| VecDeque::new()).collect())),
             first_len,
+            rep: DataRep::Native,
         }
+    }
+
+    /// The same fabric whose devices carry data in `rep` (the core converts).
+    pub fn with_rep(mut self, rep: DataRep) -> DeviceFabric {
+        self.rep = rep;
+        self
     }
 
     /// The device of world rank `me`.
@@ -128,7 +136,7 @@ impl Device for SimDevice {
 
     fn caps(&self) -> DeviceCaps {
         DeviceCaps {
-            data_rep: DataRep::Native,
+            data_rep: self.fabric.rep,
             tag_ub: 32767,
             timers: false,
         }

@@ -296,13 +296,10 @@ impl Core {
 }
 
 /// Convert `count` elements of `dtype`, packed natively in `native`, to external32.
-fn to_external32(dtype: &TypeRef, native: &[u8], count: usize) -> MpiResult<Vec<u8>> {
-    let _ = (dtype, count);
-    let _ = native;
-    Err(mpi_err(
-        ErrorClass::UnsupportedOperation,
-        "external32 is not available in this build".into(),
-    ))
+fn to_external32(dtype: &TypeRef, native: &[u8], _count: usize) -> MpiResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(native.len());
+    crate::datatype::packed_to_external32(dtype, native, &mut out)?;
+    Ok(out)
 }
 
 /// Convert external32 `wire` data into the receive buffer; returns the native bytes
@@ -313,9 +310,8 @@ fn from_external32(
     buf: Buf,
     count: usize,
 ) -> MpiResult<(usize, bool)> {
-    let _ = (dtype, wire, buf, count);
-    Err(mpi_err(
-        ErrorClass::UnsupportedOperation,
-        "external32 is not available in this build".into(),
-    ))
+    // SAFETY: the receive buffer holds `count` elements of `dtype` (MPI contract) and does
+    // not overlap `wire`, which the request layer owns.
+    let d = unsafe { crate::datatype::unpack_external32_partial(dtype, wire, buf.0, count) };
+    Ok((d.native_bytes, d.truncated))
 }

@@ -671,16 +671,35 @@ impl Runtime {
         let n = Self::check_count(call, count)?;
         Self::check_type(call, dtype)?;
         Self::check_buf(call, buf, n, dtype)?;
-        let bytes = dtype.packed_size(n);
-        let mut packed = vec![0u8; bytes];
-        dtype.pack_range(buf, n, 0, &mut packed);
-        let byte = self.lock().byte_type();
+        // The message leaves from a copy of the memory the `n` elements span and keeps its
+        // datatype, so that a device that converts data (external32 between sites) sees
+        // the type the receiver expects, not bytes.
+        let (lo, hi) = if n == 0 {
+            (0, 0)
+        } else {
+            let last = (n as i64 - 1) * dtype.extent() as i64;
+            let first = dtype.true_lb() as i64;
+            (
+                first + last.min(0),
+                first + dtype.true_extent() as i64 + last.max(0),
+            )
+        };
+        let copy: Vec<u8> = if hi > lo {
+            // SAFETY: the `n` elements of `dtype` at `buf` lie within [buf + lo, buf + hi)
+            // (MPI contract: the buffer covers the elements' span).
+            unsafe { std::slice::from_raw_parts(buf.offset(lo as isize), (hi - lo) as usize) }
+                .to_vec()
+        } else {
+            Vec::new()
+        };
+        // The address the copy's elements start from (`lo` bytes before the copy).
+        let send_base = copy.as_ptr().wrapping_offset(-(lo as isize));
         let r = self.irecv(call, buf, count, dtype, source, rtag, comm)?;
         let sent = self.isend(
             call,
-            packed.as_ptr(),
-            bytes as i64,
-            &byte,
+            send_base,
+            count,
+            dtype,
             dest,
             stag,
             comm,
@@ -696,7 +715,7 @@ impl Runtime {
             }
         };
         let st = self.waitall(call, &[Some(s), Some(r)])?;
-        drop(packed);
+        drop(copy);
         Self::complete_status(call, st[1])
     }
 

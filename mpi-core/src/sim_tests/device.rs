@@ -251,3 +251,91 @@ fn wildcard_receives_mix_transport_and_device_in_order() {
     assert_eq!(next, [0, 20, 20]);
     g.settle();
 }
+
+#[test]
+fn external32_devices_convert_at_both_ends() {
+    use tsunagi_p2p::device::DataRep;
+    let f = Fabric::new(2, 1, vec![TransportConfig::new("sim").limits(64, 128)]);
+    let dev = DeviceFabric::new(2, FIRST).with_rep(DataRep::External32);
+    let d = dev.clone();
+    let mut job = Job::with_routers(f, |me| {
+        let mut r = Router::new(2);
+        r.add(Box::new(SelfTransport::new(me)), &[me]);
+        r.add_device(Box::new(d.device(me)), &[1 - me]);
+        r
+    });
+    // C longs are 8 bytes here and 4 in external32: 40 longs are 160 bytes on the wire
+    // (long: more than FIRST), 320 in memory. Doubles keep every bit.
+    let long_t = Datatype::builtin(Builtin::Long);
+    let longs: Vec<i64> = (0..40).map(|i| i * 1_000_003 - 20_000_000).collect();
+    let doubles: Vec<f64> = vec![1.0, -0.0, f64::INFINITY, f64::MIN_POSITIVE / 8.0, 0.1];
+    let double_t = Datatype::builtin(Builtin::Double);
+    let s1 = job.e[0].new_request(
+        Some(SendMode::Standard),
+        Buf(longs.as_ptr() as *mut u8),
+        40,
+        long_t.clone(),
+        CommId::WORLD,
+        1,
+        1,
+        false,
+    );
+    job.e[0].start(s1).unwrap();
+    let s2 = job.e[0].new_request(
+        Some(SendMode::Standard),
+        Buf(doubles.as_ptr() as *mut u8),
+        5,
+        double_t.clone(),
+        CommId::WORLD,
+        1,
+        2,
+        false,
+    );
+    job.e[0].start(s2).unwrap();
+    let mut got_l = vec![0i64; 40];
+    let r1 = job.e[1].new_request(
+        None,
+        Buf(got_l.as_mut_ptr() as *mut u8),
+        40,
+        long_t.clone(),
+        CommId::WORLD,
+        0,
+        1,
+        false,
+    );
+    job.e[1].start(r1).unwrap();
+    let mut got_d = vec![0f64; 5];
+    let r2 = job.e[1].new_request(
+        None,
+        Buf(got_d.as_mut_ptr() as *mut u8),
+        5,
+        double_t,
+        CommId::WORLD,
+        0,
+        2,
+        false,
+    );
+    job.e[1].start(r2).unwrap();
+    assert_eq!(job.wait(1, r1).bytes, 320, "the status counts native bytes");
+    assert_eq!(job.wait(1, r2).bytes, 40);
+    job.wait(0, s1);
+    job.wait(0, s2);
+    assert_eq!(got_l, longs);
+    for (a, b) in got_d.iter().zip(&doubles) {
+        assert_eq!(a.to_bits(), b.to_bits());
+    }
+    // A long beyond 32 bits cannot cross: the send fails with MPI_ERR_CONVERSION.
+    let big = [5_000_000_000i64];
+    let s3 = job.e[0].new_request(
+        Some(SendMode::Standard),
+        Buf(big.as_ptr() as *mut u8),
+        1,
+        long_t,
+        CommId::WORLD,
+        1,
+        3,
+        false,
+    );
+    let e = job.e[0].start(s3).unwrap_err();
+    assert_eq!(e.class, ErrorClass::Conversion, "{e}");
+}

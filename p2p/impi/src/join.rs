@@ -219,8 +219,8 @@ fn get_chunked(site: &mut dyn Bootstrap, key: &str) -> Result<Option<String>, P2
 /// packed bytes, which is what LAM/MPI 7.1 sends; every site of a job must agree).
 fn data_rep() -> Result<DataRep, P2pError> {
     match env("TSUNAGI_IMPI_DATAREP").as_deref().map(str::trim) {
-        Some("external32") => Ok(DataRep::External32),
-        None | Some("native") => Ok(DataRep::Native),
+        None | Some("external32") => Ok(DataRep::External32),
+        Some("native") => Ok(DataRep::Native),
         Some(other) => Err(err(format!(
             "TSUNAGI_IMPI_DATAREP={other}: expected external32 or native"
         ))),
