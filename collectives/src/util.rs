@@ -148,11 +148,11 @@ pub(crate) fn span(t: &Datatype, count: usize) -> (isize, isize) {
     if count == 0 || t.size() == 0 {
         return (0, 0);
     }
-    let last = (count as isize - 1) * t.extent() as isize;
-    let first = t.true_lb() as isize;
+    let last = (count as isize - 1) * t.extent();
+    let first = t.true_lb();
     (
         first + last.min(0),
-        first + t.true_extent() as isize + last.max(0),
+        first + t.true_extent() + last.max(0),
     )
 }
 
