@@ -506,10 +506,46 @@ module mpi
       PARAMETER (MPI_ERR_RMA_SHARED=57)
       INTEGER MPI_ERR_RMA_FLAVOR
       PARAMETER (MPI_ERR_RMA_FLAVOR=58)
+      INTEGER MPI_T_ERR_MEMORY
+      PARAMETER (MPI_T_ERR_MEMORY=59)
+      INTEGER MPI_T_ERR_NOT_INITIALIZED
+      PARAMETER (MPI_T_ERR_NOT_INITIALIZED=60)
+      INTEGER MPI_T_ERR_CANNOT_INIT
+      PARAMETER (MPI_T_ERR_CANNOT_INIT=61)
+      INTEGER MPI_T_ERR_INVALID_INDEX
+      PARAMETER (MPI_T_ERR_INVALID_INDEX=62)
+      INTEGER MPI_T_ERR_INVALID_ITEM
+      PARAMETER (MPI_T_ERR_INVALID_ITEM=63)
+      INTEGER MPI_T_ERR_INVALID_HANDLE
+      PARAMETER (MPI_T_ERR_INVALID_HANDLE=64)
+      INTEGER MPI_T_ERR_OUT_OF_HANDLES
+      PARAMETER (MPI_T_ERR_OUT_OF_HANDLES=65)
+      INTEGER MPI_T_ERR_OUT_OF_SESSIONS
+      PARAMETER (MPI_T_ERR_OUT_OF_SESSIONS=66)
+      INTEGER MPI_T_ERR_INVALID_SESSION
+      PARAMETER (MPI_T_ERR_INVALID_SESSION=67)
+      INTEGER MPI_T_ERR_CVAR_SET_NOT_NOW
+      PARAMETER (MPI_T_ERR_CVAR_SET_NOT_NOW=68)
+      INTEGER MPI_T_ERR_CVAR_SET_NEVER
+      PARAMETER (MPI_T_ERR_CVAR_SET_NEVER=69)
+      INTEGER MPI_T_ERR_PVAR_NO_STARTSTOP
+      PARAMETER (MPI_T_ERR_PVAR_NO_STARTSTOP=70)
+      INTEGER MPI_T_ERR_PVAR_NO_WRITE
+      PARAMETER (MPI_T_ERR_PVAR_NO_WRITE=71)
+      INTEGER MPI_T_ERR_PVAR_NO_ATOMIC
+      PARAMETER (MPI_T_ERR_PVAR_NO_ATOMIC=72)
+      INTEGER MPI_T_ERR_INVALID_NAME
+      PARAMETER (MPI_T_ERR_INVALID_NAME=73)
+      INTEGER MPI_T_ERR_INVALID
+      PARAMETER (MPI_T_ERR_INVALID=74)
+      INTEGER MPI_ERR_SESSION
+      PARAMETER (MPI_ERR_SESSION=75)
       INTEGER MPI_ERR_PROC_ABORTED
       PARAMETER (MPI_ERR_PROC_ABORTED=76)
       INTEGER MPI_ERR_VALUE_TOO_LARGE
       PARAMETER (MPI_ERR_VALUE_TOO_LARGE=77)
+      INTEGER MPI_T_ERR_NOT_SUPPORTED
+      PARAMETER (MPI_T_ERR_NOT_SUPPORTED=78)
       INTEGER MPI_ERR_LASTCODE
       PARAMETER (MPI_ERR_LASTCODE=1073741823)
       INTEGER MPI_SOURCE, MPI_TAG, MPI_ERROR, MPI_STATUS_SIZE
@@ -663,6 +699,26 @@ module mpi
       integer :: errorclass
       integer :: ierror
     end subroutine MPI_Error_class
+    subroutine MPI_Add_error_class(errorclass, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorclass
+      integer :: ierror
+    end subroutine MPI_Add_error_class
+    subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorclass
+      integer :: errorcode
+      integer :: ierror
+    end subroutine MPI_Add_error_code
+    subroutine MPI_Add_error_string(errorcode, string, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorcode
+      character(len=*) :: string
+      integer :: ierror
+    end subroutine MPI_Add_error_string
     subroutine MPI_Comm_set_errhandler(comm, errhandler, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4058,25 +4114,5 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Grequest_complete
-    subroutine MPI_Add_error_class(errorclass, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: errorclass
-      integer :: ierror
-    end subroutine MPI_Add_error_class
-    subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: errorclass
-      integer :: errorcode
-      integer :: ierror
-    end subroutine MPI_Add_error_code
-    subroutine MPI_Add_error_string(errorcode, string, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: errorcode
-      character(len=*) :: string
-      integer :: ierror
-    end subroutine MPI_Add_error_string
   end interface
 end module mpi

@@ -290,8 +290,26 @@ module mpi_f08
   integer, parameter :: MPI_ERR_RMA_ATTACH = 56
   integer, parameter :: MPI_ERR_RMA_SHARED = 57
   integer, parameter :: MPI_ERR_RMA_FLAVOR = 58
+  integer, parameter :: MPI_T_ERR_MEMORY = 59
+  integer, parameter :: MPI_T_ERR_NOT_INITIALIZED = 60
+  integer, parameter :: MPI_T_ERR_CANNOT_INIT = 61
+  integer, parameter :: MPI_T_ERR_INVALID_INDEX = 62
+  integer, parameter :: MPI_T_ERR_INVALID_ITEM = 63
+  integer, parameter :: MPI_T_ERR_INVALID_HANDLE = 64
+  integer, parameter :: MPI_T_ERR_OUT_OF_HANDLES = 65
+  integer, parameter :: MPI_T_ERR_OUT_OF_SESSIONS = 66
+  integer, parameter :: MPI_T_ERR_INVALID_SESSION = 67
+  integer, parameter :: MPI_T_ERR_CVAR_SET_NOT_NOW = 68
+  integer, parameter :: MPI_T_ERR_CVAR_SET_NEVER = 69
+  integer, parameter :: MPI_T_ERR_PVAR_NO_STARTSTOP = 70
+  integer, parameter :: MPI_T_ERR_PVAR_NO_WRITE = 71
+  integer, parameter :: MPI_T_ERR_PVAR_NO_ATOMIC = 72
+  integer, parameter :: MPI_T_ERR_INVALID_NAME = 73
+  integer, parameter :: MPI_T_ERR_INVALID = 74
+  integer, parameter :: MPI_ERR_SESSION = 75
   integer, parameter :: MPI_ERR_PROC_ABORTED = 76
   integer, parameter :: MPI_ERR_VALUE_TOO_LARGE = 77
+  integer, parameter :: MPI_T_ERR_NOT_SUPPORTED = 78
   integer, parameter :: MPI_ERR_LASTCODE = 1073741823
   type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)
   ! The sentinels: mpif.h's common blocks.
@@ -472,6 +490,26 @@ module mpi_f08
       integer :: errorclass
       integer(c_int) :: ierror
     end subroutine tsunagi_error_class
+    subroutine tsunagi_add_error_class(errorclass, ierror) bind(C, name="mpi_add_error_class_")
+      import
+      integer :: errorclass
+      integer(c_int) :: ierror
+    end subroutine tsunagi_add_error_class
+    subroutine tsunagi_add_error_code(errorclass, errorcode, ierror) bind(C,  &
+        & name="mpi_add_error_code_")
+      import
+      integer :: errorclass
+      integer :: errorcode
+      integer(c_int) :: ierror
+    end subroutine tsunagi_add_error_code
+    subroutine tsunagi_add_error_string(errorcode, string, ierror, string_len) bind(C,  &
+        & name="mpi_add_error_string_")
+      import
+      integer :: errorcode
+      character(kind=c_char) :: string(*)
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: string_len
+    end subroutine tsunagi_add_error_string
     subroutine tsunagi_comm_set_errhandler(comm, errhandler, ierror) bind(C,  &
         & name="mpi_comm_set_errhandler_")
       import
@@ -3562,26 +3600,6 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_grequest_complete
-    subroutine tsunagi_add_error_class(errorclass, ierror) bind(C, name="mpi_add_error_class_")
-      import
-      integer :: errorclass
-      integer(c_int) :: ierror
-    end subroutine tsunagi_add_error_class
-    subroutine tsunagi_add_error_code(errorclass, errorcode, ierror) bind(C,  &
-        & name="mpi_add_error_code_")
-      import
-      integer :: errorclass
-      integer :: errorcode
-      integer(c_int) :: ierror
-    end subroutine tsunagi_add_error_code
-    subroutine tsunagi_add_error_string(errorcode, string, ierror, string_len) bind(C,  &
-        & name="mpi_add_error_string_")
-      import
-      integer :: errorcode
-      character(kind=c_char) :: string(*)
-      integer(c_int) :: ierror
-      integer(c_size_t), value :: string_len
-    end subroutine tsunagi_add_error_string
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -3792,6 +3810,29 @@ contains
     call tsunagi_error_class(errorcode, errorclass, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Error_class
+  subroutine MPI_Add_error_class(errorclass, ierror)
+    integer :: errorclass
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_add_error_class(errorclass, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Add_error_class
+  subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
+    integer, intent(in) :: errorclass
+    integer :: errorcode
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_add_error_code(errorclass, errorcode, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Add_error_code
+  subroutine MPI_Add_error_string(errorcode, string, ierror)
+    integer, intent(in) :: errorcode
+    character(len=*) :: string
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_add_error_string(errorcode, string, ierror_c, len(string, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Add_error_string
   subroutine MPI_Comm_set_errhandler(comm, errhandler, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Errhandler), intent(in) :: errhandler
@@ -7601,27 +7642,4 @@ contains
     call tsunagi_grequest_complete(request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Grequest_complete
-  subroutine MPI_Add_error_class(errorclass, ierror)
-    integer :: errorclass
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_add_error_class(errorclass, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Add_error_class
-  subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
-    integer, intent(in) :: errorclass
-    integer :: errorcode
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_add_error_code(errorclass, errorcode, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Add_error_code
-  subroutine MPI_Add_error_string(errorcode, string, ierror)
-    integer, intent(in) :: errorcode
-    character(len=*) :: string
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_add_error_string(errorcode, string, ierror_c, len(string, kind=c_size_t))
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Add_error_string
 end module mpi_f08

@@ -337,8 +337,26 @@ typedef struct MPI_Status {
 #define MPI_ERR_RMA_ATTACH            56
 #define MPI_ERR_RMA_SHARED            57
 #define MPI_ERR_RMA_FLAVOR            58
+#define MPI_T_ERR_MEMORY              59
+#define MPI_T_ERR_NOT_INITIALIZED     60
+#define MPI_T_ERR_CANNOT_INIT         61
+#define MPI_T_ERR_INVALID_INDEX       62
+#define MPI_T_ERR_INVALID_ITEM        63
+#define MPI_T_ERR_INVALID_HANDLE      64
+#define MPI_T_ERR_OUT_OF_HANDLES      65
+#define MPI_T_ERR_OUT_OF_SESSIONS     66
+#define MPI_T_ERR_INVALID_SESSION     67
+#define MPI_T_ERR_CVAR_SET_NOT_NOW    68
+#define MPI_T_ERR_CVAR_SET_NEVER      69
+#define MPI_T_ERR_PVAR_NO_STARTSTOP   70
+#define MPI_T_ERR_PVAR_NO_WRITE       71
+#define MPI_T_ERR_PVAR_NO_ATOMIC      72
+#define MPI_T_ERR_INVALID_NAME        73
+#define MPI_T_ERR_INVALID             74
+#define MPI_ERR_SESSION               75
 #define MPI_ERR_PROC_ABORTED          76
 #define MPI_ERR_VALUE_TOO_LARGE       77
+#define MPI_T_ERR_NOT_SUPPORTED       78
 #define MPI_ERR_LASTCODE              0x3fffffff
 
 /* ---- Callback types ---- */
@@ -419,6 +437,9 @@ int MPI_Pcontrol(const int level, ...);
 /* Errors */
 int MPI_Error_string(int errorcode, char *string, int *resultlen);
 int MPI_Error_class(int errorcode, int *errorclass);
+int MPI_Add_error_class(int *errorclass);
+int MPI_Add_error_code(int errorclass, int *errorcode);
+int MPI_Add_error_string(int errorcode, const char *string);
 int MPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
 int MPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
 int MPI_Comm_create_errhandler(MPI_Comm_errhandler_function *comm_errhandler_fn, MPI_Errhandler *errhandler);
@@ -816,9 +837,6 @@ int MPI_Type_create_f90_complex(int p, int r, MPI_Datatype *newtype);
 int MPI_Type_create_f90_integer(int r, MPI_Datatype *newtype);
 int MPI_Grequest_start(MPI_Grequest_query_function *query_fn, MPI_Grequest_free_function *free_fn, MPI_Grequest_cancel_function *cancel_fn, void *extra_state, MPI_Request *request);
 int MPI_Grequest_complete(MPI_Request request);
-int MPI_Add_error_class(int *errorclass);
-int MPI_Add_error_code(int errorclass, int *errorcode);
-int MPI_Add_error_string(int errorcode, const char *string);
 
 /* The profiling interface: every function above as PMPI_ */
 int PMPI_Init(int *argc, char ***argv);
@@ -839,6 +857,9 @@ int PMPI_Free_mem(void *base);
 int PMPI_Pcontrol(const int level, ...);
 int PMPI_Error_string(int errorcode, char *string, int *resultlen);
 int PMPI_Error_class(int errorcode, int *errorclass);
+int PMPI_Add_error_class(int *errorclass);
+int PMPI_Add_error_code(int errorclass, int *errorcode);
+int PMPI_Add_error_string(int errorcode, const char *string);
 int PMPI_Comm_set_errhandler(MPI_Comm comm, MPI_Errhandler errhandler);
 int PMPI_Comm_get_errhandler(MPI_Comm comm, MPI_Errhandler *errhandler);
 int PMPI_Comm_create_errhandler(MPI_Comm_errhandler_function *comm_errhandler_fn, MPI_Errhandler *errhandler);
@@ -1202,9 +1223,6 @@ int PMPI_Type_create_f90_complex(int p, int r, MPI_Datatype *newtype);
 int PMPI_Type_create_f90_integer(int r, MPI_Datatype *newtype);
 int PMPI_Grequest_start(MPI_Grequest_query_function *query_fn, MPI_Grequest_free_function *free_fn, MPI_Grequest_cancel_function *cancel_fn, void *extra_state, MPI_Request *request);
 int PMPI_Grequest_complete(MPI_Request request);
-int PMPI_Add_error_class(int *errorclass);
-int PMPI_Add_error_code(int errorclass, int *errorcode);
-int PMPI_Add_error_string(int errorcode, const char *string);
 
 #ifdef __cplusplus
 }

@@ -39,6 +39,11 @@ pub fn blamed_peer(message: &str) -> Option<usize> {
     rest[..digits].parse().ok()
 }
 
+/// How the library's fatal error handlers (MPI_ERRORS_ARE_FATAL, MPI_ERRORS_ABORT) start
+/// their abort message ("fatal error in MPI_Send: ..."), so that the job's last line says
+/// that an error, not the program's own MPI_Abort, ended it.
+pub const FATAL_PREFIX: &str = "fatal error in ";
+
 /// What to run on this host.
 #[derive(Clone, Debug)]
 pub struct LocalJob {
@@ -481,6 +486,11 @@ impl Runner {
                 }) => {
                     let blamed = message.as_deref().and_then(blamed_peer);
                     let msg = match message {
+                        // The library's default error handler, not the program, ended the job.
+                        Some(m) if m.starts_with(FATAL_PREFIX) => format!(
+                            "rank {rank}: {} (exit code {code}); job aborted",
+                            printable(&m, MESSAGE_MAX)
+                        ),
                         Some(m) => format!(
                             "rank {rank} called MPI_Abort with error code {code}: {}; job aborted",
                             printable(&m, MESSAGE_MAX)

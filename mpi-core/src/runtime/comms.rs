@@ -439,13 +439,14 @@ impl Runtime {
             ));
         }
         let attrs = self.with_comm(call, comm, |c| c.attrs.clone())?;
-        for (kv, val) in attrs {
+        for (&kv, &val) in &attrs {
             self.run_delete(comm, kv, val)?;
         }
         let mut e = self.lock();
         let c = e.core.comms[comm.0 as usize].take().expect("checked");
         drop(e);
         self.release_context(c.context);
+        self.attrs_dropped(attrs.into_keys());
         Ok(())
     }
 
