@@ -731,6 +731,27 @@ pub(crate) fn new_info(d: InfoData) -> MPI_Info {
     (INFO_DIRECT | lock(&INFOS).insert(d)) as c_int
 }
 
+// ----- windows and files (their calls are stubs: only MPI_*_NULL can be told invalid) -----
+
+/// MPI_ERR_WIN for MPI_WIN_NULL.
+#[allow(dead_code)]
+pub(crate) fn win_not_null(name: &str, w: MPI_Win) -> MpiResult<()> {
+    const WIN_NULL: MPI_Win = 0x2000_0000;
+    if w == WIN_NULL {
+        return Err(err(ErrorClass::Win, format!("{name} is MPI_WIN_NULL")));
+    }
+    Ok(())
+}
+
+/// MPI_ERR_FILE for MPI_FILE_NULL.
+#[allow(dead_code)]
+pub(crate) fn file_not_null(name: &str, f: MPI_File) -> MpiResult<()> {
+    if f.is_null() {
+        return Err(err(ErrorClass::File, format!("{name} is MPI_FILE_NULL")));
+    }
+    Ok(())
+}
+
 // ----- the runtime -----
 
 /// The runtime while MPI runs (set by MPI_Init, cleared by MPI_Finalize): one load on the

@@ -362,3 +362,12 @@ fn drop_in_collectives_and_topologies_match_mpich() {
         drop_in_with(name, 3, &["-DNO_ERROR_TESTS"]);
     }
 }
+
+/// Issue 22: object lifetimes (reference-counted datatype handles, keyvals, error
+/// handlers, ops, communicators, persistent requests, groups, info), every standard error
+/// class, user error classes, MPI_ERRORS_ABORT read back, invalid handles to stubs, and
+/// MPI_COMM_SELF's delete callbacks first at MPI_Finalize, newest first.
+#[test]
+fn lifetimes_error_classes_and_finalize_order() {
+    suite("lifetimes", &[2, 3], "lifetimes ok");
+}
