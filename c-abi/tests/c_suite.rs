@@ -371,3 +371,27 @@ fn drop_in_collectives_and_topologies_match_mpich() {
 fn lifetimes_error_classes_and_finalize_order() {
     suite("lifetimes", &[2, 3], "lifetimes ok");
 }
+
+/// A fatal error ends the job with mpirun naming the failed call (not "called
+/// MPI_Abort"), under the default handler and under MPI_ERRORS_ABORT; the exit status is
+/// the error class (MPI_ERR_RANK = 6).
+#[test]
+fn fatal_handlers_abort_with_the_calls_name() {
+    let exe = build("errabort");
+    for mode in ["fatal", "abort"] {
+        let out = run(Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "2"])
+            .arg(&exe)
+            .arg(mode));
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(6), "{mode}: {stderr}");
+        assert!(
+            stderr.contains("mpirun: rank 0: fatal error in MPI_Send: ")
+                && !stderr.contains("called MPI_Abort"),
+            "{mode}: {stderr}"
+        );
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("not reached"));
+    }
+}
