@@ -395,3 +395,69 @@ fn fatal_handlers_abort_with_the_calls_name() {
         assert!(!String::from_utf8_lossy(&out.stdout).contains("not reached"));
     }
 }
+
+/// `mpicc -static` links the installed libmpi.a; the program has no dynamic section and
+/// runs under mpirun (issue 22).
+#[test]
+fn static_programs_link_libmpi_a_and_run_under_mpirun() {
+    assert!(prefix().join("lib/libmpi.a").exists(), "libmpi.a not installed");
+    let exe = prefix().join("test-p2p-static");
+    check(
+        Command::new(prefix().join("bin/mpicc"))
+            .args(["-static", "-std=c11", "-pthread", "-O1", "-o"])
+            .arg(&exe)
+            .arg(src_dir().join("tests/c/p2p.c")),
+    );
+    let elf = check(Command::new("readelf").arg("-d").arg(&exe));
+    assert!(
+        !elf.contains("NEEDED"),
+        "a static program needs no shared library:\n{elf}"
+    );
+    let out = mpirun_n(3, &exe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("p2p ok"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A build that is not our wrapper (rsmpi's build script, meson, a Makefile) takes its
+/// flags from pkg-config (mpi.pc, or mpich.pc as for MPICH): the rpath in `Libs` lets the
+/// program find libmpi.so.12 at run time with no LD_LIBRARY_PATH (issue 22).
+#[test]
+fn pkg_config_builds_run_without_library_path() {
+    if !have("pkg-config") {
+        tsunagi_testkit::missing("pkg-config", "pkg-config is not installed");
+        return;
+    }
+    let pcdir = prefix().join("lib/pkgconfig");
+    for pc in ["mpi", "mpich"] {
+        let flags = check(
+            Command::new("pkg-config")
+                .args(["--cflags", "--libs", pc])
+                .env("PKG_CONFIG_PATH", &pcdir),
+        );
+        assert!(flags.contains("-Wl,-rpath,"), "{pc}.pc: {flags}");
+        let exe = prefix().join(format!("test-pkgconfig-{pc}"));
+        let mut cc = Command::new("cc");
+        cc.args(["-std=c11", "-o"])
+            .arg(&exe)
+            .arg(src_dir().join("tests/c/header.c"))
+            .args(flags.split_whitespace());
+        check(&mut cc);
+        let out = check(
+            Command::new(&exe)
+                .env_remove("LD_LIBRARY_PATH")
+                .env_remove("PMI_FD")
+                .env_remove("PMI_PORT"),
+        );
+        assert!(out.contains("status ok"), "{pc}: {out}");
+    }
+    let private = check(
+        Command::new("pkg-config")
+            .args(["--static", "--libs", "mpi"])
+            .env("PKG_CONFIG_PATH", &pcdir),
+    );
+    assert!(private.contains("-lpthread"), "{private}");
+}
