@@ -258,7 +258,9 @@ impl ErrorClass {
             TCvarSetNever => "MPI_T: the control variable can no longer be set",
             TPvarNoStartstop => "MPI_T: the performance variable cannot be started or stopped",
             TPvarNoWrite => "MPI_T: the performance variable cannot be written or reset",
-            TPvarNoAtomic => "MPI_T: the performance variable cannot be read and written atomically",
+            TPvarNoAtomic => {
+                "MPI_T: the performance variable cannot be read and written atomically"
+            }
             TInvalidName => "MPI_T: no variable or category of that name",
             TInvalid => "MPI_T: invalid use of the tools interface",
             Session => "Invalid session",
@@ -321,7 +323,11 @@ mod tests {
         assert_eq!(ErrorClass::Truncate as i32, 14);
         assert_eq!(ErrorClass::UnsupportedOperation as i32, 44);
         assert_eq!(ErrorClass::from_code(9999), None);
-        assert_eq!(ErrorClass::from_code(54), None, "54 is not a class in MPICH");
+        assert_eq!(
+            ErrorClass::from_code(54),
+            None,
+            "54 is not a class in MPICH"
+        );
         assert_eq!(ErrorClass::RmaFlavor as i32, 58);
         assert_eq!(ErrorClass::Win as i32, 45);
         assert_eq!(ErrorClass::ALL.len(), 78);

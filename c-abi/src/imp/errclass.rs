@@ -138,7 +138,10 @@ mod tests {
         assert_eq!(k, cls);
         error_class(code2, &mut k).unwrap();
         assert_eq!(k, ErrorClass::Io as c_int);
-        assert!(add_error_code(code, &mut 0).is_err(), "a code is not a class");
+        assert!(
+            add_error_code(code, &mut 0).is_err(),
+            "a code is not a class"
+        );
         add_error_string(code, "my code").unwrap();
         assert!(add_error_string(ErrorClass::Io as c_int, "no").is_err());
         assert!(add_error_string(code, &"x".repeat(MPI_MAX_ERROR_STRING)).is_err());

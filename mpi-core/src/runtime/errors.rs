@@ -45,7 +45,11 @@ impl Runtime {
                 eprintln!("Tsunagi: fatal error on rank {}: {err}", self.rank);
                 // The launcher recognises this prefix and reports a fatal error of the
                 // call, not a program that called MPI_Abort.
-                let msg = format!("fatal error in {} ({})", err.message, err.class.description());
+                let msg = format!(
+                    "fatal error in {} ({})",
+                    err.message,
+                    err.class.description()
+                );
                 self.abort(code.clamp(1, 255), &msg)
             }
         }
