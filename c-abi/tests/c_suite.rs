@@ -556,3 +556,94 @@ fn every_mpi_4_function_is_provided_or_listed_missing() {
         );
     }
 }
+
+/// Every stub (a function exported but not implemented yet) checks its handle arguments
+/// first: given an invalid handle it returns that handle's class, not
+/// MPI_ERR_UNSUPPORTED_OPERATION (issue 22). The C program is generated from api.in:
+/// one call per stub with every handle invalid and every pointer valid; the expected
+/// class is the first handle's in check order (communicators first).
+#[test]
+fn invalid_handles_to_every_stub_give_the_handles_class() {
+    use std::fmt::Write as _;
+    let table = std::fs::read_to_string(src_dir().join("api.in")).expect("api.in");
+    let (funcs, _) = tsunagi_apidef::parse(&table);
+    let invalid = |base: &str, name: &str| -> Option<(&'static str, &'static str)> {
+        Some(match base {
+            // A peer communicator may be MPI_COMM_NULL away from the leaders.
+            "MPI_Comm" if name == "peer_comm" => ("(MPI_Comm)0x12345678", "MPI_ERR_COMM"),
+            "MPI_Comm" => ("MPI_COMM_NULL", "MPI_ERR_COMM"),
+            "MPI_Datatype" => ("MPI_DATATYPE_NULL", "MPI_ERR_TYPE"),
+            "MPI_Group" => ("MPI_GROUP_NULL", "MPI_ERR_GROUP"),
+            "MPI_Op" => ("MPI_OP_NULL", "MPI_ERR_OP"),
+            "MPI_Errhandler" => ("MPI_ERRHANDLER_NULL", "MPI_ERR_ARG"),
+            // MPI_INFO_NULL is allowed: a value that is no info handle is not.
+            "MPI_Info" => ("(MPI_Info)0x12345678", "MPI_ERR_INFO"),
+            "MPI_Win" => ("MPI_WIN_NULL", "MPI_ERR_WIN"),
+            "MPI_File" => ("MPI_FILE_NULL", "MPI_ERR_FILE"),
+            _ => return None,
+        })
+    };
+    let mut body = String::new();
+    let mut checked = 0;
+    for f in funcs.iter().filter(|f| f.stub) {
+        let args: Vec<_> = f.args.iter().filter(|a| !a.varargs).collect();
+        let mut expected = None;
+        for a in args.iter().filter(|a| a.depth == 0) {
+            if let Some((_, class)) = invalid(&a.base, &a.name) {
+                if a.base == "MPI_Comm" || expected.is_none() {
+                    expected = Some(class);
+                    if a.base == "MPI_Comm" {
+                        break;
+                    }
+                }
+            }
+        }
+        let Some(expected) = expected else { continue };
+        let values: Vec<String> = args
+            .iter()
+            .map(|a| {
+                if a.depth == 0 {
+                    invalid(&a.base, &a.name)
+                        .map(|(v, _)| v.to_string())
+                        .unwrap_or_else(|| format!("({})0", a.base))
+                } else if a.base.ends_with("_function") {
+                    "NULL".into()
+                } else {
+                    "(void *)scratch".into()
+                }
+            })
+            .collect();
+        writeln!(
+            body,
+            "    cls = -1; MPI_Error_class(MPI_{}({}), &cls);\n    if (cls != {expected}) {{ printf(\"MPI_{}: class %d, expected %d\\n\", cls, {expected}); bad++; }}",
+            f.name,
+            values.join(", "),
+            f.name
+        )
+        .unwrap();
+        checked += 1;
+    }
+    assert!(checked > 100, "only {checked} stubs with handle arguments");
+    let src = format!(
+        "#include <mpi.h>\n#include <stdio.h>\nstatic _Alignas(16) char scratch[65536];\n\
+         int main(int argc, char **argv) {{\n    int cls, bad = 0;\n    MPI_Init(&argc, &argv);\n\
+         MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);\n{body}\
+         MPI_Finalize();\n    printf(\"%d stubs checked, %d wrong\\n\", {checked}, bad);\n    return bad != 0;\n}}\n"
+    );
+    let c = prefix().join("test-stubs.c");
+    std::fs::write(&c, src).expect("write test-stubs.c");
+    let exe = prefix().join("test-stubs");
+    check(
+        Command::new(prefix().join("bin/mpicc"))
+            .args(["-std=c11", "-o"])
+            .arg(&exe)
+            .arg(&c),
+    );
+    let out = mpirun_n(1, &exe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains(&format!("{checked} stubs checked, 0 wrong")),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

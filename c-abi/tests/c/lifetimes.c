@@ -252,6 +252,34 @@ static void handlers_and_friends(int rank, int size) {
     OK(MPI_Wait(&sr, MPI_STATUS_IGNORE));
     CHECK_EQ(got_val, 42 + (rank + size - 1) % size);
 
+    /* A communicator freed with a wildcard receive pending keeps its context id: a new
+     * communicator made right after must not get it, or the old receive would take the
+     * new communicator's message. */
+    {
+        MPI_Comm old, fresh;
+        MPI_Request pending;
+        MPI_Status st;
+        int stale = -1, v = 0, cancelled = 0;
+        OK(MPI_Comm_dup(MPI_COMM_WORLD, &old));
+        if (rank == 0) OK(MPI_Irecv(&stale, 1, MPI_INT, MPI_ANY_SOURCE, 8, old, &pending));
+        OK(MPI_Comm_free(&old));
+        OK(MPI_Comm_dup(MPI_COMM_WORLD, &fresh));
+        if (rank == 1) {
+            v = 1234;
+            OK(MPI_Send(&v, 1, MPI_INT, 0, 8, fresh));
+        } else if (rank == 0) {
+            OK(MPI_Recv(&v, 1, MPI_INT, MPI_ANY_SOURCE, 8, fresh, &st));
+            CHECK_EQ(v, 1234);
+            CHECK_EQ(st.MPI_SOURCE, 1);
+            CHECK_EQ(stale, -1);
+            OK(MPI_Cancel(&pending));
+            OK(MPI_Wait(&pending, &st));
+            OK(MPI_Test_cancelled(&st, &cancelled));
+            CHECK(cancelled);
+        }
+        OK(MPI_Comm_free(&fresh));
+    }
+
     /* A persistent request freed while active: the operation still completes. */
     int pv = 100 + rank, pin = -1;
     MPI_Request pr;
