@@ -498,10 +498,7 @@ fn every_mpi_4_function_is_provided_or_listed_missing() {
             }
             let Some(open) = line.find('(') else { continue };
             let head = &line[..open];
-            let name = head
-                .rsplit(|c: char| c == ' ' || c == '*')
-                .next()
-                .unwrap_or("");
+            let name = head.rsplit([' ', '*']).next().unwrap_or("");
             if name.starts_with("MPI_") && name[4..].starts_with(|c: char| c.is_ascii_uppercase()) {
                 reference.insert(name.to_string());
             }
