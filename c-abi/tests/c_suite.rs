@@ -644,3 +644,44 @@ fn invalid_handles_to_every_stub_give_the_handles_class() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// An installed mpirun (`PREFIX/bin/mpirun` beside `PREFIX/lib/libmpi.so.12`) gives its
+/// ranks that library directory: a program linked with no rpath (as cargo links rsmpi
+/// programs) runs under it with no LD_LIBRARY_PATH of the user's (issue 22).
+#[test]
+fn installed_mpirun_lets_programs_without_rpath_find_the_library() {
+    let bin = prefix().join("bin/mpirun");
+    if !bin.exists() {
+        std::fs::copy(mpirun(), &bin).expect("install mpirun into the test prefix");
+    }
+    let exe = prefix().join("test-header-norpath");
+    let p = prefix().display().to_string();
+    check(
+        Command::new("cc")
+            .args(["-std=c11", "-o"])
+            .arg(&exe)
+            .arg(src_dir().join("tests/c/header.c"))
+            .args([
+                format!("-I{p}/include"),
+                format!("-L{p}/lib"),
+                "-lmpi".into(),
+            ]),
+    );
+    let bare = run(Command::new(&exe).env_remove("LD_LIBRARY_PATH"));
+    assert!(
+        !bare.status.success(),
+        "without rpath the library is not found alone"
+    );
+    let out = run(Command::new("timeout")
+        .arg("60")
+        .arg(&bin)
+        .args(["-n", "1"])
+        .arg(&exe)
+        .env_remove("LD_LIBRARY_PATH"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("status ok"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
