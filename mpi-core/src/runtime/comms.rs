@@ -7,6 +7,12 @@ use super::*;
 /// `comm_free`). One runtime per process, so process-wide.
 static FREED_WITH_PENDING: Mutex<Vec<CommId>> = Mutex::new(Vec::new());
 
+/// The last step of freeing a communicator: its slot becomes free; returns its context id
+/// for `release_context` (called without the engine lock).
+fn take_comm_slot(e: &mut Engine, comm: CommId) -> Option<u32> {
+    e.core.comms[comm.0 as usize].take().map(|c| c.context)
+}
+
 fn lock_zombies() -> MutexGuard<'static, Vec<CommId>> {
     FREED_WITH_PENDING.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -460,9 +466,11 @@ impl Runtime {
             drop(e); // lock order: the list, then the engine (reap_freed_comms)
             lock_zombies().push(comm);
         } else {
-            let c = e.core.comms[comm.0 as usize].take().expect("checked");
+            let context = take_comm_slot(&mut e, comm);
             drop(e);
-            self.release_context(c.context);
+            if let Some(c) = context {
+                self.release_context(c);
+            }
         }
         self.attrs_dropped(attrs.into_keys());
         self.reap_freed_comms();
@@ -482,9 +490,7 @@ impl Runtime {
             if e.requests_on_comm(id) {
                 return true;
             }
-            if let Some(c) = e.core.comms[id.0 as usize].take() {
-                released.push(c.context);
-            }
+            released.extend(take_comm_slot(&mut e, id));
             false
         });
         drop(e);
