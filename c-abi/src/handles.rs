@@ -408,6 +408,7 @@ fn dtype_handle_with(t: &TypeRef, add_ref: bool) -> MPI_Datatype {
 }
 
 /// The references the program holds to a derived type's handle (0: not a live handle).
+#[cfg(test)]
 pub(crate) fn dtype_refs(d: MPI_Datatype) -> u32 {
     if kind(d) != DTYPE_DERIVED {
         return 0;
@@ -415,8 +416,39 @@ pub(crate) fn dtype_refs(d: MPI_Datatype) -> u32 {
     lock(&DTYPES).get(index(d)).map_or(0, |e| e.refs)
 }
 
-/// MPI_Type_free: drops one reference; returns true when it was the last (the handle is
-/// gone, and the caller runs the attribute delete callbacks).
+/// MPI_Type_free: drops one reference (under one lock, so that of two threads freeing
+/// the last two references exactly one sees the last); with the last, `on_last` runs
+/// (the attribute delete callbacks, which may still use the handle) and the handle goes.
+pub(crate) fn release_dtype(
+    d: &mut MPI_Datatype,
+    on_last: impl FnOnce(MPI_Datatype) -> MpiResult<()>,
+) -> MpiResult<()> {
+    dtype("datatype", *d)?;
+    let last = {
+        let mut tab = lock(&DTYPES);
+        match tab.get_mut(index(*d)) {
+            Some(e) if kind(*d) == DTYPE_DERIVED && e.refs > 0 => {
+                e.refs -= 1;
+                Some(e.refs == 0)
+            }
+            _ => None,
+        }
+    };
+    // Predefined types and handles being freed: free_dtype says which error.
+    let Some(last) = last else {
+        return free_dtype(d).map(|_| ());
+    };
+    if last {
+        let r = on_last(*d);
+        lock(&DTYPES).remove(index(*d));
+        r?;
+    }
+    *d = MPI_DATATYPE_NULL;
+    Ok(())
+}
+
+/// Drop one reference to a derived type's handle; returns true when it was the last (the
+/// handle is gone). Predefined types are an error.
 pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<bool> {
     let t = dtype("datatype", *d)?;
     if t.is_builtin().is_some() || kind(*d) != DTYPE_DERIVED {
@@ -426,7 +458,18 @@ pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<bool> {
         ));
     }
     let mut tab = lock(&DTYPES);
-    let e = tab.get_mut(index(*d)).expect("decoded above");
+    let e = tab.get_mut(index(*d)).ok_or_else(|| {
+        err(
+            ErrorClass::Type,
+            format!("datatype = {:#x} is a freed datatype", *d),
+        )
+    })?;
+    if e.refs == 0 {
+        return Err(err(
+            ErrorClass::Type,
+            format!("datatype = {:#x} is being freed", *d),
+        ));
+    }
     e.refs -= 1;
     let last = e.refs == 0;
     if last {

@@ -262,11 +262,7 @@ pub(crate) fn type_commit(d: &mut MPI_Datatype) -> MpiResult<()> {
 /// callbacks run and the handle goes. Types built on this one and pending operations hold
 /// the type itself, so they go on working.
 pub(crate) fn type_free(d: &mut MPI_Datatype) -> MpiResult<()> {
-    h::dtype("datatype", *d)?;
-    if h::dtype_refs(*d) == 1 {
-        super::tattr::delete_all(*d)?;
-    }
-    h::free_dtype(d).map(|_| ())
+    h::release_dtype(d, super::tattr::delete_all)
 }
 
 fn narrow(v: usize) -> c_int {
