@@ -506,10 +506,46 @@ module mpi
       PARAMETER (MPI_ERR_RMA_SHARED=57)
       INTEGER MPI_ERR_RMA_FLAVOR
       PARAMETER (MPI_ERR_RMA_FLAVOR=58)
+      INTEGER MPI_T_ERR_MEMORY
+      PARAMETER (MPI_T_ERR_MEMORY=59)
+      INTEGER MPI_T_ERR_NOT_INITIALIZED
+      PARAMETER (MPI_T_ERR_NOT_INITIALIZED=60)
+      INTEGER MPI_T_ERR_CANNOT_INIT
+      PARAMETER (MPI_T_ERR_CANNOT_INIT=61)
+      INTEGER MPI_T_ERR_INVALID_INDEX
+      PARAMETER (MPI_T_ERR_INVALID_INDEX=62)
+      INTEGER MPI_T_ERR_INVALID_ITEM
+      PARAMETER (MPI_T_ERR_INVALID_ITEM=63)
+      INTEGER MPI_T_ERR_INVALID_HANDLE
+      PARAMETER (MPI_T_ERR_INVALID_HANDLE=64)
+      INTEGER MPI_T_ERR_OUT_OF_HANDLES
+      PARAMETER (MPI_T_ERR_OUT_OF_HANDLES=65)
+      INTEGER MPI_T_ERR_OUT_OF_SESSIONS
+      PARAMETER (MPI_T_ERR_OUT_OF_SESSIONS=66)
+      INTEGER MPI_T_ERR_INVALID_SESSION
+      PARAMETER (MPI_T_ERR_INVALID_SESSION=67)
+      INTEGER MPI_T_ERR_CVAR_SET_NOT_NOW
+      PARAMETER (MPI_T_ERR_CVAR_SET_NOT_NOW=68)
+      INTEGER MPI_T_ERR_CVAR_SET_NEVER
+      PARAMETER (MPI_T_ERR_CVAR_SET_NEVER=69)
+      INTEGER MPI_T_ERR_PVAR_NO_STARTSTOP
+      PARAMETER (MPI_T_ERR_PVAR_NO_STARTSTOP=70)
+      INTEGER MPI_T_ERR_PVAR_NO_WRITE
+      PARAMETER (MPI_T_ERR_PVAR_NO_WRITE=71)
+      INTEGER MPI_T_ERR_PVAR_NO_ATOMIC
+      PARAMETER (MPI_T_ERR_PVAR_NO_ATOMIC=72)
+      INTEGER MPI_T_ERR_INVALID_NAME
+      PARAMETER (MPI_T_ERR_INVALID_NAME=73)
+      INTEGER MPI_T_ERR_INVALID
+      PARAMETER (MPI_T_ERR_INVALID=74)
+      INTEGER MPI_ERR_SESSION
+      PARAMETER (MPI_ERR_SESSION=75)
       INTEGER MPI_ERR_PROC_ABORTED
       PARAMETER (MPI_ERR_PROC_ABORTED=76)
       INTEGER MPI_ERR_VALUE_TOO_LARGE
       PARAMETER (MPI_ERR_VALUE_TOO_LARGE=77)
+      INTEGER MPI_T_ERR_NOT_SUPPORTED
+      PARAMETER (MPI_T_ERR_NOT_SUPPORTED=78)
       INTEGER MPI_ERR_LASTCODE
       PARAMETER (MPI_ERR_LASTCODE=1073741823)
       INTEGER MPI_SOURCE, MPI_TAG, MPI_ERROR, MPI_STATUS_SIZE
@@ -663,6 +699,26 @@ module mpi
       integer :: errorclass
       integer :: ierror
     end subroutine MPI_Error_class
+    subroutine MPI_Add_error_class(errorclass, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorclass
+      integer :: ierror
+    end subroutine MPI_Add_error_class
+    subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorclass
+      integer :: errorcode
+      integer :: ierror
+    end subroutine MPI_Add_error_code
+    subroutine MPI_Add_error_string(errorcode, string, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorcode
+      character(len=*) :: string
+      integer :: ierror
+    end subroutine MPI_Add_error_string
     subroutine MPI_Comm_set_errhandler(comm, errhandler, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -2872,6 +2928,385 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Ineighbor_alltoallw
+    subroutine MPI_Send_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Send_c
+    subroutine MPI_Ssend_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Ssend_c
+    subroutine MPI_Rsend_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Rsend_c
+    subroutine MPI_Bsend_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Bsend_c
+    subroutine MPI_Recv_c(buf, count, datatype, source, tag, comm, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Recv_c
+    subroutine MPI_Isend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isend_c
+    subroutine MPI_Issend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Issend_c
+    subroutine MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Irsend_c
+    subroutine MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ibsend_c
+    subroutine MPI_Irecv_c(buf, count, datatype, source, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Irecv_c
+    subroutine MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Send_init_c
+    subroutine MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ssend_init_c
+    subroutine MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Rsend_init_c
+    subroutine MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Bsend_init_c
+    subroutine MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Recv_init_c
+    subroutine MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      integer :: dest
+      integer :: sendtag
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Sendrecv_c
+    subroutine MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Sendrecv_replace_c
+    subroutine MPI_Mrecv_c(buf, count, datatype, message, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: message
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Mrecv_c
+    subroutine MPI_Imrecv_c(buf, count, datatype, message, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: message
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Imrecv_c
+    subroutine MPI_Get_count_c(status, datatype, count, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: ierror
+    end subroutine MPI_Get_count_c
+    subroutine MPI_Get_elements_c(status, datatype, count, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: ierror
+    end subroutine MPI_Get_elements_c
+    subroutine MPI_Type_size_c(datatype, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Type_size_c
+    subroutine MPI_Type_get_extent_c(datatype, lb, extent, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: lb
+      integer(kind=MPI_COUNT_KIND) :: extent
+      integer :: ierror
+    end subroutine MPI_Type_get_extent_c
+    subroutine MPI_Type_get_true_extent_c(datatype, true_lb, true_extent, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: true_lb
+      integer(kind=MPI_COUNT_KIND) :: true_extent
+      integer :: ierror
+    end subroutine MPI_Type_get_true_extent_c
+    subroutine MPI_Bcast_c(buffer, count, datatype, root, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Bcast_c
+    subroutine MPI_Ibcast_c(buffer, count, datatype, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ibcast_c
+    subroutine MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Reduce_c
+    subroutine MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Allreduce_c
+    subroutine MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ireduce_c
+    subroutine MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iallreduce_c
+    subroutine MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inoutbuf
+      type(*), dimension(*) :: inoutbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: ierror
+    end subroutine MPI_Reduce_local_c
     subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
         & newintercomm, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
@@ -4058,25 +4493,5 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Grequest_complete
-    subroutine MPI_Add_error_class(errorclass, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: errorclass
-      integer :: ierror
-    end subroutine MPI_Add_error_class
-    subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: errorclass
-      integer :: errorcode
-      integer :: ierror
-    end subroutine MPI_Add_error_code
-    subroutine MPI_Add_error_string(errorcode, string, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: errorcode
-      character(len=*) :: string
-      integer :: ierror
-    end subroutine MPI_Add_error_string
   end interface
 end module mpi

@@ -290,8 +290,26 @@ module mpi_f08
   integer, parameter :: MPI_ERR_RMA_ATTACH = 56
   integer, parameter :: MPI_ERR_RMA_SHARED = 57
   integer, parameter :: MPI_ERR_RMA_FLAVOR = 58
+  integer, parameter :: MPI_T_ERR_MEMORY = 59
+  integer, parameter :: MPI_T_ERR_NOT_INITIALIZED = 60
+  integer, parameter :: MPI_T_ERR_CANNOT_INIT = 61
+  integer, parameter :: MPI_T_ERR_INVALID_INDEX = 62
+  integer, parameter :: MPI_T_ERR_INVALID_ITEM = 63
+  integer, parameter :: MPI_T_ERR_INVALID_HANDLE = 64
+  integer, parameter :: MPI_T_ERR_OUT_OF_HANDLES = 65
+  integer, parameter :: MPI_T_ERR_OUT_OF_SESSIONS = 66
+  integer, parameter :: MPI_T_ERR_INVALID_SESSION = 67
+  integer, parameter :: MPI_T_ERR_CVAR_SET_NOT_NOW = 68
+  integer, parameter :: MPI_T_ERR_CVAR_SET_NEVER = 69
+  integer, parameter :: MPI_T_ERR_PVAR_NO_STARTSTOP = 70
+  integer, parameter :: MPI_T_ERR_PVAR_NO_WRITE = 71
+  integer, parameter :: MPI_T_ERR_PVAR_NO_ATOMIC = 72
+  integer, parameter :: MPI_T_ERR_INVALID_NAME = 73
+  integer, parameter :: MPI_T_ERR_INVALID = 74
+  integer, parameter :: MPI_ERR_SESSION = 75
   integer, parameter :: MPI_ERR_PROC_ABORTED = 76
   integer, parameter :: MPI_ERR_VALUE_TOO_LARGE = 77
+  integer, parameter :: MPI_T_ERR_NOT_SUPPORTED = 78
   integer, parameter :: MPI_ERR_LASTCODE = 1073741823
   type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)
   ! The sentinels: mpif.h's common blocks.
@@ -472,6 +490,26 @@ module mpi_f08
       integer :: errorclass
       integer(c_int) :: ierror
     end subroutine tsunagi_error_class
+    subroutine tsunagi_add_error_class(errorclass, ierror) bind(C, name="mpi_add_error_class_")
+      import
+      integer :: errorclass
+      integer(c_int) :: ierror
+    end subroutine tsunagi_add_error_class
+    subroutine tsunagi_add_error_code(errorclass, errorcode, ierror) bind(C,  &
+        & name="mpi_add_error_code_")
+      import
+      integer :: errorclass
+      integer :: errorcode
+      integer(c_int) :: ierror
+    end subroutine tsunagi_add_error_code
+    subroutine tsunagi_add_error_string(errorcode, string, ierror, string_len) bind(C,  &
+        & name="mpi_add_error_string_")
+      import
+      integer :: errorcode
+      character(kind=c_char) :: string(*)
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: string_len
+    end subroutine tsunagi_add_error_string
     subroutine tsunagi_comm_set_errhandler(comm, errhandler, ierror) bind(C,  &
         & name="mpi_comm_set_errhandler_")
       import
@@ -2468,6 +2506,350 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_ineighbor_alltoallw
+    subroutine tsunagi_send_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_send_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_send_c
+    subroutine tsunagi_ssend_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_ssend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ssend_c
+    subroutine tsunagi_rsend_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_rsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rsend_c
+    subroutine tsunagi_bsend_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_bsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bsend_c
+    subroutine tsunagi_recv_c(buf, count, datatype, source, tag, comm, status, ierror) bind(C,  &
+        & name="mpi_recv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_recv_c
+    subroutine tsunagi_isend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C,  &
+        & name="mpi_isend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isend_c
+    subroutine tsunagi_issend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C, &
+        & name="mpi_issend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_issend_c
+    subroutine tsunagi_irsend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C, &
+        & name="mpi_irsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_irsend_c
+    subroutine tsunagi_ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C, &
+        & name="mpi_ibsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ibsend_c
+    subroutine tsunagi_irecv_c(buf, count, datatype, source, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_irecv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_irecv_c
+    subroutine tsunagi_send_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_send_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_send_init_c
+    subroutine tsunagi_ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_ssend_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ssend_init_c
+    subroutine tsunagi_rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_rsend_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rsend_init_c
+    subroutine tsunagi_bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_bsend_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bsend_init_c
+    subroutine tsunagi_recv_init_c(buf, count, datatype, source, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_recv_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_recv_init_c
+    subroutine tsunagi_sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,  &
+        & recvcount, recvtype, source, recvtag, comm, status, ierror) bind(C,  &
+        & name="mpi_sendrecv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      integer :: dest
+      integer :: sendtag
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_sendrecv_c
+    subroutine tsunagi_sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, &
+        & comm, status, ierror) bind(C, name="mpi_sendrecv_replace_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_sendrecv_replace_c
+    subroutine tsunagi_mrecv_c(buf, count, datatype, message, status, ierror) bind(C,  &
+        & name="mpi_mrecv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Message) :: message
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_mrecv_c
+    subroutine tsunagi_imrecv_c(buf, count, datatype, message, request, ierror) bind(C,  &
+        & name="mpi_imrecv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Message) :: message
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_imrecv_c
+    subroutine tsunagi_get_count_c(status, datatype, count, ierror) bind(C, name="mpi_get_count_c_")
+      import
+      type(MPI_Status) :: status
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(c_int) :: ierror
+    end subroutine tsunagi_get_count_c
+    subroutine tsunagi_get_elements_c(status, datatype, count, ierror) bind(C,  &
+        & name="mpi_get_elements_c_")
+      import
+      type(MPI_Status) :: status
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(c_int) :: ierror
+    end subroutine tsunagi_get_elements_c
+    subroutine tsunagi_type_size_c(datatype, size, ierror) bind(C, name="mpi_type_size_c_")
+      import
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_size_c
+    subroutine tsunagi_type_get_extent_c(datatype, lb, extent, ierror) bind(C,  &
+        & name="mpi_type_get_extent_c_")
+      import
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: lb
+      integer(kind=MPI_COUNT_KIND) :: extent
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_get_extent_c
+    subroutine tsunagi_type_get_true_extent_c(datatype, true_lb, true_extent, ierror) bind(C,  &
+        & name="mpi_type_get_true_extent_c_")
+      import
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: true_lb
+      integer(kind=MPI_COUNT_KIND) :: true_extent
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_get_true_extent_c
+    subroutine tsunagi_bcast_c(buffer, count, datatype, root, comm, ierror) bind(C,  &
+        & name="mpi_bcast_c_")
+      import
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bcast_c
+    subroutine tsunagi_ibcast_c(buffer, count, datatype, root, comm, request, ierror) bind(C,  &
+        & name="mpi_ibcast_c_")
+      import
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ibcast_c
+    subroutine tsunagi_reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror)  &
+        & bind(C, name="mpi_reduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_c
+    subroutine tsunagi_allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror) bind(C, &
+        & name="mpi_allreduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allreduce_c
+    subroutine tsunagi_ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request,  &
+        & ierror) bind(C, name="mpi_ireduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ireduce_c
+    subroutine tsunagi_iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request,  &
+        & ierror) bind(C, name="mpi_iallreduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iallreduce_c
+    subroutine tsunagi_reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror) bind(C,  &
+        & name="mpi_reduce_local_c_")
+      import
+      type(*), dimension(*) :: inbuf
+      type(*), dimension(*) :: inoutbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_local_c
     subroutine tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader,  &
         & tag, newintercomm, ierror) bind(C, name="mpi_intercomm_create_")
       import
@@ -3562,26 +3944,6 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_grequest_complete
-    subroutine tsunagi_add_error_class(errorclass, ierror) bind(C, name="mpi_add_error_class_")
-      import
-      integer :: errorclass
-      integer(c_int) :: ierror
-    end subroutine tsunagi_add_error_class
-    subroutine tsunagi_add_error_code(errorclass, errorcode, ierror) bind(C,  &
-        & name="mpi_add_error_code_")
-      import
-      integer :: errorclass
-      integer :: errorcode
-      integer(c_int) :: ierror
-    end subroutine tsunagi_add_error_code
-    subroutine tsunagi_add_error_string(errorcode, string, ierror, string_len) bind(C,  &
-        & name="mpi_add_error_string_")
-      import
-      integer :: errorcode
-      character(kind=c_char) :: string(*)
-      integer(c_int) :: ierror
-      integer(c_size_t), value :: string_len
-    end subroutine tsunagi_add_error_string
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -3792,6 +4154,29 @@ contains
     call tsunagi_error_class(errorcode, errorclass, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Error_class
+  subroutine MPI_Add_error_class(errorclass, ierror)
+    integer :: errorclass
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_add_error_class(errorclass, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Add_error_class
+  subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
+    integer, intent(in) :: errorclass
+    integer :: errorcode
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_add_error_code(errorclass, errorcode, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Add_error_code
+  subroutine MPI_Add_error_string(errorcode, string, ierror)
+    integer, intent(in) :: errorcode
+    character(len=*) :: string
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_add_error_string(errorcode, string, ierror_c, len(string, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Add_error_string
   subroutine MPI_Comm_set_errhandler(comm, errhandler, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Errhandler), intent(in) :: errhandler
@@ -6264,6 +6649,418 @@ contains
         & recvcounts, rdispls, recvtypes, comm, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Ineighbor_alltoallw
+  subroutine MPI_Send_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_send_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Send_c
+  subroutine MPI_Ssend_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ssend_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ssend_c
+  subroutine MPI_Rsend_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rsend_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rsend_c
+  subroutine MPI_Bsend_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bsend_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bsend_c
+  subroutine MPI_Recv_c(buf, count, datatype, source, tag, comm, status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_recv_c(buf, count, datatype, source, tag, comm, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Recv_c
+  subroutine MPI_Isend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isend_c
+  subroutine MPI_Issend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_issend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Issend_c
+  subroutine MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_irsend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Irsend_c
+  subroutine MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ibsend_c
+  subroutine MPI_Irecv_c(buf, count, datatype, source, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_irecv_c(buf, count, datatype, source, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Irecv_c
+  subroutine MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_send_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Send_init_c
+  subroutine MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ssend_init_c
+  subroutine MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rsend_init_c
+  subroutine MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bsend_init_c
+  subroutine MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_recv_init_c(buf, count, datatype, source, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Recv_init_c
+  subroutine MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+      & recvtype, source, recvtag, comm, status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Sendrecv_c
+  subroutine MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, &
+      & status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, &
+        & status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Sendrecv_replace_c
+  subroutine MPI_Mrecv_c(buf, count, datatype, message, status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Message) :: message
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_mrecv_c(buf, count, datatype, message, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Mrecv_c
+  subroutine MPI_Imrecv_c(buf, count, datatype, message, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Message) :: message
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_imrecv_c(buf, count, datatype, message, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Imrecv_c
+  subroutine MPI_Get_count_c(status, datatype, count, ierror)
+    type(MPI_Status) :: status
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: count
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_get_count_c(status, datatype, count, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Get_count_c
+  subroutine MPI_Get_elements_c(status, datatype, count, ierror)
+    type(MPI_Status) :: status
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: count
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_get_elements_c(status, datatype, count, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Get_elements_c
+  subroutine MPI_Type_size_c(datatype, size, ierror)
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_size_c(datatype, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_size_c
+  subroutine MPI_Type_get_extent_c(datatype, lb, extent, ierror)
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: lb
+    integer(kind=MPI_COUNT_KIND) :: extent
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_get_extent_c(datatype, lb, extent, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_get_extent_c
+  subroutine MPI_Type_get_true_extent_c(datatype, true_lb, true_extent, ierror)
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: true_lb
+    integer(kind=MPI_COUNT_KIND) :: true_extent
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_get_true_extent_c(datatype, true_lb, true_extent, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_get_true_extent_c
+  subroutine MPI_Bcast_c(buffer, count, datatype, root, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bcast_c(buffer, count, datatype, root, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bcast_c
+  subroutine MPI_Ibcast_c(buffer, count, datatype, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ibcast_c(buffer, count, datatype, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ibcast_c
+  subroutine MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_c
+  subroutine MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allreduce_c
+  subroutine MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ireduce_c
+  subroutine MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iallreduce_c
+  subroutine MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inoutbuf
+    type(*), dimension(*) :: inoutbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_local_c
   subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
       & newintercomm, ierror)
     type(MPI_Comm), intent(in) :: local_comm
@@ -7601,27 +8398,4 @@ contains
     call tsunagi_grequest_complete(request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Grequest_complete
-  subroutine MPI_Add_error_class(errorclass, ierror)
-    integer :: errorclass
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_add_error_class(errorclass, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Add_error_class
-  subroutine MPI_Add_error_code(errorclass, errorcode, ierror)
-    integer, intent(in) :: errorclass
-    integer :: errorcode
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_add_error_code(errorclass, errorcode, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Add_error_code
-  subroutine MPI_Add_error_string(errorcode, string, ierror)
-    integer, intent(in) :: errorcode
-    character(len=*) :: string
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_add_error_string(errorcode, string, ierror_c, len(string, kind=c_size_t))
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Add_error_string
 end module mpi_f08

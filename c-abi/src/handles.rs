@@ -297,7 +297,17 @@ fn builtins() -> &'static Builtins {
     })
 }
 
-static DTYPES: Mutex<Table<TypeRef>> = Mutex::new(Table::new());
+/// A derived datatype's handle: the type, and how many references the program holds to
+/// the handle. MPI_Type_get_contents hands out the same handle again (as MPICH does) and
+/// counts one more reference; every MPI_Type_free drops one, and the handle goes away
+/// with the last. The type itself lives on while anything uses it (types built on it,
+/// pending operations), since those hold the `TypeRef`.
+struct DtypeEntry {
+    t: TypeRef,
+    refs: u32,
+}
+
+static DTYPES: Mutex<Table<DtypeEntry>> = Mutex::new(Table::new());
 
 /// A decoded datatype: builtins are borrowed from a static table (no reference counting
 /// on the hot path), derived types are held for the duration of the call.
@@ -336,8 +346,7 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
     } else if kind(d) == DTYPE_DERIVED {
         return lock(&DTYPES)
             .get(index(d))
-            .cloned()
-            .map(DtRef::Owned)
+            .map(|e| DtRef::Owned(e.t.clone()))
             .ok_or_else(|| {
                 err(
                     ErrorClass::Type,
@@ -358,25 +367,89 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
 
 /// A new handle for a derived type.
 pub(crate) fn new_dtype(t: Datatype) -> MPI_Datatype {
-    let i = lock(&DTYPES).insert(Arc::new(t));
+    let i = lock(&DTYPES).insert(DtypeEntry {
+        t: Arc::new(t),
+        refs: 1,
+    });
     (DTYPE_DERIVED | i) as c_int
 }
 
-/// The handle of a type (builtins: their value; derived: the existing handle, else a new one).
+/// The handle of a type (builtins: their value; derived: the existing handle, else a new
+/// one), for the library's own use during a call (a user operation's datatype argument):
+/// no reference is added to an existing handle.
 pub(crate) fn dtype_handle(t: &TypeRef) -> MPI_Datatype {
+    dtype_handle_with(t, false)
+}
+
+/// The handle of a type for the program to keep and free (MPI_Type_get_contents): an
+/// existing handle gains a reference; a type without one gets a new handle.
+pub(crate) fn dtype_handle_ref(t: &TypeRef) -> MPI_Datatype {
+    dtype_handle_with(t, true)
+}
+
+fn dtype_handle_with(t: &TypeRef, add_ref: bool) -> MPI_Datatype {
     if let Some(b) = t.is_builtin() {
         return builtins().handle[b as usize];
     }
     let mut tab = lock(&DTYPES);
-    let i = match tab.find(|x| Arc::ptr_eq(x, t)) {
-        Some(i) => i,
-        None => tab.insert(t.clone()),
+    let i = match tab.find(|x| Arc::ptr_eq(&x.t, t)) {
+        Some(i) => {
+            if add_ref {
+                tab.get_mut(i).expect("found").refs += 1;
+            }
+            i
+        }
+        None => tab.insert(DtypeEntry {
+            t: t.clone(),
+            refs: 1,
+        }),
     };
     (DTYPE_DERIVED | i) as c_int
 }
 
-/// MPI_Type_free.
-pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<()> {
+/// The references the program holds to a derived type's handle (0: not a live handle).
+#[cfg(test)]
+pub(crate) fn dtype_refs(d: MPI_Datatype) -> u32 {
+    if kind(d) != DTYPE_DERIVED {
+        return 0;
+    }
+    lock(&DTYPES).get(index(d)).map_or(0, |e| e.refs)
+}
+
+/// MPI_Type_free: drops one reference (under one lock, so that of two threads freeing
+/// the last two references exactly one sees the last); with the last, `on_last` runs
+/// (the attribute delete callbacks, which may still use the handle) and the handle goes.
+pub(crate) fn release_dtype(
+    d: &mut MPI_Datatype,
+    on_last: impl FnOnce(MPI_Datatype) -> MpiResult<()>,
+) -> MpiResult<()> {
+    dtype("datatype", *d)?;
+    let last = {
+        let mut tab = lock(&DTYPES);
+        match tab.get_mut(index(*d)) {
+            Some(e) if kind(*d) == DTYPE_DERIVED && e.refs > 0 => {
+                e.refs -= 1;
+                Some(e.refs == 0)
+            }
+            _ => None,
+        }
+    };
+    // Predefined types and handles being freed: free_dtype says which error.
+    let Some(last) = last else {
+        return free_dtype(d).map(|_| ());
+    };
+    if last {
+        let r = on_last(*d);
+        lock(&DTYPES).remove(index(*d));
+        r?;
+    }
+    *d = MPI_DATATYPE_NULL;
+    Ok(())
+}
+
+/// Drop one reference to a derived type's handle; returns true when it was the last (the
+/// handle is gone). Predefined types are an error.
+pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<bool> {
     let t = dtype("datatype", *d)?;
     if t.is_builtin().is_some() || kind(*d) != DTYPE_DERIVED {
         return Err(err(
@@ -384,9 +457,26 @@ pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<()> {
             "a predefined datatype cannot be freed",
         ));
     }
-    lock(&DTYPES).remove(index(*d));
+    let mut tab = lock(&DTYPES);
+    let e = tab.get_mut(index(*d)).ok_or_else(|| {
+        err(
+            ErrorClass::Type,
+            format!("datatype = {:#x} is a freed datatype", *d),
+        )
+    })?;
+    if e.refs == 0 {
+        return Err(err(
+            ErrorClass::Type,
+            format!("datatype = {:#x} is being freed", *d),
+        ));
+    }
+    e.refs -= 1;
+    let last = e.refs == 0;
+    if last {
+        tab.remove(index(*d));
+    }
     *d = MPI_DATATYPE_NULL;
-    Ok(())
+    Ok(last)
 }
 
 // ----- groups -----
@@ -555,23 +645,38 @@ pub(crate) fn free_op(o: &mut MPI_Op) -> MpiResult<()> {
 
 // ----- error handlers -----
 
-static ERRHS: Mutex<Table<MPI_Comm_errhandler_function>> = Mutex::new(Table::new());
+/// A user error handler's handle: the function and the references the program holds
+/// (MPI_Comm_create_errhandler gives one, every MPI_Comm_get_errhandler one more, every
+/// MPI_Errhandler_free drops one). Entries are never reused: a communicator that still
+/// uses a handler after the program freed every handle to it reports the same value from
+/// MPI_Comm_get_errhandler, which then becomes valid again (one new reference).
+struct ErrhEntry {
+    f: MPI_Comm_errhandler_function,
+    refs: u32,
+}
+
+static ERRHS: Mutex<Vec<ErrhEntry>> = Mutex::new(Vec::new());
 
 pub(crate) fn errhandler(name: &str, e: MPI_Errhandler) -> MpiResult<ErrHandler> {
     match e {
-        MPI_ERRORS_ARE_FATAL | MPI_ERRORS_ABORT => Ok(ErrHandler::Fatal),
+        MPI_ERRORS_ARE_FATAL => Ok(ErrHandler::Fatal),
+        MPI_ERRORS_ABORT => Ok(ErrHandler::Abort),
         MPI_ERRORS_RETURN => Ok(ErrHandler::Return),
         MPI_ERRHANDLER_NULL => Err(err(
             ErrorClass::Arg,
             format!("{name} is MPI_ERRHANDLER_NULL"),
         )),
         _ if kind(e) == ERRH_DIRECT => {
-            let f = lock(&ERRHS).get(index(e)).copied().ok_or_else(|| {
-                err(
-                    ErrorClass::Arg,
-                    format!("{name} = {e:#x} is a freed error handler"),
-                )
-            })?;
+            let f = lock(&ERRHS)
+                .get(index(e) as usize)
+                .filter(|h| h.refs > 0)
+                .map(|h| h.f)
+                .ok_or_else(|| {
+                    err(
+                        ErrorClass::Arg,
+                        format!("{name} = {e:#x} is a freed error handler"),
+                    )
+                })?;
             let f = f.ok_or_else(|| err(ErrorClass::Arg, "error handler without a function"))?;
             Ok(ErrHandler::User(
                 e as u32,
@@ -592,21 +697,36 @@ pub(crate) fn errhandler(name: &str, e: MPI_Errhandler) -> MpiResult<ErrHandler>
 }
 
 pub(crate) fn new_errhandler(f: MPI_Comm_errhandler_function) -> MPI_Errhandler {
-    (ERRH_DIRECT | lock(&ERRHS).insert(f)) as c_int
+    let mut tab = lock(&ERRHS);
+    tab.push(ErrhEntry { f, refs: 1 });
+    assert!(tab.len() <= INDEX_MASK as usize, "error handler table full");
+    (ERRH_DIRECT | (tab.len() - 1) as u32) as c_int
 }
 
+/// The handle of a communicator's error handler, as MPI_Comm_get_errhandler returns it:
+/// a user handler's handle gains a reference (the program frees what it gets).
 pub(crate) fn errhandler_handle(h: &ErrHandler) -> MPI_Errhandler {
     match h {
         ErrHandler::Fatal => MPI_ERRORS_ARE_FATAL,
         ErrHandler::Return => MPI_ERRORS_RETURN,
-        ErrHandler::User(id, _) => *id as c_int,
+        ErrHandler::Abort => MPI_ERRORS_ABORT,
+        ErrHandler::User(id, _) => {
+            if let Some(e) = lock(&ERRHS).get_mut(index(*id as c_int) as usize) {
+                e.refs += 1;
+            }
+            *id as c_int
+        }
     }
 }
 
+/// MPI_Errhandler_free: drops one reference (predefined handlers: nothing to do, as in
+/// MPICH). Communicators that use the handler keep it.
 pub(crate) fn free_errhandler(e: &mut MPI_Errhandler) -> MpiResult<()> {
     errhandler("errhandler", *e)?;
     if kind(*e) == ERRH_DIRECT {
-        lock(&ERRHS).remove(index(*e));
+        if let Some(h) = lock(&ERRHS).get_mut(index(*e) as usize) {
+            h.refs -= 1;
+        }
     }
     *e = MPI_ERRHANDLER_NULL;
     Ok(())
@@ -652,6 +772,27 @@ pub(crate) fn info_or_null(name: &str, i: MPI_Info) -> MpiResult<Option<InfoId>>
 
 pub(crate) fn new_info(d: InfoData) -> MPI_Info {
     (INFO_DIRECT | lock(&INFOS).insert(d)) as c_int
+}
+
+// ----- windows and files (their calls are stubs: only MPI_*_NULL can be told invalid) -----
+
+/// MPI_ERR_WIN for MPI_WIN_NULL.
+#[allow(dead_code)]
+pub(crate) fn win_not_null(name: &str, w: MPI_Win) -> MpiResult<()> {
+    const WIN_NULL: MPI_Win = 0x2000_0000;
+    if w == WIN_NULL {
+        return Err(err(ErrorClass::Win, format!("{name} is MPI_WIN_NULL")));
+    }
+    Ok(())
+}
+
+/// MPI_ERR_FILE for MPI_FILE_NULL.
+#[allow(dead_code)]
+pub(crate) fn file_not_null(name: &str, f: MPI_File) -> MpiResult<()> {
+    if f.is_null() {
+        return Err(err(ErrorClass::File, format!("{name} is MPI_FILE_NULL")));
+    }
+    Ok(())
 }
 
 // ----- the runtime -----
@@ -725,8 +866,16 @@ mod tests {
         let r = dtype("t", h).expect("live");
         assert_eq!(r.size(), 12);
         assert_eq!(dtype_handle(&r), h);
+        assert_eq!(dtype_refs(h), 1, "dtype_handle adds no reference");
+        // A second reference (MPI_Type_get_contents): two frees, in either order.
+        let mut again = dtype_handle_ref(&r);
+        assert_eq!(again, h);
+        assert_eq!(dtype_refs(h), 2);
         let keep = h;
-        free_dtype(&mut h).expect("free");
+        assert!(!free_dtype(&mut again).expect("first free"));
+        assert_eq!(again, MPI_DATATYPE_NULL);
+        assert_eq!(dtype("t", keep).expect("still live").size(), 12);
+        assert!(free_dtype(&mut h).expect("free"));
         assert_eq!(h, MPI_DATATYPE_NULL);
         assert_eq!(dtype("t", keep).unwrap_err().class, ErrorClass::Type);
         let mut int = MPI_INT_HANDLE;

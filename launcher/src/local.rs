@@ -39,6 +39,11 @@ pub fn blamed_peer(message: &str) -> Option<usize> {
     rest[..digits].parse().ok()
 }
 
+/// How the library's fatal error handlers (MPI_ERRORS_ARE_FATAL, MPI_ERRORS_ABORT) start
+/// their abort message ("fatal error in MPI_Send: ..."), so that the job's last line says
+/// that an error, not the program's own MPI_Abort, ended it.
+pub const FATAL_PREFIX: &str = "fatal error in ";
+
 /// What to run on this host.
 #[derive(Clone, Debug)]
 pub struct LocalJob {
@@ -134,6 +139,25 @@ fn set_nonblocking(fd: RawFd) -> io::Result<()> {
     Ok(())
 }
 
+/// The ranks' LD_LIBRARY_PATH when mpirun is installed beside Tsunagi's library
+/// (`PREFIX/bin/mpirun`, `PREFIX/lib/libmpi.so.12`): the user's path, then that directory,
+/// so that programs linked without an rpath (cargo builds through rsmpi, plain `cc -lmpi`)
+/// find the library, as they would one that ldconfig knows. None when there is no such
+/// library (a build tree), leaving the environment as it is.
+fn library_path_for_ranks() -> Option<OsString> {
+    let exe = std::env::current_exe().ok()?;
+    let lib = exe.parent()?.parent()?.join("lib");
+    if !lib.join("libmpi.so.12").exists() {
+        return None;
+    }
+    let mut path = std::env::var_os("LD_LIBRARY_PATH").unwrap_or_default();
+    if !path.is_empty() {
+        path.push(":");
+    }
+    path.push(lib.as_os_str());
+    Some(path)
+}
+
 /// Start one rank with the client end of a fresh socketpair as its PMI_FD.
 pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, OwnedFd)> {
     let (server_end, client_end) = socketpair()?;
@@ -163,6 +187,9 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
         .env("PMI_SIZE", job.size.to_string())
         .env("PMI_JOBID", &job.kvsname)
         .env("TSUNAGI_JOBID", &job.kvsname);
+    if let Some(path) = library_path_for_ranks() {
+        cmd.env("LD_LIBRARY_PATH", path);
+    }
     for (k, v) in &job.env {
         cmd.env(k, v);
     }
@@ -481,6 +508,11 @@ impl Runner {
                 }) => {
                     let blamed = message.as_deref().and_then(blamed_peer);
                     let msg = match message {
+                        // The library's default error handler, not the program, ended the job.
+                        Some(m) if m.starts_with(FATAL_PREFIX) => format!(
+                            "rank {rank}: {} (exit code {code}); job aborted",
+                            printable(&m, MESSAGE_MAX)
+                        ),
                         Some(m) => format!(
                             "rank {rank} called MPI_Abort with error code {code}: {}; job aborted",
                             printable(&m, MESSAGE_MAX)

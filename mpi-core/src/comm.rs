@@ -47,6 +47,9 @@ pub enum ErrHandler {
     Fatal,
     /// MPI_ERRORS_RETURN: return the error code.
     Return,
+    /// MPI_ERRORS_ABORT (MPI 4.0): abort the processes of the communicator, as
+    /// MPI_Abort on it would (here: the job, as MPI_Abort does).
+    Abort,
     /// A handler made with MPI_Comm_create_errhandler; the id is the handler's handle.
     User(u32, Arc<ErrHandlerFn>),
 }
@@ -56,6 +59,7 @@ impl std::fmt::Debug for ErrHandler {
         match self {
             ErrHandler::Fatal => f.write_str("Fatal"),
             ErrHandler::Return => f.write_str("Return"),
+            ErrHandler::Abort => f.write_str("Abort"),
             ErrHandler::User(id, _) => write!(f, "User({id})"),
         }
     }

@@ -121,7 +121,12 @@ pub(crate) fn comm_get_attr(
     let r = h::runtime("MPI_Comm_get_attr")?;
     let val: Option<*mut c_void> = if let Some(i) = PREDEFINED.iter().position(|p| p.0 == keyval) {
         r.check_comm_id("MPI_Comm_get_attr", comm)?;
-        r.predefined_attr(PREDEFINED[i].1).map(|v| {
+        let v = match PREDEFINED[i].1 {
+            // User codes are the C library's (MPI_Add_error_code).
+            PredefinedAttr::LastUsedCode => Some(super::last_used_code()),
+            which => r.predefined_attr(which),
+        };
+        v.map(|v| {
             VALUES[i].store(v, Ordering::Relaxed);
             VALUES[i].as_ptr() as *mut c_void
         })

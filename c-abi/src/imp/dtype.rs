@@ -260,10 +260,11 @@ pub(crate) fn type_commit(d: &mut MPI_Datatype) -> MpiResult<()> {
     Ok(())
 }
 
+/// MPI_Type_free: drops the program's reference; with the last one the attributes' delete
+/// callbacks run and the handle goes. Types built on this one and pending operations hold
+/// the type itself, so they go on working.
 pub(crate) fn type_free(d: &mut MPI_Datatype) -> MpiResult<()> {
-    h::dtype("datatype", *d)?;
-    super::tattr::delete_all(*d)?;
-    h::free_dtype(d)
+    h::release_dtype(d, super::tattr::delete_all)
 }
 
 fn narrow(v: usize) -> c_int {
@@ -390,8 +391,10 @@ pub(crate) fn type_get_contents(
     for (o, v) in ao.iter_mut().zip(&as_) {
         *o = *v as MPI_Aint;
     }
+    // Handles the caller owns and frees (MPI 4.1 §5.1.13): existing handles gain a
+    // reference, so freeing them leaves the original's handle valid.
     for (o, v) in dout.iter_mut().zip(&ds) {
-        *o = h::dtype_handle(v);
+        *o = h::dtype_handle_ref(v);
     }
     Ok(())
 }

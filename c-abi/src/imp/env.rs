@@ -54,6 +54,9 @@ pub(crate) fn is_thread_main(f: &mut c_int) -> MpiResult<()> {
 }
 
 pub(crate) fn finalize() -> MpiResult<()> {
+    // First, as if MPI_COMM_SELF were freed: its attributes' delete callbacks, newest
+    // first, while the whole library still works.
+    h::runtime("MPI_Finalize")?.delete_self_attrs()?;
     tsunagi_core::finalize()?;
     h::set_running(None);
     Ok(())

@@ -1,36 +1,12 @@
 //! Errors and error handlers, user operations, handle conversions.
 
-use std::ffi::{c_char, c_int};
+use std::ffi::c_int;
 
 use tsunagi_core::{CommId, ErrHandler, ErrorClass, MpiError, MpiResult};
 
 use super::flag;
 use crate::ffi::*;
 use crate::handles::{self as h, err, OpDef};
-
-pub(crate) fn error_string(code: c_int, s: *mut c_char, len: &mut c_int) -> MpiResult<()> {
-    let class = ErrorClass::from_code(code).ok_or_else(|| {
-        err(
-            ErrorClass::Arg,
-            format!("errorcode {code} is not a valid error code"),
-        )
-    })?;
-    // SAFETY: MPI requires room for MPI_MAX_ERROR_STRING bytes.
-    *len =
-        unsafe { h::write_cstr("string", s, MPI_MAX_ERROR_STRING, class.description())? } as c_int;
-    Ok(())
-}
-
-pub(crate) fn error_class(code: c_int, class: &mut c_int) -> MpiResult<()> {
-    let c = ErrorClass::from_code(code).ok_or_else(|| {
-        err(
-            ErrorClass::Arg,
-            format!("errorcode {code} is not a valid error code"),
-        )
-    })?;
-    *class = c as c_int;
-    Ok(())
-}
 
 pub(crate) fn comm_set_errhandler(comm: CommId, e: ErrHandler) -> MpiResult<()> {
     h::runtime("MPI_Comm_set_errhandler")?.set_errhandler(comm, e)
@@ -70,10 +46,14 @@ pub(crate) fn errhandler_create(
 pub(crate) fn comm_call_errhandler(comm: CommId, code: c_int) -> MpiResult<()> {
     let r = h::runtime("MPI_Comm_call_errhandler")?;
     r.check_comm_id("MPI_Comm_call_errhandler", comm)?;
-    let class = ErrorClass::from_code(code).unwrap_or(ErrorClass::Other);
-    // The handler runs (or the job aborts); the call itself succeeds.
-    r.handle_error(
+    let mut class = ErrorClass::Other as c_int;
+    super::error_class(code, &mut class)?;
+    let class = ErrorClass::from_code(class).unwrap_or(ErrorClass::Other);
+    // The handler runs with the code itself (a user code too), or the job aborts; the
+    // call itself succeeds.
+    r.call_errhandler(
         Some(comm),
+        code,
         &MpiError::new(
             class,
             format!("MPI_Comm_call_errhandler: error code {code}"),
@@ -163,6 +143,34 @@ pub(crate) fn win_c2f(h: MPI_Win) -> MPI_Fint {
 }
 pub(crate) fn win_f2c(h: MPI_Fint) -> MPI_Win {
     h
+}
+
+/// File handles are pointers in MPICH's C interface and integers in Fortran: each
+/// non-null handle converted gets an index (from 1; MPI_FILE_NULL is 0 in both).
+static FILES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
+
+pub(crate) fn file_c2f(f: MPI_File) -> MPI_Fint {
+    if f.is_null() {
+        return 0;
+    }
+    let mut t = h::lock(&FILES);
+    let i = match t.iter().position(|&p| p == f as usize) {
+        Some(i) => i,
+        None => {
+            t.push(f as usize);
+            t.len() - 1
+        }
+    };
+    MPI_Fint::try_from(i + 1).unwrap_or(0)
+}
+
+pub(crate) fn file_f2c(f: MPI_Fint) -> MPI_File {
+    let t = h::lock(&FILES);
+    usize::try_from(f)
+        .ok()
+        .and_then(|i| i.checked_sub(1))
+        .and_then(|i| t.get(i).copied())
+        .map_or(std::ptr::null_mut(), |p| p as MPI_File)
 }
 
 pub(crate) fn status_c2f(c: &MPI_Status, f: *mut MPI_Fint) -> MpiResult<()> {

@@ -36,7 +36,7 @@ pub(crate) fn fill_status(o: &mut MPI_Status, s: &Status, set_error: bool) {
     }
 }
 
-fn status_bytes(s: &MPI_Status) -> u64 {
+pub(crate) fn status_bytes(s: &MPI_Status) -> u64 {
     (s.count_lo as u32 as u64) | (((s.count_hi_and_cancelled as u32) >> 1) as u64) << 32
 }
 

@@ -19,13 +19,38 @@ struct TypeKeyval {
     copy: MPI_Type_copy_attr_function,
     delete: MPI_Type_delete_attr_function,
     extra: usize,
+    /// Freed by the program while attributes still used it: no longer nameable, but the
+    /// attributes' callbacks still run; the keyval goes with the last of them.
+    freed: bool,
 }
 
 static KEYVALS: Mutex<Table<TypeKeyval>> = Mutex::new(Table::new());
 /// Attribute values by (datatype handle, keyval).
 static VALUES: Mutex<BTreeMap<(MPI_Datatype, c_int), usize>> = Mutex::new(BTreeMap::new());
 
+/// A keyval the program may name (made and not freed).
 fn keyval(k: c_int) -> MpiResult<TypeKeyval> {
+    match any_keyval(k)? {
+        kv if kv.freed => Err(err(
+            ErrorClass::Keyval,
+            format!("type_keyval = {k:#x} was freed"),
+        )),
+        kv => Ok(kv),
+    }
+}
+
+/// After an attribute of `k` went: deallocate `k` if it was freed and nothing uses it.
+fn release_if_unused(k: c_int) {
+    let in_use = lock(&VALUES).keys().any(|&(_, kk)| kk == k);
+    let mut tab = lock(&KEYVALS);
+    let ix = (k & !TYPE_KEYVAL) as u32;
+    if !in_use && tab.get(ix).is_some_and(|kv| kv.freed) {
+        tab.remove(ix);
+    }
+}
+
+/// A keyval that still exists, freed by the program or not (for the callbacks).
+fn any_keyval(k: c_int) -> MpiResult<TypeKeyval> {
     let ix = (k & !TYPE_KEYVAL) as u32;
     if k & TYPE_KEYVAL != TYPE_KEYVAL || k < 0 {
         return Err(err(
@@ -71,6 +96,7 @@ pub(crate) fn type_create_keyval(
         copy,
         delete,
         extra: extra as usize,
+        freed: false,
     });
     *k = TYPE_KEYVAL | ix as c_int;
     Ok(())
@@ -78,7 +104,10 @@ pub(crate) fn type_create_keyval(
 
 pub(crate) fn type_free_keyval(k: &mut c_int) -> MpiResult<()> {
     keyval(*k)?;
-    lock(&KEYVALS).remove((*k & !TYPE_KEYVAL) as u32);
+    if let Some(kv) = lock(&KEYVALS).get_mut((*k & !TYPE_KEYVAL) as u32) {
+        kv.freed = true;
+    }
+    release_if_unused(*k);
     *k = MPI_KEYVAL_INVALID;
     Ok(())
 }
@@ -127,6 +156,7 @@ pub(crate) fn type_delete_attr(t: MPI_Datatype, k: c_int) -> MpiResult<()> {
     })?;
     run_delete(t, k, kv, v)?;
     lock(&VALUES).remove(&(t, k));
+    release_if_unused(k);
     Ok(())
 }
 
@@ -137,7 +167,7 @@ pub(crate) fn copy_all(old: MPI_Datatype, new: MPI_Datatype) -> MpiResult<()> {
         .map(|(&(_, k), &v)| (k, v))
         .collect();
     for (k, v) in attrs {
-        let Ok(kv) = keyval(k) else { continue };
+        let Ok(kv) = any_keyval(k) else { continue };
         let Some(f) = kv.copy else { continue };
         let mut out: *mut c_void = std::ptr::null_mut();
         let mut flag: c_int = 0;
@@ -167,10 +197,11 @@ pub(crate) fn delete_all(t: MPI_Datatype) -> MpiResult<()> {
         .map(|(&(_, k), &v)| (k, v))
         .collect();
     for (k, v) in attrs {
-        if let Ok(kv) = keyval(k) {
+        if let Ok(kv) = any_keyval(k) {
             run_delete(t, k, kv, v)?;
         }
         lock(&VALUES).remove(&(t, k));
+        release_if_unused(k);
     }
     Ok(())
 }

@@ -1113,6 +1113,11 @@ impl Engine {
         Ok(())
     }
 
+    /// Whether any request (pending, or persistent and inactive) uses communicator `comm`.
+    pub(crate) fn requests_on_comm(&self, comm: CommId) -> bool {
+        self.core.reqs.iter().any(|(_, r)| r.comm == comm)
+    }
+
     /// Number of live requests (for leak checks in tests).
     pub(crate) fn live_requests(&self) -> usize {
         self.core.reqs.len()

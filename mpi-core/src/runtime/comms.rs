@@ -3,6 +3,24 @@
 
 use super::*;
 
+/// Communicators the program freed while operations were pending on them (see
+/// `comm_free`). One runtime per process, so process-wide.
+static FREED_WITH_PENDING: Mutex<Vec<CommId>> = Mutex::new(Vec::new());
+
+/// The last step of freeing a communicator: its slot becomes free; returns its context id
+/// for `release_context` (called without the engine lock).
+fn take_comm_slot(e: &mut Engine, comm: CommId) -> Option<u32> {
+    let c = e.core.comms[comm.0 as usize].take()?;
+    for d in e.router.devices() {
+        d.comm_freed(c.context);
+    }
+    Some(c.context)
+}
+
+fn lock_zombies() -> MutexGuard<'static, Vec<CommId>> {
+    FREED_WITH_PENDING.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 impl Runtime {
     pub(super) fn with_comm<T>(
         &self,
@@ -286,6 +304,7 @@ impl Runtime {
         rank: usize,
         context: u32,
     ) -> MpiResult<CommId> {
+        self.reap_freed_comms();
         let mut e = self.lock();
         let (errhandler, world_nodes) = {
             let p = self.check_comm(&e, "communicator creation", parent)?;
@@ -447,17 +466,50 @@ impl Runtime {
             ));
         }
         let attrs = self.with_comm(call, comm, |c| c.attrs.clone())?;
-        for (kv, val) in attrs {
+        for (&kv, &val) in &attrs {
             self.run_delete(comm, kv, val)?;
         }
         let mut e = self.lock();
-        let c = e.core.comms[comm.0 as usize].take().expect("checked");
-        for d in e.router.devices() {
-            d.comm_freed(c.context);
+        e.core.comm_mut(comm).expect("checked").attrs.clear();
+        // Operations still pending on the communicator complete normally (MPI 4.1
+        // §7.4.3): its slot and context stay taken until the last of them is gone, so
+        // that no new communicator gets its context id (and their messages) or its id.
+        if e.requests_on_comm(comm) {
+            drop(e); // lock order: the list, then the engine (reap_freed_comms)
+            lock_zombies().push(comm);
+        } else {
+            let context = take_comm_slot(&mut e, comm);
+            drop(e);
+            if let Some(c) = context {
+                self.release_context(c);
+            }
         }
-        drop(e);
-        self.release_context(c.context);
+        self.attrs_dropped(attrs.into_keys());
+        self.reap_freed_comms();
         Ok(())
+    }
+
+    /// Release the communicators freed while operations were pending on them whose
+    /// operations are now all gone (run when communicators are freed or made).
+    pub(super) fn reap_freed_comms(&self) {
+        let mut zombies = lock_zombies();
+        if zombies.is_empty() {
+            return;
+        }
+        let mut e = self.lock();
+        let mut released = Vec::new();
+        zombies.retain(|&id| {
+            if e.requests_on_comm(id) {
+                return true;
+            }
+            released.extend(take_comm_slot(&mut e, id));
+            false
+        });
+        drop(e);
+        drop(zombies);
+        for context in released {
+            self.release_context(context);
+        }
     }
 
     /// MPI_Comm_compare.

@@ -20,6 +20,12 @@ impl Runtime {
     /// has none): fatal prints one line and aborts the job; otherwise the error code is
     /// returned after a user handler ran.
     pub fn handle_error(&self, comm: Option<CommId>, err: &MpiError) -> i32 {
+        self.call_errhandler(comm, err.class as i32, err)
+    }
+
+    /// Route error `code` (a class, or a code made by MPI_Add_error_code) through the
+    /// handler of `comm`: the code given to a user handler and returned is `code` itself.
+    pub fn call_errhandler(&self, comm: Option<CommId>, code: i32, err: &MpiError) -> i32 {
         let c = comm.unwrap_or(CommId::WORLD);
         let h = {
             let e = self.lock();
@@ -29,16 +35,22 @@ impl Runtime {
                 .map(|c| c.errhandler.clone())
                 .unwrap_or(ErrHandler::Fatal)
         };
-        let code = err.class as i32;
         match h {
             ErrHandler::Return => code,
             ErrHandler::User(_, f) => {
                 f(c, code);
                 code
             }
-            ErrHandler::Fatal => {
+            ErrHandler::Fatal | ErrHandler::Abort => {
                 eprintln!("Tsunagi: fatal error on rank {}: {err}", self.rank);
-                self.abort(code.max(1), &err.message)
+                // The launcher recognises this prefix and reports a fatal error of the
+                // call, not a program that called MPI_Abort.
+                let msg = format!(
+                    "fatal error in {} ({})",
+                    err.message,
+                    err.class.description()
+                );
+                self.abort(code.clamp(1, 255), &msg)
             }
         }
     }

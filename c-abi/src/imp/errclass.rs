@@ -1,0 +1,155 @@
+//! Error classes and codes: the predefined classes (the core's `ErrorClass`, MPICH's
+//! numbers up to MPI_ERR_LASTCODE) and those the program adds with MPI_Add_error_class,
+//! MPI_Add_error_code and MPI_Add_error_string, which take the values above
+//! MPI_ERR_LASTCODE in the order they are made (MPI_LASTUSEDCODE is the last of them).
+
+use std::ffi::{c_char, c_int};
+use std::sync::Mutex;
+
+use tsunagi_core::error::LAST_CODE;
+use tsunagi_core::{ErrorClass, MpiResult};
+
+use crate::ffi::*;
+use crate::handles::{self as h, err, lock};
+
+/// A class or code made by the program: its class (itself for a class) and its string.
+struct UserCode {
+    class: c_int,
+    string: String,
+}
+
+/// By value - LAST_CODE - 1.
+static USER: Mutex<Vec<UserCode>> = Mutex::new(Vec::new());
+
+/// The class of `code`: predefined classes are their own class; user codes have theirs.
+fn class_of(code: c_int) -> Option<c_int> {
+    if ErrorClass::from_code(code).is_some() {
+        return Some(code);
+    }
+    let k = code.checked_sub(LAST_CODE + 1)?;
+    lock(&USER).get(usize::try_from(k).ok()?).map(|u| u.class)
+}
+
+fn invalid(name: &str, code: c_int) -> tsunagi_core::MpiError {
+    err(
+        ErrorClass::Arg,
+        format!("{name} = {code} is neither a predefined error code nor one made by MPI_Add_error_class/code"),
+    )
+}
+
+/// The value of MPI_LASTUSEDCODE: the last user code, or MPI_ERR_LASTCODE.
+pub(crate) fn last_used_code() -> c_int {
+    LAST_CODE + lock(&USER).len() as c_int
+}
+
+pub(crate) fn error_string(code: c_int, s: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+    let text = match ErrorClass::from_code(code) {
+        Some(c) => c.description().to_string(),
+        None => {
+            class_of(code).ok_or_else(|| invalid("errorcode", code))?;
+            let k = (code - LAST_CODE - 1) as usize;
+            lock(&USER)[k].string.clone()
+        }
+    };
+    // SAFETY: MPI requires room for MPI_MAX_ERROR_STRING bytes.
+    *len = unsafe { h::write_cstr("string", s, MPI_MAX_ERROR_STRING, &text)? } as c_int;
+    Ok(())
+}
+
+pub(crate) fn error_class(code: c_int, class: &mut c_int) -> MpiResult<()> {
+    *class = class_of(code).ok_or_else(|| invalid("errorcode", code))?;
+    Ok(())
+}
+
+fn add(class: Option<c_int>) -> MpiResult<c_int> {
+    let mut u = lock(&USER);
+    let value = LAST_CODE
+        .checked_add(1 + u.len() as c_int)
+        .ok_or_else(|| err(ErrorClass::Intern, "no error codes left"))?;
+    u.push(UserCode {
+        class: class.unwrap_or(value),
+        string: String::new(),
+    });
+    Ok(value)
+}
+
+pub(crate) fn add_error_class(class: &mut c_int) -> MpiResult<()> {
+    *class = add(None)?;
+    Ok(())
+}
+
+pub(crate) fn add_error_code(class: c_int, code: &mut c_int) -> MpiResult<()> {
+    // The class must be a class: predefined, or one added (whose class is itself).
+    if class_of(class) != Some(class) {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("errorclass = {class} is not an error class"),
+        ));
+    }
+    *code = add(Some(class))?;
+    Ok(())
+}
+
+pub(crate) fn add_error_string(code: c_int, s: &str) -> MpiResult<()> {
+    if ErrorClass::from_code(code).is_some() {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("errorcode = {code} is predefined; its string cannot be changed"),
+        ));
+    }
+    class_of(code).ok_or_else(|| invalid("errorcode", code))?;
+    if s.len() >= MPI_MAX_ERROR_STRING {
+        return Err(err(
+            ErrorClass::Arg,
+            format!(
+                "string is {} bytes; at most MPI_MAX_ERROR_STRING - 1 = {} fit",
+                s.len(),
+                MPI_MAX_ERROR_STRING - 1
+            ),
+        ));
+    }
+    lock(&USER)[(code - LAST_CODE - 1) as usize].string = s.to_string();
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_predefined_class_is_its_own_class_and_user_codes_live_above_lastcode() {
+        for &c in ErrorClass::ALL {
+            let mut k = -1;
+            error_class(c as c_int, &mut k).expect("predefined");
+            assert_eq!(k, c as c_int);
+        }
+        assert!(error_class(54, &mut 0).is_err());
+        assert!(error_class(-1, &mut 0).is_err());
+        assert!(error_class(LAST_CODE + 1_000_000, &mut 0).is_err());
+        let (mut cls, mut code, mut code2) = (0, 0, 0);
+        add_error_class(&mut cls).unwrap();
+        assert!(cls > LAST_CODE);
+        add_error_code(cls, &mut code).unwrap();
+        add_error_code(ErrorClass::Io as c_int, &mut code2).unwrap();
+        assert!(code > cls && code2 > code);
+        assert!(last_used_code() >= code2);
+        let mut k = 0;
+        error_class(code, &mut k).unwrap();
+        assert_eq!(k, cls);
+        error_class(code2, &mut k).unwrap();
+        assert_eq!(k, ErrorClass::Io as c_int);
+        assert!(
+            add_error_code(code, &mut 0).is_err(),
+            "a code is not a class"
+        );
+        add_error_string(code, "my code").unwrap();
+        assert!(add_error_string(ErrorClass::Io as c_int, "no").is_err());
+        assert!(add_error_string(code, &"x".repeat(MPI_MAX_ERROR_STRING)).is_err());
+        let mut buf = [0 as c_char; MPI_MAX_ERROR_STRING];
+        let mut len = 0;
+        error_string(code, buf.as_mut_ptr(), &mut len).unwrap();
+        assert_eq!(len, 7);
+        error_string(cls, buf.as_mut_ptr(), &mut len).unwrap();
+        assert_eq!(len, 0, "no string set: empty");
+    }
+}
