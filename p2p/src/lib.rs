@@ -366,15 +366,15 @@ impl Router {
     /// Returns the transport's index.
     ///
     /// # Panics
-    /// If the transport breaks the contract's invariants as its [`TransportCaps`] state
-    /// them (unordered delivery, a maximum payload below the eager limit): a bug in the
-    /// transport, not a run-time condition.
+    /// If the transport's [`TransportCaps`] say it does not deliver in order per peer: the
+    /// request layer's matching cannot work over it (a bug in the transport, not a run-time
+    /// condition).
     pub fn add(&mut self, transport: Box<dyn Transport>, peers: &[Rank]) -> usize {
         let idx = self.transports.len();
         assert!(idx < NO_ROUTE as usize, "too many transports");
         let caps = transport.caps();
         assert!(
-            caps.ordered && caps.max_payload >= caps.eager_limit,
+            caps.ordered,
             "transport {} breaks the contract: {caps:?}",
             transport.name()
         );
