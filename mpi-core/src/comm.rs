@@ -88,12 +88,36 @@ pub struct CommData {
     pub attrs: BTreeMap<i32, usize>,
     /// Node id of each member (by communicator rank), for rank-aware algorithms.
     pub nodes: Arc<Vec<u32>>,
+    /// For an intercommunicator: the remote group and the hidden local intracommunicator.
+    pub inter: Option<InterData>,
+}
+
+/// What an intercommunicator has beyond an intracommunicator. Point-to-point ranks on an
+/// intercommunicator name the remote group; its collectives move data between the groups
+/// on its collective context and within the local group on `local_comm` (a hidden
+/// intracommunicator over the local group, freed with the intercommunicator).
+#[derive(Clone, Debug)]
+pub struct InterData {
+    pub remote: Arc<Group>,
+    pub local_comm: CommId,
 }
 
 impl CommData {
     /// Size of the communicator.
     pub fn size(&self) -> usize {
         self.group.size()
+    }
+    /// The group that point-to-point ranks name: the remote group of an
+    /// intercommunicator, the communicator's own group otherwise.
+    pub fn peer_group(&self) -> &Group {
+        match &self.inter {
+            Some(i) => &i.remote,
+            None => &self.group,
+        }
+    }
+    /// Size of [`CommData::peer_group`] (the valid destination and source ranks).
+    pub fn peer_size(&self) -> usize {
+        self.peer_group().size()
     }
     /// The collective/internal context id.
     pub fn coll_context(&self) -> u32 {

@@ -663,7 +663,7 @@ impl Engine {
         let context = req.context;
         let (tag, bytes) = (req.tag, req.bytes());
         let comm = self.core.comm(comm_id).expect("checked by the API");
-        let dest = comm.group.world_rank(peer as usize);
+        let dest = comm.peer_group().world_rank(peer as usize);
         let me = self.core.me;
         let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
         let eager_limit = t.eager_limit();
@@ -806,7 +806,7 @@ impl Engine {
         let src = if peer == ANY_SOURCE {
             ANY_WORLD
         } else {
-            comm.group.world_rank(peer as usize)
+            comm.peer_group().world_rank(peer as usize)
         };
         let q = core.queue(context);
         if let Some(pos) = q.find_unexpected(src, tag) {
@@ -846,7 +846,7 @@ impl Engine {
         let src = if peer == ANY_SOURCE {
             ANY_WORLD
         } else {
-            c.group.world_rank(peer as usize)
+            c.peer_group().world_rank(peer as usize)
         };
         let context = c.context;
         let q = core.queue(context);
@@ -1030,7 +1030,7 @@ impl Engine {
                 }
                 let dest = core
                     .comm(req.comm)
-                    .map(|c| c.group.world_rank(req.peer as usize))
+                    .map(|c| c.peer_group().world_rank(req.peer as usize))
                     .unwrap_or(0);
                 let q = &mut core.pending[dest as usize];
                 // The last envelope with this cookie: earlier ones belong to completed
@@ -1109,7 +1109,7 @@ impl Core {
 
     fn comm_rank_of(&self, comm: CommId, world: Rank) -> i32 {
         match self.comm(comm) {
-            Some(c) => c.group.rank_of(world).map(|r| r as i32).unwrap_or(-1),
+            Some(c) => c.peer_group().rank_of(world).map(|r| r as i32).unwrap_or(-1),
             None => -1,
         }
     }
@@ -1170,8 +1170,8 @@ impl Core {
         };
         let ok = counterpart >= 0
             && self.comm(req.comm).is_some_and(|c| {
-                (counterpart as usize) < c.group.size()
-                    && c.group.world_rank(counterpart as usize) == src
+                (counterpart as usize) < c.peer_size()
+                    && c.peer_group().world_rank(counterpart as usize) == src
             });
         if !ok && !FORGED_REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
@@ -1484,6 +1484,7 @@ mod forged_control_tests {
             errhandler: ErrHandler::Fatal,
             attrs: Default::default(),
             nodes: Arc::new(vec![0, 0, 1]),
+            inter: None,
         }));
         let mode = send.then_some(SendMode::Synchronous);
         let id = e.new_request(

@@ -195,12 +195,12 @@ impl Runtime {
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
         let c = self.check_comm(&e, "collective", comm)?;
-        if peer >= c.size() {
+        if peer >= c.peer_size() {
             return Err(MpiError::new(
                 ErrorClass::Rank,
                 format!(
                     "collective: rank {peer} outside communicator of size {}",
-                    c.size()
+                    c.peer_size()
                 ),
             ));
         }
@@ -306,6 +306,7 @@ impl Runtime {
             errhandler,
             attrs: Default::default(),
             nodes,
+            inter: None,
         };
         let slot = e.core.comms.iter().position(|c| c.is_none());
         let id = match slot {
@@ -324,13 +325,14 @@ impl Runtime {
     /// MPI_Comm_dup (attributes copied through their keyvals' copy callbacks).
     pub fn comm_dup(&self, comm: CommId) -> MpiResult<CommId> {
         let call = "MPI_Comm_dup";
-        let (context, _) = self.new_context(call, comm, &[])?;
-        let (group, rank, attrs) = {
-            let e = self.lock();
-            let c = self.check_comm(&e, call, comm)?;
-            ((*c.group).clone(), c.rank, c.attrs.clone())
+        let new = if self.comm_test_inter(comm)? {
+            self.inter_dup(call, comm)?
+        } else {
+            let (context, _) = self.new_context(call, comm, &[])?;
+            let (group, rank) = self.with_comm(call, comm, |c| ((*c.group).clone(), c.rank))?;
+            self.insert_comm(comm, group, rank, context)?
         };
-        let new = self.insert_comm(comm, group, rank, context)?;
+        let attrs = self.with_comm(call, comm, |c| c.attrs.clone())?;
         // Copy callbacks run without the engine lock: they may call MPI.
         for (kv, val) in attrs {
             let keyval = self
@@ -357,6 +359,9 @@ impl Runtime {
     /// MPI_Comm_split: None for MPI_UNDEFINED colour (MPI_COMM_NULL).
     pub fn comm_split(&self, comm: CommId, color: i32, key: i32) -> MpiResult<Option<CommId>> {
         let call = "MPI_Comm_split";
+        if self.comm_test_inter(comm)? {
+            return self.inter_split(call, comm, color, key);
+        }
         let mut mine = Vec::with_capacity(8);
         mine.extend_from_slice(&color.to_ne_bytes());
         mine.extend_from_slice(&key.to_ne_bytes());
@@ -402,6 +407,22 @@ impl Runtime {
     pub fn comm_create(&self, comm: CommId, group: &Group) -> MpiResult<Option<CommId>> {
         let call = "MPI_Comm_create";
         let parent = self.comm_group(comm)?;
+        if self.comm_test_inter(comm)? {
+            // The group is a subgroup of the local group; each side gives its own.
+            let (color, key) = match group.rank_of(self.rank) {
+                Some(r) => (0, r as i32),
+                None => (crate::group::UNDEFINED, 0),
+            };
+            for &w in group.world_ranks() {
+                if parent.rank_of(w).is_none() {
+                    return Err(MpiError::new(
+                        ErrorClass::Group,
+                        format!("{call}: the group contains world rank {w}, which is not in the local group"),
+                    ));
+                }
+            }
+            return self.inter_split(call, comm, color, key);
+        }
         for &w in group.world_ranks() {
             if parent.rank_of(w).is_none() {
                 return Err(MpiError::new(
@@ -444,8 +465,13 @@ impl Runtime {
         }
         let mut e = self.lock();
         let c = e.core.comms[comm.0 as usize].take().expect("checked");
+        // An intercommunicator's hidden local communicator goes with it.
+        let local = c.inter.as_ref().map(|i| e.core.comms[i.local_comm.0 as usize].take());
         drop(e);
         self.release_context(c.context);
+        if let Some(Some(l)) = local {
+            self.release_context(l.context);
+        }
         Ok(())
     }
 

@@ -22,6 +22,7 @@ mod attrs;
 mod checks;
 mod comms;
 mod errors;
+mod inter;
 mod p2p;
 mod progress;
 mod schedules;
@@ -205,6 +206,7 @@ impl Runtime {
             errhandler: ErrHandler::Fatal,
             attrs: Default::default(),
             nodes: nodes.clone(),
+            inter: None,
         }));
         engine.core.comms.push(Some(CommData {
             group: Arc::new(Group::new(vec![rank])),
@@ -214,6 +216,7 @@ impl Runtime {
             errhandler: ErrHandler::Fatal,
             attrs: Default::default(),
             nodes: Arc::new(vec![my_node]),
+            inter: None,
         }));
 
         let universe_size = size as i32;

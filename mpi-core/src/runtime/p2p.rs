@@ -32,7 +32,7 @@ impl Runtime {
             call,
             if is_recv { "source" } else { "destination" },
             peer,
-            c.size(),
+            c.peer_size(),
             is_recv,
         )?;
         Ok(e.new_request(
@@ -504,7 +504,7 @@ impl Runtime {
     ) -> MpiResult<Option<(Status, Option<MsgId>)>> {
         let mut e = self.lock();
         let c = self.check_comm(&e, call, comm)?;
-        Self::check_rank(call, "source", source, c.size(), true)?;
+        Self::check_rank(call, "source", source, c.peer_size(), true)?;
         Self::check_tag(call, tag, true)?;
         if source == PROC_NULL {
             return Ok(Some((Status::PROC_NULL, None)));
@@ -527,7 +527,7 @@ impl Runtime {
         {
             let e = self.lock();
             let c = self.check_comm(&e, call, comm)?;
-            Self::check_rank(call, "source", source, c.size(), true)?;
+            Self::check_rank(call, "source", source, c.peer_size(), true)?;
             Self::check_tag(call, tag, true)?;
         }
         if source == PROC_NULL {
