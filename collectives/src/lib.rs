@@ -39,6 +39,7 @@ pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
+pub mod inter;
 pub mod nbc;
 pub mod op;
 pub mod reduce;
