@@ -1664,6 +1664,33 @@ module mpi
       integer :: size
       integer :: ierror
     end subroutine MPI_Comm_remote_size
+    subroutine MPI_Comm_remote_group(comm, group, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: group
+      integer :: ierror
+    end subroutine MPI_Comm_remote_group
+    subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: intercomm
+      logical :: high
+      integer :: newintracomm
+      integer :: ierror
+    end subroutine MPI_Intercomm_merge
+    subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
+        & newintercomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: local_comm
+      integer :: local_leader
+      integer :: peer_comm
+      integer :: remote_leader
+      integer :: tag
+      integer :: newintercomm
+      integer :: ierror
+    end subroutine MPI_Intercomm_create
     subroutine MPI_Comm_get_parent(parent, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -2833,33 +2860,6 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Ineighbor_alltoallw
-    subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
-        & newintercomm, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: local_comm
-      integer :: local_leader
-      integer :: peer_comm
-      integer :: remote_leader
-      integer :: tag
-      integer :: newintercomm
-      integer :: ierror
-    end subroutine MPI_Intercomm_create
-    subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: intercomm
-      integer :: high
-      integer :: newintracomm
-      integer :: ierror
-    end subroutine MPI_Intercomm_merge
-    subroutine MPI_Comm_remote_group(comm, group, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: comm
-      integer :: group
-      integer :: ierror
-    end subroutine MPI_Comm_remote_group
     subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

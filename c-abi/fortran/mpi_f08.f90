@@ -1400,6 +1400,31 @@ module mpi_f08
       integer :: size
       integer(c_int) :: ierror
     end subroutine tsunagi_comm_remote_size
+    subroutine tsunagi_comm_remote_group(comm, group, ierror) bind(C, name="mpi_comm_remote_group_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Group) :: group
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_remote_group
+    subroutine tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror) bind(C,  &
+        & name="mpi_intercomm_merge_")
+      import
+      type(MPI_Comm) :: intercomm
+      logical :: high
+      type(MPI_Comm) :: newintracomm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_intercomm_merge
+    subroutine tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader,  &
+        & tag, newintercomm, ierror) bind(C, name="mpi_intercomm_create_")
+      import
+      type(MPI_Comm) :: local_comm
+      integer :: local_leader
+      type(MPI_Comm) :: peer_comm
+      integer :: remote_leader
+      integer :: tag
+      type(MPI_Comm) :: newintercomm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_intercomm_create
     subroutine tsunagi_comm_get_parent(parent, ierror) bind(C, name="mpi_comm_get_parent_")
       import
       type(MPI_Comm) :: parent
@@ -2432,31 +2457,6 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_ineighbor_alltoallw
-    subroutine tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader,  &
-        & tag, newintercomm, ierror) bind(C, name="mpi_intercomm_create_")
-      import
-      type(MPI_Comm) :: local_comm
-      integer :: local_leader
-      type(MPI_Comm) :: peer_comm
-      integer :: remote_leader
-      integer :: tag
-      type(MPI_Comm) :: newintercomm
-      integer(c_int) :: ierror
-    end subroutine tsunagi_intercomm_create
-    subroutine tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror) bind(C,  &
-        & name="mpi_intercomm_merge_")
-      import
-      type(MPI_Comm) :: intercomm
-      integer :: high
-      type(MPI_Comm) :: newintracomm
-      integer(c_int) :: ierror
-    end subroutine tsunagi_intercomm_merge
-    subroutine tsunagi_comm_remote_group(comm, group, ierror) bind(C, name="mpi_comm_remote_group_")
-      import
-      type(MPI_Comm) :: comm
-      type(MPI_Group) :: group
-      integer(c_int) :: ierror
-    end subroutine tsunagi_comm_remote_group
     subroutine tsunagi_comm_idup(comm, newcomm, request, ierror) bind(C, name="mpi_comm_idup_")
       import
       type(MPI_Comm) :: comm
@@ -4914,6 +4914,37 @@ contains
     call tsunagi_comm_remote_size(comm, size, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Comm_remote_size
+  subroutine MPI_Comm_remote_group(comm, group, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Group) :: group
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_remote_group(comm, group, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_remote_group
+  subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
+    type(MPI_Comm), intent(in) :: intercomm
+    logical, intent(in) :: high
+    type(MPI_Comm) :: newintracomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Intercomm_merge
+  subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
+      & newintercomm, ierror)
+    type(MPI_Comm), intent(in) :: local_comm
+    integer, intent(in) :: local_leader
+    type(MPI_Comm), intent(in) :: peer_comm
+    integer, intent(in) :: remote_leader
+    integer, intent(in) :: tag
+    type(MPI_Comm) :: newintercomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
+        & newintercomm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Intercomm_create
   subroutine MPI_Comm_get_parent(parent, ierror)
     type(MPI_Comm) :: parent
     integer, optional, intent(out) :: ierror
@@ -6220,37 +6251,6 @@ contains
         & recvcounts, rdispls, recvtypes, comm, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Ineighbor_alltoallw
-  subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
-      & newintercomm, ierror)
-    type(MPI_Comm), intent(in) :: local_comm
-    integer, intent(in) :: local_leader
-    type(MPI_Comm), intent(in) :: peer_comm
-    integer, intent(in) :: remote_leader
-    integer, intent(in) :: tag
-    type(MPI_Comm) :: newintercomm
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
-        & newintercomm, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Intercomm_create
-  subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
-    type(MPI_Comm), intent(in) :: intercomm
-    integer, intent(in) :: high
-    type(MPI_Comm) :: newintracomm
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Intercomm_merge
-  subroutine MPI_Comm_remote_group(comm, group, ierror)
-    type(MPI_Comm), intent(in) :: comm
-    type(MPI_Group) :: group
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_comm_remote_group(comm, group, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Comm_remote_group
   subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Comm) :: newcomm

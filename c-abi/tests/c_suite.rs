@@ -362,3 +362,30 @@ fn drop_in_collectives_and_topologies_match_mpich() {
         drop_in_with(name, 3, &["-DNO_ERROR_TESTS"]);
     }
 }
+
+/// Intercommunicators: point-to-point, every collective blocking and non-blocking for every
+/// root kind, dup/split/create/merge; on one node (shm) under both engines, and over
+/// pretend nodes (TCP between them).
+#[test]
+fn intercommunicators_every_collective_every_root() {
+    suite("inter", &[2, 3, 5], "inter ok");
+    let exe = build_as("inter", "test-inter-variants");
+    for args in [
+        &["-n", "4", "--env", "TSUNAGI_PROGRESS=threaded"][..],
+        &["-n", "6", "--node-map", "3"][..],
+        &["-n", "4", "--node-map", "2", "--env", "TSUNAGI_PROGRESS=threaded"][..],
+    ] {
+        let out = run(Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(args)
+            .arg(&exe));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("inter ok"),
+            "inter with {args:?} failed ({}):\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -136,6 +136,46 @@ fn scratch(count: usize, dtype: &TypeRef) -> (Vec<u8>, *mut u8) {
     (v, p)
 }
 
+/// A phase on the local intracommunicator in which its rank 0 sends `blocks[i]` to local
+/// rank `i` (itself included) and every member receives its block into `mine`. Built
+/// here rather than with the intracommunicator schedules because those may read the
+/// root's data when they are built, and this data arrives only in an earlier phase.
+fn spread(
+    rt: &Runtime,
+    local: CommId,
+    me: usize,
+    blocks: Vec<(*mut u8, usize)>,
+    mine: (*mut u8, usize),
+    dtype: &TypeRef,
+) -> MpiResult<CollRequest> {
+    let mut steps = vec![typed_recv(mine.0, mine.1, dtype, 0)];
+    if me == 0 {
+        for (i, (a, c)) in blocks.into_iter().enumerate() {
+            steps.push(typed_send(a, c, dtype, i));
+        }
+    }
+    exchange(rt, local, steps)
+}
+
+/// A phase on the local intracommunicator in which its rank 0 sends the `count` elements
+/// at `buf` to every other member, which receive them at their `buf`.
+fn fan_out(
+    rt: &Runtime,
+    local: CommId,
+    me: usize,
+    n: usize,
+    buf: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+) -> MpiResult<CollRequest> {
+    let steps = if me == 0 {
+        (1..n).map(|i| typed_send(buf, count, dtype, i)).collect()
+    } else {
+        vec![typed_recv(buf, count, dtype, 0)]
+    };
+    exchange(rt, local, steps)
+}
+
 /// `MPI_Ibarrier` / `MPI_Barrier`.
 pub(crate) fn ibarrier(rt: &Runtime, comm: CommId) -> MpiResult<CollRequest> {
     let x = inter(rt, "MPI_Ibarrier", comm)?;
@@ -185,8 +225,9 @@ pub(crate) unsafe fn ibcast(
     }
     phases.push(exchange(rt, comm, steps)?);
     if let Role::Leaf(_) = role {
-        // SAFETY: forwarded (the buffer holds `count` elements on every leaf).
-        phases.push(unsafe { nbc::ibcast(rt, buf, count, dtype, 0, x.data.local_comm)? });
+        let c = count.max(0) as usize;
+        let n = rt.comm_size(comm)?;
+        phases.push(fan_out(rt, x.data.local_comm, x.me, n, buf, c, dtype)?);
     }
     Ok(CollRequest::chain(comm, phases, Vec::new()))
 }
@@ -591,11 +632,12 @@ pub(crate) unsafe fn iallreduce(
     let x = inter(rt, call, comm)?;
     let c = check_count(call, count)?;
     check_buf(call, "recvbuf", recvbuf, c, dtype)?;
-    let local = x.data.local_comm;
+    let (local, me, n) = (x.data.local_comm, x.me, rt.comm_size(comm)?);
     // SAFETY: forwarded.
     unsafe {
         reduce_swap(rt, call, sendbuf, c, dtype, op, comm, &x, Some(recvbuf), |p| {
-            nbc::ibcast(rt, p, count, dtype, 0, local)
+            // The leader received into its own receive buffer.
+            fan_out(rt, local, me, n, p, c, dtype)
         })
     }
 }
@@ -626,23 +668,13 @@ pub(crate) unsafe fn ireduce_scatter(
         displs.push(d);
         d += c as i64;
     }
-    let local = x.data.local_comm;
-    let mine = counts[x.me] as i64;
+    let (local, me) = (x.data.local_comm, x.me);
+    check_buf(call, "recvbuf", recvbuf, counts[me], dtype)?;
     // SAFETY: forwarded.
     unsafe {
         reduce_swap(rt, call, sendbuf, total, dtype, op, comm, &x, None, |p| {
-            nbc::iscatterv(
-                rt,
-                p,
-                &recvcounts[..n],
-                &displs,
-                dtype,
-                RecvBuf::Ptr(recvbuf),
-                mine,
-                dtype,
-                0,
-                local,
-            )
+            let blocks = (0..n).map(|i| (at(p, displs[i], dtype), counts[i])).collect();
+            spread(rt, local, me, blocks, (recvbuf, counts[me]), dtype)
         })
     }
 }

@@ -135,17 +135,48 @@ pub(crate) fn comm_disconnect(comm: &mut MPI_Comm) -> MpiResult<()> {
 }
 
 pub(crate) fn comm_test_inter(comm: CommId, f: &mut c_int) -> MpiResult<()> {
-    h::runtime("MPI_Comm_test_inter")?.check_comm_id("MPI_Comm_test_inter", comm)?;
-    *f = flag(false);
+    *f = flag(h::runtime("MPI_Comm_test_inter")?.comm_test_inter(comm)?);
     Ok(())
 }
 
-pub(crate) fn comm_remote_size(comm: CommId, _size: &mut c_int) -> MpiResult<()> {
-    h::runtime("MPI_Comm_remote_size")?.check_comm_id("MPI_Comm_remote_size", comm)?;
-    Err(err(
-        ErrorClass::Comm,
-        "comm is not an intercommunicator (Tsunagi has none yet)",
-    ))
+pub(crate) fn comm_remote_size(comm: CommId, size: &mut c_int) -> MpiResult<()> {
+    *size = h::runtime("MPI_Comm_remote_size")?.comm_remote_size(comm)? as c_int;
+    Ok(())
+}
+
+pub(crate) fn comm_remote_group(comm: CommId, group: &mut MPI_Group) -> MpiResult<()> {
+    *group = h::new_group(h::runtime("MPI_Comm_remote_group")?.comm_remote_group(comm)?);
+    Ok(())
+}
+
+pub(crate) fn intercomm_create(
+    local_comm: CommId,
+    local_leader: c_int,
+    peer_comm: Option<CommId>,
+    remote_leader: c_int,
+    tag: c_int,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Intercomm_create")?;
+    // peer_comm matters at the local leader only; elsewhere it may be MPI_COMM_NULL.
+    let is_leader = r.comm_rank(local_comm)? as c_int == local_leader;
+    let peer = match peer_comm {
+        Some(p) => p,
+        None if !is_leader => CommId::SELF,
+        None => {
+            return Err(err(
+                ErrorClass::Comm,
+                "peer_comm is MPI_COMM_NULL at the local leader",
+            ))
+        }
+    };
+    *new = h::comm_handle(r.intercomm_create(local_comm, local_leader, peer, remote_leader, tag)?);
+    Ok(())
+}
+
+pub(crate) fn intercomm_merge(comm: CommId, high: c_int, new: &mut MPI_Comm) -> MpiResult<()> {
+    *new = h::comm_handle(h::runtime("MPI_Intercomm_merge")?.intercomm_merge(comm, high != 0)?);
+    Ok(())
 }
 
 pub(crate) fn comm_set_info(comm: CommId, _info: InfoId) -> MpiResult<()> {
