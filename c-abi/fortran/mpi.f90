@@ -945,6 +945,42 @@ module mpi
       integer :: status(MPI_STATUS_SIZE)
       integer :: ierror
     end subroutine MPI_Sendrecv_replace
+    subroutine MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      integer :: dest
+      integer :: sendtag
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isendrecv
+    subroutine MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer :: count
+      integer :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isendrecv_replace
     subroutine MPI_Buffer_attach(buffer, size, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1123,6 +1159,23 @@ module mpi
       integer :: status(MPI_STATUS_SIZE)
       integer :: ierror
     end subroutine MPI_Request_get_status
+    subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      external :: query_fn
+      external :: free_fn
+      external :: cancel_fn
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
+      type(*), dimension(*) :: extra_state
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Grequest_start
+    subroutine MPI_Grequest_complete(request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Grequest_complete
     subroutine MPI_Cancel(request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4041,23 +4094,6 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_f90_integer
-    subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      external :: query_fn
-      external :: free_fn
-      external :: cancel_fn
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-      type(*), dimension(*) :: extra_state
-      integer :: request
-      integer :: ierror
-    end subroutine MPI_Grequest_start
-    subroutine MPI_Grequest_complete(request, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: request
-      integer :: ierror
-    end subroutine MPI_Grequest_complete
     subroutine MPI_Add_error_class(errorclass, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

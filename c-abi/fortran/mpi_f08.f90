@@ -730,6 +730,38 @@ module mpi_f08
       type(MPI_Status) :: status
       integer(c_int) :: ierror
     end subroutine tsunagi_sendrecv_replace
+    subroutine tsunagi_isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,  &
+        & recvcount, recvtype, source, recvtag, comm, request, ierror) bind(C,  &
+        & name="mpi_isendrecv_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      integer :: dest
+      integer :: sendtag
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isendrecv
+    subroutine tsunagi_isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, request, ierror) bind(C, name="mpi_isendrecv_replace_")
+      import
+      type(*), dimension(*) :: buf
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isendrecv_replace
     subroutine tsunagi_buffer_attach(buffer, size, ierror) bind(C, name="mpi_buffer_attach_")
       import
       type(*), dimension(*) :: buffer
@@ -893,6 +925,21 @@ module mpi_f08
       type(MPI_Status) :: status
       integer(c_int) :: ierror
     end subroutine tsunagi_request_get_status
+    subroutine tsunagi_grequest_start(query_fn, free_fn, cancel_fn, extra_state, request,  &
+        & ierror) bind(C, name="mpi_grequest_start_")
+      import
+      type(c_funptr), value :: query_fn
+      type(c_funptr), value :: free_fn
+      type(c_funptr), value :: cancel_fn
+      type(*), dimension(*) :: extra_state
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_grequest_start
+    subroutine tsunagi_grequest_complete(request, ierror) bind(C, name="mpi_grequest_complete_")
+      import
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_grequest_complete
     subroutine tsunagi_cancel(request, ierror) bind(C, name="mpi_cancel_")
       import
       type(MPI_Request) :: request
@@ -3547,21 +3594,6 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_f90_integer
-    subroutine tsunagi_grequest_start(query_fn, free_fn, cancel_fn, extra_state, request,  &
-        & ierror) bind(C, name="mpi_grequest_start_")
-      import
-      type(c_funptr), value :: query_fn
-      type(c_funptr), value :: free_fn
-      type(c_funptr), value :: cancel_fn
-      type(*), dimension(*) :: extra_state
-      type(MPI_Request) :: request
-      integer(c_int) :: ierror
-    end subroutine tsunagi_grequest_start
-    subroutine tsunagi_grequest_complete(request, ierror) bind(C, name="mpi_grequest_complete_")
-      import
-      type(MPI_Request) :: request
-      integer(c_int) :: ierror
-    end subroutine tsunagi_grequest_complete
     subroutine tsunagi_add_error_class(errorclass, ierror) bind(C, name="mpi_add_error_class_")
       import
       integer :: errorclass
@@ -4101,6 +4133,46 @@ contains
         & status, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Sendrecv_replace
+  subroutine MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+      & recvtype, source, recvtag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isendrecv
+  subroutine MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isendrecv_replace
   subroutine MPI_Buffer_attach(buffer, size, ierror)
     !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
     type(*), dimension(*) :: buffer
@@ -4301,6 +4373,26 @@ contains
     call tsunagi_request_get_status(request, flag, status, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Request_get_status
+  subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
+    external :: query_fn
+    external :: free_fn
+    external :: cancel_fn
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
+    type(*), dimension(*) :: extra_state
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_grequest_start(c_funloc(query_fn), c_funloc(free_fn), c_funloc(cancel_fn),  &
+        & extra_state, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Grequest_start
+  subroutine MPI_Grequest_complete(request, ierror)
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_grequest_complete(request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Grequest_complete
   subroutine MPI_Cancel(request, ierror)
     type(MPI_Request) :: request
     integer, optional, intent(out) :: ierror
@@ -7581,26 +7673,6 @@ contains
     call tsunagi_type_create_f90_integer(r, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_f90_integer
-  subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
-    external :: query_fn
-    external :: free_fn
-    external :: cancel_fn
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-    type(*), dimension(*) :: extra_state
-    type(MPI_Request) :: request
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_grequest_start(c_funloc(query_fn), c_funloc(free_fn), c_funloc(cancel_fn),  &
-        & extra_state, request, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Grequest_start
-  subroutine MPI_Grequest_complete(request, ierror)
-    type(MPI_Request), intent(in) :: request
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_grequest_complete(request, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Grequest_complete
   subroutine MPI_Add_error_class(errorclass, ierror)
     integer :: errorclass
     integer, optional, intent(out) :: ierror

@@ -68,9 +68,6 @@ pub type MPI_Win_copy_attr_function = OpaqueFn;
 pub type MPI_Win_delete_attr_function = OpaqueFn;
 pub type MPI_Win_errhandler_function = OpaqueFn;
 pub type MPI_File_errhandler_function = OpaqueFn;
-pub type MPI_Grequest_query_function = OpaqueFn;
-pub type MPI_Grequest_free_function = OpaqueFn;
-pub type MPI_Grequest_cancel_function = OpaqueFn;
 pub type MPI_Datarep_conversion_function = OpaqueFn;
 pub type MPI_Datarep_extent_function = OpaqueFn;
 pub type MPI_Delete_function = MPI_Comm_delete_attr_function;
@@ -180,3 +177,8 @@ pub const BUILTIN_TYPES: &[(&str, MPI_Datatype)] = &[
     ("MPI_CXX_DOUBLE_COMPLEX", 0x4c001035),
     ("MPI_CXX_LONG_DOUBLE_COMPLEX", 0x4c002036),
 ];
+
+pub type MPI_Grequest_query_function =
+    Option<unsafe extern "C" fn(*mut c_void, *mut MPI_Status) -> c_int>;
+pub type MPI_Grequest_free_function = Option<unsafe extern "C" fn(*mut c_void) -> c_int>;
+pub type MPI_Grequest_cancel_function = Option<unsafe extern "C" fn(*mut c_void, c_int) -> c_int>;

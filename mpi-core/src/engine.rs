@@ -982,13 +982,13 @@ impl Engine {
         id
     }
 
-    /// Complete a request of [`Engine::new_scheduled`]; `error` is an MPI error code that
-    /// the completion reports (0: success).
-    pub(crate) fn finish_scheduled(&mut self, id: ReqId, error: i32) {
+    /// Complete a request of [`Engine::new_scheduled`] with `status` (its error field an
+    /// MPI error code, 0 for success; a generalized request's status comes from its query
+    /// function).
+    pub(crate) fn finish_scheduled_with(&mut self, id: ReqId, status: Status) {
         if let Some(req) = self.core.reqs.get_mut(id.0) {
             debug_assert!(req.op == Op::Scheduled);
-            req.status = Status::EMPTY;
-            req.status.error = error;
+            req.status = status;
             self.core.complete(id);
         }
     }

@@ -597,3 +597,58 @@ pub(crate) fn imrecv(
     *req = h::request_handle(id, false);
     Ok(())
 }
+
+pub(crate) fn isendrecv(
+    sbuf: *const c_void,
+    scount: c_int,
+    st: &TypeRef,
+    dest: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rt: &TypeRef,
+    source: c_int,
+    rtag: c_int,
+    comm: CommId,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Isendrecv")?;
+    // SAFETY: MPI requires both buffers to stay valid until the request completes.
+    let id = unsafe {
+        r.isendrecv(
+            sbuf as *const u8,
+            scount as i64,
+            st,
+            dest,
+            stag,
+            rbuf as *mut u8,
+            rcount as i64,
+            rt,
+            source,
+            rtag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    dt: &TypeRef,
+    dest: c_int,
+    stag: c_int,
+    source: c_int,
+    rtag: c_int,
+    comm: CommId,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Isendrecv_replace")?;
+    // SAFETY: MPI requires `buf` to stay valid until the request completes.
+    let id = unsafe {
+        r.isendrecv_replace(buf as *mut u8, count as i64, dt, dest, stag, source, rtag, comm)?
+    };
+    *request = h::request_handle(id, false);
+    Ok(())
+}

@@ -22,7 +22,9 @@ mod attrs;
 mod checks;
 mod comms;
 mod errors;
+mod grequest;
 mod inter;
+mod isendrecv;
 mod p2p;
 mod progress;
 mod schedules;
@@ -34,6 +36,7 @@ use crate::engine::{
 };
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
+pub use grequest::GrequestHooks;
 pub use schedules::Schedule;
 
 /// Largest tag a user may use (MPI_TAG_UB).
@@ -105,6 +108,8 @@ pub struct Runtime {
     nschedules: std::sync::atomic::AtomicUsize,
     /// Errors of failed schedules, until a wait or test collects them.
     schedule_errors: Mutex<Vec<(ReqId, MpiError)>>,
+    /// Live generalized requests, see `grequest.rs`.
+    grequests: Mutex<Vec<grequest::GrequestEntry>>,
     /// `TSUNAGI_STALL_REPORT=SECONDS`: a wait that lasts longer prints what it waits for.
     stall_report: Option<Duration>,
     /// Free context pairs and the allocations in flight.
@@ -253,6 +258,7 @@ impl Runtime {
             schedules: Mutex::new(Vec::new()),
             nschedules: std::sync::atomic::AtomicUsize::new(0),
             schedule_errors: Mutex::new(Vec::new()),
+            grequests: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
             universe_size,

@@ -485,11 +485,17 @@ impl Runtime {
 
     /// MPI_Request_free.
     pub fn request_free(&self, id: ReqId) -> MpiResult<()> {
+        if let Some(r) = self.grequest_free(id) {
+            return r;
+        }
         self.lock().free_request(id)
     }
 
     /// MPI_Cancel.
     pub fn cancel(&self, id: ReqId) -> MpiResult<()> {
+        if let Some(r) = self.grequest_cancel(id) {
+            return r;
+        }
         self.lock().cancel(id)
     }
 

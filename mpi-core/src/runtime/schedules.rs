@@ -19,6 +19,18 @@ pub trait Schedule: Send {
     /// Advance as far as possible without blocking; `Ok(true)` when complete. Called with
     /// no runtime lock held; may start and test requests of its own.
     fn advance(&mut self, rt: &Runtime) -> MpiResult<bool>;
+
+    /// The status the completed request reports (asked once, after `advance` returned
+    /// true); None: the empty status.
+    fn final_status(&mut self) -> Option<Status> {
+        None
+    }
+
+    /// True when nobody will wait for the request (it was freed): the core collects it
+    /// itself when it finishes.
+    fn collect_when_finished(&self) -> bool {
+        false
+    }
 }
 
 impl Runtime {
@@ -38,7 +50,7 @@ impl Runtime {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push((id, schedule)),
-            done => self.finish_schedule(id, done),
+            done => self.finish_schedule(id, done, schedule.as_mut()),
         }
         Ok(id)
     }
@@ -73,7 +85,7 @@ impl Runtime {
             match res {
                 Ok(false) => left.push((id, s)),
                 done => {
-                    self.finish_schedule(id, done);
+                    self.finish_schedule(id, done, s.as_mut());
                     any = true;
                 }
             }
@@ -87,7 +99,7 @@ impl Runtime {
         any
     }
 
-    fn finish_schedule(&self, id: ReqId, result: MpiResult<bool>) {
+    fn finish_schedule(&self, id: ReqId, result: MpiResult<bool>, schedule: &mut dyn Schedule) {
         let code = match result {
             Ok(_) => 0,
             Err(e) => {
@@ -101,7 +113,16 @@ impl Runtime {
                 code
             }
         };
-        self.lock().finish_scheduled(id, code);
+        let mut status = schedule.final_status().unwrap_or(Status::EMPTY);
+        if code != 0 {
+            status.error = code;
+        }
+        let mut e = self.lock();
+        e.finish_scheduled_with(id, status);
+        if schedule.collect_when_finished() {
+            let _ = e.test(id);
+        }
+        drop(e);
         self.nschedules.fetch_sub(1, Ordering::AcqRel);
     }
 }
