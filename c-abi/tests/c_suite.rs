@@ -389,3 +389,23 @@ fn intercommunicators_every_collective_every_root() {
         );
     }
 }
+
+/// MPI-4 requests: persistent collectives started many times, MPI_Isendrecv(_replace),
+/// generalized requests; under both engines.
+#[test]
+fn persistent_collectives_isendrecv_generalized_requests() {
+    suite("mpi4", &[1, 2, 5], "mpi4 ok");
+    let exe = build_as("mpi4", "test-mpi4-threaded");
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "4", "--env", "TSUNAGI_PROGRESS=threaded"])
+        .arg(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("mpi4 ok"),
+        "mpi4 under the threaded engine failed ({}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

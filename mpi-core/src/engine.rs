@@ -946,7 +946,7 @@ impl Engine {
             .reqs
             .get_mut(id.0)
             .ok_or_else(|| bad_request("MPI_Request_free", id))?;
-        if req.op == Op::Scheduled {
+        if req.op == Op::Scheduled && !(req.persistent && req.phase == Phase::Inactive) {
             // MPI-3.1 §5.12: freeing a non-blocking collective's request is erroneous
             // (an active schedule would go on writing the user's buffers).
             return Err(mpi_err(
@@ -979,6 +979,25 @@ impl Engine {
         let req = self.core.reqs.get_mut(id.0).expect("just made");
         req.op = Op::Scheduled;
         req.phase = Phase::Active;
+        id
+    }
+
+    /// A persistent request for work advanced outside the engine, inactive until started
+    /// (a persistent collective); each start is completed by
+    /// [`Engine::finish_scheduled_with`].
+    pub(crate) fn new_persistent_scheduled(&mut self) -> ReqId {
+        let byte = self.byte_type();
+        let id = self.new_request(
+            None,
+            Buf(std::ptr::null_mut()),
+            0,
+            byte,
+            CommId::WORLD,
+            PROC_NULL,
+            0,
+            true,
+        );
+        self.core.reqs.get_mut(id.0).expect("just made").op = Op::Scheduled;
         id
     }
 

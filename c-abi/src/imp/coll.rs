@@ -133,7 +133,11 @@ fn degrees(r: &Runtime, call: &str, comm: CommId) -> MpiResult<(usize, usize)> {
 
 /// Register a new request and start its first round.
 fn started(r: &Runtime, req: MpiResult<CollRequest>, out: &mut MPI_Request) -> MpiResult<()> {
-    let id = r.start_schedule(Box::new(req?))?;
+    // A persistent collective's start takes the schedule instead (see `coll_init`).
+    let Some(req) = super::coll_init::divert(req?) else {
+        return Ok(());
+    };
+    let id = r.start_schedule(Box::new(req))?;
     *out = h::request_handle(id, false);
     Ok(())
 }

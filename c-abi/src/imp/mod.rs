@@ -7,6 +7,7 @@
 
 mod attr;
 pub(crate) mod coll;
+mod coll_init;
 mod comm;
 mod dtype;
 mod env;
@@ -20,6 +21,7 @@ mod topo;
 
 pub(crate) use attr::*;
 pub(crate) use coll::*;
+pub(crate) use coll_init::*;
 pub(crate) use comm::*;
 pub(crate) use dtype::*;
 pub(crate) use env::*;

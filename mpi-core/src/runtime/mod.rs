@@ -26,6 +26,7 @@ mod grequest;
 mod inter;
 mod isendrecv;
 mod p2p;
+mod persistent;
 mod progress;
 mod schedules;
 
@@ -37,6 +38,7 @@ use crate::engine::{
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
 pub use grequest::GrequestHooks;
+pub use persistent::ScheduleFactory;
 pub use schedules::Schedule;
 
 /// Largest tag a user may use (MPI_TAG_UB).
@@ -110,6 +112,8 @@ pub struct Runtime {
     schedule_errors: Mutex<Vec<(ReqId, MpiError)>>,
     /// Live generalized requests, see `grequest.rs`.
     grequests: Mutex<Vec<grequest::GrequestEntry>>,
+    /// Persistent collectives and their schedule factories, see `persistent.rs`.
+    persistent_colls: Mutex<Vec<(ReqId, persistent::SharedFactory)>>,
     /// `TSUNAGI_STALL_REPORT=SECONDS`: a wait that lasts longer prints what it waits for.
     stall_report: Option<Duration>,
     /// Free context pairs and the allocations in flight.
@@ -259,6 +263,7 @@ impl Runtime {
             nschedules: std::sync::atomic::AtomicUsize::new(0),
             schedule_errors: Mutex::new(Vec::new()),
             grequests: Mutex::new(Vec::new()),
+            persistent_colls: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
             universe_size,

@@ -205,6 +205,9 @@ impl Runtime {
 
     /// MPI_Start.
     pub fn start(&self, id: ReqId) -> MpiResult<()> {
+        if let Some(r) = self.start_persistent(id) {
+            return r;
+        }
         let mut e = self.lock();
         if !e.is_persistent(id) {
             return Err(MpiError::new(
@@ -486,6 +489,9 @@ impl Runtime {
     /// MPI_Request_free.
     pub fn request_free(&self, id: ReqId) -> MpiResult<()> {
         if let Some(r) = self.grequest_free(id) {
+            return r;
+        }
+        if let Some(r) = self.free_persistent(id) {
             return r;
         }
         self.lock().free_request(id)

@@ -36,8 +36,15 @@ pub trait Schedule: Send {
 impl Runtime {
     /// Register `schedule` as a new active request, advance it once (its first round
     /// starts now), and return the request.
-    pub fn start_schedule(&self, mut schedule: Box<dyn Schedule>) -> MpiResult<ReqId> {
+    pub fn start_schedule(&self, schedule: Box<dyn Schedule>) -> MpiResult<ReqId> {
         let id = self.lock().new_scheduled();
+        self.run_schedule(id, schedule);
+        Ok(id)
+    }
+
+    /// Run `schedule` as the work of active request `id` (new, or a persistent one just
+    /// started): advance it once, then on every progress step until it completes.
+    pub(super) fn run_schedule(&self, id: ReqId, mut schedule: Box<dyn Schedule>) {
         // An error of an earlier request with this id that nobody collected.
         self.schedule_errors
             .lock()
@@ -52,7 +59,6 @@ impl Runtime {
                 .push((id, schedule)),
             done => self.finish_schedule(id, done, schedule.as_mut()),
         }
-        Ok(id)
     }
 
     /// The error that ended the schedule of request `id`, once (with its message; the
