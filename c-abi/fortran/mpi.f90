@@ -288,6 +288,10 @@ module mpi
       PARAMETER (MPI_DIST_GRAPH=3)
       INTEGER MPI_COMM_TYPE_SHARED
       PARAMETER (MPI_COMM_TYPE_SHARED=1)
+      INTEGER MPI_COMM_TYPE_HW_GUIDED
+      PARAMETER (MPI_COMM_TYPE_HW_GUIDED=2)
+      INTEGER MPI_COMM_TYPE_HW_UNGUIDED
+      PARAMETER (MPI_COMM_TYPE_HW_UNGUIDED=3)
       INTEGER MPI_ORDER_C
       PARAMETER (MPI_ORDER_C=56)
       INTEGER MPI_ORDER_FORTRAN
@@ -1744,6 +1748,32 @@ module mpi
       integer :: newintercomm
       integer :: ierror
     end subroutine MPI_Intercomm_create
+    subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: newcomm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Comm_idup
+    subroutine MPI_Comm_idup_with_info(comm, info, newcomm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: info
+      integer :: newcomm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Comm_idup_with_info
+    subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: group
+      integer :: tag
+      integer :: newcomm
+      integer :: ierror
+    end subroutine MPI_Comm_create_group
     subroutine MPI_Comm_get_parent(parent, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -2007,6 +2037,16 @@ module mpi
       logical :: flag
       integer :: ierror
     end subroutine MPI_Info_get_valuelen
+    subroutine MPI_Info_get_string(info, key, buflen, value, flag, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: info
+      character(len=*) :: key
+      integer :: buflen
+      character(len=*) :: value
+      logical :: flag
+      integer :: ierror
+    end subroutine MPI_Info_get_string
     subroutine MPI_Info_get_nkeys(info, nkeys, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -3283,23 +3323,6 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Neighbor_alltoallw_init
-    subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: comm
-      integer :: newcomm
-      integer :: request
-      integer :: ierror
-    end subroutine MPI_Comm_idup
-    subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: comm
-      integer :: group
-      integer :: tag
-      integer :: newcomm
-      integer :: ierror
-    end subroutine MPI_Comm_create_group
     subroutine MPI_Comm_accept(port_name, info, root, comm, newcomm, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

@@ -181,6 +181,8 @@ module mpi_f08
   integer, parameter :: MPI_CART = 2
   integer, parameter :: MPI_DIST_GRAPH = 3
   integer, parameter :: MPI_COMM_TYPE_SHARED = 1
+  integer, parameter :: MPI_COMM_TYPE_HW_GUIDED = 2
+  integer, parameter :: MPI_COMM_TYPE_HW_UNGUIDED = 3
   integer, parameter :: MPI_ORDER_C = 56
   integer, parameter :: MPI_ORDER_FORTRAN = 57
   integer, parameter :: MPI_DISTRIBUTE_BLOCK = 121
@@ -1472,6 +1474,31 @@ module mpi_f08
       type(MPI_Comm) :: newintercomm
       integer(c_int) :: ierror
     end subroutine tsunagi_intercomm_create
+    subroutine tsunagi_comm_idup(comm, newcomm, request, ierror) bind(C, name="mpi_comm_idup_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Comm) :: newcomm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_idup
+    subroutine tsunagi_comm_idup_with_info(comm, info, newcomm, request, ierror) bind(C,  &
+        & name="mpi_comm_idup_with_info_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Comm) :: newcomm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_idup_with_info
+    subroutine tsunagi_comm_create_group(comm, group, tag, newcomm, ierror) bind(C,  &
+        & name="mpi_comm_create_group_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Group) :: group
+      integer :: tag
+      type(MPI_Comm) :: newcomm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_create_group
     subroutine tsunagi_comm_get_parent(parent, ierror) bind(C, name="mpi_comm_get_parent_")
       import
       type(MPI_Comm) :: parent
@@ -1721,6 +1748,18 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: key_len
     end subroutine tsunagi_info_get_valuelen
+    subroutine tsunagi_info_get_string(info, key, buflen, value, flag, ierror, key_len,  &
+        & value_len) bind(C, name="mpi_info_get_string_")
+      import
+      type(MPI_Info) :: info
+      character(kind=c_char) :: key(*)
+      integer :: buflen
+      character(kind=c_char) :: value(*)
+      logical :: flag
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: key_len
+      integer(c_size_t), value :: value_len
+    end subroutine tsunagi_info_get_string
     subroutine tsunagi_info_get_nkeys(info, nkeys, ierror) bind(C, name="mpi_info_get_nkeys_")
       import
       type(MPI_Info) :: info
@@ -2820,22 +2859,6 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_neighbor_alltoallw_init
-    subroutine tsunagi_comm_idup(comm, newcomm, request, ierror) bind(C, name="mpi_comm_idup_")
-      import
-      type(MPI_Comm) :: comm
-      type(MPI_Comm) :: newcomm
-      type(MPI_Request) :: request
-      integer(c_int) :: ierror
-    end subroutine tsunagi_comm_idup
-    subroutine tsunagi_comm_create_group(comm, group, tag, newcomm, ierror) bind(C,  &
-        & name="mpi_comm_create_group_")
-      import
-      type(MPI_Comm) :: comm
-      type(MPI_Group) :: group
-      integer :: tag
-      type(MPI_Comm) :: newcomm
-      integer(c_int) :: ierror
-    end subroutine tsunagi_comm_create_group
     subroutine tsunagi_comm_accept(port_name, info, root, comm, newcomm, ierror,  &
         & port_name_len) bind(C, name="mpi_comm_accept_")
       import
@@ -5353,6 +5376,35 @@ contains
         & newintercomm, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Intercomm_create
+  subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Comm) :: newcomm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_idup(comm, newcomm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_idup
+  subroutine MPI_Comm_idup_with_info(comm, info, newcomm, request, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Comm) :: newcomm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_idup_with_info(comm, info, newcomm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_idup_with_info
+  subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Group), intent(in) :: group
+    integer, intent(in) :: tag
+    type(MPI_Comm) :: newcomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_create_group(comm, group, tag, newcomm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_create_group
   subroutine MPI_Comm_get_parent(parent, ierror)
     type(MPI_Comm) :: parent
     integer, optional, intent(out) :: ierror
@@ -5654,6 +5706,18 @@ contains
     call tsunagi_info_get_valuelen(info, key, valuelen, flag, ierror_c, len(key, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Info_get_valuelen
+  subroutine MPI_Info_get_string(info, key, buflen, value, flag, ierror)
+    type(MPI_Info), intent(in) :: info
+    character(len=*) :: key
+    integer :: buflen
+    character(len=*) :: value
+    logical :: flag
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_info_get_string(info, key, buflen, value, flag, ierror_c, len(key,  &
+        & kind=c_size_t), len(value, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Info_get_string
   subroutine MPI_Info_get_nkeys(info, nkeys, ierror)
     type(MPI_Info), intent(in) :: info
     integer :: nkeys
@@ -7068,25 +7132,6 @@ contains
         & recvcounts, rdispls, recvtypes, comm, info, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Neighbor_alltoallw_init
-  subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
-    type(MPI_Comm), intent(in) :: comm
-    type(MPI_Comm) :: newcomm
-    type(MPI_Request) :: request
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_comm_idup(comm, newcomm, request, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Comm_idup
-  subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
-    type(MPI_Comm), intent(in) :: comm
-    type(MPI_Group), intent(in) :: group
-    integer, intent(in) :: tag
-    type(MPI_Comm) :: newcomm
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_comm_create_group(comm, group, tag, newcomm, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Comm_create_group
   subroutine MPI_Comm_accept(port_name, info, root, comm, newcomm, ierror)
     character(len=*) :: port_name
     type(MPI_Info), intent(in) :: info

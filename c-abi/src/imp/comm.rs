@@ -62,21 +62,40 @@ pub(crate) fn comm_split_type(
     comm: CommId,
     split_type: c_int,
     key: c_int,
-    _info: Option<InfoId>,
+    info: Option<InfoId>,
     new: &mut MPI_Comm,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Comm_split_type")?;
+    let node = || -> MpiResult<c_int> {
+        let nodes = r.comm_nodes(comm)?;
+        Ok(nodes[r.comm_rank(comm)?] as c_int)
+    };
     let color = match split_type {
         MPI_UNDEFINED => UNDEFINED,
-        MPI_COMM_TYPE_SHARED => {
+        MPI_COMM_TYPE_SHARED => node()?,
+        // The one hardware resource Tsunagi knows is the node (shared memory); any other
+        // resource type gives MPI_COMM_NULL, as MPI-4 says for unrecognised values.
+        MPI_COMM_TYPE_HW_GUIDED => {
+            let kind = info.and_then(|i| super::info_value(i, "mpi_hw_resource_type"));
+            match kind.as_deref() {
+                Some("mpi_shared_memory") => node()?,
+                _ => UNDEFINED,
+            }
+        }
+        // A resource strictly smaller than the communicator: the node, if it spans more.
+        MPI_COMM_TYPE_HW_UNGUIDED => {
             let nodes = r.comm_nodes(comm)?;
-            nodes[r.comm_rank(comm)?] as c_int
+            if nodes.iter().all(|&n| n == nodes[0]) {
+                UNDEFINED
+            } else {
+                node()?
+            }
         }
         other => {
             return Err(err(
                 ErrorClass::Arg,
                 format!(
-                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED or MPI_UNDEFINED)"
+                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED or MPI_UNDEFINED)"
                 ),
             ))
         }
@@ -298,4 +317,44 @@ pub(crate) fn group_compare(a: &Arc<Group>, b: &Arc<Group>, result: &mut c_int) 
 
 pub(crate) fn group_free(g: &mut MPI_Group) -> MpiResult<()> {
     h::free_group(g)
+}
+
+/// Where MPI_Comm_idup writes the new communicator when it exists.
+struct NewCommSlot(*mut MPI_Comm);
+
+// SAFETY: MPI requires the `newcomm` argument of MPI_Comm_idup to stay valid and untouched
+// until the request completes; the core writes it once, on whichever thread completes it.
+unsafe impl Send for NewCommSlot {}
+
+impl NewCommSlot {
+    fn put(&self, c: CommId) {
+        // SAFETY: see the Send impl: a valid MPI_Comm location reserved for this write.
+        unsafe { *self.0 = h::comm_handle(c) };
+    }
+}
+
+pub(crate) fn comm_idup(comm: CommId, new: &mut MPI_Comm, request: &mut MPI_Request) -> MpiResult<()> {
+    let slot = NewCommSlot(new as *mut MPI_Comm);
+    let id = h::runtime("MPI_Comm_idup")?.comm_idup(comm, Box::new(move |c| slot.put(c)))?;
+    *request = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn comm_idup_with_info(
+    comm: CommId,
+    _info: Option<InfoId>,
+    new: &mut MPI_Comm,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    comm_idup(comm, new, request)
+}
+
+pub(crate) fn comm_create_group(
+    comm: CommId,
+    group: &Arc<Group>,
+    tag: c_int,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    *new = out_comm(h::runtime("MPI_Comm_create_group")?.comm_create_group(comm, group, tag)?);
+    Ok(())
 }

@@ -232,6 +232,92 @@ static void grequests(void) {
     CHECK_EQ(f.freed, 1);
 }
 
+/* MPI_Comm_idup (truly non-blocking: rank 1 receives before it calls it, rank 0 sends
+ * after), MPI_Comm_create_group over disjoint groups at once, MPI_Info_get_string,
+ * MPI_Comm_split_type with MPI_COMM_TYPE_HW_GUIDED. */
+static void communicators(void) {
+    int kv, x = 7, flag, *got;
+    OK(MPI_Comm_create_keyval(MPI_COMM_DUP_FN, MPI_COMM_NULL_DELETE_FN, &kv, NULL));
+    OK(MPI_Comm_set_attr(MPI_COMM_WORLD, kv, &x));
+    MPI_Comm a, b;
+    MPI_Request q[2];
+    if (rank == 1)
+        OK(MPI_Recv(&x, 1, MPI_INT, 0, 11, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+    OK(MPI_Comm_idup(MPI_COMM_WORLD, &a, &q[0]));
+    OK(MPI_Comm_idup_with_info(MPI_COMM_WORLD, MPI_INFO_NULL, &b, &q[1]));
+    if (rank == 0 && size > 1)
+        OK(MPI_Send(&x, 1, MPI_INT, 1, 11, MPI_COMM_WORLD));
+    OK(MPI_Waitall(2, q, MPI_STATUSES_IGNORE));
+    int res;
+    OK(MPI_Comm_compare(a, MPI_COMM_WORLD, &res));
+    CHECK_EQ(res, MPI_CONGRUENT);
+    OK(MPI_Comm_compare(a, b, &res));
+    CHECK_EQ(res, MPI_CONGRUENT);
+    OK(MPI_Comm_get_attr(a, kv, &got, &flag));
+    CHECK(flag && *got == 7);
+    int sum;
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, a));
+    CHECK_EQ(sum, size * (size - 1) / 2);
+    OK(MPI_Comm_free(&a));
+    OK(MPI_Comm_free(&b));
+    OK(MPI_Comm_delete_attr(MPI_COMM_WORLD, kv));
+    OK(MPI_Comm_free_keyval(&kv));
+
+    /* create_group: even and odd ranks each make theirs, with different tags */
+    MPI_Group wg, pg;
+    int ranks[8], n = 0;
+    for (int r = rank % 2; r < size; r += 2)
+        ranks[n++] = r;
+    OK(MPI_Comm_group(MPI_COMM_WORLD, &wg));
+    OK(MPI_Group_incl(wg, n, ranks, &pg));
+    MPI_Comm c;
+    OK(MPI_Comm_create_group(MPI_COMM_WORLD, pg, 100 + rank % 2, &c));
+    int cr, cs;
+    OK(MPI_Comm_rank(c, &cr));
+    OK(MPI_Comm_size(c, &cs));
+    CHECK_EQ(cr, rank / 2);
+    CHECK_EQ(cs, n);
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, c));
+    int want = 0;
+    for (int i = 0; i < n; i++)
+        want += ranks[i];
+    CHECK_EQ(sum, want);
+    OK(MPI_Comm_free(&c));
+    OK(MPI_Group_free(&pg));
+    OK(MPI_Group_free(&wg));
+
+    /* MPI_Info_get_string */
+    MPI_Info info;
+    OK(MPI_Info_create(&info));
+    OK(MPI_Info_set(info, "k", "hello"));
+    char v[16];
+    int len = 0;
+    OK(MPI_Info_get_string(info, "k", &len, NULL, &flag));
+    CHECK(flag);
+    CHECK_EQ(len, 6);
+    len = 3;
+    OK(MPI_Info_get_string(info, "k", &len, v, &flag));
+    CHECK(flag && strcmp(v, "he") == 0);
+    CHECK_EQ(len, 6);
+    len = 16;
+    OK(MPI_Info_get_string(info, "k", &len, v, &flag));
+    CHECK(flag && strcmp(v, "hello") == 0);
+    OK(MPI_Info_get_string(info, "missing", &len, v, &flag));
+    CHECK(!flag);
+
+    /* MPI_COMM_TYPE_HW_GUIDED: shared memory is the node; anything else is no group */
+    OK(MPI_Info_set(info, "mpi_hw_resource_type", "mpi_shared_memory"));
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, rank, info, &c));
+    CHECK(c != MPI_COMM_NULL);
+    OK(MPI_Comm_size(c, &cs));
+    CHECK_EQ(cs, size); /* one node */
+    OK(MPI_Comm_free(&c));
+    OK(MPI_Info_set(info, "mpi_hw_resource_type", "no_such_resource"));
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_HW_GUIDED, rank, info, &c));
+    CHECK(c == MPI_COMM_NULL);
+    OK(MPI_Info_free(&info));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -241,6 +327,7 @@ int main(int argc, char **argv) {
     persistent_inter();
     isendrecv();
     grequests();
+    communicators();
     if (rank == 0)
         printf("mpi4 ok\n");
     MPI_Finalize();

@@ -332,6 +332,12 @@ impl Runtime {
             let (group, rank) = self.with_comm(call, comm, |c| ((*c.group).clone(), c.rank))?;
             self.insert_comm(comm, group, rank, context)?
         };
+        self.copy_attrs(call, comm, new)?;
+        Ok(new)
+    }
+
+    /// Copy `old`'s attributes to `new` through their keyvals' copy callbacks.
+    pub(super) fn copy_attrs(&self, call: &str, comm: CommId, new: CommId) -> MpiResult<()> {
         let attrs = self.with_comm(call, comm, |c| c.attrs.clone())?;
         // Copy callbacks run without the engine lock: they may call MPI.
         for (kv, val) in attrs {
@@ -353,7 +359,7 @@ impl Runtime {
                 }
             }
         }
-        Ok(new)
+        Ok(())
     }
 
     /// MPI_Comm_split: None for MPI_UNDEFINED colour (MPI_COMM_NULL).

@@ -25,6 +25,7 @@ mod errors;
 mod grequest;
 mod inter;
 mod isendrecv;
+mod newcomm;
 mod p2p;
 mod persistent;
 mod progress;
@@ -38,6 +39,7 @@ use crate::engine::{
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
 pub use grequest::GrequestHooks;
+pub use newcomm::NewCommDone;
 pub use persistent::ScheduleFactory;
 pub use schedules::Schedule;
 
