@@ -27,20 +27,32 @@ fn main() {
     let inter = InterCommunicator::create(&local, 0, &world, 1 - color, 5).expect("create");
     let (lrank, lsize, rsize) = (inter.rank(), inter.size(), inter.remote_size());
     check(inter.is_inter() && !world.is_inter(), "is_inter");
-    check(lrank == rank / 2 && lsize == local.size(), "local rank and size");
-    check(rsize == if color == 0 { size / 2 } else { (size + 1) / 2 }, "remote size");
+    check(
+        lrank == rank / 2 && lsize == local.size(),
+        "local rank and size",
+    );
+    check(
+        rsize == if color == 0 { size / 2 } else { (size + 1) / 2 },
+        "remote size",
+    );
     // World rank of remote rank j.
     let rw = |j: i32| 2 * j + 1 - color;
-    check(inter.remote_group().expect("remote group").size() == rsize, "remote group");
+    check(
+        inter.remote_group().expect("remote group").size() == rsize,
+        "remote group",
+    );
 
     // Point-to-point: to the same-numbered remote rank, if there is one.
     if lrank < rsize {
-        inter
+        inter.process_at_rank(lrank).send(&rank).expect("send");
+        let (got, st) = inter
             .process_at_rank(lrank)
-            .send(&rank)
-            .expect("send");
-        let (got, st) = inter.process_at_rank(lrank).receive::<i32>().expect("receive");
-        check(got == rw(lrank) && st.source_rank() == lrank, "point-to-point");
+            .receive::<i32>()
+            .expect("receive");
+        check(
+            got == rw(lrank) && st.source_rank() == lrank,
+            "point-to-point",
+        );
     }
 
     // Rooted collectives with the root at rank 0 of either group.
@@ -52,7 +64,8 @@ fn main() {
             v = [1, 2, 3];
             let root = inter.root_process();
             root.broadcast_into(&mut v[..]).expect("broadcast root");
-            root.gather_into_root(&0i32, &mut all[..]).expect("gather root");
+            root.gather_into_root(&0i32, &mut all[..])
+                .expect("gather root");
             for j in 0..rsize {
                 check(all[j as usize] == rw(j), "gather");
             }
@@ -64,13 +77,15 @@ fn main() {
             idle.broadcast_into(&mut v[..]).expect("broadcast idle");
             check(v == [0, 0, 0], "an idle process's buffer is untouched");
             idle.gather_into(&0i32).expect("gather idle");
-            idle.reduce_into(&0i32, &SystemOperation::sum()).expect("reduce idle");
+            idle.reduce_into(&0i32, &SystemOperation::sum())
+                .expect("reduce idle");
         } else {
             let root = inter.process_at_rank(0);
             root.broadcast_into(&mut v[..]).expect("broadcast leaf");
             check(v == [1, 2, 3], "broadcast");
             root.gather_into(&rank).expect("gather leaf");
-            root.reduce_into(&rank, &SystemOperation::sum()).expect("reduce leaf");
+            root.reduce_into(&rank, &SystemOperation::sum())
+                .expect("reduce leaf");
         }
     }
 
@@ -81,13 +96,22 @@ fn main() {
         .expect("all-reduce");
     check(sum == (0..rsize).map(rw).sum::<i32>(), "all-reduce");
     let mut all = vec![0i32; rsize as usize];
-    inter.all_gather_into(&rank, &mut all[..]).expect("all-gather");
-    check(all.iter().enumerate().all(|(j, &w)| w == rw(j as i32)), "all-gather");
+    inter
+        .all_gather_into(&rank, &mut all[..])
+        .expect("all-gather");
+    check(
+        all.iter().enumerate().all(|(j, &w)| w == rw(j as i32)),
+        "all-gather",
+    );
     inter.barrier().expect("barrier");
 
     // Merge (even ranks first), duplicate, split by local rank parity.
     let merged = inter.merge(color == 1).expect("merge");
-    let want = if color == 0 { lrank } else { (size + 1) / 2 + lrank };
+    let want = if color == 0 {
+        lrank
+    } else {
+        (size + 1) / 2 + lrank
+    };
     check(merged.rank() == want && merged.size() == size, "merge");
     let dup = inter.duplicate().expect("duplicate");
     check(dup.is_inter() && dup.remote_size() == rsize, "duplicate");
@@ -95,11 +119,15 @@ fn main() {
         .split_by_color_with_key(Color::with_value(lrank % 2), lrank)
         .expect("split");
     let their = (rsize - lrank % 2 + 1) / 2;
-    check(part.is_some() == (their > 0), "split leaves out a colour the other side lacks");
+    check(
+        part.is_some() == (their > 0),
+        "split leaves out a colour the other side lacks",
+    );
     if let Some(p) = part {
         check(p.remote_size() == their, "split remote size");
         let mut s = 0i32;
-        p.all_reduce_into(&1i32, &mut s, &SystemOperation::sum()).expect("split all-reduce");
+        p.all_reduce_into(&1i32, &mut s, &SystemOperation::sum())
+            .expect("split all-reduce");
         check(s == their, "split all-reduce");
     }
     println!("intercomm: rank {rank} of {size} OK");

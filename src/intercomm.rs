@@ -116,10 +116,7 @@ impl InterCommunicator {
 
     /// MPI_Comm_create: `group` is a subgroup of the local group (each side gives its
     /// own); None outside it or when the other side's group is empty.
-    pub fn split_by_subgroup_collective(
-        &self,
-        group: &Group,
-    ) -> Result<Option<InterCommunicator>> {
+    pub fn split_by_subgroup_collective(&self, group: &Group) -> Result<Option<InterCommunicator>> {
         let r = rt("MPI_Comm_create")?.comm_create(self.id, group.core())?;
         Ok(r.map(|id| InterCommunicator { id }))
     }

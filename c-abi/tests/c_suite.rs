@@ -373,7 +373,14 @@ fn intercommunicators_every_collective_every_root() {
     for args in [
         &["-n", "4", "--env", "TSUNAGI_PROGRESS=threaded"][..],
         &["-n", "6", "--node-map", "3"][..],
-        &["-n", "4", "--node-map", "2", "--env", "TSUNAGI_PROGRESS=threaded"][..],
+        &[
+            "-n",
+            "4",
+            "--node-map",
+            "2",
+            "--env",
+            "TSUNAGI_PROGRESS=threaded",
+        ][..],
     ] {
         let out = run(Command::new("timeout")
             .arg("120")

@@ -28,7 +28,21 @@ pub unsafe fn allgather(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Allgather", comm)? {
-        return unsafe { crate::inter::iallgatherv(rt, "MPI_Allgather", sendbuf, sendcount, sendtype, recvbuf, recvcount, None, recvtype, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Allgather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Allgather";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -60,7 +74,21 @@ pub unsafe fn allgatherv(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Allgatherv", comm)? {
-        return unsafe { crate::inter::iallgatherv(rt, "MPI_Allgatherv", sendbuf, sendcount, sendtype, recvbuf, 0, Some((recvcounts, displs)), recvtype, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Allgatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Allgatherv";
     let ctx = Ctx::new(rt, comm, call)?;

@@ -124,7 +124,20 @@ pub unsafe fn alltoall(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Alltoall", comm)? {
-        return unsafe { crate::inter::ialltoall(rt, "MPI_Alltoall", sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::ialltoall(
+                rt,
+                "MPI_Alltoall",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Alltoall";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -189,7 +202,22 @@ pub unsafe fn alltoallv(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Alltoallv", comm)? {
-        return unsafe { crate::inter::ialltoallv(rt, "MPI_Alltoallv", sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::ialltoallv(
+                rt,
+                "MPI_Alltoallv",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtype,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Alltoallv";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -249,7 +277,22 @@ pub unsafe fn alltoallw(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Alltoallw", comm)? {
-        return unsafe { crate::inter::ialltoallw(rt, "MPI_Alltoallw", sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::ialltoallw(
+                rt,
+                "MPI_Alltoallw",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtypes,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtypes,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Alltoallw";
     let ctx = Ctx::new(rt, comm, call)?;

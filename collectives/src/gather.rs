@@ -30,7 +30,22 @@ pub unsafe fn gather(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Gather", comm)? {
-        return unsafe { crate::inter::igatherv(rt, "MPI_Gather", sendbuf, sendcount, sendtype, recvbuf, recvcount, None, recvtype, root, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Gather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Gather";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -201,7 +216,22 @@ pub unsafe fn gatherv(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Gatherv", comm)? {
-        return unsafe { crate::inter::igatherv(rt, "MPI_Gatherv", sendbuf, sendcount, sendtype, recvbuf, 0, Some((recvcounts, displs)), recvtype, root, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Gatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Gatherv";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -277,7 +307,22 @@ pub unsafe fn scatter(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Scatter", comm)? {
-        return unsafe { crate::inter::iscatterv(rt, "MPI_Scatter", sendbuf, sendcount, None, sendtype, recvbuf, recvcount, recvtype, root, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Scatter",
+                sendbuf,
+                sendcount,
+                None,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Scatter";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -415,7 +460,22 @@ pub unsafe fn scatterv(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Scatterv", comm)? {
-        return unsafe { crate::inter::iscatterv(rt, "MPI_Scatterv", sendbuf, 0, Some((sendcounts, displs)), sendtype, recvbuf, recvcount, recvtype, root, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Scatterv",
+                sendbuf,
+                0,
+                Some((sendcounts, displs)),
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Scatterv";
     let ctx = Ctx::new(rt, comm, call)?;

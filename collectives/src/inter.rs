@@ -268,7 +268,12 @@ pub(crate) unsafe fn igatherv(
                 }
             };
             for i in 0..n {
-                steps.push(typed_recv(at(recvbuf, displs[i], recvtype), counts[i], recvtype, i));
+                steps.push(typed_recv(
+                    at(recvbuf, displs[i], recvtype),
+                    counts[i],
+                    recvtype,
+                    i,
+                ));
             }
         }
         Role::Leaf(r) => {
@@ -282,7 +287,11 @@ pub(crate) unsafe fn igatherv(
         }
         Role::Idle => {}
     }
-    Ok(CollRequest::chain(comm, vec![exchange(rt, comm, steps)?], Vec::new()))
+    Ok(CollRequest::chain(
+        comm,
+        vec![exchange(rt, comm, steps)?],
+        Vec::new(),
+    ))
 }
 
 /// `MPI_Iscatterv` / `MPI_Iscatter` (`counts_displs` None: `sendcount` to each).
@@ -321,7 +330,12 @@ pub(crate) unsafe fn iscatterv(
                 }
             };
             for i in 0..n {
-                steps.push(typed_send(at(sendbuf, displs[i], sendtype), counts[i], sendtype, i));
+                steps.push(typed_send(
+                    at(sendbuf, displs[i], sendtype),
+                    counts[i],
+                    sendtype,
+                    i,
+                ));
             }
         }
         Role::Leaf(r) => {
@@ -335,7 +349,11 @@ pub(crate) unsafe fn iscatterv(
         }
         Role::Idle => {}
     }
-    Ok(CollRequest::chain(comm, vec![exchange(rt, comm, steps)?], Vec::new()))
+    Ok(CollRequest::chain(
+        comm,
+        vec![exchange(rt, comm, steps)?],
+        Vec::new(),
+    ))
 }
 
 /// Per-peer blocks of an all-to-all family call on one side: (address, count, type).
@@ -343,7 +361,13 @@ type Blocks = Vec<(*mut u8, usize, TypeRef)>;
 
 fn uniform(base: *const u8, count: i64, dtype: &TypeRef, n: usize) -> Blocks {
     (0..n)
-        .map(|i| (at(base, i as i64 * count, dtype), count.max(0) as usize, dtype.clone()))
+        .map(|i| {
+            (
+                at(base, i as i64 * count, dtype),
+                count.max(0) as usize,
+                dtype.clone(),
+            )
+        })
         .collect()
 }
 
@@ -365,7 +389,11 @@ fn pairwise(
         check_type(call, t)?;
         steps.push(typed_send(*a, *c, t, j));
     }
-    Ok(CollRequest::chain(comm, vec![exchange(rt, comm, steps)?], Vec::new()))
+    Ok(CollRequest::chain(
+        comm,
+        vec![exchange(rt, comm, steps)?],
+        Vec::new(),
+    ))
 }
 
 /// `MPI_Iallgather(v)`: every member receives each remote member's block.
@@ -475,10 +503,22 @@ pub(crate) unsafe fn ialltoallw(
         ));
     }
     let send = (0..n)
-        .map(|j| ((sb as *mut u8).wrapping_offset(sdispls[j] as isize), sc[j], sendtypes[j].clone()))
+        .map(|j| {
+            (
+                (sb as *mut u8).wrapping_offset(sdispls[j] as isize),
+                sc[j],
+                sendtypes[j].clone(),
+            )
+        })
         .collect();
     let recv = (0..n)
-        .map(|j| (recvbuf.wrapping_offset(rdispls[j] as isize), rc[j], recvtypes[j].clone()))
+        .map(|j| {
+            (
+                recvbuf.wrapping_offset(rdispls[j] as isize),
+                rc[j],
+                recvtypes[j].clone(),
+            )
+        })
         .collect();
     pairwise(rt, call, comm, send, recv)
 }
@@ -501,9 +541,8 @@ pub(crate) unsafe fn ialltoallv(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
-    let scale = |d: &[i64], t: &TypeRef| -> Vec<i64> {
-        d.iter().map(|&x| x * t.extent() as i64).collect()
-    };
+    let scale =
+        |d: &[i64], t: &TypeRef| -> Vec<i64> { d.iter().map(|&x| x * t.extent() as i64).collect() };
     let n = sendcounts.len().max(recvcounts.len());
     // SAFETY: forwarded.
     unsafe {
@@ -606,7 +645,10 @@ unsafe fn reduce_swap(
     // SAFETY: forwarded; the scratch buffers live in the chain.
     let first = unsafe { nbc::ireduce(rt, sendbuf, pm, count as i64, dtype, op, 0, local)? };
     let steps = if x.me == 0 {
-        vec![typed_recv(theirs, count, dtype, 0), typed_send(pm, count, dtype, 0)]
+        vec![
+            typed_recv(theirs, count, dtype, 0),
+            typed_send(pm, count, dtype, 0),
+        ]
     } else {
         Vec::new()
     };
@@ -635,10 +677,21 @@ pub(crate) unsafe fn iallreduce(
     let (local, me, n) = (x.data.local_comm, x.me, rt.comm_size(comm)?);
     // SAFETY: forwarded.
     unsafe {
-        reduce_swap(rt, call, sendbuf, c, dtype, op, comm, &x, Some(recvbuf), |p| {
-            // The leader received into its own receive buffer.
-            fan_out(rt, local, me, n, p, c, dtype)
-        })
+        reduce_swap(
+            rt,
+            call,
+            sendbuf,
+            c,
+            dtype,
+            op,
+            comm,
+            &x,
+            Some(recvbuf),
+            |p| {
+                // The leader received into its own receive buffer.
+                fan_out(rt, local, me, n, p, c, dtype)
+            },
+        )
     }
 }
 
@@ -673,7 +726,9 @@ pub(crate) unsafe fn ireduce_scatter(
     // SAFETY: forwarded.
     unsafe {
         reduce_swap(rt, call, sendbuf, total, dtype, op, comm, &x, None, |p| {
-            let blocks = (0..n).map(|i| (at(p, displs[i], dtype), counts[i])).collect();
+            let blocks = (0..n)
+                .map(|i| (at(p, displs[i], dtype), counts[i]))
+                .collect();
             spread(rt, local, me, blocks, (recvbuf, counts[me]), dtype)
         })
     }
@@ -697,7 +752,18 @@ pub(crate) unsafe fn ireduce_scatter_block(
     check_count(call, recvcount)?;
     let n = rt.comm_size(comm)?;
     // SAFETY: forwarded.
-    unsafe { ireduce_scatter(rt, call, sendbuf, recvbuf, &vec![recvcount; n], dtype, op, comm) }
+    unsafe {
+        ireduce_scatter(
+            rt,
+            call,
+            sendbuf,
+            recvbuf,
+            &vec![recvcount; n],
+            dtype,
+            op,
+            comm,
+        )
+    }
 }
 
 /// True when `comm` (checked as an argument of `call`) is an intercommunicator.

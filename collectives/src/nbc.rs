@@ -472,7 +472,21 @@ pub unsafe fn igather(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Igather", comm)? {
-        return unsafe { crate::inter::igatherv(rt, "MPI_Igather", sendbuf, sendcount, sendtype, recvbuf, recvcount, None, recvtype, root, comm) };
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Igather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                root,
+                comm,
+            )
+        };
     }
     let n = rt.comm_size(comm)?;
     let rc = if rt.comm_rank(comm)? == root.max(0) as usize {
@@ -517,7 +531,21 @@ pub unsafe fn igatherv(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Igatherv", comm)? {
-        return unsafe { crate::inter::igatherv(rt, "MPI_Igatherv", sendbuf, sendcount, sendtype, recvbuf, 0, Some((recvcounts, displs)), recvtype, root, comm) };
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Igatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                root,
+                comm,
+            )
+        };
     }
     // SAFETY: forwarded.
     unsafe {
@@ -619,7 +647,21 @@ pub unsafe fn iscatter(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Iscatter", comm)? {
-        return unsafe { crate::inter::iscatterv(rt, "MPI_Iscatter", sendbuf, sendcount, None, sendtype, recvbuf, recvcount, recvtype, root, comm) };
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Iscatter",
+                sendbuf,
+                sendcount,
+                None,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        };
     }
     let n = rt.comm_size(comm)?;
     let sc = if rt.comm_rank(comm)? == root.max(0) as usize {
@@ -664,7 +706,21 @@ pub unsafe fn iscatterv(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Iscatterv", comm)? {
-        return unsafe { crate::inter::iscatterv(rt, "MPI_Iscatterv", sendbuf, 0, Some((sendcounts, displs)), sendtype, recvbuf, recvcount, recvtype, root, comm) };
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Iscatterv",
+                sendbuf,
+                0,
+                Some((sendcounts, displs)),
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        };
     }
     // SAFETY: forwarded.
     unsafe {
@@ -765,7 +821,20 @@ pub unsafe fn iallgather(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Iallgather", comm)? {
-        return unsafe { crate::inter::iallgatherv(rt, "MPI_Iallgather", sendbuf, sendcount, sendtype, recvbuf, recvcount, None, recvtype, comm) };
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Iallgather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                comm,
+            )
+        };
     }
     let n = rt.comm_size(comm)?;
     let rc = check_count("MPI_Iallgather", recvcount)?;
@@ -804,7 +873,20 @@ pub unsafe fn iallgatherv(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Iallgatherv", comm)? {
-        return unsafe { crate::inter::iallgatherv(rt, "MPI_Iallgatherv", sendbuf, sendcount, sendtype, recvbuf, 0, Some((recvcounts, displs)), recvtype, comm) };
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Iallgatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                comm,
+            )
+        };
     }
     // SAFETY: forwarded.
     unsafe {
@@ -886,7 +968,19 @@ pub unsafe fn ialltoall(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Ialltoall", comm)? {
-        return unsafe { crate::inter::ialltoall(rt, "MPI_Ialltoall", sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) };
+        return unsafe {
+            crate::inter::ialltoall(
+                rt,
+                "MPI_Ialltoall",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                comm,
+            )
+        };
     }
     let n = rt.comm_size(comm)?;
     let sc = check_count("MPI_Ialltoall", sendcount).unwrap_or(0);
@@ -936,7 +1030,21 @@ pub unsafe fn ialltoallv(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Ialltoallv", comm)? {
-        return unsafe { crate::inter::ialltoallv(rt, "MPI_Ialltoallv", sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) };
+        return unsafe {
+            crate::inter::ialltoallv(
+                rt,
+                "MPI_Ialltoallv",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtype,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtype,
+                comm,
+            )
+        };
     }
     let n = rt.comm_size(comm)?;
     let call = "MPI_Ialltoallv";
@@ -977,7 +1085,21 @@ pub unsafe fn ialltoallw(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Ialltoallw", comm)? {
-        return unsafe { crate::inter::ialltoallw(rt, "MPI_Ialltoallw", sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) };
+        return unsafe {
+            crate::inter::ialltoallw(
+                rt,
+                "MPI_Ialltoallw",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtypes,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtypes,
+                comm,
+            )
+        };
     }
     // SAFETY: forwarded.
     unsafe {
@@ -1184,7 +1306,19 @@ pub unsafe fn ireduce(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Ireduce", comm)? {
-        return unsafe { crate::inter::ireduce(rt, "MPI_Ireduce", sendbuf, recvbuf, count, dtype, op, root, comm) };
+        return unsafe {
+            crate::inter::ireduce(
+                rt,
+                "MPI_Ireduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                root,
+                comm,
+            )
+        };
     }
     let call = "MPI_Ireduce";
     rt.check_comm_id(call, comm)?;
@@ -1304,7 +1438,18 @@ pub unsafe fn iallreduce(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Iallreduce", comm)? {
-        return unsafe { crate::inter::iallreduce(rt, "MPI_Iallreduce", sendbuf, recvbuf, count, dtype, op, comm) };
+        return unsafe {
+            crate::inter::iallreduce(
+                rt,
+                "MPI_Iallreduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                comm,
+            )
+        };
     }
     let call = "MPI_Iallreduce";
     rt.check_comm_id(call, comm)?;
@@ -1345,7 +1490,18 @@ pub unsafe fn ireduce_scatter_block(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Ireduce_scatter_block", comm)? {
-        return unsafe { crate::inter::ireduce_scatter_block(rt, "MPI_Ireduce_scatter_block", sendbuf, recvbuf, recvcount, dtype, op, comm) };
+        return unsafe {
+            crate::inter::ireduce_scatter_block(
+                rt,
+                "MPI_Ireduce_scatter_block",
+                sendbuf,
+                recvbuf,
+                recvcount,
+                dtype,
+                op,
+                comm,
+            )
+        };
     }
     let n = rt.comm_size(comm)?;
     let rc = red_checks("MPI_Ireduce_scatter_block", recvcount, dtype, op)?;
@@ -1378,7 +1534,18 @@ pub unsafe fn ireduce_scatter(
     comm: CommId,
 ) -> MpiResult<CollRequest> {
     if crate::inter::is_inter(rt, "MPI_Ireduce_scatter", comm)? {
-        return unsafe { crate::inter::ireduce_scatter(rt, "MPI_Ireduce_scatter", sendbuf, recvbuf, recvcounts, dtype, op, comm) };
+        return unsafe {
+            crate::inter::ireduce_scatter(
+                rt,
+                "MPI_Ireduce_scatter",
+                sendbuf,
+                recvbuf,
+                recvcounts,
+                dtype,
+                op,
+                comm,
+            )
+        };
     }
     // SAFETY: forwarded.
     unsafe {

@@ -81,7 +81,20 @@ pub unsafe fn reduce(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Reduce", comm)? {
-        return unsafe { crate::inter::ireduce(rt, "MPI_Reduce", sendbuf, recvbuf, count, dtype, op, root, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::ireduce(
+                rt,
+                "MPI_Reduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Reduce";
     let mut ctx = Ctx::new(rt, comm, call)?;
@@ -547,7 +560,19 @@ pub unsafe fn allreduce(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Allreduce", comm)? {
-        return unsafe { crate::inter::iallreduce(rt, "MPI_Allreduce", sendbuf, recvbuf, count, dtype, op, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::iallreduce(
+                rt,
+                "MPI_Allreduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Allreduce";
     let mut ctx = Ctx::new(rt, comm, call)?;
@@ -629,7 +654,19 @@ pub unsafe fn reduce_scatter_block(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Reduce_scatter_block", comm)? {
-        return unsafe { crate::inter::ireduce_scatter_block(rt, "MPI_Reduce_scatter_block", sendbuf, recvbuf, recvcount, dtype, op, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::ireduce_scatter_block(
+                rt,
+                "MPI_Reduce_scatter_block",
+                sendbuf,
+                recvbuf,
+                recvcount,
+                dtype,
+                op,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Reduce_scatter_block";
     let ctx = Ctx::new(rt, comm, call)?;
@@ -654,7 +691,19 @@ pub unsafe fn reduce_scatter(
     comm: CommId,
 ) -> MpiResult<()> {
     if crate::inter::is_inter(rt, "MPI_Reduce_scatter", comm)? {
-        return unsafe { crate::inter::ireduce_scatter(rt, "MPI_Reduce_scatter", sendbuf, recvbuf, recvcounts, dtype, op, comm) }?.wait(rt);
+        return unsafe {
+            crate::inter::ireduce_scatter(
+                rt,
+                "MPI_Reduce_scatter",
+                sendbuf,
+                recvbuf,
+                recvcounts,
+                dtype,
+                op,
+                comm,
+            )
+        }?
+        .wait(rt);
     }
     let call = "MPI_Reduce_scatter";
     let ctx = Ctx::new(rt, comm, call)?;

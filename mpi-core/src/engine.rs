@@ -1128,7 +1128,11 @@ impl Core {
 
     fn comm_rank_of(&self, comm: CommId, world: Rank) -> i32 {
         match self.comm(comm) {
-            Some(c) => c.peer_group().rank_of(world).map(|r| r as i32).unwrap_or(-1),
+            Some(c) => c
+                .peer_group()
+                .rank_of(world)
+                .map(|r| r as i32)
+                .unwrap_or(-1),
             None => -1,
         }
     }

@@ -117,10 +117,14 @@ pub(crate) fn gather_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+    ));
     persistent("MPI_Gather_init", request, move |out| {
         let (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) = args.get();
-        igather(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, out)
+        igather(
+            sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, out,
+        )
     })
 }
 
@@ -137,10 +141,15 @@ pub(crate) fn gatherv_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm,
+    ));
     persistent("MPI_Gatherv_init", request, move |out| {
-        let (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm) = args.get();
-        igatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, out)
+        let (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm) =
+            args.get();
+        igatherv(
+            sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, root, comm, out,
+        )
     })
 }
 
@@ -156,10 +165,14 @@ pub(crate) fn scatter_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm,
+    ));
     persistent("MPI_Scatter_init", request, move |out| {
         let (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm) = args.get();
-        iscatter(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, out)
+        iscatter(
+            sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, comm, out,
+        )
     })
 }
 
@@ -176,10 +189,15 @@ pub(crate) fn scatterv_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm));
+    let args = Captured((
+        sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm,
+    ));
     persistent("MPI_Scatterv_init", request, move |out| {
-        let (sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm) = args.get();
-        iscatterv(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, out)
+        let (sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm) =
+            args.get();
+        iscatterv(
+            sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype, root, comm, out,
+        )
     })
 }
 
@@ -194,10 +212,21 @@ pub(crate) fn allgather_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+    ));
     persistent("MPI_Allgather_init", request, move |out| {
         let (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) = args.get();
-        iallgather(sendbuf, sendcount, sendtype, recvbuf, recvcount, &h::dtype("recvtype", recvtype)?, comm, out)
+        iallgather(
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcount,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -213,10 +242,23 @@ pub(crate) fn allgatherv_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+    ));
     persistent("MPI_Allgatherv_init", request, move |out| {
-        let (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) = args.get();
-        iallgatherv(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, &h::dtype("recvtype", recvtype)?, comm, out)
+        let (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) =
+            args.get();
+        iallgatherv(
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcounts,
+            displs,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -231,10 +273,21 @@ pub(crate) fn alltoall_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+    ));
     persistent("MPI_Alltoall_init", request, move |out| {
         let (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) = args.get();
-        ialltoall(sendbuf, sendcount, sendtype, recvbuf, recvcount, &h::dtype("recvtype", recvtype)?, comm, out)
+        ialltoall(
+            sendbuf,
+            sendcount,
+            sendtype,
+            recvbuf,
+            recvcount,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -251,10 +304,24 @@ pub(crate) fn alltoallv_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+    ));
     persistent("MPI_Alltoallv_init", request, move |out| {
-        let (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) = args.get();
-        ialltoallv(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, &h::dtype("recvtype", recvtype)?, comm, out)
+        let (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) =
+            args.get();
+        ialltoallv(
+            sendbuf,
+            sendcounts,
+            sdispls,
+            sendtype,
+            recvbuf,
+            recvcounts,
+            rdispls,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -271,10 +338,25 @@ pub(crate) fn alltoallw_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm));
+    let args = Captured((
+        sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+    ));
     persistent("MPI_Alltoallw_init", request, move |out| {
-        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) = args.get();
-        ialltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, out)
+        let (
+            sendbuf,
+            sendcounts,
+            sdispls,
+            sendtypes,
+            recvbuf,
+            recvcounts,
+            rdispls,
+            recvtypes,
+            comm,
+        ) = args.get();
+        ialltoallw(
+            sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+            out,
+        )
     })
 }
 
@@ -292,7 +374,16 @@ pub(crate) fn reduce_init(
     let args = Captured((sendbuf, recvbuf, count, dtype, op, root, comm));
     persistent("MPI_Reduce_init", request, move |out| {
         let (sendbuf, recvbuf, count, dtype, op, root, comm) = args.get();
-        ireduce(sendbuf, recvbuf, count, &h::dtype("dtype", dtype)?, h::op("op", op)?, root, comm, out)
+        ireduce(
+            sendbuf,
+            recvbuf,
+            count,
+            &h::dtype("dtype", dtype)?,
+            h::op("op", op)?,
+            root,
+            comm,
+            out,
+        )
     })
 }
 
@@ -309,7 +400,15 @@ pub(crate) fn allreduce_init(
     let args = Captured((sendbuf, recvbuf, count, dtype, op, comm));
     persistent("MPI_Allreduce_init", request, move |out| {
         let (sendbuf, recvbuf, count, dtype, op, comm) = args.get();
-        iallreduce(sendbuf, recvbuf, count, &h::dtype("dtype", dtype)?, h::op("op", op)?, comm, out)
+        iallreduce(
+            sendbuf,
+            recvbuf,
+            count,
+            &h::dtype("dtype", dtype)?,
+            h::op("op", op)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -326,7 +425,15 @@ pub(crate) fn reduce_scatter_init(
     let args = Captured((sendbuf, recvbuf, recvcounts, dtype, op, comm));
     persistent("MPI_Reduce_scatter_init", request, move |out| {
         let (sendbuf, recvbuf, recvcounts, dtype, op, comm) = args.get();
-        ireduce_scatter(sendbuf, recvbuf, recvcounts, &h::dtype("dtype", dtype)?, h::op("op", op)?, comm, out)
+        ireduce_scatter(
+            sendbuf,
+            recvbuf,
+            recvcounts,
+            &h::dtype("dtype", dtype)?,
+            h::op("op", op)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -343,7 +450,15 @@ pub(crate) fn reduce_scatter_block_init(
     let args = Captured((sendbuf, recvbuf, recvcount, dtype, op, comm));
     persistent("MPI_Reduce_scatter_block_init", request, move |out| {
         let (sendbuf, recvbuf, recvcount, dtype, op, comm) = args.get();
-        ireduce_scatter_block(sendbuf, recvbuf, recvcount, &h::dtype("dtype", dtype)?, h::op("op", op)?, comm, out)
+        ireduce_scatter_block(
+            sendbuf,
+            recvbuf,
+            recvcount,
+            &h::dtype("dtype", dtype)?,
+            h::op("op", op)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -360,7 +475,15 @@ pub(crate) fn scan_init(
     let args = Captured((sendbuf, recvbuf, count, dtype, op, comm));
     persistent("MPI_Scan_init", request, move |out| {
         let (sendbuf, recvbuf, count, dtype, op, comm) = args.get();
-        iscan(sendbuf, recvbuf, count, &h::dtype("dtype", dtype)?, h::op("op", op)?, comm, out)
+        iscan(
+            sendbuf,
+            recvbuf,
+            count,
+            &h::dtype("dtype", dtype)?,
+            h::op("op", op)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -377,7 +500,15 @@ pub(crate) fn exscan_init(
     let args = Captured((sendbuf, recvbuf, count, dtype, op, comm));
     persistent("MPI_Exscan_init", request, move |out| {
         let (sendbuf, recvbuf, count, dtype, op, comm) = args.get();
-        iexscan(sendbuf, recvbuf, count, &h::dtype("dtype", dtype)?, h::op("op", op)?, comm, out)
+        iexscan(
+            sendbuf,
+            recvbuf,
+            count,
+            &h::dtype("dtype", dtype)?,
+            h::op("op", op)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -392,10 +523,21 @@ pub(crate) fn neighbor_allgather_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+    ));
     persistent("MPI_Neighbor_allgather_init", request, move |out| {
         let (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) = args.get();
-        ineighbor_allgather(sendbuf, sendcount, &h::dtype("sendtype", sendtype)?, recvbuf, recvcount, &h::dtype("recvtype", recvtype)?, comm, out)
+        ineighbor_allgather(
+            sendbuf,
+            sendcount,
+            &h::dtype("sendtype", sendtype)?,
+            recvbuf,
+            recvcount,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -411,10 +553,23 @@ pub(crate) fn neighbor_allgatherv_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm,
+    ));
     persistent("MPI_Neighbor_allgatherv_init", request, move |out| {
-        let (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) = args.get();
-        ineighbor_allgatherv(sendbuf, sendcount, &h::dtype("sendtype", sendtype)?, recvbuf, recvcounts, displs, &h::dtype("recvtype", recvtype)?, comm, out)
+        let (sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, comm) =
+            args.get();
+        ineighbor_allgatherv(
+            sendbuf,
+            sendcount,
+            &h::dtype("sendtype", sendtype)?,
+            recvbuf,
+            recvcounts,
+            displs,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -429,10 +584,21 @@ pub(crate) fn neighbor_alltoall_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
+    ));
     persistent("MPI_Neighbor_alltoall_init", request, move |out| {
         let (sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm) = args.get();
-        ineighbor_alltoall(sendbuf, sendcount, &h::dtype("sendtype", sendtype)?, recvbuf, recvcount, &h::dtype("recvtype", recvtype)?, comm, out)
+        ineighbor_alltoall(
+            sendbuf,
+            sendcount,
+            &h::dtype("sendtype", sendtype)?,
+            recvbuf,
+            recvcount,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -449,10 +615,24 @@ pub(crate) fn neighbor_alltoallv_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm));
+    let args = Captured((
+        sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm,
+    ));
     persistent("MPI_Neighbor_alltoallv_init", request, move |out| {
-        let (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) = args.get();
-        ineighbor_alltoallv(sendbuf, sendcounts, sdispls, &h::dtype("sendtype", sendtype)?, recvbuf, recvcounts, rdispls, &h::dtype("recvtype", recvtype)?, comm, out)
+        let (sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, rdispls, recvtype, comm) =
+            args.get();
+        ineighbor_alltoallv(
+            sendbuf,
+            sendcounts,
+            sdispls,
+            &h::dtype("sendtype", sendtype)?,
+            recvbuf,
+            recvcounts,
+            rdispls,
+            &h::dtype("recvtype", recvtype)?,
+            comm,
+            out,
+        )
     })
 }
 
@@ -469,9 +649,24 @@ pub(crate) fn neighbor_alltoallw_init(
     _info: Option<InfoId>,
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
-    let args = Captured((sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm));
+    let args = Captured((
+        sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+    ));
     persistent("MPI_Neighbor_alltoallw_init", request, move |out| {
-        let (sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm) = args.get();
-        ineighbor_alltoallw(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm, out)
+        let (
+            sendbuf,
+            sendcounts,
+            sdispls,
+            sendtypes,
+            recvbuf,
+            recvcounts,
+            rdispls,
+            recvtypes,
+            comm,
+        ) = args.get();
+        ineighbor_alltoallw(
+            sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, rdispls, recvtypes, comm,
+            out,
+        )
     })
 }

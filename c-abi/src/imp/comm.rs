@@ -189,7 +189,8 @@ pub(crate) fn intercomm_create(
             ))
         }
     };
-    *new = h::comm_handle(r.intercomm_create(local_comm, local_leader, peer, remote_leader, tag)?);
+    *new =
+        h::comm_handle(r.intercomm_create(local_comm, local_leader, peer, remote_leader, tag)?);
     Ok(())
 }
 
@@ -333,7 +334,11 @@ impl NewCommSlot {
     }
 }
 
-pub(crate) fn comm_idup(comm: CommId, new: &mut MPI_Comm, request: &mut MPI_Request) -> MpiResult<()> {
+pub(crate) fn comm_idup(
+    comm: CommId,
+    new: &mut MPI_Comm,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
     let slot = NewCommSlot(new as *mut MPI_Comm);
     let id = h::runtime("MPI_Comm_idup")?.comm_idup(comm, Box::new(move |c| slot.put(c)))?;
     *request = h::request_handle(id, false);

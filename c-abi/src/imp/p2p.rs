@@ -647,7 +647,16 @@ pub(crate) fn isendrecv_replace(
     let r = h::runtime("MPI_Isendrecv_replace")?;
     // SAFETY: MPI requires `buf` to stay valid until the request completes.
     let id = unsafe {
-        r.isendrecv_replace(buf as *mut u8, count as i64, dt, dest, stag, source, rtag, comm)?
+        r.isendrecv_replace(
+            buf as *mut u8,
+            count as i64,
+            dt,
+            dest,
+            stag,
+            source,
+            rtag,
+            comm,
+        )?
     };
     *request = h::request_handle(id, false);
     Ok(())

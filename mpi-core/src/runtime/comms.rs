@@ -472,7 +472,10 @@ impl Runtime {
         let mut e = self.lock();
         let c = e.core.comms[comm.0 as usize].take().expect("checked");
         // An intercommunicator's hidden local communicator goes with it.
-        let local = c.inter.as_ref().map(|i| e.core.comms[i.local_comm.0 as usize].take());
+        let local = c
+            .inter
+            .as_ref()
+            .map(|i| e.core.comms[i.local_comm.0 as usize].take());
         drop(e);
         self.release_context(c.context);
         if let Some(Some(l)) = local {

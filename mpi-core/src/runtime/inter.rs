@@ -358,7 +358,8 @@ impl Runtime {
         let (group, me) = self.with_comm(call, inter, |c| (c.group.clone(), c.rank))?;
         let is_leader = me == 0;
         let exchange = self.over_inter(call, inter);
-        let theirs = self.leaders_swap(call, data.local_comm, is_leader, &[high as u8], &exchange)?;
+        let theirs =
+            self.leaders_swap(call, data.local_comm, is_leader, &[high as u8], &exchange)?;
         let their_high = theirs.first().copied().unwrap_or(0) != 0;
         let low_first = if high != their_high {
             !high

@@ -52,7 +52,16 @@ impl Runtime {
         let r = unsafe { self.irecv(call, rbuf, rcount, rtype, source, rtag, comm)? };
         // SAFETY: forwarded caller contract.
         let sent = unsafe {
-            self.isend(call, sbuf, scount, stype, dest, stag, comm, SendMode::Standard)
+            self.isend(
+                call,
+                sbuf,
+                scount,
+                stype,
+                dest,
+                stag,
+                comm,
+                SendMode::Standard,
+            )
         };
         match sent {
             Ok(s) => Ok([Some(s), Some(r)]),

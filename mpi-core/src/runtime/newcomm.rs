@@ -44,7 +44,11 @@ struct NewComm {
 
 impl NewComm {
     fn post(&mut self, rt: &Runtime) -> MpiResult<()> {
-        let offer = rt.contexts.lock().expect("contexts lock").offer(self.identity);
+        let offer = rt
+            .contexts
+            .lock()
+            .expect("contexts lock")
+            .offer(self.identity);
         self.mine = offer.to_bytes();
         self.bufs = vec![vec![0u8; comm::OFFER_BYTES]; self.members.len()];
         self.reqs.clear();
@@ -195,10 +199,16 @@ impl Runtime {
     /// MPI_Comm_create_group: collective over the members of `group` only (a subgroup of
     /// `comm`'s group, or of its local group for an intercommunicator; the result is an
     /// intracommunicator); `tag` tells apart concurrent creations on one communicator.
-    pub fn comm_create_group(&self, comm: CommId, group: &Group, tag: i32) -> MpiResult<Option<CommId>> {
+    pub fn comm_create_group(
+        &self,
+        comm: CommId,
+        group: &Group,
+        tag: i32,
+    ) -> MpiResult<Option<CommId>> {
         let call = "MPI_Comm_create_group";
         Self::check_tag(call, tag, false)?;
-        let (parent_group, inter) = self.with_comm(call, comm, |c| (c.group.clone(), c.inter.clone()))?;
+        let (parent_group, inter) =
+            self.with_comm(call, comm, |c| (c.group.clone(), c.inter.clone()))?;
         let mut members = Vec::with_capacity(group.size());
         for &w in group.world_ranks() {
             match parent_group.rank_of(w) {

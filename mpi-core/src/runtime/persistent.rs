@@ -16,14 +16,20 @@ impl Runtime {
     /// A new inactive persistent request whose starts run `factory`'s schedules.
     pub fn persistent_schedule(&self, factory: ScheduleFactory) -> MpiResult<ReqId> {
         let id = self.lock().new_persistent_scheduled();
-        let mut table = self.persistent_colls.lock().unwrap_or_else(|p| p.into_inner());
+        let mut table = self
+            .persistent_colls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         table.retain(|(i, _)| *i != id);
         table.push((id, Arc::new(Mutex::new(factory))));
         Ok(id)
     }
 
     fn persistent_factory(&self, id: ReqId) -> Option<SharedFactory> {
-        let table = self.persistent_colls.lock().unwrap_or_else(|p| p.into_inner());
+        let table = self
+            .persistent_colls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         table.iter().find(|(i, _)| *i == id).map(|(_, f)| f.clone())
     }
 
