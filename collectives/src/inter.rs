@@ -3,7 +3,7 @@
 //! group; the root's group mates pass `MPI_PROC_NULL` and take no part), all-to-all ones
 //! give each group the other group's contributions.
 //!
-//! Each is a chain of schedules ([`CollRequest::chain`]): phases on the hidden local
+//! Each is a chain of schedules (`CollRequest::chain`): phases on the hidden local
 //! intracommunicator (built with the intracommunicator schedules of [`crate::nbc`]) and
 //! exactly one inter-group phase on the intercommunicator itself, so every member of both
 //! groups takes the same non-blocking sequence numbers and tags match. The blocking forms
