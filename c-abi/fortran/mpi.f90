@@ -985,6 +985,69 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Isendrecv_replace
+    subroutine MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request, &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Psend_init
+    subroutine MPI_Precv_init(buf, partitions, count, datatype, source, tag, comm, info,  &
+        & request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Precv_init
+    subroutine MPI_Pready(partition, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: partition
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Pready
+    subroutine MPI_Pready_range(partition_low, partition_high, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: partition_low
+      integer :: partition_high
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Pready_range
+    subroutine MPI_Pready_list(length, array_of_partitions, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: length
+      integer :: array_of_partitions(*)
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Pready_list
+    subroutine MPI_Parrived(request, partition, flag, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: request
+      integer :: partition
+      logical :: flag
+      integer :: ierror
+    end subroutine MPI_Parrived
     subroutine MPI_Buffer_attach(buffer, size, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1774,6 +1837,16 @@ module mpi
       integer :: newcomm
       integer :: ierror
     end subroutine MPI_Comm_create_group
+    subroutine MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: group
+      character(len=*) :: stringtag
+      integer :: info
+      integer :: errhandler
+      integer :: newcomm
+      integer :: ierror
+    end subroutine MPI_Comm_create_from_group
     subroutine MPI_Comm_get_parent(parent, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

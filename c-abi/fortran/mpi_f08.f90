@@ -764,6 +764,63 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_isendrecv_replace
+    subroutine tsunagi_psend_init(buf, partitions, count, datatype, dest, tag, comm, info,  &
+        & request, ierror) bind(C, name="mpi_psend_init_")
+      import
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_psend_init
+    subroutine tsunagi_precv_init(buf, partitions, count, datatype, source, tag, comm, info,  &
+        & request, ierror) bind(C, name="mpi_precv_init_")
+      import
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_precv_init
+    subroutine tsunagi_pready(partition, request, ierror) bind(C, name="mpi_pready_")
+      import
+      integer :: partition
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pready
+    subroutine tsunagi_pready_range(partition_low, partition_high, request, ierror) bind(C,  &
+        & name="mpi_pready_range_")
+      import
+      integer :: partition_low
+      integer :: partition_high
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pready_range
+    subroutine tsunagi_pready_list(length, array_of_partitions, request, ierror) bind(C,  &
+        & name="mpi_pready_list_")
+      import
+      integer :: length
+      integer :: array_of_partitions(*)
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pready_list
+    subroutine tsunagi_parrived(request, partition, flag, ierror) bind(C, name="mpi_parrived_")
+      import
+      type(MPI_Request) :: request
+      integer :: partition
+      logical :: flag
+      integer(c_int) :: ierror
+    end subroutine tsunagi_parrived
     subroutine tsunagi_buffer_attach(buffer, size, ierror) bind(C, name="mpi_buffer_attach_")
       import
       type(*), dimension(*) :: buffer
@@ -1499,6 +1556,17 @@ module mpi_f08
       type(MPI_Comm) :: newcomm
       integer(c_int) :: ierror
     end subroutine tsunagi_comm_create_group
+    subroutine tsunagi_comm_create_from_group(group, stringtag, info, errhandler, newcomm,  &
+        & ierror, stringtag_len) bind(C, name="mpi_comm_create_from_group_")
+      import
+      type(MPI_Group) :: group
+      character(kind=c_char) :: stringtag(*)
+      type(MPI_Info) :: info
+      type(MPI_Errhandler) :: errhandler
+      type(MPI_Comm) :: newcomm
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: stringtag_len
+    end subroutine tsunagi_comm_create_from_group
     subroutine tsunagi_comm_get_parent(parent, ierror) bind(C, name="mpi_comm_get_parent_")
       import
       type(MPI_Comm) :: parent
@@ -4512,6 +4580,77 @@ contains
         & request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Isendrecv_replace
+  subroutine MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer, intent(in) :: partitions
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Psend_init
+  subroutine MPI_Precv_init(buf, partitions, count, datatype, source, tag, comm, info, request, &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer, intent(in) :: partitions
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_precv_init(buf, partitions, count, datatype, source, tag, comm, info, request, &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Precv_init
+  subroutine MPI_Pready(partition, request, ierror)
+    integer, intent(in) :: partition
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pready(partition, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pready
+  subroutine MPI_Pready_range(partition_low, partition_high, request, ierror)
+    integer, intent(in) :: partition_low
+    integer, intent(in) :: partition_high
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pready_range(partition_low, partition_high, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pready_range
+  subroutine MPI_Pready_list(length, array_of_partitions, request, ierror)
+    integer, intent(in) :: length
+    integer :: array_of_partitions(*)
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pready_list(length, array_of_partitions, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pready_list
+  subroutine MPI_Parrived(request, partition, flag, ierror)
+    type(MPI_Request), intent(in) :: request
+    integer, intent(in) :: partition
+    logical :: flag
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_parrived(request, partition, flag, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Parrived
   subroutine MPI_Buffer_attach(buffer, size, ierror)
     !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
     type(*), dimension(*) :: buffer
@@ -5405,6 +5544,18 @@ contains
     call tsunagi_comm_create_group(comm, group, tag, newcomm, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Comm_create_group
+  subroutine MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm, ierror)
+    type(MPI_Group), intent(in) :: group
+    character(len=*) :: stringtag
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Errhandler), intent(in) :: errhandler
+    type(MPI_Comm) :: newcomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_create_from_group(group, stringtag, info, errhandler, newcomm, ierror_c,  &
+        & len(stringtag, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_create_from_group
   subroutine MPI_Comm_get_parent(parent, ierror)
     type(MPI_Comm) :: parent
     integer, optional, intent(out) :: ierror

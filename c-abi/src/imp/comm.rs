@@ -363,3 +363,17 @@ pub(crate) fn comm_create_group(
     *new = out_comm(h::runtime("MPI_Comm_create_group")?.comm_create_group(comm, group, tag)?);
     Ok(())
 }
+
+pub(crate) fn comm_create_from_group(
+    group: &Arc<Group>,
+    stringtag: &str,
+    _info: Option<InfoId>,
+    errhandler: tsunagi_core::comm::ErrHandler,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Comm_create_from_group")?;
+    let id = r.comm_create_from_group(group, stringtag)?;
+    r.set_errhandler(id, errhandler)?;
+    *new = h::comm_handle(id);
+    Ok(())
+}

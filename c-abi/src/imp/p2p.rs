@@ -9,7 +9,7 @@ use tsunagi_core::{CommId, ErrorClass, MpiResult, SendMode};
 use super::flag;
 use super::request::put_status;
 use crate::ffi::*;
-use crate::handles::{self as h, err};
+use crate::handles::{self as h, err, InfoId};
 
 fn send_mode(
     call: &'static str,
@@ -659,5 +659,105 @@ pub(crate) fn isendrecv_replace(
         )?
     };
     *request = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn psend_init(
+    buf: *const c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    dt: &TypeRef,
+    dest: c_int,
+    tag: c_int,
+    comm: CommId,
+    _info: Option<InfoId>,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Psend_init")?;
+    // SAFETY: MPI requires `buf` to hold partitions × count elements until the request is
+    // freed.
+    let id = unsafe {
+        r.partitioned_init(
+            "MPI_Psend_init",
+            true,
+            buf as *mut u8,
+            partitions,
+            count,
+            dt,
+            dest,
+            tag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, true);
+    Ok(())
+}
+
+pub(crate) fn precv_init(
+    buf: *mut c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    dt: &TypeRef,
+    source: c_int,
+    tag: c_int,
+    comm: CommId,
+    _info: Option<InfoId>,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Precv_init")?;
+    // SAFETY: as in psend_init.
+    let id = unsafe {
+        r.partitioned_init(
+            "MPI_Precv_init",
+            false,
+            buf as *mut u8,
+            partitions,
+            count,
+            dt,
+            source,
+            tag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, true);
+    Ok(())
+}
+
+fn partitioned_request(request: MPI_Request) -> MpiResult<tsunagi_core::ReqId> {
+    h::request("request", request)?
+        .ok_or_else(|| err(ErrorClass::Request, "request is MPI_REQUEST_NULL"))
+}
+
+pub(crate) fn pready(partition: c_int, request: MPI_Request) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    h::runtime("MPI_Pready")?.pready("MPI_Pready", id, &[partition])
+}
+
+pub(crate) fn pready_range(low: c_int, high: c_int, request: MPI_Request) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    if high < low {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("partition_high {high} is below partition_low {low}"),
+        ));
+    }
+    let parts: Vec<c_int> = (low..=high).collect();
+    h::runtime("MPI_Pready_range")?.pready("MPI_Pready_range", id, &parts)
+}
+
+pub(crate) fn pready_list(
+    length: c_int,
+    parts: *const c_int,
+    request: MPI_Request,
+) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    // SAFETY: MPI requires `length` ints at `array_of_partitions`.
+    let parts = unsafe { h::slice("array_of_partitions", parts, length as usize)? };
+    h::runtime("MPI_Pready_list")?.pready("MPI_Pready_list", id, parts)
+}
+
+pub(crate) fn parrived(request: MPI_Request, partition: c_int, f: &mut c_int) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    *f = c_int::from(h::runtime("MPI_Parrived")?.parrived(id, partition)?);
     Ok(())
 }

@@ -283,6 +283,17 @@ static void communicators(void) {
         want += ranks[i];
     CHECK_EQ(sum, want);
     OK(MPI_Comm_free(&c));
+    /* the same groups through MPI_Comm_create_from_group (no parent communicator) */
+    OK(MPI_Comm_create_from_group(pg, "org.tsunagi.mpi4", MPI_INFO_NULL, MPI_ERRORS_RETURN,
+                                  &c));
+    OK(MPI_Comm_rank(c, &cr));
+    CHECK_EQ(cr, rank / 2);
+    MPI_Errhandler eh;
+    OK(MPI_Comm_get_errhandler(c, &eh));
+    CHECK(eh == MPI_ERRORS_RETURN);
+    OK(MPI_Allreduce(&rank, &sum, 1, MPI_INT, MPI_SUM, c));
+    CHECK_EQ(sum, want);
+    OK(MPI_Comm_free(&c));
     OK(MPI_Group_free(&pg));
     OK(MPI_Group_free(&wg));
 
@@ -318,6 +329,53 @@ static void communicators(void) {
     OK(MPI_Info_free(&info));
 }
 
+/* Partitioned communication between ranks 0 and 1: 8 partitions of 3 ints marked ready
+ * out of order (single, range, list), polled with MPI_Parrived, reused RUNS times, next to
+ * an ordinary message with the same tag. */
+static void partitioned(void) {
+    if (size < 2 || rank > 1)
+        return;
+    enum { P = 8, C = 3 };
+    int buf[P * C], x;
+    MPI_Request q;
+    if (rank == 0) {
+        OK(MPI_Psend_init(buf, P, C, MPI_INT, 1, 9, MPI_COMM_WORLD, MPI_INFO_NULL, &q));
+        for (int run = 0; run < RUNS; run++) {
+            for (int i = 0; i < P * C; i++)
+                buf[i] = run * 1000 + i;
+            x = run;
+            OK(MPI_Send(&x, 1, MPI_INT, 1, 9, MPI_COMM_WORLD));
+            OK(MPI_Start(&q));
+            for (int p = P - 1; p >= 4; p--)
+                OK(MPI_Pready(p, q));
+            OK(MPI_Pready_range(0, 1, q));
+            int rest[2] = {3, 2};
+            OK(MPI_Pready_list(2, rest, q));
+            OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+        }
+    } else {
+        OK(MPI_Precv_init(buf, P, C, MPI_INT, 0, 9, MPI_COMM_WORLD, MPI_INFO_NULL, &q));
+        for (int run = 0; run < RUNS; run++) {
+            for (int i = 0; i < P * C; i++)
+                buf[i] = -1;
+            OK(MPI_Start(&q));
+            int flag = 0;
+            while (!flag)
+                OK(MPI_Parrived(q, 0, &flag));
+            for (int i = 0; i < C; i++)
+                CHECK_EQ(buf[i], run * 1000 + i);
+            OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+            for (int i = 0; i < P * C; i++)
+                CHECK_EQ(buf[i], run * 1000 + i);
+            OK(MPI_Parrived(q, P - 1, &flag)); /* inactive: true */
+            CHECK(flag);
+            OK(MPI_Recv(&x, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, MPI_STATUS_IGNORE));
+            CHECK_EQ(x, run);
+        }
+    }
+    OK(MPI_Request_free(&q));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -328,6 +386,7 @@ int main(int argc, char **argv) {
     isendrecv();
     grequests();
     communicators();
+    partitioned();
     if (rank == 0)
         printf("mpi4 ok\n");
     MPI_Finalize();

@@ -27,6 +27,7 @@ mod inter;
 mod isendrecv;
 mod newcomm;
 mod p2p;
+mod partitioned;
 mod persistent;
 mod progress;
 mod schedules;
@@ -116,6 +117,8 @@ pub struct Runtime {
     grequests: Mutex<Vec<grequest::GrequestEntry>>,
     /// Persistent collectives and their schedule factories, see `persistent.rs`.
     persistent_colls: Mutex<Vec<(ReqId, persistent::SharedFactory)>>,
+    /// Partitioned requests' states, see `partitioned.rs`.
+    partitioned: Mutex<Vec<(ReqId, Arc<Mutex<partitioned::Partitioned>>)>>,
     /// `TSUNAGI_STALL_REPORT=SECONDS`: a wait that lasts longer prints what it waits for.
     stall_report: Option<Duration>,
     /// Free context pairs and the allocations in flight.
@@ -266,6 +269,7 @@ impl Runtime {
             schedule_errors: Mutex::new(Vec::new()),
             grequests: Mutex::new(Vec::new()),
             persistent_colls: Mutex::new(Vec::new()),
+            partitioned: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
             universe_size,

@@ -262,6 +262,34 @@ impl Runtime {
     }
 }
 
+impl Runtime {
+    /// MPI_Comm_create_from_group (MPI-4) without sessions: `group` is a group of world
+    /// processes (e.g. from MPI_COMM_WORLD's group), the members agree over MPI_COMM_WORLD
+    /// as MPI_Comm_create_group does, with `stringtag` (hashed) telling concurrent
+    /// creations apart.
+    pub fn comm_create_from_group(&self, group: &Group, stringtag: &str) -> MpiResult<CommId> {
+        // FNV-1a: the same on every process, spread over the tag range.
+        let mut h: u32 = 0x811c_9dc5;
+        for b in stringtag.bytes() {
+            h = (h ^ b as u32).wrapping_mul(0x0100_0193);
+        }
+        let tag = (h & 0x7fff_ffff) as i32;
+        match self.comm_create_group(CommId::WORLD, group, tag) {
+            Ok(Some(c)) => Ok(c),
+            Ok(None) => Err(MpiError::new(
+                ErrorClass::Group,
+                "MPI_Comm_create_from_group: the group is empty",
+            )),
+            Err(mut e) => {
+                e.message = e
+                    .message
+                    .replace("MPI_Comm_create_group", "MPI_Comm_create_from_group");
+                Err(e)
+            }
+        }
+    }
+}
+
 /// A schedule that is complete at once (an operation done before its request was made).
 struct Finished;
 

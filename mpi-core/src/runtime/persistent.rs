@@ -66,6 +66,7 @@ impl Runtime {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .retain(|(i, _)| *i != id);
+        self.forget_partitioned(id);
         Some(r)
     }
 }
