@@ -357,12 +357,24 @@ int main(int argc, char **argv) {
     CHECK_EQ(cls, MPI_ERR_COMM);
     MPI_Error_class(MPI_Allreduce(MPI_IN_PLACE, &y, 1, MPI_INT, MPI_SUM, ic), &cls);
     CHECK_EQ(cls, MPI_ERR_ARG);
+    /* A root outside the remote group is an error (checked locally, nothing is sent). */
+    MPI_Error_class(MPI_Bcast(&x, 1, MPI_INT, rsize, ic), &cls);
+    CHECK_EQ(cls, MPI_ERR_ROOT);
+    int dims[1] = {lsize}, periods[1] = {0};
+    MPI_Comm cart;
+    MPI_Error_class(MPI_Cart_create(ic, 1, dims, periods, 0, &cart), &cls);
+    CHECK_EQ(cls, MPI_ERR_COMM);
     OK(MPI_Comm_set_errhandler(ic, MPI_ERRORS_ARE_FATAL));
 
     /* dup: same groups, new context (traffic on one does not match the other). */
     MPI_Comm d;
     OK(MPI_Comm_dup(ic, &d));
     check_inter(d, lsize, rsize);
+    int res;
+    OK(MPI_Comm_compare(ic, d, &res));
+    CHECK_EQ(res, MPI_CONGRUENT);
+    OK(MPI_Comm_compare(ic, local, &res));
+    CHECK_EQ(res, MPI_UNEQUAL);
     int v = wrank, got = -1;
     if (lrank == 0) {
         MPI_Request q;

@@ -494,7 +494,19 @@ impl Runtime {
         if a == b {
             return Ok(Comparison::Ident);
         }
-        Ok(match ca.group.compare(&cb.group) {
+        let local = ca.group.compare(&cb.group);
+        let both = match (&ca.inter, &cb.inter) {
+            (None, None) => local,
+            // Intercommunicators: both the local and the remote groups count (the weaker
+            // relation of the two).
+            (Some(x), Some(y)) => match (local, x.remote.compare(&y.remote)) {
+                (Comparison::Unequal, _) | (_, Comparison::Unequal) => Comparison::Unequal,
+                (Comparison::Similar, _) | (_, Comparison::Similar) => Comparison::Similar,
+                _ => Comparison::Ident,
+            },
+            _ => Comparison::Unequal,
+        };
+        Ok(match both {
             Comparison::Ident => Comparison::Congruent,
             other => other,
         })

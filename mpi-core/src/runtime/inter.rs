@@ -196,16 +196,7 @@ impl Runtime {
                 .iter()
                 .map(|b| comm::Offer::from_bytes(b).expect("members send whole offers"))
                 .collect();
-            let mut combined = comm::Offer {
-                mask: comm::full_mask(),
-                real: true,
-            };
-            for o in &offers {
-                for (a, w) in combined.mask.iter_mut().zip(o.mask.iter()) {
-                    *a &= *w;
-                }
-                combined.real &= o.real;
-            }
+            let combined = comm::combine(&offers);
             let theirs = self.leaders_swap(call, local, is_leader, &combined.to_bytes(), exchange);
             let theirs = match theirs {
                 Ok(t) => t,
