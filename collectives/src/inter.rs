@@ -768,6 +768,5 @@ pub(crate) unsafe fn ireduce_scatter_block(
 
 /// True when `comm` (checked as an argument of `call`) is an intercommunicator.
 pub(crate) fn is_inter(rt: &Runtime, call: &str, comm: CommId) -> MpiResult<bool> {
-    rt.check_comm_id(call, comm)?;
-    rt.comm_test_inter(comm)
+    rt.comm_is_inter(call, comm)
 }

@@ -44,7 +44,13 @@ impl Runtime {
 
     /// MPI_Comm_test_inter.
     pub fn comm_test_inter(&self, comm: CommId) -> MpiResult<bool> {
-        self.with_comm("MPI_Comm_test_inter", comm, |c| c.inter.is_some())
+        self.comm_is_inter("MPI_Comm_test_inter", comm)
+    }
+
+    /// Whether `comm`, an argument of `call` (named by the error if it is not a live
+    /// communicator), is an intercommunicator.
+    pub fn comm_is_inter(&self, call: &str, comm: CommId) -> MpiResult<bool> {
+        self.with_comm(call, comm, |c| c.inter.is_some())
     }
 
     fn need_inter(&self, call: &str, comm: CommId) -> MpiResult<InterData> {
