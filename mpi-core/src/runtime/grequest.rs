@@ -39,6 +39,23 @@ struct Grequest {
     status: Option<Status>,
 }
 
+/// Hooks after their free function ran: nothing may be called any more (MPI calls the free
+/// function last; here it runs at completion, so a later MPI_Cancel of the completed,
+/// not yet collected request must not reach the program's cancel function).
+struct Released;
+
+impl GrequestHooks for Released {
+    fn query(&mut self) -> MpiResult<Status> {
+        Ok(Status::EMPTY)
+    }
+    fn free(&mut self) -> MpiResult<()> {
+        Ok(())
+    }
+    fn cancel(&mut self, _complete: bool) -> MpiResult<()> {
+        Ok(())
+    }
+}
+
 fn lock_hooks(h: &SharedHooks) -> std::sync::MutexGuard<'_, Box<dyn GrequestHooks>> {
     h.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -51,6 +68,7 @@ impl Schedule for Grequest {
         let mut hooks = lock_hooks(&self.hooks);
         let queried = hooks.query();
         let freed = hooks.free();
+        *hooks = Box::new(Released);
         let st = queried?;
         freed?;
         self.status = Some(st);
