@@ -397,7 +397,7 @@ fn main() {
         &out.join("fortran_points.rs"),
         &fortran::gen_entry_points(&funcs),
     );
-    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n    mpi_*;\n    pmpi_*;\n    mpipriv*;\n    mpifcmb*;\n    __mpi_f08_types_MOD_*;\n};\n";
+    let map = "{\n  global:\n    MPI_*;\n    PMPI_*;\n    MPIR_*;\n    MPII_Grequest_set_lang_f77;\n    mpi_*;\n    pmpi_*;\n    mpipriv*;\n    mpifcmb*;\n    __mpi_f08_types_MOD_*;\n};\n";
     write_if_changed(&out.join("exports.map"), map);
     let template = std::fs::read_to_string(dir.join("mpi.h.in")).expect("read mpi.h.in");
     write_if_changed(&dir.join("include/mpi.h"), &gen_header(&template, &funcs));

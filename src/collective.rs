@@ -235,7 +235,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) -> Result<()> {
         let call = "MPI_Allgather";
         let r = runtime(call)?;
-        let rc = per_process(call, recv.buffer_count(), self.size())?;
+        let rc = per_process(call, recv.buffer_count(), self.peer_size())?;
         // SAFETY: both buffers are valid for their counts and datatypes (Buffer contract);
         // the crate receives at most `rc` elements per process into `recv`.
         unsafe {
@@ -283,7 +283,7 @@ pub trait CommunicatorCollectives: Communicator {
     ) -> Result<()> {
         let call = "MPI_Allgatherv";
         let r = runtime(call)?;
-        check_blocks(call, counts, displs, self.size(), recv.buffer_count())?;
+        check_blocks(call, counts, displs, self.peer_size(), recv.buffer_count())?;
         // SAFETY: every block lies within `recv` (checked above).
         unsafe {
             Ok(coll::allgatherv(
@@ -309,8 +309,8 @@ pub trait CommunicatorCollectives: Communicator {
     ) -> Result<()> {
         let call = "MPI_Alltoall";
         let r = runtime(call)?;
-        let sc = per_process(call, send.buffer_count(), self.size())?;
-        let rc = per_process(call, recv.buffer_count(), self.size())?;
+        let sc = per_process(call, send.buffer_count(), self.peer_size())?;
+        let rc = per_process(call, recv.buffer_count(), self.peer_size())?;
         // SAFETY: both buffers hold size blocks of their counts.
         unsafe {
             Ok(coll::alltoall(
@@ -778,7 +778,18 @@ impl<C: Communicator + ?Sized> Root for Process<'_, C> {
         self.rank()
     }
     fn size_and_rank(&self) -> Result<(Rank, Rank)> {
-        let (rank, size) = self.communicator().try_rank_and_size()?;
+        let c = self.communicator();
+        if c.is_inter() {
+            // On an intercommunicator the root passes MPI_ROOT (so it is "itself" exactly
+            // then), and its buffers hold one block per process of the remote group.
+            let me = if self.rank() == crate::intercomm::ROOT {
+                crate::intercomm::ROOT
+            } else {
+                crate::intercomm::NOT_A_ROOT
+            };
+            return Ok((c.peer_size(), me));
+        }
+        let (rank, size) = c.try_rank_and_size()?;
         Ok((size, rank))
     }
 }

@@ -45,6 +45,10 @@
 //!   ones on owned buffers.
 //! - [`request`]: scoped non-blocking requests: a request borrows its buffer for the
 //!   scope, and the scope waits for unfinished requests at its end.
+//! - [`intercomm`]: [`InterCommunicator`](intercomm::InterCommunicator): two groups,
+//!   point-to-point ranks naming the other group, every collective with MPI's
+//!   intercommunicator meaning ([`intercomm::ROOT`] and the null process as roots), merge,
+//!   dup, split.
 //! - [`datatype`]: [`Equivalence`](datatype::Equivalence) (primitives, `bool`, arrays,
 //!   `#[derive(Equivalence)]` structs), [`UserDatatype`](datatype::UserDatatype) for
 //!   derived datatypes, and the buffer traits with [`View`](datatype::View) /
@@ -61,6 +65,7 @@ pub mod collective;
 pub mod datatype;
 pub mod environment;
 pub mod error;
+pub mod intercomm;
 pub mod point_to_point;
 pub mod request;
 pub mod topology;

@@ -31,6 +31,20 @@ pub trait Communicator {
             .and_then(|r| r.comm_size(self.comm_id()))
             .map_or(0, |s| s as Rank)
     }
+    /// Whether this is an intercommunicator (MPI_Comm_test_inter).
+    fn is_inter(&self) -> bool {
+        rt("MPI_Comm_test_inter")
+            .and_then(|r| r.comm_test_inter(self.comm_id()))
+            .unwrap_or(false)
+    }
+    /// Number of processes that point-to-point ranks and the per-process blocks of
+    /// collectives refer to: the remote group's size on an intercommunicator, the size
+    /// otherwise.
+    fn peer_size(&self) -> Rank {
+        rt("MPI_Comm_remote_size")
+            .and_then(|r| r.comm_peer_size(self.comm_id()))
+            .map_or(0, |s| s as Rank)
+    }
     /// Rank and size, reporting errors (e.g. after MPI was finalized).
     fn try_rank_and_size(&self) -> Result<(Rank, Rank)> {
         let r = rt("MPI_Comm_rank")?;
@@ -165,7 +179,7 @@ impl SimpleCommunicator {
             owned: false,
         }
     }
-    fn owned(id: CommId) -> SimpleCommunicator {
+    pub(crate) fn owned(id: CommId) -> SimpleCommunicator {
         SimpleCommunicator { id, owned: true }
     }
 }
@@ -203,6 +217,9 @@ impl Color {
     pub fn with_value(value: i32) -> Color {
         Color(value)
     }
+    pub(crate) fn value(self) -> i32 {
+        self.0
+    }
     /// Take no part in the new communicators (MPI_UNDEFINED).
     pub fn undefined() -> Color {
         Color(tsunagi_core::group::UNDEFINED)
@@ -214,6 +231,12 @@ impl Color {
 pub struct Group(Arc<tsunagi_core::group::Group>);
 
 impl Group {
+    pub(crate) fn from_core(g: Arc<tsunagi_core::group::Group>) -> Group {
+        Group(g)
+    }
+    pub(crate) fn core(&self) -> &tsunagi_core::group::Group {
+        &self.0
+    }
     /// Number of processes in the group.
     pub fn size(&self) -> Rank {
         self.0.size() as Rank

@@ -271,6 +271,19 @@ mod collectives {
     }
 }
 
+/// The intercommunicator example: 2, 3 and 4 ranks in both progress modes, and on two
+/// pretend nodes (it needs two ranks, so no singleton run).
+mod intercomm {
+    #[test]
+    fn launcher_2_3_4_ranks_both_progress_modes() {
+        super::launcher_ranks("intercomm", &[2, 3, 4]);
+    }
+    #[test]
+    fn four_ranks_on_two_pretend_nodes() {
+        super::two_nodes("intercomm");
+    }
+}
+
 #[test]
 fn pingpong_benchmark_output_format() {
     let mut cmd = Command::new(mpirun());

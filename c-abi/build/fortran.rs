@@ -73,6 +73,15 @@ fn entry(f: &Func, descriptors: bool, out: &mut String) {
         let u = if unused { "_" } else { "" };
         params.push(format!("{u}{n}: {}", fortran_param_type(a)));
         match &a.kind {
+            // MPI_Grequest_start from Fortran: the procedures take their arguments by
+            // reference with an ierror, so the library gets C trampolines and a record of
+            // the Fortran procedures as its extra state (c-abi/src/fortran.rs).
+            _ if a.has("fgreq") => pass.push(match n.as_str() {
+                "query_fn" => "f::GREQ_QUERY".into(),
+                "free_fn" => "f::GREQ_FREE".into(),
+                "cancel_fn" => "f::GREQ_CANCEL".into(),
+                _ => format!("f::greq_state(query_fn, free_fn, cancel_fn, {n})"),
+            }),
             Kind::Handle(class) if class == "File" => pass.push("core::ptr::null_mut()".into()),
             Kind::Handle(_) => pass.push(format!("*{n}")),
             Kind::Scalar(_) if a.has("fint") => pass.push(format!("MPI_Aint::from(*{n})")),

@@ -288,6 +288,10 @@ module mpi
       PARAMETER (MPI_DIST_GRAPH=3)
       INTEGER MPI_COMM_TYPE_SHARED
       PARAMETER (MPI_COMM_TYPE_SHARED=1)
+      INTEGER MPI_COMM_TYPE_HW_GUIDED
+      PARAMETER (MPI_COMM_TYPE_HW_GUIDED=2)
+      INTEGER MPI_COMM_TYPE_HW_UNGUIDED
+      PARAMETER (MPI_COMM_TYPE_HW_UNGUIDED=3)
       INTEGER MPI_ORDER_C
       PARAMETER (MPI_ORDER_C=56)
       INTEGER MPI_ORDER_FORTRAN
@@ -1001,6 +1005,105 @@ module mpi
       integer :: status(MPI_STATUS_SIZE)
       integer :: ierror
     end subroutine MPI_Sendrecv_replace
+    subroutine MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      integer :: dest
+      integer :: sendtag
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isendrecv
+    subroutine MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer :: count
+      integer :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isendrecv_replace
+    subroutine MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request, &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Psend_init
+    subroutine MPI_Precv_init(buf, partitions, count, datatype, source, tag, comm, info,  &
+        & request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Precv_init
+    subroutine MPI_Pready(partition, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: partition
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Pready
+    subroutine MPI_Pready_range(partition_low, partition_high, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: partition_low
+      integer :: partition_high
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Pready_range
+    subroutine MPI_Pready_list(length, array_of_partitions, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: length
+      integer :: array_of_partitions(*)
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Pready_list
+    subroutine MPI_Parrived(request, partition, flag, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: request
+      integer :: partition
+      logical :: flag
+      integer :: ierror
+    end subroutine MPI_Parrived
     subroutine MPI_Buffer_attach(buffer, size, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1179,6 +1282,23 @@ module mpi
       integer :: status(MPI_STATUS_SIZE)
       integer :: ierror
     end subroutine MPI_Request_get_status
+    subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      external :: query_fn
+      external :: free_fn
+      external :: cancel_fn
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
+      type(*), dimension(*) :: extra_state
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Grequest_start
+    subroutine MPI_Grequest_complete(request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Grequest_complete
     subroutine MPI_Cancel(request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1759,6 +1879,69 @@ module mpi
       integer :: size
       integer :: ierror
     end subroutine MPI_Comm_remote_size
+    subroutine MPI_Comm_remote_group(comm, group, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: group
+      integer :: ierror
+    end subroutine MPI_Comm_remote_group
+    subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: intercomm
+      logical :: high
+      integer :: newintracomm
+      integer :: ierror
+    end subroutine MPI_Intercomm_merge
+    subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
+        & newintercomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: local_comm
+      integer :: local_leader
+      integer :: peer_comm
+      integer :: remote_leader
+      integer :: tag
+      integer :: newintercomm
+      integer :: ierror
+    end subroutine MPI_Intercomm_create
+    subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: newcomm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Comm_idup
+    subroutine MPI_Comm_idup_with_info(comm, info, newcomm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: info
+      integer :: newcomm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Comm_idup_with_info
+    subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: group
+      integer :: tag
+      integer :: newcomm
+      integer :: ierror
+    end subroutine MPI_Comm_create_group
+    subroutine MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: group
+      character(len=*) :: stringtag
+      integer :: info
+      integer :: errhandler
+      integer :: newcomm
+      integer :: ierror
+    end subroutine MPI_Comm_create_from_group
     subroutine MPI_Comm_get_parent(parent, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -2022,6 +2205,16 @@ module mpi
       logical :: flag
       integer :: ierror
     end subroutine MPI_Info_get_valuelen
+    subroutine MPI_Info_get_string(info, key, buflen, value, flag, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: info
+      character(len=*) :: key
+      integer :: buflen
+      character(len=*) :: value
+      logical :: flag
+      integer :: ierror
+    end subroutine MPI_Info_get_string
     subroutine MPI_Info_get_nkeys(info, nkeys, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -3307,50 +3500,376 @@ module mpi
       integer :: op
       integer :: ierror
     end subroutine MPI_Reduce_local_c
-    subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
-        & newintercomm, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: local_comm
-      integer :: local_leader
-      integer :: peer_comm
-      integer :: remote_leader
-      integer :: tag
-      integer :: newintercomm
-      integer :: ierror
-    end subroutine MPI_Intercomm_create
-    subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: intercomm
-      integer :: high
-      integer :: newintracomm
-      integer :: ierror
-    end subroutine MPI_Intercomm_merge
-    subroutine MPI_Comm_remote_group(comm, group, ierror)
+    subroutine MPI_Barrier_init(comm, info, request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
       integer :: comm
-      integer :: group
-      integer :: ierror
-    end subroutine MPI_Comm_remote_group
-    subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: comm
-      integer :: newcomm
+      integer :: info
       integer :: request
       integer :: ierror
-    end subroutine MPI_Comm_idup
-    subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
+    end subroutine MPI_Barrier_init
+    subroutine MPI_Bcast_init(buffer, count, datatype, root, comm, info, request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer :: count
+      integer :: datatype
+      integer :: root
       integer :: comm
-      integer :: group
-      integer :: tag
-      integer :: newcomm
+      integer :: info
+      integer :: request
       integer :: ierror
-    end subroutine MPI_Comm_create_group
+    end subroutine MPI_Bcast_init
+    subroutine MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Gather_init
+    subroutine MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: displs(*)
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Gatherv_init
+    subroutine MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Scatter_init
+    subroutine MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: displs(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Scatterv_init
+    subroutine MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Allgather_init
+    subroutine MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Allgatherv_init
+    subroutine MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Alltoall_init
+    subroutine MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Alltoallv_init
+    subroutine MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, &
+        & rdispls, recvtypes, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Alltoallw_init
+    subroutine MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info,  &
+        & request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      integer :: datatype
+      integer :: op
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Reduce_init
+    subroutine MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Allreduce_init
+    subroutine MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,  &
+        & request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Reduce_scatter_init
+    subroutine MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+        & info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Reduce_scatter_block_init
+    subroutine MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Scan_init
+    subroutine MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Exscan_init
+    subroutine MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_allgather_init
+    subroutine MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_allgatherv_init
+    subroutine MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoall_init
+    subroutine MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoallv_init
+    subroutine MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoallw_init
     subroutine MPI_Comm_accept(port_name, info, root, comm, newcomm, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4476,22 +4995,5 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_f90_integer
-    subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      external :: query_fn
-      external :: free_fn
-      external :: cancel_fn
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-      type(*), dimension(*) :: extra_state
-      integer :: request
-      integer :: ierror
-    end subroutine MPI_Grequest_start
-    subroutine MPI_Grequest_complete(request, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: request
-      integer :: ierror
-    end subroutine MPI_Grequest_complete
   end interface
 end module mpi

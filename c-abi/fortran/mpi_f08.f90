@@ -181,6 +181,8 @@ module mpi_f08
   integer, parameter :: MPI_CART = 2
   integer, parameter :: MPI_DIST_GRAPH = 3
   integer, parameter :: MPI_COMM_TYPE_SHARED = 1
+  integer, parameter :: MPI_COMM_TYPE_HW_GUIDED = 2
+  integer, parameter :: MPI_COMM_TYPE_HW_UNGUIDED = 3
   integer, parameter :: MPI_ORDER_C = 56
   integer, parameter :: MPI_ORDER_FORTRAN = 57
   integer, parameter :: MPI_DISTRIBUTE_BLOCK = 121
@@ -768,6 +770,95 @@ module mpi_f08
       type(MPI_Status) :: status
       integer(c_int) :: ierror
     end subroutine tsunagi_sendrecv_replace
+    subroutine tsunagi_isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,  &
+        & recvcount, recvtype, source, recvtag, comm, request, ierror) bind(C,  &
+        & name="mpi_isendrecv_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      integer :: dest
+      integer :: sendtag
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isendrecv
+    subroutine tsunagi_isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, request, ierror) bind(C, name="mpi_isendrecv_replace_")
+      import
+      type(*), dimension(*) :: buf
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isendrecv_replace
+    subroutine tsunagi_psend_init(buf, partitions, count, datatype, dest, tag, comm, info,  &
+        & request, ierror) bind(C, name="mpi_psend_init_")
+      import
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_psend_init
+    subroutine tsunagi_precv_init(buf, partitions, count, datatype, source, tag, comm, info,  &
+        & request, ierror) bind(C, name="mpi_precv_init_")
+      import
+      type(*), dimension(*) :: buf
+      integer :: partitions
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_precv_init
+    subroutine tsunagi_pready(partition, request, ierror) bind(C, name="mpi_pready_")
+      import
+      integer :: partition
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pready
+    subroutine tsunagi_pready_range(partition_low, partition_high, request, ierror) bind(C,  &
+        & name="mpi_pready_range_")
+      import
+      integer :: partition_low
+      integer :: partition_high
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pready_range
+    subroutine tsunagi_pready_list(length, array_of_partitions, request, ierror) bind(C,  &
+        & name="mpi_pready_list_")
+      import
+      integer :: length
+      integer :: array_of_partitions(*)
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pready_list
+    subroutine tsunagi_parrived(request, partition, flag, ierror) bind(C, name="mpi_parrived_")
+      import
+      type(MPI_Request) :: request
+      integer :: partition
+      logical :: flag
+      integer(c_int) :: ierror
+    end subroutine tsunagi_parrived
     subroutine tsunagi_buffer_attach(buffer, size, ierror) bind(C, name="mpi_buffer_attach_")
       import
       type(*), dimension(*) :: buffer
@@ -931,6 +1022,21 @@ module mpi_f08
       type(MPI_Status) :: status
       integer(c_int) :: ierror
     end subroutine tsunagi_request_get_status
+    subroutine tsunagi_grequest_start(query_fn, free_fn, cancel_fn, extra_state, request,  &
+        & ierror) bind(C, name="mpi_grequest_start_")
+      import
+      type(c_funptr), value :: query_fn
+      type(c_funptr), value :: free_fn
+      type(c_funptr), value :: cancel_fn
+      type(*), dimension(*) :: extra_state
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_grequest_start
+    subroutine tsunagi_grequest_complete(request, ierror) bind(C, name="mpi_grequest_complete_")
+      import
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_grequest_complete
     subroutine tsunagi_cancel(request, ierror) bind(C, name="mpi_cancel_")
       import
       type(MPI_Request) :: request
@@ -1474,6 +1580,67 @@ module mpi_f08
       integer :: size
       integer(c_int) :: ierror
     end subroutine tsunagi_comm_remote_size
+    subroutine tsunagi_comm_remote_group(comm, group, ierror) bind(C, name="mpi_comm_remote_group_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Group) :: group
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_remote_group
+    subroutine tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror) bind(C,  &
+        & name="mpi_intercomm_merge_")
+      import
+      type(MPI_Comm) :: intercomm
+      logical :: high
+      type(MPI_Comm) :: newintracomm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_intercomm_merge
+    subroutine tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader,  &
+        & tag, newintercomm, ierror) bind(C, name="mpi_intercomm_create_")
+      import
+      type(MPI_Comm) :: local_comm
+      integer :: local_leader
+      type(MPI_Comm) :: peer_comm
+      integer :: remote_leader
+      integer :: tag
+      type(MPI_Comm) :: newintercomm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_intercomm_create
+    subroutine tsunagi_comm_idup(comm, newcomm, request, ierror) bind(C, name="mpi_comm_idup_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Comm) :: newcomm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_idup
+    subroutine tsunagi_comm_idup_with_info(comm, info, newcomm, request, ierror) bind(C,  &
+        & name="mpi_comm_idup_with_info_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Comm) :: newcomm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_idup_with_info
+    subroutine tsunagi_comm_create_group(comm, group, tag, newcomm, ierror) bind(C,  &
+        & name="mpi_comm_create_group_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Group) :: group
+      integer :: tag
+      type(MPI_Comm) :: newcomm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_create_group
+    subroutine tsunagi_comm_create_from_group(group, stringtag, info, errhandler, newcomm,  &
+        & ierror, stringtag_len) bind(C, name="mpi_comm_create_from_group_")
+      import
+      type(MPI_Group) :: group
+      character(kind=c_char) :: stringtag(*)
+      type(MPI_Info) :: info
+      type(MPI_Errhandler) :: errhandler
+      type(MPI_Comm) :: newcomm
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: stringtag_len
+    end subroutine tsunagi_comm_create_from_group
     subroutine tsunagi_comm_get_parent(parent, ierror) bind(C, name="mpi_comm_get_parent_")
       import
       type(MPI_Comm) :: parent
@@ -1723,6 +1890,18 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: key_len
     end subroutine tsunagi_info_get_valuelen
+    subroutine tsunagi_info_get_string(info, key, buflen, value, flag, ierror, key_len,  &
+        & value_len) bind(C, name="mpi_info_get_string_")
+      import
+      type(MPI_Info) :: info
+      character(kind=c_char) :: key(*)
+      integer :: buflen
+      character(kind=c_char) :: value(*)
+      logical :: flag
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: key_len
+      integer(c_size_t), value :: value_len
+    end subroutine tsunagi_info_get_string
     subroutine tsunagi_info_get_nkeys(info, nkeys, ierror) bind(C, name="mpi_info_get_nkeys_")
       import
       type(MPI_Info) :: info
@@ -2850,47 +3029,322 @@ module mpi_f08
       type(MPI_Op) :: op
       integer(c_int) :: ierror
     end subroutine tsunagi_reduce_local_c
-    subroutine tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader,  &
-        & tag, newintercomm, ierror) bind(C, name="mpi_intercomm_create_")
-      import
-      type(MPI_Comm) :: local_comm
-      integer :: local_leader
-      type(MPI_Comm) :: peer_comm
-      integer :: remote_leader
-      integer :: tag
-      type(MPI_Comm) :: newintercomm
-      integer(c_int) :: ierror
-    end subroutine tsunagi_intercomm_create
-    subroutine tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror) bind(C,  &
-        & name="mpi_intercomm_merge_")
-      import
-      type(MPI_Comm) :: intercomm
-      integer :: high
-      type(MPI_Comm) :: newintracomm
-      integer(c_int) :: ierror
-    end subroutine tsunagi_intercomm_merge
-    subroutine tsunagi_comm_remote_group(comm, group, ierror) bind(C, name="mpi_comm_remote_group_")
+    subroutine tsunagi_barrier_init(comm, info, request, ierror) bind(C, name="mpi_barrier_init_")
       import
       type(MPI_Comm) :: comm
-      type(MPI_Group) :: group
-      integer(c_int) :: ierror
-    end subroutine tsunagi_comm_remote_group
-    subroutine tsunagi_comm_idup(comm, newcomm, request, ierror) bind(C, name="mpi_comm_idup_")
-      import
-      type(MPI_Comm) :: comm
-      type(MPI_Comm) :: newcomm
+      type(MPI_Info) :: info
       type(MPI_Request) :: request
       integer(c_int) :: ierror
-    end subroutine tsunagi_comm_idup
-    subroutine tsunagi_comm_create_group(comm, group, tag, newcomm, ierror) bind(C,  &
-        & name="mpi_comm_create_group_")
+    end subroutine tsunagi_barrier_init
+    subroutine tsunagi_bcast_init(buffer, count, datatype, root, comm, info, request, ierror)  &
+        & bind(C, name="mpi_bcast_init_")
       import
+      type(*), dimension(*) :: buffer
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      integer :: root
       type(MPI_Comm) :: comm
-      type(MPI_Group) :: group
-      integer :: tag
-      type(MPI_Comm) :: newcomm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
       integer(c_int) :: ierror
-    end subroutine tsunagi_comm_create_group
+    end subroutine tsunagi_bcast_init
+    subroutine tsunagi_gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror) bind(C, name="mpi_gather_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_gather_init
+    subroutine tsunagi_gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, info, request, ierror) bind(C, name="mpi_gatherv_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_gatherv_init
+    subroutine tsunagi_scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, &
+        & root, comm, info, request, ierror) bind(C, name="mpi_scatter_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scatter_init
+    subroutine tsunagi_scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, &
+        & recvtype, root, comm, info, request, ierror) bind(C, name="mpi_scatterv_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: displs(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scatterv_init
+    subroutine tsunagi_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror) bind(C, name="mpi_allgather_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allgather_init
+    subroutine tsunagi_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, info, request, ierror) bind(C, name="mpi_allgatherv_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allgatherv_init
+    subroutine tsunagi_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror) bind(C, name="mpi_alltoall_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoall_init
+    subroutine tsunagi_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_alltoallv_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoallv_init
+    subroutine tsunagi_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror) bind(C,  &
+        & name="mpi_alltoallw_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoallw_init
+    subroutine tsunagi_reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info,  &
+        & request, ierror) bind(C, name="mpi_reduce_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_init
+    subroutine tsunagi_allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info,  &
+        & request, ierror) bind(C, name="mpi_allreduce_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allreduce_init
+    subroutine tsunagi_reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm,  &
+        & info, request, ierror) bind(C, name="mpi_reduce_scatter_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_scatter_init
+    subroutine tsunagi_reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op,  &
+        & comm, info, request, ierror) bind(C, name="mpi_reduce_scatter_block_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_scatter_block_init
+    subroutine tsunagi_scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+        & ierror) bind(C, name="mpi_scan_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scan_init
+    subroutine tsunagi_exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+        & ierror) bind(C, name="mpi_exscan_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_exscan_init
+    subroutine tsunagi_neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcount, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_allgather_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_allgather_init
+    subroutine tsunagi_neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcounts, displs, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_allgatherv_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_allgatherv_init
+    subroutine tsunagi_neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, &
+        & recvtype, comm, info, request, ierror) bind(C, name="mpi_neighbor_alltoall_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoall_init
+    subroutine tsunagi_neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_alltoallv_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoallv_init
+    subroutine tsunagi_neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes,  &
+        & recvbuf, recvcounts, rdispls, recvtypes, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_alltoallw_init_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoallw_init
     subroutine tsunagi_comm_accept(port_name, info, root, comm, newcomm, ierror,  &
         & port_name_len) bind(C, name="mpi_comm_accept_")
       import
@@ -3929,21 +4383,6 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_f90_integer
-    subroutine tsunagi_grequest_start(query_fn, free_fn, cancel_fn, extra_state, request,  &
-        & ierror) bind(C, name="mpi_grequest_start_")
-      import
-      type(c_funptr), value :: query_fn
-      type(c_funptr), value :: free_fn
-      type(c_funptr), value :: cancel_fn
-      type(*), dimension(*) :: extra_state
-      type(MPI_Request) :: request
-      integer(c_int) :: ierror
-    end subroutine tsunagi_grequest_start
-    subroutine tsunagi_grequest_complete(request, ierror) bind(C, name="mpi_grequest_complete_")
-      import
-      type(MPI_Request) :: request
-      integer(c_int) :: ierror
-    end subroutine tsunagi_grequest_complete
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -4486,6 +4925,117 @@ contains
         & status, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Sendrecv_replace
+  subroutine MPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+      & recvtype, source, recvtag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isendrecv
+  subroutine MPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isendrecv_replace
+  subroutine MPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer, intent(in) :: partitions
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Psend_init
+  subroutine MPI_Precv_init(buf, partitions, count, datatype, source, tag, comm, info, request, &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer, intent(in) :: partitions
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_precv_init(buf, partitions, count, datatype, source, tag, comm, info, request, &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Precv_init
+  subroutine MPI_Pready(partition, request, ierror)
+    integer, intent(in) :: partition
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pready(partition, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pready
+  subroutine MPI_Pready_range(partition_low, partition_high, request, ierror)
+    integer, intent(in) :: partition_low
+    integer, intent(in) :: partition_high
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pready_range(partition_low, partition_high, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pready_range
+  subroutine MPI_Pready_list(length, array_of_partitions, request, ierror)
+    integer, intent(in) :: length
+    integer :: array_of_partitions(*)
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pready_list(length, array_of_partitions, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pready_list
+  subroutine MPI_Parrived(request, partition, flag, ierror)
+    type(MPI_Request), intent(in) :: request
+    integer, intent(in) :: partition
+    logical :: flag
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_parrived(request, partition, flag, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Parrived
   subroutine MPI_Buffer_attach(buffer, size, ierror)
     !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
     type(*), dimension(*) :: buffer
@@ -4686,6 +5236,26 @@ contains
     call tsunagi_request_get_status(request, flag, status, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Request_get_status
+  subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
+    external :: query_fn
+    external :: free_fn
+    external :: cancel_fn
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
+    type(*), dimension(*) :: extra_state
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_grequest_start(c_funloc(query_fn), c_funloc(free_fn), c_funloc(cancel_fn),  &
+        & extra_state, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Grequest_start
+  subroutine MPI_Grequest_complete(request, ierror)
+    type(MPI_Request), intent(in) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_grequest_complete(request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Grequest_complete
   subroutine MPI_Cancel(request, ierror)
     type(MPI_Request) :: request
     integer, optional, intent(out) :: ierror
@@ -5343,6 +5913,78 @@ contains
     call tsunagi_comm_remote_size(comm, size, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Comm_remote_size
+  subroutine MPI_Comm_remote_group(comm, group, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Group) :: group
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_remote_group(comm, group, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_remote_group
+  subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
+    type(MPI_Comm), intent(in) :: intercomm
+    logical, intent(in) :: high
+    type(MPI_Comm) :: newintracomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Intercomm_merge
+  subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
+      & newintercomm, ierror)
+    type(MPI_Comm), intent(in) :: local_comm
+    integer, intent(in) :: local_leader
+    type(MPI_Comm), intent(in) :: peer_comm
+    integer, intent(in) :: remote_leader
+    integer, intent(in) :: tag
+    type(MPI_Comm) :: newintercomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
+        & newintercomm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Intercomm_create
+  subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Comm) :: newcomm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_idup(comm, newcomm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_idup
+  subroutine MPI_Comm_idup_with_info(comm, info, newcomm, request, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Comm) :: newcomm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_idup_with_info(comm, info, newcomm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_idup_with_info
+  subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Group), intent(in) :: group
+    integer, intent(in) :: tag
+    type(MPI_Comm) :: newcomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_create_group(comm, group, tag, newcomm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_create_group
+  subroutine MPI_Comm_create_from_group(group, stringtag, info, errhandler, newcomm, ierror)
+    type(MPI_Group), intent(in) :: group
+    character(len=*) :: stringtag
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Errhandler), intent(in) :: errhandler
+    type(MPI_Comm) :: newcomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_create_from_group(group, stringtag, info, errhandler, newcomm, ierror_c,  &
+        & len(stringtag, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_create_from_group
   subroutine MPI_Comm_get_parent(parent, ierror)
     type(MPI_Comm) :: parent
     integer, optional, intent(out) :: ierror
@@ -5644,6 +6286,18 @@ contains
     call tsunagi_info_get_valuelen(info, key, valuelen, flag, ierror_c, len(key, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Info_get_valuelen
+  subroutine MPI_Info_get_string(info, key, buflen, value, flag, ierror)
+    type(MPI_Info), intent(in) :: info
+    character(len=*) :: key
+    integer :: buflen
+    character(len=*) :: value
+    logical :: flag
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_info_get_string(info, key, buflen, value, flag, ierror_c, len(key,  &
+        & kind=c_size_t), len(value, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Info_get_string
   subroutine MPI_Info_get_nkeys(info, nkeys, ierror)
     type(MPI_Info), intent(in) :: info
     integer :: nkeys
@@ -7061,56 +7715,415 @@ contains
     call tsunagi_reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Reduce_local_c
-  subroutine MPI_Intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
-      & newintercomm, ierror)
-    type(MPI_Comm), intent(in) :: local_comm
-    integer, intent(in) :: local_leader
-    type(MPI_Comm), intent(in) :: peer_comm
-    integer, intent(in) :: remote_leader
-    integer, intent(in) :: tag
-    type(MPI_Comm) :: newintercomm
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_intercomm_create(local_comm, local_leader, peer_comm, remote_leader, tag,  &
-        & newintercomm, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Intercomm_create
-  subroutine MPI_Intercomm_merge(intercomm, high, newintracomm, ierror)
-    type(MPI_Comm), intent(in) :: intercomm
-    integer, intent(in) :: high
-    type(MPI_Comm) :: newintracomm
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_intercomm_merge(intercomm, high, newintracomm, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Intercomm_merge
-  subroutine MPI_Comm_remote_group(comm, group, ierror)
+  subroutine MPI_Barrier_init(comm, info, request, ierror)
     type(MPI_Comm), intent(in) :: comm
-    type(MPI_Group) :: group
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_comm_remote_group(comm, group, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Comm_remote_group
-  subroutine MPI_Comm_idup(comm, newcomm, request, ierror)
-    type(MPI_Comm), intent(in) :: comm
-    type(MPI_Comm) :: newcomm
+    type(MPI_Info), intent(in) :: info
     type(MPI_Request) :: request
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
-    call tsunagi_comm_idup(comm, newcomm, request, ierror_c)
+    call tsunagi_barrier_init(comm, info, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Comm_idup
-  subroutine MPI_Comm_create_group(comm, group, tag, newcomm, ierror)
+  end subroutine MPI_Barrier_init
+  subroutine MPI_Bcast_init(buffer, count, datatype, root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: root
     type(MPI_Comm), intent(in) :: comm
-    type(MPI_Group), intent(in) :: group
-    integer, intent(in) :: tag
-    type(MPI_Comm) :: newcomm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
-    call tsunagi_comm_create_group(comm, group, tag, newcomm, ierror_c)
+    call tsunagi_bcast_init(buffer, count, datatype, root, comm, info, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Comm_create_group
+  end subroutine MPI_Bcast_init
+  subroutine MPI_Gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+      & comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_gather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Gather_init
+  subroutine MPI_Gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_gatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Gatherv_init
+  subroutine MPI_Scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, &
+      & comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scatter_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, &
+        & comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scatter_init
+  subroutine MPI_Scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+      & recvtype, root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer :: sendcounts(*)
+    integer :: displs(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scatterv_init(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scatterv_init
+  subroutine MPI_Allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+      & comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allgather_init
+  subroutine MPI_Allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allgatherv_init
+  subroutine MPI_Alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+      & comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoall_init
+  subroutine MPI_Alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+      & rdispls, recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer :: sendcounts(*)
+    integer :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoallv_init
+  subroutine MPI_Alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+      & rdispls, recvtypes, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer :: sendcounts(*)
+    integer :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoallw_init
+  subroutine MPI_Reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_init(sendbuf, recvbuf, count, datatype, op, root, comm, info, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_init
+  subroutine MPI_Allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allreduce_init(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allreduce_init
+  subroutine MPI_Reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_scatter_init(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_scatter_init
+  subroutine MPI_Reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+      & info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_scatter_block_init(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+        & info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_scatter_block_init
+  subroutine MPI_Scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scan_init
+  subroutine MPI_Exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_exscan_init(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Exscan_init
+  subroutine MPI_Neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_allgather_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_allgather_init
+  subroutine MPI_Neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+      & displs, recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_allgatherv_init(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_allgatherv_init
+  subroutine MPI_Neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer, intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer, intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoall_init(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoall_init
+  subroutine MPI_Neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+      & recvcounts, rdispls, recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer :: sendcounts(*)
+    integer :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoallv_init(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoallv_init
+  subroutine MPI_Neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+      & recvcounts, rdispls, recvtypes, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoallw_init(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoallw_init
   subroutine MPI_Comm_accept(port_name, info, root, comm, newcomm, ierror)
     character(len=*) :: port_name
     type(MPI_Info), intent(in) :: info
@@ -8378,24 +9391,4 @@ contains
     call tsunagi_type_create_f90_integer(r, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_f90_integer
-  subroutine MPI_Grequest_start(query_fn, free_fn, cancel_fn, extra_state, request, ierror)
-    external :: query_fn
-    external :: free_fn
-    external :: cancel_fn
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-    type(*), dimension(*) :: extra_state
-    type(MPI_Request) :: request
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_grequest_start(c_funloc(query_fn), c_funloc(free_fn), c_funloc(cancel_fn),  &
-        & extra_state, request, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Grequest_start
-  subroutine MPI_Grequest_complete(request, ierror)
-    type(MPI_Request), intent(in) :: request
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_grequest_complete(request, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Grequest_complete
 end module mpi_f08

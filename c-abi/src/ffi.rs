@@ -68,9 +68,6 @@ pub type MPI_Win_copy_attr_function = OpaqueFn;
 pub type MPI_Win_delete_attr_function = OpaqueFn;
 pub type MPI_Win_errhandler_function = OpaqueFn;
 pub type MPI_File_errhandler_function = OpaqueFn;
-pub type MPI_Grequest_query_function = OpaqueFn;
-pub type MPI_Grequest_free_function = OpaqueFn;
-pub type MPI_Grequest_cancel_function = OpaqueFn;
 pub type MPI_Datarep_conversion_function = OpaqueFn;
 pub type MPI_Datarep_extent_function = OpaqueFn;
 pub type MPI_Delete_function = MPI_Comm_delete_attr_function;
@@ -88,6 +85,8 @@ pub const MPI_MAX_INFO_KEY: usize = 255;
 pub const MPI_MAX_INFO_VAL: usize = 1024;
 pub const MPI_KEYVAL_INVALID: c_int = 0x2400_0000;
 pub const MPI_COMM_TYPE_SHARED: c_int = 1;
+pub const MPI_COMM_TYPE_HW_GUIDED: c_int = 2;
+pub const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 3;
 
 pub const MPI_COMM_NULL: MPI_Comm = 0x0400_0000;
 pub const MPI_COMM_WORLD: MPI_Comm = 0x4400_0000;
@@ -180,3 +179,8 @@ pub const BUILTIN_TYPES: &[(&str, MPI_Datatype)] = &[
     ("MPI_CXX_DOUBLE_COMPLEX", 0x4c001035),
     ("MPI_CXX_LONG_DOUBLE_COMPLEX", 0x4c002036),
 ];
+
+pub type MPI_Grequest_query_function =
+    Option<unsafe extern "C" fn(*mut c_void, *mut MPI_Status) -> c_int>;
+pub type MPI_Grequest_free_function = Option<unsafe extern "C" fn(*mut c_void) -> c_int>;
+pub type MPI_Grequest_cancel_function = Option<unsafe extern "C" fn(*mut c_void, c_int) -> c_int>;

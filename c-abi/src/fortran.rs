@@ -19,7 +19,10 @@
 use std::ffi::{c_char, c_int, c_void, CStr, CString};
 use std::sync::OnceLock;
 
-use crate::ffi::{MPI_Aint, MPI_Fint, MPI_Status};
+use crate::ffi::{
+    MPI_Aint, MPI_Fint, MPI_Grequest_cancel_function, MPI_Grequest_free_function,
+    MPI_Grequest_query_function, MPI_Status, MPI_SUCCESS,
+};
 
 /// `/MPIPRIV1/`: MPI_BOTTOM, MPI_IN_PLACE, MPI_STATUS_IGNORE(MPI_STATUS_SIZE).
 #[repr(C)]
@@ -714,4 +717,83 @@ f08_handle_ops! {
     __mpi_f08_types_MOD_mpi_op_eq __mpi_f08_types_MOD_mpi_op_neq __mpi_f08_types_MOD_mpi_op_f08_eq_f __mpi_f08_types_MOD_mpi_op_f08_neq_f __mpi_f08_types_MOD_mpi_op_f_eq_f08 __mpi_f08_types_MOD_mpi_op_f_neq_f08;
     __mpi_f08_types_MOD_mpi_request_eq __mpi_f08_types_MOD_mpi_request_neq __mpi_f08_types_MOD_mpi_request_f08_eq_f __mpi_f08_types_MOD_mpi_request_f08_neq_f __mpi_f08_types_MOD_mpi_request_f_eq_f08 __mpi_f08_types_MOD_mpi_request_f_neq_f08;
     __mpi_f08_types_MOD_mpi_win_eq __mpi_f08_types_MOD_mpi_win_neq __mpi_f08_types_MOD_mpi_win_f08_eq_f __mpi_f08_types_MOD_mpi_win_f08_neq_f __mpi_f08_types_MOD_mpi_win_f_eq_f08 __mpi_f08_types_MOD_mpi_win_f_neq_f08;
+}
+
+/// A generalized request started from Fortran: its procedures and the address of its
+/// extra state (an INTEGER(KIND=MPI_ADDRESS_KIND) the procedures get by reference).
+struct FortranGrequest {
+    query: usize,
+    free: usize,
+    cancel: usize,
+    extra: *mut c_void,
+}
+
+type FortranQuery = unsafe extern "C" fn(*mut c_void, *mut MPI_Status, *mut c_int);
+type FortranFree = unsafe extern "C" fn(*mut c_void, *mut c_int);
+type FortranCancel = unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_int);
+
+/// The extra state the library gets for a Fortran MPI_GREQUEST_START: the procedures
+/// (called by `GREQ_QUERY`, `GREQ_FREE`, `GREQ_CANCEL`) and the program's extra state.
+/// Released by the free trampoline, which the library calls once, last.
+pub(crate) fn greq_state(
+    query: MPI_Grequest_query_function,
+    free: MPI_Grequest_free_function,
+    cancel: MPI_Grequest_cancel_function,
+    extra: *mut c_void,
+) -> *mut c_void {
+    Box::into_raw(Box::new(FortranGrequest {
+        query: query.map_or(0, |f| f as usize),
+        free: free.map_or(0, |f| f as usize),
+        cancel: cancel.map_or(0, |f| f as usize),
+        extra,
+    })) as *mut c_void
+}
+
+pub(crate) const GREQ_QUERY: MPI_Grequest_query_function = Some(greq_query);
+pub(crate) const GREQ_FREE: MPI_Grequest_free_function = Some(greq_free);
+pub(crate) const GREQ_CANCEL: MPI_Grequest_cancel_function = Some(greq_cancel);
+
+unsafe extern "C" fn greq_query(state: *mut c_void, status: *mut MPI_Status) -> c_int {
+    // SAFETY: `state` is the record made by `greq_state`, alive until `greq_free`.
+    let g = unsafe { &*(state as *const FortranGrequest) };
+    let mut ierror: c_int = MPI_SUCCESS;
+    if g.query != 0 {
+        // SAFETY: the program's Fortran query procedure (extra_state, status, ierror by
+        // reference; MPICH's Fortran status is the C status).
+        unsafe {
+            let f: FortranQuery = std::mem::transmute(g.query);
+            f(g.extra, status, &mut ierror);
+        }
+    }
+    ierror
+}
+
+unsafe extern "C" fn greq_free(state: *mut c_void) -> c_int {
+    // SAFETY: the record made by `greq_state`; the library calls the free function once,
+    // after every other callback of the request, so the record can go now.
+    let g = unsafe { Box::from_raw(state as *mut FortranGrequest) };
+    let mut ierror: c_int = MPI_SUCCESS;
+    if g.free != 0 {
+        // SAFETY: the program's Fortran free procedure (extra_state, ierror).
+        unsafe {
+            let f: FortranFree = std::mem::transmute(g.free);
+            f(g.extra, &mut ierror);
+        }
+    }
+    ierror
+}
+
+unsafe extern "C" fn greq_cancel(state: *mut c_void, complete: c_int) -> c_int {
+    // SAFETY: the record made by `greq_state`, alive until `greq_free`.
+    let g = unsafe { &*(state as *const FortranGrequest) };
+    let mut ierror: c_int = MPI_SUCCESS;
+    let mut complete = complete; // a gfortran LOGICAL: 1 true, 0 false
+    if g.cancel != 0 {
+        // SAFETY: the program's Fortran cancel procedure (extra_state, complete, ierror).
+        unsafe {
+            let f: FortranCancel = std::mem::transmute(g.cancel);
+            f(g.extra, &mut complete, &mut ierror);
+        }
+    }
+    ierror
 }

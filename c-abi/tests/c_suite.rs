@@ -715,3 +715,57 @@ fn installed_mpirun_lets_programs_without_rpath_find_the_library() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Intercommunicators: point-to-point, every collective blocking and non-blocking for every
+/// root kind, dup/split/create/merge; on one node (shm) under both engines, and over
+/// pretend nodes (TCP between them).
+#[test]
+fn intercommunicators_every_collective_every_root() {
+    suite("inter", &[2, 3, 5], "inter ok");
+    let exe = build_as("inter", "test-inter-variants");
+    for args in [
+        &["-n", "4", "--env", "TSUNAGI_PROGRESS=threaded"][..],
+        &["-n", "6", "--node-map", "3"][..],
+        &[
+            "-n",
+            "4",
+            "--node-map",
+            "2",
+            "--env",
+            "TSUNAGI_PROGRESS=threaded",
+        ][..],
+    ] {
+        let out = run(Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(args)
+            .arg(&exe));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("inter ok"),
+            "inter with {args:?} failed ({}):\n{stdout}{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// MPI-4 requests: persistent collectives started many times, MPI_Isendrecv(_replace),
+/// generalized requests; under both engines.
+#[test]
+fn persistent_collectives_isendrecv_generalized_requests() {
+    suite("mpi4", &[1, 2, 5], "mpi4 ok");
+    let exe = build_as("mpi4", "test-mpi4-threaded");
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "4", "--env", "TSUNAGI_PROGRESS=threaded"])
+        .arg(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("mpi4 ok"),
+        "mpi4 under the threaded engine failed ({}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

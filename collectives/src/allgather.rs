@@ -27,6 +27,23 @@ pub unsafe fn allgather(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Allgather", comm)? {
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Allgather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Allgather";
     let ctx = Ctx::new(rt, comm, call)?;
     let rc = check_count(call, recvcount)?;
@@ -56,6 +73,23 @@ pub unsafe fn allgatherv(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Allgatherv", comm)? {
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Allgatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Allgatherv";
     let ctx = Ctx::new(rt, comm, call)?;
     // SAFETY: forwarded caller contract.

@@ -123,6 +123,22 @@ pub unsafe fn alltoall(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Alltoall", comm)? {
+        return unsafe {
+            crate::inter::ialltoall(
+                rt,
+                "MPI_Alltoall",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Alltoall";
     let ctx = Ctx::new(rt, comm, call)?;
     let p = ctx.size;
@@ -185,6 +201,24 @@ pub unsafe fn alltoallv(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Alltoallv", comm)? {
+        return unsafe {
+            crate::inter::ialltoallv(
+                rt,
+                "MPI_Alltoallv",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtype,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtype,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Alltoallv";
     let ctx = Ctx::new(rt, comm, call)?;
     let p = ctx.size;
@@ -242,6 +276,24 @@ pub unsafe fn alltoallw(
     recvtypes: &[TypeRef],
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Alltoallw", comm)? {
+        return unsafe {
+            crate::inter::ialltoallw(
+                rt,
+                "MPI_Alltoallw",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtypes,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtypes,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Alltoallw";
     let ctx = Ctx::new(rt, comm, call)?;
     let p = ctx.size;

@@ -8,6 +8,9 @@ use crate::util::{tag, Ctx, Hier, Team};
 
 /// `MPI_Barrier`.
 pub fn barrier(rt: &Runtime, comm: CommId) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Barrier", comm)? {
+        return crate::inter::ibarrier(rt, comm)?.wait(rt);
+    }
     let mut ctx = Ctx::new(rt, comm, "MPI_Barrier")?;
     if ctx.size == 1 {
         return Ok(());

@@ -22,6 +22,10 @@ pub unsafe fn bcast(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Bcast", comm)? {
+        return unsafe { crate::inter::ibcast(rt, "MPI_Bcast", buf, count, dtype, root, comm) }?
+            .wait(rt);
+    }
     let call = "MPI_Bcast";
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = check_count(call, count)?;

@@ -29,6 +29,24 @@ pub unsafe fn gather(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Gather", comm)? {
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Gather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Gather";
     let ctx = Ctx::new(rt, comm, call)?;
     let root = check_root(call, root, ctx.size)?;
@@ -197,6 +215,24 @@ pub unsafe fn gatherv(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Gatherv", comm)? {
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Gatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Gatherv";
     let ctx = Ctx::new(rt, comm, call)?;
     let root = check_root(call, root, ctx.size)?;
@@ -270,6 +306,24 @@ pub unsafe fn scatter(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Scatter", comm)? {
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Scatter",
+                sendbuf,
+                sendcount,
+                None,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Scatter";
     let ctx = Ctx::new(rt, comm, call)?;
     let root = check_root(call, root, ctx.size)?;
@@ -405,6 +459,24 @@ pub unsafe fn scatterv(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Scatterv", comm)? {
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Scatterv",
+                sendbuf,
+                0,
+                Some((sendcounts, displs)),
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Scatterv";
     let ctx = Ctx::new(rt, comm, call)?;
     let root = check_root(call, root, ctx.size)?;

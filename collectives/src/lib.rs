@@ -1,6 +1,7 @@
 //! Tsunagi's collective operations.
 //!
-//! **Job.** Every blocking MPI collective on intracommunicators (barrier, bcast,
+//! **Job.** Every blocking MPI collective on intracommunicators and intercommunicators
+//! ([`inter`]: MPI's rooted and all-to-all intercommunicator meaning) (barrier, bcast,
 //! gather(v), scatter(v), allgather(v), alltoall(v,w), reduce, allreduce,
 //! reduce_scatter(_block), scan, exscan), their non-blocking forms as schedules
 //! ([`nbc`], [`CollRequest`]), the reduction ops ([`Op`]: every predefined op on every
@@ -39,6 +40,7 @@ pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
+pub mod inter;
 pub mod nbc;
 pub mod op;
 pub mod reduce;

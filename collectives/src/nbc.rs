@@ -23,13 +23,13 @@ use crate::util::{
 
 /// A place in memory: a user address, or an offset into one of the schedule's buffers.
 #[derive(Clone, Copy, Debug)]
-enum Loc {
+pub(crate) enum Loc {
     User(*mut u8),
     Tmp(usize, usize),
 }
 
 #[derive(Clone, Debug)]
-enum Step {
+pub(crate) enum Step {
     /// Send `count` elements of `dtype` (bytes when None) at `loc` to `peer`.
     Send {
         /// Tag offset inside the request's tag block (0..64).
@@ -63,9 +63,9 @@ enum Step {
 }
 
 #[derive(Default, Debug)]
-struct Round {
-    comm: Vec<Step>,
-    local: Vec<Step>,
+pub(crate) struct Round {
+    pub(crate) comm: Vec<Step>,
+    pub(crate) local: Vec<Step>,
 }
 
 /// An outstanding non-blocking collective.
@@ -78,6 +78,10 @@ pub struct CollRequest {
     reqs: Vec<Option<ReqId>>,
     tmps: Vec<Vec<u8>>,
     op: Option<(Op, TypeRef)>,
+    /// Collectives run after this one's rounds, in order (an intercommunicator
+    /// collective's local and inter-group phases; see [`crate::inter`]).
+    phases: Vec<CollRequest>,
+    phase: usize,
     done: bool,
 }
 
@@ -91,7 +95,7 @@ impl Drop for CollRequest {
     /// allowed on one); transfers may still be writing into the schedule's buffers, so
     /// those are leaked rather than freed.
     fn drop(&mut self) {
-        if !self.done && !self.reqs.is_empty() {
+        if !self.done && (!self.reqs.is_empty() || self.phase < self.phases.len()) {
             std::mem::forget(std::mem::take(&mut self.tmps));
         }
     }
@@ -135,7 +139,7 @@ fn next_tag(rt: &Runtime, comm: CommId) -> MpiResult<i32> {
 }
 
 impl CollRequest {
-    fn new(rt: &Runtime, comm: CommId) -> MpiResult<CollRequest> {
+    pub(crate) fn new(rt: &Runtime, comm: CommId) -> MpiResult<CollRequest> {
         Ok(CollRequest {
             comm,
             tag: next_tag(rt, comm)?,
@@ -145,8 +149,29 @@ impl CollRequest {
             reqs: Vec::new(),
             tmps: Vec::new(),
             op: None,
+            phases: Vec::new(),
+            phase: 0,
             done: false,
         })
+    }
+
+    /// A request with no rounds of its own and no tag, that runs `phases` in order; it
+    /// owns `tmps`, which the phases address by pointer (a `Vec`'s heap buffer does not
+    /// move when the `Vec` does).
+    pub(crate) fn chain(comm: CommId, phases: Vec<CollRequest>, tmps: Vec<Vec<u8>>) -> CollRequest {
+        CollRequest {
+            comm,
+            tag: 0,
+            rounds: Vec::new(),
+            cur: 0,
+            started: false,
+            reqs: Vec::new(),
+            tmps,
+            op: None,
+            phases,
+            phase: 0,
+            done: false,
+        }
     }
 
     fn tmp(&mut self, len: usize) -> usize {
@@ -154,7 +179,7 @@ impl CollRequest {
         self.tmps.len() - 1
     }
 
-    fn round(&mut self) -> &mut Round {
+    pub(crate) fn round(&mut self) -> &mut Round {
         self.rounds.push(Round::default());
         self.rounds.last_mut().expect("pushed")
     }
@@ -176,6 +201,12 @@ impl CollRequest {
         let byte = byte_type();
         while !self.done {
             if self.cur == self.rounds.len() {
+                while let Some(p) = self.phases.get_mut(self.phase) {
+                    if !p.test(rt)? {
+                        return Ok(false);
+                    }
+                    self.phase += 1;
+                }
                 self.done = true;
                 break;
             }
@@ -331,6 +362,9 @@ fn recv(loc: Loc, len: usize, peer: usize) -> Step {
 
 /// `MPI_Ibarrier` (dissemination).
 pub fn ibarrier(rt: &Runtime, comm: CommId) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ibarrier", comm)? {
+        return crate::inter::ibarrier(rt, comm);
+    }
     rt.check_comm_id("MPI_Ibarrier", comm)?;
     let (me, n) = (rt.comm_rank(comm)?, rt.comm_size(comm)?);
     let mut r = CollRequest::new(rt, comm)?;
@@ -378,6 +412,9 @@ pub unsafe fn ibcast(
     root: i32,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ibcast", comm)? {
+        return unsafe { crate::inter::ibcast(rt, "MPI_Ibcast", buf, count, dtype, root, comm) };
+    }
     let call = "MPI_Ibcast";
     rt.check_comm_id(call, comm)?;
     let (me, n) = (rt.comm_rank(comm)?, rt.comm_size(comm)?);
@@ -434,6 +471,23 @@ pub unsafe fn igather(
     root: i32,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Igather", comm)? {
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Igather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                root,
+                comm,
+            )
+        };
+    }
     let n = rt.comm_size(comm)?;
     let rc = if rt.comm_rank(comm)? == root.max(0) as usize {
         check_count("MPI_Igather", recvcount)?
@@ -476,6 +530,23 @@ pub unsafe fn igatherv(
     root: i32,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Igatherv", comm)? {
+        return unsafe {
+            crate::inter::igatherv(
+                rt,
+                "MPI_Igatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                root,
+                comm,
+            )
+        };
+    }
     // SAFETY: forwarded.
     unsafe {
         igatherv_impl(
@@ -575,6 +646,23 @@ pub unsafe fn iscatter(
     root: i32,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iscatter", comm)? {
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Iscatter",
+                sendbuf,
+                sendcount,
+                None,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        };
+    }
     let n = rt.comm_size(comm)?;
     let sc = if rt.comm_rank(comm)? == root.max(0) as usize {
         check_count("MPI_Iscatter", sendcount)?
@@ -617,6 +705,23 @@ pub unsafe fn iscatterv(
     root: i32,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iscatterv", comm)? {
+        return unsafe {
+            crate::inter::iscatterv(
+                rt,
+                "MPI_Iscatterv",
+                sendbuf,
+                0,
+                Some((sendcounts, displs)),
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                root,
+                comm,
+            )
+        };
+    }
     // SAFETY: forwarded.
     unsafe {
         iscatterv_impl(
@@ -715,6 +820,22 @@ pub unsafe fn iallgather(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iallgather", comm)? {
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Iallgather",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                None,
+                recvtype,
+                comm,
+            )
+        };
+    }
     let n = rt.comm_size(comm)?;
     let rc = check_count("MPI_Iallgather", recvcount)?;
     let counts = vec![rc as i64; n];
@@ -751,6 +872,22 @@ pub unsafe fn iallgatherv(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iallgatherv", comm)? {
+        return unsafe {
+            crate::inter::iallgatherv(
+                rt,
+                "MPI_Iallgatherv",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                0,
+                Some((recvcounts, displs)),
+                recvtype,
+                comm,
+            )
+        };
+    }
     // SAFETY: forwarded.
     unsafe {
         iallgatherv_impl(
@@ -830,6 +967,21 @@ pub unsafe fn ialltoall(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ialltoall", comm)? {
+        return unsafe {
+            crate::inter::ialltoall(
+                rt,
+                "MPI_Ialltoall",
+                sendbuf,
+                sendcount,
+                sendtype,
+                recvbuf,
+                recvcount,
+                recvtype,
+                comm,
+            )
+        };
+    }
     let n = rt.comm_size(comm)?;
     let sc = check_count("MPI_Ialltoall", sendcount).unwrap_or(0);
     let rc = check_count("MPI_Ialltoall", recvcount)?;
@@ -877,6 +1029,23 @@ pub unsafe fn ialltoallv(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ialltoallv", comm)? {
+        return unsafe {
+            crate::inter::ialltoallv(
+                rt,
+                "MPI_Ialltoallv",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtype,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtype,
+                comm,
+            )
+        };
+    }
     let n = rt.comm_size(comm)?;
     let call = "MPI_Ialltoallv";
     check_displs(call, "rdispls", rdispls, n)?;
@@ -915,6 +1084,23 @@ pub unsafe fn ialltoallw(
     recvtypes: &[TypeRef],
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ialltoallw", comm)? {
+        return unsafe {
+            crate::inter::ialltoallw(
+                rt,
+                "MPI_Ialltoallw",
+                sendbuf,
+                sendcounts,
+                sdispls,
+                sendtypes,
+                recvbuf,
+                recvcounts,
+                rdispls,
+                recvtypes,
+                comm,
+            )
+        };
+    }
     // SAFETY: forwarded.
     unsafe {
         ialltoallw_impl(
@@ -1117,6 +1303,21 @@ pub unsafe fn ireduce(
     root: i32,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ireduce", comm)? {
+        return unsafe {
+            crate::inter::ireduce(
+                rt,
+                "MPI_Ireduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                root,
+                comm,
+            )
+        };
+    }
     let call = "MPI_Ireduce";
     rt.check_comm_id(call, comm)?;
     let (me, n) = (rt.comm_rank(comm)?, rt.comm_size(comm)?);
@@ -1234,6 +1435,20 @@ pub unsafe fn iallreduce(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iallreduce", comm)? {
+        return unsafe {
+            crate::inter::iallreduce(
+                rt,
+                "MPI_Iallreduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                comm,
+            )
+        };
+    }
     let call = "MPI_Iallreduce";
     rt.check_comm_id(call, comm)?;
     let (me, n) = (rt.comm_rank(comm)?, rt.comm_size(comm)?);
@@ -1272,6 +1487,20 @@ pub unsafe fn ireduce_scatter_block(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ireduce_scatter_block", comm)? {
+        return unsafe {
+            crate::inter::ireduce_scatter_block(
+                rt,
+                "MPI_Ireduce_scatter_block",
+                sendbuf,
+                recvbuf,
+                recvcount,
+                dtype,
+                op,
+                comm,
+            )
+        };
+    }
     let n = rt.comm_size(comm)?;
     let rc = red_checks("MPI_Ireduce_scatter_block", recvcount, dtype, op)?;
     // SAFETY: forwarded.
@@ -1302,6 +1531,20 @@ pub unsafe fn ireduce_scatter(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Ireduce_scatter", comm)? {
+        return unsafe {
+            crate::inter::ireduce_scatter(
+                rt,
+                "MPI_Ireduce_scatter",
+                sendbuf,
+                recvbuf,
+                recvcounts,
+                dtype,
+                op,
+                comm,
+            )
+        };
+    }
     // SAFETY: forwarded.
     unsafe {
         ireduce_scatter_impl(
@@ -1390,6 +1633,9 @@ pub unsafe fn iscan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iscan", comm)? {
+        return Err(crate::inter::undefined("MPI_Iscan"));
+    }
     // SAFETY: forwarded.
     unsafe {
         iscan_impl(
@@ -1419,6 +1665,9 @@ pub unsafe fn iexscan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<CollRequest> {
+    if crate::inter::is_inter(rt, "MPI_Iexscan", comm)? {
+        return Err(crate::inter::undefined("MPI_Iexscan"));
+    }
     // SAFETY: forwarded.
     unsafe {
         iscan_impl(

@@ -80,6 +80,22 @@ pub unsafe fn reduce(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Reduce", comm)? {
+        return unsafe {
+            crate::inter::ireduce(
+                rt,
+                "MPI_Reduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                root,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Reduce";
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = common_checks(call, count, dtype, op)?;
@@ -543,6 +559,21 @@ pub unsafe fn allreduce(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Allreduce", comm)? {
+        return unsafe {
+            crate::inter::iallreduce(
+                rt,
+                "MPI_Allreduce",
+                sendbuf,
+                recvbuf,
+                count,
+                dtype,
+                op,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Allreduce";
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = common_checks(call, count, dtype, op)?;
@@ -622,6 +653,21 @@ pub unsafe fn reduce_scatter_block(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Reduce_scatter_block", comm)? {
+        return unsafe {
+            crate::inter::ireduce_scatter_block(
+                rt,
+                "MPI_Reduce_scatter_block",
+                sendbuf,
+                recvbuf,
+                recvcount,
+                dtype,
+                op,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Reduce_scatter_block";
     let ctx = Ctx::new(rt, comm, call)?;
     let rc = common_checks(call, recvcount, dtype, op)?;
@@ -644,6 +690,21 @@ pub unsafe fn reduce_scatter(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Reduce_scatter", comm)? {
+        return unsafe {
+            crate::inter::ireduce_scatter(
+                rt,
+                "MPI_Reduce_scatter",
+                sendbuf,
+                recvbuf,
+                recvcounts,
+                dtype,
+                op,
+                comm,
+            )
+        }?
+        .wait(rt);
+    }
     let call = "MPI_Reduce_scatter";
     let ctx = Ctx::new(rt, comm, call)?;
     check_type(call, dtype)?;
@@ -754,6 +815,9 @@ pub unsafe fn scan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Scan", comm)? {
+        return Err(crate::inter::undefined("MPI_Scan"));
+    }
     // SAFETY: forwarded.
     unsafe {
         scan_impl(
@@ -775,6 +839,9 @@ pub unsafe fn exscan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    if crate::inter::is_inter(rt, "MPI_Exscan", comm)? {
+        return Err(crate::inter::undefined("MPI_Exscan"));
+    }
     // SAFETY: forwarded.
     unsafe {
         scan_impl(

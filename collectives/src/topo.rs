@@ -361,6 +361,17 @@ fn keyval(rt: &Runtime) -> i32 {
 }
 
 /// Attach a topology to a communicator (replacing any).
+/// Topologies are defined on intracommunicators only (MPI_ERR_COMM otherwise).
+fn no_intercomm(rt: &Runtime, call: &str, comm: CommId) -> MpiResult<()> {
+    if rt.comm_test_inter(comm)? {
+        return Err(tsunagi_core::MpiError::new(
+            ErrorClass::Comm,
+            format!("{call}: process topologies cannot be made on an intercommunicator"),
+        ));
+    }
+    Ok(())
+}
+
 pub fn set_topology(rt: &Runtime, comm: CommId, topo: Topology) -> MpiResult<()> {
     let kv = keyval(rt);
     rt.set_attr(comm, kv, Arc::into_raw(Arc::new(topo)) as usize)
@@ -395,6 +406,7 @@ pub fn cart_create(
 ) -> MpiResult<Option<CommId>> {
     let call = "MPI_Cart_create";
     rt.check_comm_id(call, comm)?;
+    no_intercomm(rt, call, comm)?;
     let cart = Cart::new(call, dims, periods)?;
     let size = rt.comm_size(comm)?;
     if cart.size() > size as i64 {
@@ -476,6 +488,7 @@ pub fn graph_create(
 ) -> MpiResult<Option<CommId>> {
     let call = "MPI_Graph_create";
     rt.check_comm_id(call, comm)?;
+    no_intercomm(rt, call, comm)?;
     let size = rt.comm_size(comm)?;
     let nnodes = index.len();
     if nnodes > size {
@@ -538,6 +551,7 @@ pub fn dist_graph_create_adjacent(
 ) -> MpiResult<CommId> {
     let call = "MPI_Dist_graph_create_adjacent";
     rt.check_comm_id(call, comm)?;
+    no_intercomm(rt, call, comm)?;
     let size = rt.comm_size(comm)? as i32;
     if let Some(r) = sources
         .iter()
@@ -577,6 +591,7 @@ pub fn dist_graph_create(
 ) -> MpiResult<CommId> {
     let call = "MPI_Dist_graph_create";
     rt.check_comm_id(call, comm)?;
+    no_intercomm(rt, call, comm)?;
     let size = rt.comm_size(comm)?;
     let total: i64 = degrees.iter().map(|&d| d as i64).sum();
     if degrees.len() < sources.len()

@@ -92,12 +92,36 @@ pub struct CommData {
     pub attrs: BTreeMap<i32, usize>,
     /// Node id of each member (by communicator rank), for rank-aware algorithms.
     pub nodes: Arc<Vec<u32>>,
+    /// For an intercommunicator: the remote group and the hidden local intracommunicator.
+    pub inter: Option<InterData>,
+}
+
+/// What an intercommunicator has beyond an intracommunicator. Point-to-point ranks on an
+/// intercommunicator name the remote group; its collectives move data between the groups
+/// on its collective context and within the local group on `local_comm` (a hidden
+/// intracommunicator over the local group, freed with the intercommunicator).
+#[derive(Clone, Debug)]
+pub struct InterData {
+    pub remote: Arc<Group>,
+    pub local_comm: CommId,
 }
 
 impl CommData {
     /// Size of the communicator.
     pub fn size(&self) -> usize {
         self.group.size()
+    }
+    /// The group that point-to-point ranks name: the remote group of an
+    /// intercommunicator, the communicator's own group otherwise.
+    pub fn peer_group(&self) -> &Group {
+        match &self.inter {
+            Some(i) => &i.remote,
+            None => &self.group,
+        }
+    }
+    /// Size of [`CommData::peer_group`] (the valid destination and source ranks).
+    pub fn peer_size(&self) -> usize {
+        self.peer_group().size()
     }
     /// The collective/internal context id.
     pub fn coll_context(&self) -> u32 {
@@ -145,6 +169,22 @@ pub struct Offer {
     pub mask: [u64; MASK_WORDS],
     /// True when `mask` is the member's real free mask.
     pub real: bool,
+}
+
+/// One group's offers as one: the AND of the masks, real only if all were (what an
+/// intercommunicator's group hands the other group, see `runtime/inter.rs`).
+pub fn combine(offers: &[Offer]) -> Offer {
+    let mut all = Offer {
+        mask: full_mask(),
+        real: true,
+    };
+    for o in offers {
+        for (a, w) in all.mask.iter_mut().zip(o.mask.iter()) {
+            *a &= *w;
+        }
+        all.real &= o.real;
+    }
+    all
 }
 
 /// Bytes of an [`Offer`] on the wire.
@@ -320,6 +360,66 @@ mod tests {
             assert_ne!(got[0], got[1], "pattern {pattern:#x} gave one pair twice");
             assert!(got.iter().all(|g| g.unwrap() >= 2));
         }
+    }
+
+    /// An intercommunicator's agreement: each process concludes with its own group's
+    /// offers plus the other group's combined offer. Every member of both groups reaches
+    /// the verdict a flat agreement over all of them would, and a busy member anywhere
+    /// makes everyone retry.
+    #[test]
+    fn two_groups_agree_through_combined_offers() {
+        let mut a = [ContextAllocator::new(), ContextAllocator::new()];
+        let mut b = [
+            ContextAllocator::new(),
+            ContextAllocator::new(),
+            ContextAllocator::new(),
+        ];
+        // Different pairs in use in different processes.
+        for (i, p) in a.iter_mut().chain(b.iter_mut()).enumerate() {
+            for k in 2..2 + i {
+                let o = p.offer(100 + k as u32);
+                let _ = p.conclude(100 + k as u32, &[o]);
+            }
+        }
+        // B's third process is busy with another allocation (lower parent): fake offer.
+        let other = b[2].offer(1);
+        let mut rounds = 0;
+        let pair = loop {
+            rounds += 1;
+            let oa: Vec<Offer> = a.iter_mut().map(|p| p.offer(7)).collect();
+            let ob: Vec<Offer> = b.iter_mut().map(|p| p.offer(9)).collect();
+            let (ca, cb) = (combine(&oa), combine(&ob));
+            let mut flat = oa.clone();
+            flat.extend_from_slice(&ob);
+            let want = lowest_free(&combine(&flat).mask);
+            let mut verdicts = Vec::new();
+            for p in a.iter_mut() {
+                let mut mine = oa.clone();
+                mine.push(cb);
+                verdicts.push(p.conclude(7, &mine));
+            }
+            for p in b.iter_mut() {
+                let mut mine = ob.clone();
+                mine.push(ca);
+                verdicts.push(p.conclude(9, &mine));
+            }
+            assert!(verdicts.iter().all(|v| *v == verdicts[0]), "{verdicts:?}");
+            match verdicts[0] {
+                Agreed::Pair(k) => {
+                    assert_eq!(Some(k), want);
+                    break k;
+                }
+                Agreed::Retry => {
+                    assert_eq!(rounds, 1, "only the first round meets the busy member");
+                    // The other allocation finishes; B's third process is free again.
+                    let _ = b[2].conclude(1, &[other]);
+                }
+                Agreed::Exhausted => panic!("exhausted"),
+            }
+        };
+        assert_eq!(rounds, 2);
+        // Pairs 2..=5 were in use in process 4, whose other allocation then took 6.
+        assert_eq!(pair, 7);
     }
 
     #[test]

@@ -42,6 +42,7 @@ fn comm_data(n: usize, rank: Rank, context: u32, name: &str) -> CommData {
         errhandler: ErrHandler::Return,
         attrs: Default::default(),
         nodes: Arc::new(vec![0; n]),
+        inter: None,
     }
 }
 

@@ -18,6 +18,8 @@ use crate::ffi::*;
 use crate::handles::{self as h, err, DtRef, OpDef};
 
 const MPI_BYTE: MPI_Datatype = 0x4c00_010d;
+/// `MPI_ROOT`: the root of a rooted collective on an intercommunicator.
+const MPI_ROOT: c_int = tsunagi_collectives::inter::ROOT;
 
 // ----- argument helpers -----
 
@@ -95,8 +97,19 @@ fn dtypes(name: &str, p: *const MPI_Datatype, counts: &[i64]) -> MpiResult<Vec<T
         .collect()
 }
 
+/// This process's rank and the number of ranks the per-process arrays of a rooted
+/// collective have (the remote group's size on an intercommunicator).
 fn rank_size(r: &Runtime, comm: CommId) -> MpiResult<(usize, usize)> {
-    Ok((r.comm_rank(comm)?, r.comm_size(comm)?))
+    Ok((r.comm_rank(comm)?, r.comm_peer_size(comm)?))
+}
+
+/// Whether this process is the root of a rooted collective: `root` is its rank, or
+/// `MPI_ROOT` on an intercommunicator.
+fn is_root_of(r: &Runtime, comm: CommId, root: c_int, me: usize) -> MpiResult<bool> {
+    if root == MPI_ROOT {
+        return r.comm_test_inter(comm);
+    }
+    Ok(root >= 0 && me == root as usize && !r.comm_test_inter(comm)?)
 }
 
 fn sbuf(p: *const c_void) -> SendBuf {
@@ -120,7 +133,11 @@ fn degrees(r: &Runtime, call: &str, comm: CommId) -> MpiResult<(usize, usize)> {
 
 /// Register a new request and start its first round.
 fn started(r: &Runtime, req: MpiResult<CollRequest>, out: &mut MPI_Request) -> MpiResult<()> {
-    let id = r.start_schedule(Box::new(req?))?;
+    // A persistent collective's start takes the schedule instead (see `coll_init`).
+    let Some(req) = super::coll_init::divert(req?) else {
+        return Ok(());
+    };
+    let id = r.start_schedule(Box::new(req))?;
     *out = h::request_handle(id, false);
     Ok(())
 }
@@ -155,7 +172,7 @@ fn gather_args(
     recvtype: MPI_Datatype,
 ) -> MpiResult<(GatherArgs, bool, usize)> {
     let (me, n) = rank_size(r, comm)?;
-    let is_root = root >= 0 && me == root as usize;
+    let is_root = is_root_of(r, comm, root, me)?;
     let sb = sbuf(sendbuf);
     let sendtype = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let recvtype = dt_if("recvtype", recvtype, is_root)?;
@@ -242,7 +259,7 @@ fn scatter_args(
     recvtype: MPI_Datatype,
 ) -> MpiResult<(DtRef, RecvBuf, DtRef, bool, usize)> {
     let (me, n) = rank_size(r, comm)?;
-    let is_root = root >= 0 && me == root as usize;
+    let is_root = is_root_of(r, comm, root, me)?;
     let rb = RecvBuf::from_c(recvbuf as *mut u8);
     let st = dt_if("sendtype", sendtype, is_root)?;
     let rt = dt_if("recvtype", recvtype, rb != RecvBuf::InPlace)?;
@@ -350,7 +367,7 @@ pub(crate) fn allgatherv(
     comm: CommId,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Allgatherv")?;
-    let n = r.comm_size(comm)?;
+    let n = r.comm_peer_size(comm)?;
     let sb = sbuf(sendbuf);
     let st = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let (rc, d) = (
@@ -429,7 +446,7 @@ pub(crate) fn alltoallv(
     comm: CommId,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Alltoallv")?;
-    let n = r.comm_size(comm)?;
+    let n = r.comm_peer_size(comm)?;
     let sb = sbuf(sendbuf);
     let st = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let (sc, sd) = send_arrays(sb, sendcounts, sdispls, n)?;
@@ -508,7 +525,7 @@ pub(crate) fn alltoallw(
     comm: CommId,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Alltoallw")?;
-    let n = r.comm_size(comm)?;
+    let n = r.comm_peer_size(comm)?;
     let w = w_args(
         sendbuf, sendcounts, sdispls, sendtypes, recvcounts, rdispls, recvtypes, n,
     )?;
@@ -882,7 +899,7 @@ pub(crate) fn iallgatherv(
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Iallgatherv")?;
-    let n = r.comm_size(comm)?;
+    let n = r.comm_peer_size(comm)?;
     let sb = sbuf(sendbuf);
     let st = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let (rc, d) = (
@@ -948,7 +965,7 @@ pub(crate) fn ialltoallv(
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Ialltoallv")?;
-    let n = r.comm_size(comm)?;
+    let n = r.comm_peer_size(comm)?;
     let sb = sbuf(sendbuf);
     let st = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let (sc, sd) = send_arrays(sb, sendcounts, sdispls, n)?;
@@ -987,7 +1004,7 @@ pub(crate) fn ialltoallw(
     request: &mut MPI_Request,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Ialltoallw")?;
-    let n = r.comm_size(comm)?;
+    let n = r.comm_peer_size(comm)?;
     let w = w_args(
         sendbuf, sendcounts, sdispls, sendtypes, recvcounts, rdispls, recvtypes, n,
     )?;

@@ -62,21 +62,40 @@ pub(crate) fn comm_split_type(
     comm: CommId,
     split_type: c_int,
     key: c_int,
-    _info: Option<InfoId>,
+    info: Option<InfoId>,
     new: &mut MPI_Comm,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Comm_split_type")?;
+    let node = || -> MpiResult<c_int> {
+        let nodes = r.comm_nodes(comm)?;
+        Ok(nodes[r.comm_rank(comm)?] as c_int)
+    };
     let color = match split_type {
         MPI_UNDEFINED => UNDEFINED,
-        MPI_COMM_TYPE_SHARED => {
+        MPI_COMM_TYPE_SHARED => node()?,
+        // The one hardware resource Tsunagi knows is the node (shared memory); any other
+        // resource type gives MPI_COMM_NULL, as MPI-4 says for unrecognised values.
+        MPI_COMM_TYPE_HW_GUIDED => {
+            let kind = info.and_then(|i| super::info_value(i, "mpi_hw_resource_type"));
+            match kind.as_deref() {
+                Some("mpi_shared_memory") => node()?,
+                _ => UNDEFINED,
+            }
+        }
+        // A resource strictly smaller than the communicator: the node, if it spans more.
+        MPI_COMM_TYPE_HW_UNGUIDED => {
             let nodes = r.comm_nodes(comm)?;
-            nodes[r.comm_rank(comm)?] as c_int
+            if nodes.iter().all(|&n| n == nodes[0]) {
+                UNDEFINED
+            } else {
+                node()?
+            }
         }
         other => {
             return Err(err(
                 ErrorClass::Arg,
                 format!(
-                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED or MPI_UNDEFINED)"
+                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED or MPI_UNDEFINED)"
                 ),
             ))
         }
@@ -135,17 +154,49 @@ pub(crate) fn comm_disconnect(comm: &mut MPI_Comm) -> MpiResult<()> {
 }
 
 pub(crate) fn comm_test_inter(comm: CommId, f: &mut c_int) -> MpiResult<()> {
-    h::runtime("MPI_Comm_test_inter")?.check_comm_id("MPI_Comm_test_inter", comm)?;
-    *f = flag(false);
+    *f = flag(h::runtime("MPI_Comm_test_inter")?.comm_test_inter(comm)?);
     Ok(())
 }
 
-pub(crate) fn comm_remote_size(comm: CommId, _size: &mut c_int) -> MpiResult<()> {
-    h::runtime("MPI_Comm_remote_size")?.check_comm_id("MPI_Comm_remote_size", comm)?;
-    Err(err(
-        ErrorClass::Comm,
-        "comm is not an intercommunicator (Tsunagi has none yet)",
-    ))
+pub(crate) fn comm_remote_size(comm: CommId, size: &mut c_int) -> MpiResult<()> {
+    *size = h::runtime("MPI_Comm_remote_size")?.comm_remote_size(comm)? as c_int;
+    Ok(())
+}
+
+pub(crate) fn comm_remote_group(comm: CommId, group: &mut MPI_Group) -> MpiResult<()> {
+    *group = h::new_group(h::runtime("MPI_Comm_remote_group")?.comm_remote_group(comm)?);
+    Ok(())
+}
+
+pub(crate) fn intercomm_create(
+    local_comm: CommId,
+    local_leader: c_int,
+    peer_comm: Option<CommId>,
+    remote_leader: c_int,
+    tag: c_int,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Intercomm_create")?;
+    // peer_comm matters at the local leader only; elsewhere it may be MPI_COMM_NULL.
+    let is_leader = r.comm_rank(local_comm)? as c_int == local_leader;
+    let peer = match peer_comm {
+        Some(p) => p,
+        None if !is_leader => CommId::SELF,
+        None => {
+            return Err(err(
+                ErrorClass::Comm,
+                "peer_comm is MPI_COMM_NULL at the local leader",
+            ))
+        }
+    };
+    *new =
+        h::comm_handle(r.intercomm_create(local_comm, local_leader, peer, remote_leader, tag)?);
+    Ok(())
+}
+
+pub(crate) fn intercomm_merge(comm: CommId, high: c_int, new: &mut MPI_Comm) -> MpiResult<()> {
+    *new = h::comm_handle(h::runtime("MPI_Intercomm_merge")?.intercomm_merge(comm, high != 0)?);
+    Ok(())
 }
 
 pub(crate) fn comm_set_info(comm: CommId, _info: InfoId) -> MpiResult<()> {
@@ -267,4 +318,62 @@ pub(crate) fn group_compare(a: &Arc<Group>, b: &Arc<Group>, result: &mut c_int) 
 
 pub(crate) fn group_free(g: &mut MPI_Group) -> MpiResult<()> {
     h::free_group(g)
+}
+
+/// Where MPI_Comm_idup writes the new communicator when it exists.
+struct NewCommSlot(*mut MPI_Comm);
+
+// SAFETY: MPI requires the `newcomm` argument of MPI_Comm_idup to stay valid and untouched
+// until the request completes; the core writes it once, on whichever thread completes it.
+unsafe impl Send for NewCommSlot {}
+
+impl NewCommSlot {
+    fn put(&self, c: CommId) {
+        // SAFETY: see the Send impl: a valid MPI_Comm location reserved for this write.
+        unsafe { *self.0 = h::comm_handle(c) };
+    }
+}
+
+pub(crate) fn comm_idup(
+    comm: CommId,
+    new: &mut MPI_Comm,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let slot = NewCommSlot(new as *mut MPI_Comm);
+    let id = h::runtime("MPI_Comm_idup")?.comm_idup(comm, Box::new(move |c| slot.put(c)))?;
+    *request = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn comm_idup_with_info(
+    comm: CommId,
+    _info: Option<InfoId>,
+    new: &mut MPI_Comm,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    comm_idup(comm, new, request)
+}
+
+pub(crate) fn comm_create_group(
+    comm: CommId,
+    group: &Arc<Group>,
+    tag: c_int,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    *new = out_comm(h::runtime("MPI_Comm_create_group")?.comm_create_group(comm, group, tag)?);
+    Ok(())
+}
+
+pub(crate) fn comm_create_from_group(
+    group: &Arc<Group>,
+    stringtag: &str,
+    _info: Option<InfoId>,
+    errhandler: tsunagi_core::comm::ErrHandler,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Comm_create_from_group")?;
+    let id = r.comm_create_from_group(group, stringtag)?;
+    r.set_errhandler(id, errhandler)?;
+    *new = h::comm_handle(id);
+    Ok(())
 }

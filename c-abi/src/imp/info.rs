@@ -145,3 +145,33 @@ pub(crate) fn info_free(info: &mut MPI_Info) -> MpiResult<()> {
     *info = MPI_INFO_NULL;
     Ok(())
 }
+
+/// MPI_Info_get_string (MPI-4): `buflen` in is the room at `value` (with the NUL), out the
+/// room the whole value needs; the value is truncated to fit.
+pub(crate) fn info_get_string(
+    i: InfoId,
+    key: &str,
+    buflen: &mut c_int,
+    value: *mut c_char,
+    f: &mut c_int,
+) -> MpiResult<()> {
+    check_key(key)?;
+    match get(i, key) {
+        Some(v) => {
+            *f = 1;
+            let room = (*buflen).max(0) as usize;
+            if room > 0 {
+                // SAFETY: MPI requires room for `buflen` bytes at `value`.
+                unsafe { h::write_cstr("value", value, room, &v)? };
+            }
+            *buflen = (v.len() + 1).min(c_int::MAX as usize) as c_int;
+        }
+        None => *f = 0,
+    }
+    Ok(())
+}
+
+/// The value of `key` in info object `i`, if set (for other calls' info arguments).
+pub(crate) fn info_value(i: InfoId, key: &str) -> Option<String> {
+    get(i, key)
+}

@@ -7,10 +7,12 @@
 
 mod attr;
 pub(crate) mod coll;
+mod coll_init;
 mod comm;
 mod dtype;
 mod env;
 mod errclass;
+mod grequest;
 mod info;
 mod large;
 mod misc;
@@ -21,10 +23,12 @@ mod topo;
 
 pub(crate) use attr::*;
 pub(crate) use coll::*;
+pub(crate) use coll_init::*;
 pub(crate) use comm::*;
 pub(crate) use dtype::*;
 pub(crate) use env::*;
 pub(crate) use errclass::*;
+pub(crate) use grequest::*;
 pub(crate) use info::*;
 pub(crate) use large::*;
 pub(crate) use misc::*;

@@ -9,7 +9,7 @@ use tsunagi_core::{CommId, ErrorClass, MpiResult, SendMode};
 use super::flag;
 use super::request::put_status;
 use crate::ffi::*;
-use crate::handles::{self as h, err};
+use crate::handles::{self as h, err, InfoId};
 
 fn send_mode(
     call: &'static str,
@@ -595,5 +595,169 @@ pub(crate) fn imrecv(
     let id = unsafe { r.imrecv("MPI_Imrecv", buf as *mut u8, count as i64, dt, m)? };
     *message = MPI_MESSAGE_NULL;
     *req = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn isendrecv(
+    sbuf: *const c_void,
+    scount: c_int,
+    st: &TypeRef,
+    dest: c_int,
+    stag: c_int,
+    rbuf: *mut c_void,
+    rcount: c_int,
+    rt: &TypeRef,
+    source: c_int,
+    rtag: c_int,
+    comm: CommId,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Isendrecv")?;
+    // SAFETY: MPI requires both buffers to stay valid until the request completes.
+    let id = unsafe {
+        r.isendrecv(
+            sbuf as *const u8,
+            scount as i64,
+            st,
+            dest,
+            stag,
+            rbuf as *mut u8,
+            rcount as i64,
+            rt,
+            source,
+            rtag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn isendrecv_replace(
+    buf: *mut c_void,
+    count: c_int,
+    dt: &TypeRef,
+    dest: c_int,
+    stag: c_int,
+    source: c_int,
+    rtag: c_int,
+    comm: CommId,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Isendrecv_replace")?;
+    // SAFETY: MPI requires `buf` to stay valid until the request completes.
+    let id = unsafe {
+        r.isendrecv_replace(
+            buf as *mut u8,
+            count as i64,
+            dt,
+            dest,
+            stag,
+            source,
+            rtag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, false);
+    Ok(())
+}
+
+pub(crate) fn psend_init(
+    buf: *const c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    dt: &TypeRef,
+    dest: c_int,
+    tag: c_int,
+    comm: CommId,
+    _info: Option<InfoId>,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Psend_init")?;
+    // SAFETY: MPI requires `buf` to hold partitions × count elements until the request is
+    // freed.
+    let id = unsafe {
+        r.partitioned_init(
+            "MPI_Psend_init",
+            true,
+            buf as *mut u8,
+            partitions,
+            count,
+            dt,
+            dest,
+            tag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, true);
+    Ok(())
+}
+
+pub(crate) fn precv_init(
+    buf: *mut c_void,
+    partitions: c_int,
+    count: MPI_Count,
+    dt: &TypeRef,
+    source: c_int,
+    tag: c_int,
+    comm: CommId,
+    _info: Option<InfoId>,
+    request: &mut MPI_Request,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Precv_init")?;
+    // SAFETY: as in psend_init.
+    let id = unsafe {
+        r.partitioned_init(
+            "MPI_Precv_init",
+            false,
+            buf as *mut u8,
+            partitions,
+            count,
+            dt,
+            source,
+            tag,
+            comm,
+        )?
+    };
+    *request = h::request_handle(id, true);
+    Ok(())
+}
+
+fn partitioned_request(request: MPI_Request) -> MpiResult<tsunagi_core::ReqId> {
+    h::request("request", request)?
+        .ok_or_else(|| err(ErrorClass::Request, "request is MPI_REQUEST_NULL"))
+}
+
+pub(crate) fn pready(partition: c_int, request: MPI_Request) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    h::runtime("MPI_Pready")?.pready("MPI_Pready", id, &[partition])
+}
+
+pub(crate) fn pready_range(low: c_int, high: c_int, request: MPI_Request) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    if high < low {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("partition_high {high} is below partition_low {low}"),
+        ));
+    }
+    let parts: Vec<c_int> = (low..=high).collect();
+    h::runtime("MPI_Pready_range")?.pready("MPI_Pready_range", id, &parts)
+}
+
+pub(crate) fn pready_list(
+    length: c_int,
+    parts: *const c_int,
+    request: MPI_Request,
+) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    // SAFETY: MPI requires `length` ints at `array_of_partitions`.
+    let parts = unsafe { h::slice("array_of_partitions", parts, length as usize)? };
+    h::runtime("MPI_Pready_list")?.pready("MPI_Pready_list", id, parts)
+}
+
+pub(crate) fn parrived(request: MPI_Request, partition: c_int, f: &mut c_int) -> MpiResult<()> {
+    let id = partitioned_request(request)?;
+    *f = c_int::from(h::runtime("MPI_Parrived")?.parrived(id, partition)?);
     Ok(())
 }

@@ -36,6 +36,17 @@ pub(crate) fn fill_status(o: &mut MPI_Status, s: &Status, set_error: bool) {
     }
 }
 
+/// A C status as a core status (MPI_ERROR left out).
+pub(crate) fn status_from_c(s: &MPI_Status) -> Status {
+    Status {
+        source: s.MPI_SOURCE,
+        tag: s.MPI_TAG,
+        error: 0,
+        bytes: status_bytes(s) as usize,
+        cancelled: s.count_hi_and_cancelled & 1 != 0,
+    }
+}
+
 pub(crate) fn status_bytes(s: &MPI_Status) -> u64 {
     (s.count_lo as u32 as u64) | (((s.count_hi_and_cancelled as u32) >> 1) as u64) << 32
 }

@@ -18,6 +18,10 @@ program coll
   integer :: namelen
   integer :: key, key2, ncopy, ndelete
   integer(kind=MPI_ADDRESS_KIND) :: extra, aval
+  integer :: greq, gstatus(MPI_STATUS_SIZE), gseen(3)
+  integer(kind=MPI_ADDRESS_KIND) :: gextra
+  common /greqseen/ gseen
+  external :: greq_query, greq_free, greq_cancel
   common /attrseen/ ncopy, ndelete
   external :: add_plus_one, copy_plus_extra, count_delete
 
@@ -136,6 +140,18 @@ program coll
   call check(periods(1) .and. coords(1) == rank, 'cart_get')
   call MPI_Comm_free(cart, ierr)
 
+  ! A generalized request with Fortran query, free and cancel procedures
+  gseen = 0
+  gextra = 7
+  call MPI_Grequest_start(greq_query, greq_free, greq_cancel, gextra, greq, ierr)
+  call MPI_Cancel(greq, ierr)
+  call check(gseen(3) == 1, 'grequest cancel')
+  call MPI_Grequest_complete(greq, ierr)
+  call MPI_Wait(greq, gstatus, ierr)
+  call check(ierr == MPI_SUCCESS .and. greq == MPI_REQUEST_NULL, 'grequest wait')
+  call check(gstatus(MPI_SOURCE) == 42 .and. gstatus(MPI_TAG) == 24, 'grequest status')
+  call check(gseen(1) == 1 .and. gseen(2) == 1, 'grequest query and free')
+
   call MPI_Barrier(MPI_COMM_WORLD, ierr)
   call MPI_Finalize(ierr)
   if (rank == 0) print '(A)', 'OK'
@@ -186,3 +202,37 @@ subroutine count_delete(comm, keyval, val, extra, ierr)
   ierr = MPI_SUCCESS
   if (extra /= 5 .or. comm == MPI_COMM_NULL .or. keyval == MPI_KEYVAL_INVALID .or. val < 0) ierr = MPI_ERR_OTHER
 end subroutine count_delete
+
+! Generalized request procedures: the extra state is 7; counts calls in /greqseen/.
+subroutine greq_query(extra, status, ierr)
+  use mpi
+  integer(kind=MPI_ADDRESS_KIND) :: extra
+  integer :: status(MPI_STATUS_SIZE), ierr, gseen(3)
+  common /greqseen/ gseen
+  gseen(1) = gseen(1) + 1
+  status(MPI_SOURCE) = 42
+  status(MPI_TAG) = 24
+  ierr = MPI_SUCCESS
+  if (extra /= 7) ierr = MPI_ERR_OTHER
+end subroutine greq_query
+
+subroutine greq_free(extra, ierr)
+  use mpi
+  integer(kind=MPI_ADDRESS_KIND) :: extra
+  integer :: ierr, gseen(3)
+  common /greqseen/ gseen
+  gseen(2) = gseen(2) + 1
+  ierr = MPI_SUCCESS
+  if (extra /= 7) ierr = MPI_ERR_OTHER
+end subroutine greq_free
+
+subroutine greq_cancel(extra, complete, ierr)
+  use mpi
+  integer(kind=MPI_ADDRESS_KIND) :: extra
+  logical :: complete
+  integer :: ierr, gseen(3)
+  common /greqseen/ gseen
+  gseen(3) = gseen(3) + 1
+  ierr = MPI_SUCCESS
+  if (extra /= 7 .or. complete) ierr = MPI_ERR_OTHER
+end subroutine greq_cancel

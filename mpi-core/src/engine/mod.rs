@@ -704,7 +704,7 @@ impl Engine {
         let context = req.context;
         let (tag, bytes) = (req.tag, req.bytes());
         let comm = self.core.comm(comm_id).expect("checked by the API");
-        let dest = comm.group.world_rank(peer as usize);
+        let dest = comm.peer_group().world_rank(peer as usize);
         let me = self.core.me;
         let device = self.router.device_of(dest);
         let (eager_limit, single_copy) = if device.is_some() {
@@ -856,7 +856,7 @@ impl Engine {
         let src = if peer == ANY_SOURCE {
             ANY_WORLD
         } else {
-            comm.group.world_rank(peer as usize)
+            comm.peer_group().world_rank(peer as usize)
         };
         let q = core.queue(context);
         if let Some(pos) = q.find_unexpected(src, tag) {
@@ -896,7 +896,7 @@ impl Engine {
         let src = if peer == ANY_SOURCE {
             ANY_WORLD
         } else {
-            c.group.world_rank(peer as usize)
+            c.peer_group().world_rank(peer as usize)
         };
         let context = c.context;
         let q = core.queue(context);
@@ -996,7 +996,7 @@ impl Engine {
             .reqs
             .get_mut(id.0)
             .ok_or_else(|| bad_request("MPI_Request_free", id))?;
-        if req.op == Op::Scheduled {
+        if req.op == Op::Scheduled && !(req.persistent && req.phase == Phase::Inactive) {
             // MPI-3.1 §5.12: freeing a non-blocking collective's request is erroneous
             // (an active schedule would go on writing the user's buffers).
             return Err(mpi_err(
@@ -1032,13 +1032,32 @@ impl Engine {
         id
     }
 
-    /// Complete a request of [`Engine::new_scheduled`]; `error` is an MPI error code that
-    /// the completion reports (0: success).
-    pub(crate) fn finish_scheduled(&mut self, id: ReqId, error: i32) {
+    /// A persistent request for work advanced outside the engine, inactive until started
+    /// (a persistent collective); each start is completed by
+    /// [`Engine::finish_scheduled_with`].
+    pub(crate) fn new_persistent_scheduled(&mut self) -> ReqId {
+        let byte = self.byte_type();
+        let id = self.new_request(
+            None,
+            Buf(std::ptr::null_mut()),
+            0,
+            byte,
+            CommId::WORLD,
+            PROC_NULL,
+            0,
+            true,
+        );
+        self.core.reqs.get_mut(id.0).expect("just made").op = Op::Scheduled;
+        id
+    }
+
+    /// Complete a request of [`Engine::new_scheduled`] with `status` (its error field an
+    /// MPI error code, 0 for success; a generalized request's status comes from its query
+    /// function).
+    pub(crate) fn finish_scheduled_with(&mut self, id: ReqId, status: Status) {
         if let Some(req) = self.core.reqs.get_mut(id.0) {
             debug_assert!(req.op == Op::Scheduled);
-            req.status = Status::EMPTY;
-            req.status.error = error;
+            req.status = status;
             self.core.complete(id);
         }
     }
@@ -1080,7 +1099,7 @@ impl Engine {
                 }
                 let dest = core
                     .comm(req.comm)
-                    .map(|c| c.group.world_rank(req.peer as usize))
+                    .map(|c| c.peer_group().world_rank(req.peer as usize))
                     .unwrap_or(0);
                 if let Some(dev) = self.router.device_of(dest) {
                     return self.cancel_device_send(id, dev);
@@ -1168,7 +1187,11 @@ impl Core {
 
     fn comm_rank_of(&self, comm: CommId, world: Rank) -> i32 {
         match self.comm(comm) {
-            Some(c) => c.group.rank_of(world).map(|r| r as i32).unwrap_or(-1),
+            Some(c) => c
+                .peer_group()
+                .rank_of(world)
+                .map(|r| r as i32)
+                .unwrap_or(-1),
             None => -1,
         }
     }
@@ -1230,8 +1253,8 @@ impl Core {
         };
         let ok = counterpart >= 0
             && self.comm(req.comm).is_some_and(|c| {
-                (counterpart as usize) < c.group.size()
-                    && c.group.world_rank(counterpart as usize) == src
+                (counterpart as usize) < c.peer_size()
+                    && c.peer_group().world_rank(counterpart as usize) == src
             });
         if !ok && !FORGED_REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
@@ -1546,6 +1569,7 @@ mod forged_control_tests {
             errhandler: ErrHandler::Fatal,
             attrs: Default::default(),
             nodes: Arc::new(vec![0, 0, 1]),
+            inter: None,
         }));
         let mode = send.then_some(SendMode::Synchronous);
         let id = e.new_request(

@@ -9,12 +9,24 @@ static FREED_WITH_PENDING: Mutex<Vec<CommId>> = Mutex::new(Vec::new());
 
 /// The last step of freeing a communicator: its slot becomes free; returns its context id
 /// for `release_context` (called without the engine lock).
-fn take_comm_slot(e: &mut Engine, comm: CommId) -> Option<u32> {
-    let c = e.core.comms[comm.0 as usize].take()?;
-    for d in e.router.devices() {
-        d.comm_freed(c.context);
+/// Empty a freed communicator's slot (and its hidden local communicator's, for an
+/// intercommunicator); the context ids to release.
+fn take_comm_slot(e: &mut Engine, comm: CommId) -> Vec<u32> {
+    let Some(c) = e.core.comms[comm.0 as usize].take() else {
+        return Vec::new();
+    };
+    let mut contexts = vec![c.context];
+    if let Some(inter) = &c.inter {
+        if let Some(l) = e.core.comms[inter.local_comm.0 as usize].take() {
+            contexts.push(l.context);
+        }
     }
-    Some(c.context)
+    for d in e.router.devices() {
+        for &x in &contexts {
+            d.comm_freed(x);
+        }
+    }
+    contexts
 }
 
 fn lock_zombies() -> MutexGuard<'static, Vec<CommId>> {
@@ -213,12 +225,12 @@ impl Runtime {
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
         let c = self.check_comm(&e, "collective", comm)?;
-        if peer >= c.size() {
+        if peer >= c.peer_size() {
             return Err(MpiError::new(
                 ErrorClass::Rank,
                 format!(
                     "collective: rank {peer} outside communicator of size {}",
-                    c.size()
+                    c.peer_size()
                 ),
             ));
         }
@@ -333,6 +345,7 @@ impl Runtime {
             errhandler,
             attrs: Default::default(),
             nodes,
+            inter: None,
         };
         let slot = e.core.comms.iter().position(|c| c.is_none());
         let id = match slot {
@@ -351,13 +364,20 @@ impl Runtime {
     /// MPI_Comm_dup (attributes copied through their keyvals' copy callbacks).
     pub fn comm_dup(&self, comm: CommId) -> MpiResult<CommId> {
         let call = "MPI_Comm_dup";
-        let (context, _) = self.new_context(call, comm, &[])?;
-        let (group, rank, attrs) = {
-            let e = self.lock();
-            let c = self.check_comm(&e, call, comm)?;
-            ((*c.group).clone(), c.rank, c.attrs.clone())
+        let new = if self.comm_test_inter(comm)? {
+            self.inter_dup(call, comm)?
+        } else {
+            let (context, _) = self.new_context(call, comm, &[])?;
+            let (group, rank) = self.with_comm(call, comm, |c| ((*c.group).clone(), c.rank))?;
+            self.insert_comm(comm, group, rank, context)?
         };
-        let new = self.insert_comm(comm, group, rank, context)?;
+        self.copy_attrs(call, comm, new)?;
+        Ok(new)
+    }
+
+    /// Copy `old`'s attributes to `new` through their keyvals' copy callbacks.
+    pub(super) fn copy_attrs(&self, call: &str, comm: CommId, new: CommId) -> MpiResult<()> {
+        let attrs = self.with_comm(call, comm, |c| c.attrs.clone())?;
         // Copy callbacks run without the engine lock: they may call MPI.
         for (kv, val) in attrs {
             let keyval = self
@@ -378,12 +398,15 @@ impl Runtime {
                 }
             }
         }
-        Ok(new)
+        Ok(())
     }
 
     /// MPI_Comm_split: None for MPI_UNDEFINED colour (MPI_COMM_NULL).
     pub fn comm_split(&self, comm: CommId, color: i32, key: i32) -> MpiResult<Option<CommId>> {
         let call = "MPI_Comm_split";
+        if self.comm_test_inter(comm)? {
+            return self.inter_split(call, comm, color, key);
+        }
         let mut mine = Vec::with_capacity(8);
         mine.extend_from_slice(&color.to_ne_bytes());
         mine.extend_from_slice(&key.to_ne_bytes());
@@ -429,6 +452,22 @@ impl Runtime {
     pub fn comm_create(&self, comm: CommId, group: &Group) -> MpiResult<Option<CommId>> {
         let call = "MPI_Comm_create";
         let parent = self.comm_group(comm)?;
+        if self.comm_test_inter(comm)? {
+            // The group is a subgroup of the local group; each side gives its own.
+            let (color, key) = match group.rank_of(self.rank) {
+                Some(r) => (0, r as i32),
+                None => (crate::group::UNDEFINED, 0),
+            };
+            for &w in group.world_ranks() {
+                if parent.rank_of(w).is_none() {
+                    return Err(MpiError::new(
+                        ErrorClass::Group,
+                        format!("{call}: the group contains world rank {w}, which is not in the local group"),
+                    ));
+                }
+            }
+            return self.inter_split(call, comm, color, key);
+        }
         for &w in group.world_ranks() {
             if parent.rank_of(w).is_none() {
                 return Err(MpiError::new(
@@ -478,9 +517,9 @@ impl Runtime {
             drop(e); // lock order: the list, then the engine (reap_freed_comms)
             lock_zombies().push(comm);
         } else {
-            let context = take_comm_slot(&mut e, comm);
+            let contexts = take_comm_slot(&mut e, comm);
             drop(e);
-            if let Some(c) = context {
+            for c in contexts {
                 self.release_context(c);
             }
         }
@@ -522,7 +561,19 @@ impl Runtime {
         if a == b {
             return Ok(Comparison::Ident);
         }
-        Ok(match ca.group.compare(&cb.group) {
+        let local = ca.group.compare(&cb.group);
+        let both = match (&ca.inter, &cb.inter) {
+            (None, None) => local,
+            // Intercommunicators: both the local and the remote groups count (the weaker
+            // relation of the two).
+            (Some(x), Some(y)) => match (local, x.remote.compare(&y.remote)) {
+                (Comparison::Unequal, _) | (_, Comparison::Unequal) => Comparison::Unequal,
+                (Comparison::Similar, _) | (_, Comparison::Similar) => Comparison::Similar,
+                _ => Comparison::Ident,
+            },
+            _ => Comparison::Unequal,
+        };
+        Ok(match both {
             Comparison::Ident => Comparison::Congruent,
             other => other,
         })

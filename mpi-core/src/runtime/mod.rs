@@ -22,7 +22,13 @@ mod attrs;
 mod checks;
 mod comms;
 mod errors;
+mod grequest;
+mod inter;
+mod isendrecv;
+mod newcomm;
 mod p2p;
+mod partitioned;
+mod persistent;
 mod progress;
 mod schedules;
 
@@ -33,6 +39,9 @@ use crate::engine::{
 };
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
+pub use grequest::GrequestHooks;
+pub use newcomm::NewCommDone;
+pub use persistent::ScheduleFactory;
 pub use schedules::Schedule;
 
 /// Largest tag a user may use (MPI_TAG_UB) when no device lowers it.
@@ -112,6 +121,12 @@ pub struct Runtime {
     nschedules: std::sync::atomic::AtomicUsize,
     /// Errors of failed schedules, until a wait or test collects them.
     schedule_errors: Mutex<Vec<(ReqId, MpiError)>>,
+    /// Live generalized requests, see `grequest.rs`.
+    grequests: Mutex<Vec<grequest::GrequestEntry>>,
+    /// Persistent collectives and their schedule factories, see `persistent.rs`.
+    persistent_colls: Mutex<Vec<(ReqId, persistent::SharedFactory)>>,
+    /// Partitioned requests' states, see `partitioned.rs`.
+    partitioned: Mutex<Vec<(ReqId, Arc<Mutex<partitioned::Partitioned>>)>>,
     /// `TSUNAGI_STALL_REPORT=SECONDS`: a wait that lasts longer prints what it waits for.
     stall_report: Option<Duration>,
     /// Free context pairs and the allocations in flight.
@@ -227,6 +242,7 @@ impl Runtime {
             errhandler: ErrHandler::Fatal,
             attrs: Default::default(),
             nodes: nodes.clone(),
+            inter: None,
         }));
         engine.core.comms.push(Some(CommData {
             group: Arc::new(Group::new(vec![rank])),
@@ -236,6 +252,7 @@ impl Runtime {
             errhandler: ErrHandler::Fatal,
             attrs: Default::default(),
             nodes: Arc::new(vec![my_node]),
+            inter: None,
         }));
 
         let universe_size = size as i32;
@@ -272,6 +289,9 @@ impl Runtime {
             schedules: Mutex::new(Vec::new()),
             nschedules: std::sync::atomic::AtomicUsize::new(0),
             schedule_errors: Mutex::new(Vec::new()),
+            grequests: Mutex::new(Vec::new()),
+            persistent_colls: Mutex::new(Vec::new()),
+            partitioned: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
             universe_size,

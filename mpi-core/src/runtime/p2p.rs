@@ -32,7 +32,7 @@ impl Runtime {
             call,
             if is_recv { "source" } else { "destination" },
             peer,
-            c.size(),
+            c.peer_size(),
             is_recv,
         )?;
         Ok(e.new_request(
@@ -205,6 +205,9 @@ impl Runtime {
 
     /// MPI_Start.
     pub fn start(&self, id: ReqId) -> MpiResult<()> {
+        if let Some(r) = self.start_persistent(id) {
+            return r;
+        }
         let mut e = self.lock();
         if !e.is_persistent(id) {
             return Err(MpiError::new(
@@ -485,11 +488,20 @@ impl Runtime {
 
     /// MPI_Request_free.
     pub fn request_free(&self, id: ReqId) -> MpiResult<()> {
+        if let Some(r) = self.grequest_free(id) {
+            return r;
+        }
+        if let Some(r) = self.free_persistent(id) {
+            return r;
+        }
         self.lock().free_request(id)
     }
 
     /// MPI_Cancel.
     pub fn cancel(&self, id: ReqId) -> MpiResult<()> {
+        if let Some(r) = self.grequest_cancel(id) {
+            return r;
+        }
         self.lock().cancel(id)
     }
 
@@ -504,7 +516,7 @@ impl Runtime {
     ) -> MpiResult<Option<(Status, Option<MsgId>)>> {
         let mut e = self.lock();
         let c = self.check_comm(&e, call, comm)?;
-        Self::check_rank(call, "source", source, c.size(), true)?;
+        Self::check_rank(call, "source", source, c.peer_size(), true)?;
         Self::check_tag(call, tag, true)?;
         if source == PROC_NULL {
             return Ok(Some((Status::PROC_NULL, None)));
@@ -527,7 +539,7 @@ impl Runtime {
         {
             let e = self.lock();
             let c = self.check_comm(&e, call, comm)?;
-            Self::check_rank(call, "source", source, c.size(), true)?;
+            Self::check_rank(call, "source", source, c.peer_size(), true)?;
             Self::check_tag(call, tag, true)?;
         }
         if source == PROC_NULL {

@@ -19,13 +19,32 @@ pub trait Schedule: Send {
     /// Advance as far as possible without blocking; `Ok(true)` when complete. Called with
     /// no runtime lock held; may start and test requests of its own.
     fn advance(&mut self, rt: &Runtime) -> MpiResult<bool>;
+
+    /// The status the completed request reports (asked once, after `advance` returned
+    /// true); None: the empty status.
+    fn final_status(&mut self) -> Option<Status> {
+        None
+    }
+
+    /// True when nobody will wait for the request (it was freed): the core collects it
+    /// itself when it finishes.
+    fn collect_when_finished(&self) -> bool {
+        false
+    }
 }
 
 impl Runtime {
     /// Register `schedule` as a new active request, advance it once (its first round
     /// starts now), and return the request.
-    pub fn start_schedule(&self, mut schedule: Box<dyn Schedule>) -> MpiResult<ReqId> {
+    pub fn start_schedule(&self, schedule: Box<dyn Schedule>) -> MpiResult<ReqId> {
         let id = self.lock().new_scheduled();
+        self.run_schedule(id, schedule);
+        Ok(id)
+    }
+
+    /// Run `schedule` as the work of active request `id` (new, or a persistent one just
+    /// started): advance it once, then on every progress step until it completes.
+    pub(super) fn run_schedule(&self, id: ReqId, mut schedule: Box<dyn Schedule>) {
         // An error of an earlier request with this id that nobody collected.
         self.schedule_errors
             .lock()
@@ -38,9 +57,8 @@ impl Runtime {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .push((id, schedule)),
-            done => self.finish_schedule(id, done),
+            done => self.finish_schedule(id, done, schedule.as_mut()),
         }
-        Ok(id)
     }
 
     /// The error that ended the schedule of request `id`, once (with its message; the
@@ -73,7 +91,7 @@ impl Runtime {
             match res {
                 Ok(false) => left.push((id, s)),
                 done => {
-                    self.finish_schedule(id, done);
+                    self.finish_schedule(id, done, s.as_mut());
                     any = true;
                 }
             }
@@ -87,7 +105,7 @@ impl Runtime {
         any
     }
 
-    fn finish_schedule(&self, id: ReqId, result: MpiResult<bool>) {
+    fn finish_schedule(&self, id: ReqId, result: MpiResult<bool>, schedule: &mut dyn Schedule) {
         let code = match result {
             Ok(_) => 0,
             Err(e) => {
@@ -101,7 +119,16 @@ impl Runtime {
                 code
             }
         };
-        self.lock().finish_scheduled(id, code);
+        let mut status = schedule.final_status().unwrap_or(Status::EMPTY);
+        if code != 0 {
+            status.error = code;
+        }
+        let mut e = self.lock();
+        e.finish_scheduled_with(id, status);
+        if schedule.collect_when_finished() {
+            let _ = e.test(id);
+        }
+        drop(e);
         self.nschedules.fetch_sub(1, Ordering::AcqRel);
     }
 }
