@@ -119,6 +119,8 @@ pub struct Runtime {
     keyvals: Mutex<Slab<Keyval>>,
     /// Node id of every world rank.
     nodes: Arc<Vec<u32>>,
+    /// Site (IMPI client) of every world rank: all 0 unless the job spans sites.
+    sites: Arc<Vec<u32>>,
     universe_size: i32,
     appnum: i32,
 }
@@ -188,6 +190,7 @@ impl Runtime {
             router.add_device(device, &peers);
         }
         JOB_TAG_UB.store(tag_ub, Ordering::Relaxed);
+        let sites = Arc::new(placement.site);
         let nodes = placement.node;
         let my_node = nodes[rank as usize];
         let local = nodes.iter().filter(|&&n| n == my_node).count();
@@ -267,6 +270,7 @@ impl Runtime {
             schedule_errors: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
+            sites,
             universe_size,
         })
     }
@@ -293,6 +297,10 @@ impl Runtime {
     /// Node id of each world rank.
     pub fn node_map(&self) -> Arc<Vec<u32>> {
         self.nodes.clone()
+    }
+    /// Site (IMPI client) of each world rank, in client order; all 0 on a one-site job.
+    pub fn site_map(&self) -> Arc<Vec<u32>> {
+        self.sites.clone()
     }
     /// The thread level provided.
     pub fn thread_level(&self) -> ThreadLevel {
