@@ -27,7 +27,7 @@ use tsunagi_core::datatype::TypeRef;
 use tsunagi_core::{MpiResult, ReqId, SendMode};
 
 use crate::op::{Op, Scratch};
-use crate::util::{coll_irecv, coll_isend, tag, Ctx, Hier, Packed};
+use crate::util::{coll_irecv, coll_isend, copy_bytes, tag, Ctx, Hier, Packed};
 
 /// Number of masters up to which the algorithms among masters are linear (IMPI's
 /// C_COLL_MAXLINEAR default; Tsunagi's join always offers the default, and LAM compiles it
@@ -436,8 +436,8 @@ pub(crate) unsafe fn reduce(
         // Root: acc = input(p-1), then acc = input(i) op acc for i = p-2 down to 0.
         let p = ctx.size;
         let mut mine = vec![0u8; bytes];
-        // SAFETY: `w` has `bytes` bytes.
-        unsafe { std::ptr::copy_nonoverlapping(w, mine.as_mut_ptr(), bytes) };
+        // SAFETY: `w` has `bytes` bytes (and may be NULL only when there are none).
+        unsafe { copy_bytes(w, mine.as_mut_ptr(), bytes) };
         let mut tmp = vec![0u8; bytes];
         if root != p - 1 {
             // SAFETY: `w` has room for `bytes`.
