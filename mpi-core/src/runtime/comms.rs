@@ -92,6 +92,39 @@ impl Runtime {
         mine: &[u8],
         len_of: impl Fn(usize) -> usize,
     ) -> MpiResult<Vec<Vec<u8>>> {
+        self.exchange_among(comm, size, rank, tag, mine, len_of, |_| true)
+    }
+
+    /// A barrier of the world ranks on this process's site only (MPI_Finalize of a job
+    /// that spans sites: the other sites' ranks, a LAM client's among them, meet in no
+    /// barrier; IMPI's FINI handshake ends the job between sites).
+    pub(super) fn site_barrier_internal(&self) -> MpiResult<()> {
+        let me = self.rank as usize;
+        let sites = self.site_map();
+        self.exchange_among(
+            CommId::WORLD,
+            self.size,
+            me,
+            -102,
+            &[],
+            |_| 0,
+            |r| sites[r] == sites[me],
+        )
+        .map(|_| ())
+    }
+
+    /// [`Runtime::exchange`] with the members for which `member` holds only.
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_among(
+        &self,
+        comm: CommId,
+        size: usize,
+        rank: usize,
+        tag: i32,
+        mine: &[u8],
+        len_of: impl Fn(usize) -> usize,
+        member: impl Fn(usize) -> bool,
+    ) -> MpiResult<Vec<Vec<u8>>> {
         let mut out: Vec<Vec<u8>> = (0..size).map(|r| vec![0u8; len_of(r)]).collect();
         out[rank] = mine.to_vec();
         let mut reqs = Vec::new();
@@ -100,7 +133,7 @@ impl Runtime {
             let byte = e.byte_type();
             let ctx = e.core.comm(comm).expect("checked").coll_context();
             for (r, buf) in out.iter_mut().enumerate() {
-                if r == rank {
+                if r == rank || !member(r) {
                     continue;
                 }
                 let id = e.new_request(
@@ -118,7 +151,7 @@ impl Runtime {
                 reqs.push(Some(id));
             }
             for r in 0..size {
-                if r == rank {
+                if r == rank || !member(r) {
                     continue;
                 }
                 let id = e.new_request(

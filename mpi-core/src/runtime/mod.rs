@@ -323,8 +323,14 @@ impl Runtime {
 
     pub(super) fn shutdown(&self) -> MpiResult<()> {
         // MPI_Finalize is collective: nobody leaves while a peer may still read its memory
-        // (single-copy rendezvous) or wait for its messages.
-        self.barrier_internal(CommId::WORLD)?;
+        // (single-copy rendezvous) or wait for its messages. Across sites only this site's
+        // ranks meet: other IMPI clients (LAM) join no barrier at MPI_Finalize, and the
+        // devices' FINI handshake below waits for the other sites.
+        if self.sites.iter().all(|&s| s == self.sites[0]) {
+            self.barrier_internal(CommId::WORLD)?;
+        } else {
+            self.site_barrier_internal()?;
+        }
         self.block_until(|e| Ok(!e.core_has_outgoing()))?;
         self.stop_threads.store(true, Ordering::Release);
         for (_, s) in &self.sources {

@@ -51,6 +51,21 @@ int main(int argc, char **argv)
     int *buf = malloc(300000 * sizeof(int));
     MPI_Status st;
 
+    /* Which of the two ends is LAM: LAM/MPI 7.1.4 never completes a non-empty MPI_Ssend
+       across IMPI, short or long (on the SYNCACK its impid first pings the sending rank,
+       and never gets further: for a long message it then never sends the DATA packets
+       either), so those are skipped when a LAM process sends. */
+#ifdef LAM_MPI
+    int i_am_lam = 1;
+#else
+    int i_am_lam = 0;
+#endif
+    int lam_end[2] = {0, 0};
+    if (role >= 0) {
+        lam_end[role] = i_am_lam;
+        MPI_Sendrecv(&i_am_lam, 1, MPI_INT, peer, 99, &lam_end[1 - role], 1, MPI_INT, peer, 99,
+                     MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    }
     /* Each size both ways, standard then synchronous mode. */
     /* IMPI_PAIR_NO_SSEND: skip synchronous mode (LAM-to-LAM hangs in MPI_Ssend of 1 int). */
     int modes = getenv("IMPI_PAIR_NO_SSEND") ? 1 : 2;
@@ -60,6 +75,10 @@ int main(int argc, char **argv)
             for (int dir = 0; dir < 2; dir++) {
                 STEP("%s %d ints from rank %d", mode ? "ssend" : "send", n, dir);
                 int seed = 10 * k + 2 * dir + mode + 1;
+                if (mode && lam_end[dir]) {
+                    STEP("(skipped: LAM's MPI_Ssend does not complete)");
+                    continue;
+                }
                 if (role == dir) {
                     fill(buf, n, seed);
                     if (mode)
@@ -118,7 +137,19 @@ int main(int argc, char **argv)
         else
             memset(vec, 0, longn * sizeof(int));
         MPI_Bcast(vec, longn, MPI_INT, root, MPI_COMM_WORLD);
-        check(same(vec, longn, 900 + root), "long bcast", rank);
+        if (!same(vec, longn, 900 + root)) {
+            int bad = 0;
+            while (bad < longn && vec[bad] == (900 + root) * 1000003 + bad)
+                bad++;
+            int nbad = 0, lastbad = -1;
+            for (int i = 0; i < longn; i++)
+                if (vec[i] != (900 + root) * 1000003 + i)
+                    nbad++, lastbad = i;
+            fprintf(stderr,
+                    "impi_pair: rank %d: long bcast from %d: %d wrong elements from %d (%d) to %d (%d)\n",
+                    rank, root, nbad, bad, vec[bad], lastbad, vec[lastbad]);
+            check(0, "long bcast", rank);
+        }
         STEP("reduce to %d", root);
         double d = rank + 0.5, sum = 0;
         MPI_Reduce(&d, &sum, 1, MPI_DOUBLE, MPI_SUM, root, MPI_COMM_WORLD);
