@@ -323,13 +323,12 @@ impl Runtime {
 
     pub(super) fn shutdown(&self) -> MpiResult<()> {
         // MPI_Finalize is collective: nobody leaves while a peer may still read its memory
-        // (single-copy rendezvous) or wait for its messages. Across sites only this site's
-        // ranks meet: other IMPI clients (LAM) join no barrier at MPI_Finalize, and the
-        // devices' FINI handshake below waits for the other sites.
+        // (single-copy rendezvous) or wait for its messages. Across sites it is IMPI's
+        // finalize barrier, in the IMPI algorithm that other clients (LAM) run there.
         if self.sites.iter().all(|&s| s == self.sites[0]) {
             self.barrier_internal(CommId::WORLD)?;
         } else {
-            self.site_barrier_internal()?;
+            self.impi_finalize_barrier()?;
         }
         self.block_until(|e| Ok(!e.core_has_outgoing()))?;
         self.stop_threads.store(true, Ordering::Release);
