@@ -132,21 +132,23 @@ int main(int argc, char **argv)
        long (or synchronous) message to the receiving rank with a "datasync ping" on context
        pt2impidatasync(cid), which is cid + 2 for LAM's point-to-point contexts (multiples
        of 3) but cid itself for the collective context cid + 1, so the ping (8 bytes, the
-       drqid) can match the real receive. So long bcasts go only from LAM roots when LAM
-       takes part (reduce traffic is on the point-to-point context: long is fine). */
-    int *lam_of = malloc(size * sizeof(int)), any_lam = 0;
+       drqid) can match the real receive. So long bcasts go only where no LAM rank receives
+       one across IMPI: from a LAM root when the other client is not LAM, or without LAM
+       (reduce traffic is on the point-to-point context: long is fine). */
+    int *lam_of = malloc(size * sizeof(int)), any_lam = 0, all_lam = 1;
     for (int root = 0; root < size; root++) {
         lam_of[root] = i_am_lam;
         MPI_Bcast(&lam_of[root], 1, MPI_INT, root, MPI_COMM_WORLD);
         any_lam |= lam_of[root];
+        all_lam &= lam_of[root];
     }
     for (int root = 0; root < size; root++) {
         STEP("bcast from %d", root);
         int v = rank == root ? 4242 + root : 0;
         MPI_Bcast(&v, 1, MPI_INT, root, MPI_COMM_WORLD);
         check(v == 4242 + root, "bcast", rank);
-        if (any_lam && !lam_of[root]) {
-            STEP("(no long bcast from a Tsunagi root: LAM cannot receive it)");
+        if (any_lam && (!lam_of[root] || all_lam)) {
+            STEP("(no long bcast: a LAM rank would receive it across IMPI)");
         } else {
             if (rank == root)
                 fill(vec, longn, 900 + root);
@@ -181,7 +183,7 @@ int main(int argc, char **argv)
     check(mx == 10 + last, "allreduce", rank);
     /* Allreduce is reduce to rank 0 then bcast from rank 0: long only if rank 0 is LAM
        (see above). */
-    int alln = (!any_lam || lam_of[0]) ? longn : 1000;
+    int alln = (!any_lam || (lam_of[0] && !all_lam)) ? longn : 1000;
     for (int i = 0; i < alln; i++)
         vec[i] = rank + i;
     int *vsum = malloc(longn * sizeof(int));
