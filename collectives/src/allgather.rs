@@ -47,6 +47,29 @@ pub unsafe fn allgather(
     let call = "MPI_Allgather";
     let ctx = Ctx::new(rt, comm, call)?;
     let rc = check_count(call, recvcount)?;
+    if ctx.size > 1 && crate::impi::spans_sites(&ctx)? {
+        // Across sites: gather to rank 0, then bcast from rank 0 (both the IMPI forms).
+        check_type(call, recvtype)?;
+        let (me, p) = (ctx.rank, ctx.size);
+        let (send, scount, stype) = match sendbuf {
+            SendBuf::InPlace if me != 0 => (
+                SendBuf::Ptr(
+                    recvbuf.wrapping_offset(me as isize * rc as isize * recvtype.extent()),
+                ),
+                recvcount,
+                recvtype,
+            ),
+            other => (other, sendcount, sendtype),
+        };
+        drop(ctx);
+        // SAFETY: forwarded caller contract (the receive buffer has room for every block).
+        unsafe {
+            crate::gather::gather(
+                rt, send, scount, stype, recvbuf, recvcount, recvtype, 0, comm,
+            )?;
+            return crate::bcast::bcast(rt, recvbuf, (p * rc) as i64, recvtype, 0, comm);
+        }
+    }
     let counts = vec![rc as i64; ctx.size];
     let displs: Vec<i64> = (0..ctx.size).map(|i| (i * rc) as i64).collect();
     // SAFETY: forwarded caller contract (same layout as the v form with these counts).

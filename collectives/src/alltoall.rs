@@ -384,8 +384,12 @@ unsafe fn alltoall_impl(
     // size only when all blocks are equal (alltoall); the v/w forms use placement alone.
     let block = recv[0].1 * recv[0].2.size();
     let hier = ctx.is_hierarchical()?;
+    // Across sites: linear (typed, every pair directly).
+    let across_sites = p > 1 && crate::impi::spans_sites(&ctx)?;
     let alg = choose(Coll::Alltoall, || {
-        if uniform && block <= 256 && p >= 8 {
+        if across_sites {
+            "linear"
+        } else if uniform && block <= 256 && p >= 8 {
             "bruck"
         } else if hier {
             "two_level_ring"

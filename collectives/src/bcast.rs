@@ -33,7 +33,14 @@ pub unsafe fn bcast(
     let root = check_root(call, root, ctx.size)?;
     check_buf(call, "buffer", buf, count, dtype)?;
     let bytes = count * dtype.size();
-    if ctx.size == 1 || bytes == 0 {
+    if ctx.size == 1 {
+        return Ok(());
+    }
+    if let Some(sites) = crate::impi::sites(&ctx)? {
+        // SAFETY: forwarded caller contract.
+        return unsafe { crate::impi::bcast(&ctx, &sites, buf, count, dtype, root) };
+    }
+    if bytes == 0 {
         return Ok(());
     }
     let hier = ctx.is_hierarchical()?;

@@ -63,8 +63,12 @@ pub unsafe fn gather(
     } else {
         sc * sendtype.size()
     };
+    // Across sites: the linear algorithm (typed, straight between each rank and the root).
+    let across_sites = p > 1 && crate::impi::spans_sites(&ctx)?;
     let alg = choose(Coll::Gather, || {
-        if block * p < 64 * 1024 && p > 2 {
+        if across_sites {
+            "linear"
+        } else if block * p < 64 * 1024 && p > 2 {
             "binomial"
         } else {
             "linear"
@@ -341,8 +345,12 @@ pub unsafe fn scatter(
     } else {
         rc * recvtype.size()
     };
+    // Across sites: the linear algorithm (typed, straight between each rank and the root).
+    let across_sites = p > 1 && crate::impi::spans_sites(&ctx)?;
     let alg = choose(Coll::Scatter, || {
-        if block * p < 64 * 1024 && p > 2 {
+        if across_sites {
+            "linear"
+        } else if block * p < 64 * 1024 && p > 2 {
             "binomial"
         } else {
             "linear"

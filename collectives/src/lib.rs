@@ -10,7 +10,8 @@
 //! forceable with `TSUNAGI_COLL_<NAME>=<algorithm>` or [`with_algorithm`]), the 2-level
 //! ring all-to-all of seed 003 and its per-phase node schedule
 //! ([`two_level_ring_schedule`]; [`last_alltoall_algorithm`] says which all-to-all ran), the hierarchical barrier of seed 004, and process
-//! topologies with the neighbourhood collectives ([`topo`]).
+//! topologies with the neighbourhood collectives ([`topo`]). Communicators whose ranks
+//! are on several sites (IMPI clients) use the IMPI algorithms of [`impi`] instead.
 //!
 //! **Boundary.** Below is `tsunagi-core`: collectives move bytes with
 //! [`tsunagi_core::Runtime::coll_isend`] / `coll_irecv` on a communicator's collective
@@ -40,6 +41,7 @@ pub mod alltoall;
 pub mod barrier;
 pub mod bcast;
 pub mod gather;
+pub mod impi;
 pub mod inter;
 pub mod nbc;
 pub mod op;

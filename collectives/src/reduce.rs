@@ -44,7 +44,7 @@ impl Red<'_> {
     }
 }
 
-fn common_checks(call: &str, count: i64, dtype: &TypeRef, op: &Op) -> MpiResult<usize> {
+pub(crate) fn common_checks(call: &str, count: i64, dtype: &TypeRef, op: &Op) -> MpiResult<usize> {
     let count = check_count(call, count)?;
     check_type(call, dtype)?;
     op.check(call, dtype)?;
@@ -140,7 +140,15 @@ pub unsafe fn reduce(
         Some(v) => v.ptr,
         None => own.as_mut_ptr(),
     };
-    if ctx.size > 1 && bytes > 0 {
+    let sites = if ctx.size > 1 {
+        crate::impi::sites(&ctx)?
+    } else {
+        None
+    };
+    if let Some(h) = sites {
+        // SAFETY: `w` holds this rank's packed input (the root's: its receive view).
+        unsafe { crate::impi::reduce(&ctx, &h, w, count, dtype, op, root)? };
+    } else if ctx.size > 1 && bytes > 0 {
         let hier = ctx.is_hierarchical()?;
         let p = ctx.size;
         let alg = choose(Coll::Reduce, || {
@@ -198,6 +206,27 @@ pub unsafe fn reduce(
         unsafe { v.finish() };
     }
     Ok(())
+}
+
+/// Binomial-tree reduction of packed streams over a team to member `root` (for the IMPI
+/// algorithms' phase inside a site).
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn team_reduce(
+    ctx: &Ctx,
+    team: &Team,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+    root: usize,
+    tag: i32,
+) -> MpiResult<()> {
+    let red = Red {
+        dtype: dtype.clone(),
+        esize: dtype.size(),
+        op,
+    };
+    reduce_binomial(ctx, team, &red, w, count, root, tag)
 }
 
 /// Binomial-tree reduction over a team to member `root`; the result is left in the
@@ -593,6 +622,19 @@ pub unsafe fn allreduce(
         op,
     };
     let p = ctx.size;
+    if p > 1 {
+        if let Some(h) = crate::impi::sites(&ctx)? {
+            // As LAM: reduce to rank 0, then bcast from rank 0.
+            // SAFETY: `w` holds this rank's packed input; the receive buffer is writable.
+            unsafe {
+                crate::impi::reduce(&ctx, &h, w, count, dtype, op, 0)?;
+                if ctx.rank == 0 {
+                    view.finish();
+                }
+                return crate::impi::bcast(&ctx, &h, recvbuf, count, dtype, 0);
+            }
+        }
+    }
     if p > 1 && bytes > 0 {
         let hier = ctx.is_hierarchical()?;
         let commutative = op.is_commutative();
@@ -710,6 +752,49 @@ pub unsafe fn reduce_scatter(
     check_type(call, dtype)?;
     op.check(call, dtype)?;
     let counts = check_counts(call, "recvcounts", recvcounts, ctx.size)?;
+    if ctx.size > 1 && crate::impi::spans_sites(&ctx)? {
+        // Across sites: the IMPI reduce to rank 0, then scatterv from rank 0.
+        let total: usize = counts.iter().sum();
+        let src = match sendbuf {
+            SendBuf::InPlace => recvbuf as *const u8,
+            SendBuf::Ptr(s) => s,
+        };
+        check_buf(call, "sendbuf", src, total, dtype)?;
+        let mut whole = crate::op::Scratch::new(total, dtype);
+        let mut displs = Vec::with_capacity(counts.len());
+        let mut acc = 0i64;
+        for &c in recvcounts {
+            displs.push(acc);
+            acc += c;
+        }
+        let me = ctx.rank;
+        drop(ctx);
+        // SAFETY: the input holds `total` elements; `whole` spans their type map at rank 0.
+        unsafe {
+            reduce(
+                rt,
+                SendBuf::Ptr(src),
+                whole.base(),
+                total as i64,
+                dtype,
+                op,
+                0,
+                comm,
+            )?;
+            return crate::gather::scatterv(
+                rt,
+                whole.base(),
+                recvcounts,
+                &displs,
+                dtype,
+                crate::util::RecvBuf::Ptr(recvbuf),
+                counts[me] as i64,
+                dtype,
+                0,
+                comm,
+            );
+        }
+    }
     // SAFETY: forwarded.
     unsafe { reduce_scatter_impl(ctx, sendbuf, recvbuf, &counts, dtype, op) }
 }
@@ -891,6 +976,16 @@ unsafe fn scan_impl(
     let p = ctx.size;
     let me = ctx.rank;
     // `result`: the prefix to store (None until something is known, for exscan).
+    if p > 1 && !exclusive && crate::impi::spans_sites(&ctx)? {
+        // SAFETY: `mine` holds the packed input; the receive buffer is writable.
+        unsafe {
+            crate::impi::scan(&ctx, mine.as_mut_ptr(), count, dtype, op)?;
+            if bytes > 0 {
+                dtype.unpack_range(recvbuf, count, 0, &mine);
+            }
+        }
+        return Ok(());
+    }
     let mut result: Option<Vec<u8>> = if exclusive { None } else { Some(mine.clone()) };
     if p > 1 && bytes > 0 {
         let alg = choose(Coll::Scan, || "recursive_doubling");

@@ -133,6 +133,18 @@ fn two_and_three_sites_on_this_host_run_the_suites_under_both_engines() {
     );
 }
 
+/// More sites than IMPI's MAXLINEAR (4): the collectives among masters take their
+/// logarithmic forms (hypercube barrier, binomial bcast and reduce over master numbers
+/// relative to the root's site); a site with two ranks runs the phases inside a site.
+#[test]
+fn five_sites_run_the_collectives_with_the_logarithmic_master_algorithms() {
+    let _s = serial();
+    let coll = coll_check();
+    let f = SitesFile::new("-n 1\n-n 2\n-n 1\n-n 1\n-n 1\n");
+    let (out, _) = run(grid(&f, &coll, &["small"]), Duration::from_secs(240));
+    assert_ok(&out, COLL, "collectives over 5 sites");
+}
+
 #[test]
 fn a_rank_dying_on_one_site_ends_every_site() {
     let _s = serial();

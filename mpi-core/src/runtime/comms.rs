@@ -122,6 +122,113 @@ impl Runtime {
         mine: &[u8],
         len_of: impl Fn(usize) -> usize,
     ) -> MpiResult<Vec<Vec<u8>>> {
+        self.exchange_among(comm, size, rank, tag, mine, len_of, |_| true)
+    }
+
+    /// MPI_Finalize of a job that spans sites: IMPI's finalize barrier on MPI_COMM_WORLD,
+    /// the IMPI barrier algorithm as LAM's `IMPI_Finalize` runs it (`MPI_Barrier` over
+    /// the world with LAM's IMPI collectives): a barrier inside this site; the sites'
+    /// masters (each site's lowest world rank) exchange zero-byte messages with tag 110 on
+    /// the world's collective context, through master 0 up to four masters, a hypercube
+    /// above; a barrier inside this site. (The collectives crate's `impi` module has the
+    /// same algorithm for MPI_Barrier; the core cannot call up into it.)
+    pub(super) fn impi_finalize_barrier(&self) -> MpiResult<()> {
+        const IMPI_BARRIER_TAG: i32 = 110;
+        const MAXLINEAR: usize = 4;
+        self.site_barrier_internal()?;
+        let sites = self.site_map();
+        let me = self.rank as usize;
+        let mut seen: Vec<u32> = Vec::new();
+        let mut masters = Vec::new();
+        for (r, s) in sites.iter().enumerate() {
+            if !seen.contains(s) {
+                seen.push(*s);
+                masters.push(r);
+            }
+        }
+        if let Some(mynum) = masters.iter().position(|&m| m == me) {
+            let byte = self.lock().byte_type();
+            let z = [0u8; 2];
+            let zero = |to: usize, send: bool| -> MpiResult<()> {
+                // SAFETY: zero-byte transfers at an address inside `z`, which outlives the
+                // wait below.
+                let id = unsafe {
+                    if send {
+                        self.coll_isend(z.as_ptr(), 0, &byte, to, IMPI_BARRIER_TAG, CommId::WORLD)?
+                    } else {
+                        let p = z.as_ptr().wrapping_add(1) as *mut u8;
+                        self.coll_irecv(p, 0, &byte, to, IMPI_BARRIER_TAG, CommId::WORLD)?
+                    }
+                };
+                self.waitall("MPI_Finalize", &[Some(id)]).map(|_| ())
+            };
+            let nm = masters.len();
+            if nm <= MAXLINEAR {
+                if mynum == 0 {
+                    for &m in &masters[1..] {
+                        zero(m, false)?;
+                    }
+                    for &m in &masters[1..] {
+                        zero(m, true)?;
+                    }
+                } else {
+                    zero(masters[0], true)?;
+                    zero(masters[0], false)?;
+                }
+            } else {
+                let dim = usize::BITS - (nm - 1).leading_zeros();
+                let hibit = (0..dim as i32)
+                    .rev()
+                    .find(|&i| mynum & (1 << i) != 0)
+                    .unwrap_or(-1);
+                for i in ((hibit + 1)..dim as i32).rev() {
+                    if mynum | (1 << i) < nm {
+                        zero(masters[mynum | (1 << i)], false)?;
+                    }
+                }
+                if mynum > 0 {
+                    let parent = masters[mynum & !(1 << hibit)];
+                    zero(parent, true)?;
+                    zero(parent, false)?;
+                }
+                for i in (hibit + 1)..dim as i32 {
+                    if mynum | (1 << i) < nm {
+                        zero(masters[mynum | (1 << i)], true)?;
+                    }
+                }
+            }
+        }
+        self.site_barrier_internal()
+    }
+
+    /// A barrier of the world ranks on this process's site only.
+    pub(super) fn site_barrier_internal(&self) -> MpiResult<()> {
+        let me = self.rank as usize;
+        let sites = self.site_map();
+        self.exchange_among(
+            CommId::WORLD,
+            self.size,
+            me,
+            -102,
+            &[],
+            |_| 0,
+            |r| sites[r] == sites[me],
+        )
+        .map(|_| ())
+    }
+
+    /// [`Runtime::exchange`] with the members for which `member` holds only.
+    #[allow(clippy::too_many_arguments)]
+    fn exchange_among(
+        &self,
+        comm: CommId,
+        size: usize,
+        rank: usize,
+        tag: i32,
+        mine: &[u8],
+        len_of: impl Fn(usize) -> usize,
+        member: impl Fn(usize) -> bool,
+    ) -> MpiResult<Vec<Vec<u8>>> {
         let mut out: Vec<Vec<u8>> = (0..size).map(|r| vec![0u8; len_of(r)]).collect();
         out[rank] = mine.to_vec();
         let mut reqs = Vec::new();
@@ -130,7 +237,7 @@ impl Runtime {
             let byte = e.byte_type();
             let ctx = e.core.comm(comm).expect("checked").coll_context();
             for (r, buf) in out.iter_mut().enumerate() {
-                if r == rank {
+                if r == rank || !member(r) {
                     continue;
                 }
                 let id = e.new_request(
@@ -148,7 +255,7 @@ impl Runtime {
                 reqs.push(Some(id));
             }
             for r in 0..size {
-                if r == rank {
+                if r == rank || !member(r) {
                     continue;
                 }
                 let id = e.new_request(

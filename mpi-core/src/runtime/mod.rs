@@ -134,6 +134,8 @@ pub struct Runtime {
     keyvals: Mutex<Slab<Keyval>>,
     /// Node id of every world rank.
     nodes: Arc<Vec<u32>>,
+    /// Site (IMPI client) of every world rank: all 0 unless the job spans sites.
+    sites: Arc<Vec<u32>>,
     universe_size: i32,
     appnum: i32,
 }
@@ -210,6 +212,7 @@ impl Runtime {
                 d.comm_created(2, &[rank]);
             }
         }
+        let sites = Arc::new(placement.site);
         let nodes = placement.node;
         let my_node = nodes[rank as usize];
         let local = nodes.iter().filter(|&&n| n == my_node).count();
@@ -294,6 +297,7 @@ impl Runtime {
             partitioned: Mutex::new(Vec::new()),
             keyvals: Mutex::new(Slab::default()),
             nodes,
+            sites,
             universe_size,
         })
     }
@@ -321,6 +325,10 @@ impl Runtime {
     pub fn node_map(&self) -> Arc<Vec<u32>> {
         self.nodes.clone()
     }
+    /// Site (IMPI client) of each world rank, in client order; all 0 on a one-site job.
+    pub fn site_map(&self) -> Arc<Vec<u32>> {
+        self.sites.clone()
+    }
     /// The thread level provided.
     pub fn thread_level(&self) -> ThreadLevel {
         self.thread_level
@@ -342,8 +350,13 @@ impl Runtime {
 
     pub(super) fn shutdown(&self) -> MpiResult<()> {
         // MPI_Finalize is collective: nobody leaves while a peer may still read its memory
-        // (single-copy rendezvous) or wait for its messages.
-        self.barrier_internal(CommId::WORLD)?;
+        // (single-copy rendezvous) or wait for its messages. Across sites it is IMPI's
+        // finalize barrier, in the IMPI algorithm that other clients (LAM) run there.
+        if self.sites.iter().all(|&s| s == self.sites[0]) {
+            self.barrier_internal(CommId::WORLD)?;
+        } else {
+            self.impi_finalize_barrier()?;
+        }
         self.block_until(|e| Ok(!e.core_has_outgoing()))?;
         self.stop_threads.store(true, Ordering::Release);
         for (_, s) in &self.sources {

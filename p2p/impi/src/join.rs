@@ -227,13 +227,20 @@ fn data_rep() -> Result<DataRep, P2pError> {
     }
 }
 
-/// The address to listen on: `TSUNAGI_IMPI_ADDR`, else the one that routes to the server.
-fn listen_address(server: SocketAddr) -> Result<Ipv4Addr, P2pError> {
-    if let Some(a) = env("TSUNAGI_IMPI_ADDR") {
-        return a
-            .trim()
-            .parse()
-            .map_err(|_| err(format!("TSUNAGI_IMPI_ADDR={a}: not an IPv4 address")));
+/// The address to listen on (and connect from): `TSUNAGI_IMPI_ADDR`, else the one that
+/// routes to the server. `TSUNAGI_IMPI_ADDR` may list several addresses, comma-separated:
+/// site rank `r` takes entry `r % n`, so that every process (each its own IMPI host) can
+/// have an address of its own, which LAM needs (it tells connecting hosts apart by their
+/// source address).
+fn listen_address(server: SocketAddr, site_rank: usize) -> Result<Ipv4Addr, P2pError> {
+    if let Some(list) = env("TSUNAGI_IMPI_ADDR") {
+        let addrs: Vec<&str> = list.split(',').map(str::trim).collect();
+        let a = addrs[site_rank % addrs.len()];
+        return a.parse().map_err(|_| {
+            err(format!(
+                "TSUNAGI_IMPI_ADDR={list}: {a:?} is not an IPv4 address"
+            ))
+        });
     }
     let probe = UdpSocket::bind("0.0.0.0:0").map_err(|e| err(format!("UDP probe: {e}")))?;
     probe
@@ -347,7 +354,7 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
     let tag_ub: i32 = env_num("TSUNAGI_IMPI_TAGUB", i32::MAX)?;
 
     let (lr, ls) = (site.rank(), site.size());
-    let addr = listen_address(server)?;
+    let addr = listen_address(server, lr as usize)?;
     let listener = TcpListener::bind(SocketAddr::new(IpAddr::V4(addr), 0))
         .map_err(|e| err(format!("listen on {addr}: {e}")))?;
     let port = listener
@@ -476,6 +483,17 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
     })
 }
 
+/// Connect to `to` from this host's own address (the listener's): LAM identifies a
+/// connecting host by its source address, so it must be the one this host announced.
+fn connect_from(listener: &TcpListener, to: SocketAddr) -> std::io::Result<TcpStream> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let local = listener.local_addr()?;
+    let s = Socket::new(Domain::IPV4, Type::STREAM, Some(Protocol::TCP))?;
+    s.bind(&SocketAddr::new(local.ip(), 0).into())?;
+    s.connect_timeout(&to.into(), Duration::from_secs(5))?;
+    Ok(s.into())
+}
+
 /// The host mesh: connect to the lower-indexed hosts of other clients, accept the higher.
 fn connect_hosts(
     params: &JobParams,
@@ -504,7 +522,7 @@ fn connect_hosts(
         let ip = Ipv4Addr::new(h.addr[12], h.addr[13], h.addr[14], h.addr[15]);
         let to = SocketAddr::new(IpAddr::V4(ip), h.port as u16);
         let mut s = loop {
-            match TcpStream::connect_timeout(&to, Duration::from_secs(5)) {
+            match connect_from(listener, to) {
                 Ok(s) => break s,
                 Err(_) if Instant::now() < deadline => {
                     std::thread::sleep(Duration::from_millis(50))

@@ -1,0 +1,572 @@
+//! The IMPI collective algorithms, used for every communicator whose ranks are on more
+//! than one site (IMPI client): each site has one *master*, its lowest rank in the
+//! communicator (masters numbered in rank order); the collective runs among the masters
+//! (linear up to [`MAXLINEAR`] masters, a hypercube or binomial tree above) and inside each
+//! site with the site's own algorithms.
+//!
+//! Barrier, bcast, reduce and allreduce are wire-compatible with LAM/MPI 7.1.4's IMPI
+//! module (`share/ssi/coll/impi/`), the one independent IMPI client: the same messages
+//! between the same ranks with the same tags. Barrier and bcast travel on the
+//! communicator's collective context (IMPI's "context id + 1"); LAM's reduce never
+//! switches to it, so the inter-site reduce messages travel on the point-to-point context
+//! with tag 190, as LAM's do (`TSUNAGI_IMPI_REDUCE_CONTEXT=coll` moves them to the
+//! collective context, for jobs without LAM that want user receives with `MPI_ANY_TAG`
+//! never to see them). Allreduce is reduce to rank 0 then bcast from rank 0, as in LAM.
+//! Inter-site messages are typed (the device converts to its data representation); the
+//! phases inside a site run on packed bytes with Tsunagi's own tags, which are multiples
+//! of 256 and never equal an IMPI tag (110 to 230).
+//!
+//! LAM has no IMPI algorithms for the other collectives. Here: gather(v), scatter(v) and
+//! alltoall(v) take their linear algorithms (each rank exchanges its typed blocks directly
+//! with the root / every rank: the IMPI "long" protocol, whatever the size), allgather is
+//! gather to rank 0 then bcast (as LAM's basic module), reduce_scatter is reduce to rank 0
+//! then scatterv, and scan is a chain in rank order (tag 200) so that non-commutative ops
+//! combine in order.
+
+use tsunagi_core::datatype::TypeRef;
+use tsunagi_core::{MpiResult, ReqId, SendMode};
+
+use crate::op::{Op, Scratch};
+use crate::util::{coll_irecv, coll_isend, copy_bytes, tag, Ctx, Hier, Packed};
+
+/// Number of masters up to which the algorithms among masters are linear (IMPI's
+/// C_COLL_MAXLINEAR default; Tsunagi's join always offers the default, and LAM compiles it
+/// in as `IMPI_MAX_LINEAR_*` and uses `nmasters <= 4`).
+pub const MAXLINEAR: usize = 4;
+
+/// IMPI's collective tags (the final report and LAM's `impi.h`).
+pub mod itag {
+    pub const BARRIER: i32 = 110;
+    pub const BCAST: i32 = 120;
+    pub const GATHER: i32 = 130;
+    pub const GATHERV: i32 = 140;
+    pub const SCATTER: i32 = 150;
+    pub const SCATTERV: i32 = 160;
+    pub const ALLTOALL: i32 = 170;
+    pub const ALLTOALLV: i32 = 180;
+    pub const REDUCE: i32 = 190;
+    pub const SCAN: i32 = 200;
+}
+
+/// Tags of the phases inside a site (Tsunagi's own range; never an IMPI tag).
+const LOCAL_BARRIER: i32 = tag::BARRIER + 96;
+const LOCAL_BCAST: i32 = tag::BCAST + 96;
+const LOCAL_REDUCE: i32 = tag::REDUCE + 96;
+
+/// The site structure of the call's communicator when it spans several sites: sites in
+/// the order of their lowest rank (the master order), each site's ranks ascending.
+pub(crate) fn sites(ctx: &Ctx) -> MpiResult<Option<Hier>> {
+    let map = ctx.rt.site_map();
+    if map.iter().all(|&s| s == map[0]) {
+        return Ok(None);
+    }
+    let group = ctx.rt.comm_group(ctx.comm)?;
+    let of_rank: Vec<u32> = group
+        .world_ranks()
+        .iter()
+        .map(|&w| map[w as usize])
+        .collect();
+    if of_rank.iter().all(|&s| s == of_rank[0]) {
+        return Ok(None);
+    }
+    Ok(Some(Hier::new(&of_rank, ctx.rank)))
+}
+
+/// Whether a communicator spans sites (the IMPI algorithms apply).
+pub(crate) fn spans_sites(ctx: &Ctx) -> MpiResult<bool> {
+    Ok(sites(ctx)?.is_some())
+}
+
+/// Smallest `d` with `2^d >= n` (LAM's `lam_cubedim`).
+fn cubedim(n: usize) -> u32 {
+    let mut d = 0;
+    while (1usize << d) < n {
+        d += 1;
+    }
+    d
+}
+
+/// Index of the highest bit of `v` below bit `dim`, or -1 (LAM's `lam_hibit`).
+fn hibit(v: usize, dim: u32) -> i32 {
+    (0..dim as i32)
+        .rev()
+        .find(|&i| v & (1 << i) != 0)
+        .unwrap_or(-1)
+}
+
+/// Where inter-site reduce messages travel.
+fn reduce_on_pt2pt() -> bool {
+    !matches!(
+        std::env::var("TSUNAGI_IMPI_REDUCE_CONTEXT").as_deref(),
+        Ok("coll")
+    )
+}
+
+/// Typed inter-site transfers: on the collective context, or (reduce, as LAM) on the
+/// point-to-point one.
+struct Wire<'a, 'c> {
+    ctx: &'a Ctx<'c>,
+    pt2pt: bool,
+}
+
+impl Wire<'_, '_> {
+    /// # Safety
+    /// The type map of `count` elements at `buf` stays readable until completion.
+    unsafe fn isend(
+        &self,
+        buf: *const u8,
+        count: usize,
+        dtype: &TypeRef,
+        dest: usize,
+        tag: i32,
+    ) -> MpiResult<ReqId> {
+        let c = self.ctx;
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            if self.pt2pt {
+                let (buf, count) = nonempty(buf, count, dtype);
+                c.rt.isend(
+                    c.call,
+                    buf,
+                    count as i64,
+                    dtype,
+                    dest as i32,
+                    tag,
+                    c.comm,
+                    SendMode::Standard,
+                )
+            } else {
+                coll_isend(c.rt, buf, count, dtype, dest, tag, c.comm)
+            }
+        }
+    }
+
+    /// # Safety
+    /// The type map of `count` elements at `buf` stays writable until completion.
+    unsafe fn irecv(
+        &self,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        src: usize,
+        tag: i32,
+    ) -> MpiResult<ReqId> {
+        let c = self.ctx;
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            if self.pt2pt {
+                let (buf, count) = nonempty(buf, count, dtype);
+                c.rt.irecv(c.call, buf, count as i64, dtype, src as i32, tag, c.comm)
+            } else {
+                coll_irecv(c.rt, buf, count, dtype, src, tag, c.comm)
+            }
+        }
+    }
+
+    /// Send `count` packed elements at `w` as `count` elements of `dtype`.
+    ///
+    /// # Safety
+    /// `w` holds `count * dtype.size()` readable bytes.
+    unsafe fn send_packed(
+        &self,
+        w: *const u8,
+        count: usize,
+        dtype: &TypeRef,
+        dest: usize,
+        tag: i32,
+    ) -> MpiResult<()> {
+        let mut scratch;
+        let base = match dtype.contiguous_offset() {
+            // A contiguous type's packed stream is its memory layout shifted by `off`.
+            Some(off) => w.wrapping_offset(-off),
+            None => {
+                scratch = Scratch::new(count, dtype);
+                let n = count * dtype.size();
+                // SAFETY: `w` has `n` bytes; the scratch spans the type map.
+                unsafe {
+                    dtype.unpack_range(scratch.base(), count, 0, std::slice::from_raw_parts(w, n))
+                };
+                scratch.base() as *const u8
+            }
+        };
+        // SAFETY: `base` is the type map of the data (user memory or scratch), alive until
+        // the wait below.
+        let r = unsafe { self.isend(base, count, dtype, dest, tag)? };
+        self.ctx.waitall(&mut vec![r])
+    }
+
+    /// Receive `count` elements of `dtype` into the packed stream at `w`.
+    ///
+    /// # Safety
+    /// `w` holds `count * dtype.size()` writable bytes.
+    unsafe fn recv_packed(
+        &self,
+        w: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        src: usize,
+        tag: i32,
+    ) -> MpiResult<()> {
+        match dtype.contiguous_offset() {
+            Some(off) => {
+                // SAFETY: as in send_packed.
+                let r = unsafe { self.irecv(w.wrapping_offset(-off), count, dtype, src, tag)? };
+                self.ctx.waitall(&mut vec![r])
+            }
+            None => {
+                let mut scratch = Scratch::new(count, dtype);
+                // SAFETY: the scratch spans the type map of `count` elements.
+                let r = unsafe { self.irecv(scratch.base(), count, dtype, src, tag)? };
+                self.ctx.waitall(&mut vec![r])?;
+                let n = count * dtype.size();
+                // SAFETY: `w` has `n` writable bytes.
+                unsafe {
+                    dtype.pack_range(
+                        scratch.base(),
+                        count,
+                        0,
+                        std::slice::from_raw_parts_mut(w, n),
+                    )
+                };
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A valid address for an empty point-to-point transfer (MPI lets empty buffers be NULL).
+fn nonempty<T>(buf: *const T, count: usize, dtype: &TypeRef) -> (*mut u8, usize) {
+    if count == 0 || dtype.size() == 0 {
+        (std::ptr::NonNull::<u128>::dangling().as_ptr() as *mut u8, 0)
+    } else {
+        (buf as *mut u8, count)
+    }
+}
+
+/// IMPI barrier (report 4.10, LAM `lam_ssi_coll_impi_barrier`): site barrier; masters
+/// linear through master 0 (up to MAXLINEAR) or a hypercube, zero-byte messages with
+/// tag 110 on the collective context; site barrier.
+pub(crate) fn barrier(ctx: &Ctx, h: &Hier) -> MpiResult<()> {
+    let local = h.local_team();
+    crate::barrier::dissemination(ctx, &local, LOCAL_BARRIER)?;
+    if h.is_leader() {
+        let masters = &h.leaders;
+        let nm = masters.len();
+        let me = h.my_node;
+        let mut z = [0u8; 2];
+        let zs = z.as_ptr();
+        let zr = z.as_mut_ptr().wrapping_add(1);
+        // SAFETY (every transfer below): zero bytes at addresses inside `z`.
+        if nm <= MAXLINEAR {
+            if me == 0 {
+                for &m in &masters[1..] {
+                    unsafe { ctx.recv(zr, 0, m, itag::BARRIER)? };
+                }
+                for &m in &masters[1..] {
+                    unsafe { ctx.send(zs, 0, m, itag::BARRIER)? };
+                }
+            } else {
+                unsafe {
+                    ctx.send(zs, 0, masters[0], itag::BARRIER)?;
+                    ctx.recv(zr, 0, masters[0], itag::BARRIER)?;
+                }
+            }
+        } else {
+            let dim = cubedim(nm) as i32;
+            let hb = hibit(me, dim as u32);
+            // Children: me | 2^i for i above my high bit.
+            for i in ((hb + 1)..dim).rev() {
+                let peer = me | (1 << i);
+                if peer < nm {
+                    unsafe { ctx.recv(zr, 0, masters[peer], itag::BARRIER)? };
+                }
+            }
+            if me > 0 {
+                let parent = masters[me & !(1 << hb)];
+                unsafe {
+                    ctx.send(zs, 0, parent, itag::BARRIER)?;
+                    ctx.recv(zr, 0, parent, itag::BARRIER)?;
+                }
+            }
+            // LAM computes these children from its comm rank instead of its master
+            // number (`myrank | mask`); the same for the masters of MPI_COMM_WORLD only
+            // when every client has one process. This is the report's version.
+            for i in (hb + 1)..dim {
+                let peer = me | (1 << i);
+                if peer < nm {
+                    unsafe { ctx.send(zs, 0, masters[peer], itag::BARRIER)? };
+                }
+            }
+        }
+    }
+    crate::barrier::dissemination(ctx, &local, LOCAL_BARRIER)
+}
+
+/// IMPI bcast (report 4.11, LAM `lam_ssi_coll_impi_bcast`): the root and the masters of
+/// the other sites (linear from the root, or a binomial tree over master numbers relative
+/// to the root's site, the root standing in for its site's master), typed, tag 120 on
+/// the collective context; then inside each site from the root (its own site) or the
+/// master.
+///
+/// # Safety
+/// `buf` holds (root) or has room for `count` elements of `dtype`.
+pub(crate) unsafe fn bcast(
+    ctx: &Ctx,
+    h: &Hier,
+    buf: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let me = ctx.rank;
+    let local_to_root = h.node_of[me] == h.node_of[root];
+    if me == root || (h.is_leader() && !local_to_root) {
+        // SAFETY: forwarded caller contract.
+        unsafe { master_bcast(ctx, h, buf, count, dtype, root)? };
+    }
+    let local = h.local_team();
+    let local_root = if local_to_root {
+        root
+    } else {
+        h.leaders[h.my_node]
+    };
+    let bytes = count * dtype.size();
+    if local.len() > 1 && bytes > 0 {
+        let idx = local
+            .ranks
+            .iter()
+            .position(|&r| r == local_root)
+            .expect("member");
+        // SAFETY: caller contract; the local root's buffer holds the data by now.
+        let view = unsafe { Packed::new(buf, count, dtype, me == local_root) };
+        crate::bcast::binomial(ctx, &local, view.ptr, bytes, idx, LOCAL_BCAST)?;
+        if me != local_root {
+            // SAFETY: caller contract.
+            unsafe { view.finish() };
+        }
+    }
+    Ok(())
+}
+
+/// # Safety
+/// As [`bcast`].
+unsafe fn master_bcast(
+    ctx: &Ctx,
+    h: &Hier,
+    buf: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let wire = Wire { ctx, pt2pt: false };
+    let masters = &h.leaders;
+    let nm = masters.len();
+    let me = ctx.rank;
+    let rootnum = h.node_of[root];
+    let mut reqs = Vec::new();
+    if nm <= MAXLINEAR {
+        if me == root {
+            for (i, &m) in masters.iter().enumerate() {
+                if i != rootnum {
+                    // SAFETY: caller contract; waited for below.
+                    reqs.push(unsafe { wire.isend(buf, count, dtype, m, itag::BCAST)? });
+                }
+            }
+        } else {
+            // SAFETY: caller contract.
+            reqs.push(unsafe { wire.irecv(buf, count, dtype, root, itag::BCAST)? });
+        }
+        return ctx.waitall(&mut reqs);
+    }
+    let mynum = h.my_node;
+    let vnum = (mynum + nm - rootnum) % nm;
+    let dim = cubedim(nm) as i32;
+    let hb = hibit(vnum, dim as u32);
+    if vnum > 0 {
+        let pnum = ((vnum & !(1 << hb)) + rootnum) % nm;
+        let parent = if pnum == rootnum { root } else { masters[pnum] };
+        // SAFETY: caller contract.
+        let r = unsafe { wire.irecv(buf, count, dtype, parent, itag::BCAST)? };
+        ctx.waitall(&mut vec![r])?;
+    }
+    for i in (hb + 1)..dim {
+        let peer = vnum | (1 << i);
+        if peer < nm {
+            let child = masters[(peer + rootnum) % nm];
+            // SAFETY: caller contract; waited for below.
+            reqs.push(unsafe { wire.isend(buf, count, dtype, child, itag::BCAST)? });
+        }
+    }
+    ctx.waitall(&mut reqs)
+}
+
+/// IMPI reduce (report 4.16, LAM `lam_ssi_coll_impi_reduce`).
+///
+/// Commutative: reduce inside each site (to the root in its site, else to the master);
+/// then among the root and the other sites' masters, linear (the root receives from each
+/// master in master order) or a binomial tree over master numbers relative to the root's
+/// site. Non-commutative: every rank sends its input to the root, which combines them in
+/// rank order. Inter-site messages: typed, tag 190, on the point-to-point context (LAM).
+///
+/// `w` is this rank's packed input, and at the root receives the packed result.
+///
+/// # Safety
+/// `w` holds `count * dtype.size()` readable and writable bytes; `input` (non-commutative
+/// only: the user's send data, in user layout) is readable.
+pub(crate) unsafe fn reduce(
+    ctx: &Ctx,
+    h: &Hier,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+    root: usize,
+) -> MpiResult<()> {
+    let wire = Wire {
+        ctx,
+        pt2pt: reduce_on_pt2pt(),
+    };
+    let me = ctx.rank;
+    let bytes = count * dtype.size();
+    if !op.is_commutative() {
+        if me != root {
+            // SAFETY: `w` holds this rank's packed input.
+            return unsafe { wire.send_packed(w, count, dtype, root, itag::REDUCE) };
+        }
+        // Root: acc = input(p-1), then acc = input(i) op acc for i = p-2 down to 0.
+        let p = ctx.size;
+        let mut mine = vec![0u8; bytes];
+        // SAFETY: `w` has `bytes` bytes (and may be NULL only when there are none).
+        unsafe { copy_bytes(w, mine.as_mut_ptr(), bytes) };
+        let mut tmp = vec![0u8; bytes];
+        if root != p - 1 {
+            // SAFETY: `w` has room for `bytes`.
+            unsafe { wire.recv_packed(w, count, dtype, p - 1, itag::REDUCE)? };
+        }
+        for i in (0..p - 1).rev() {
+            let input = if i == root {
+                mine.as_ptr()
+            } else {
+                // SAFETY: `tmp` has `bytes` bytes.
+                unsafe { wire.recv_packed(tmp.as_mut_ptr(), count, dtype, i, itag::REDUCE)? };
+                tmp.as_ptr()
+            };
+            // SAFETY: both streams hold `count` packed elements, disjoint.
+            unsafe { op.apply_packed(input, w, count, dtype) };
+        }
+        return Ok(());
+    }
+    // Local phase (the site's own algorithm), into the root or the site's master.
+    let local_to_root = h.node_of[me] == h.node_of[root];
+    let local = h.local_team();
+    let local_root = if local_to_root {
+        root
+    } else {
+        h.leaders[h.my_node]
+    };
+    if local.len() > 1 {
+        let idx = local
+            .ranks
+            .iter()
+            .position(|&r| r == local_root)
+            .expect("member");
+        crate::reduce::team_reduce(ctx, &local, w, count, dtype, op, idx, LOCAL_REDUCE)?;
+    }
+    if !(me == root || (h.is_leader() && !local_to_root)) {
+        return Ok(());
+    }
+    let masters = &h.leaders;
+    let nm = masters.len();
+    let rootnum = h.node_of[root];
+    let mut tmp = vec![0u8; bytes];
+    if nm <= MAXLINEAR {
+        if me == root {
+            for (i, &m) in masters.iter().enumerate() {
+                if i == rootnum {
+                    continue;
+                }
+                // SAFETY: `tmp` and `w` hold `bytes` bytes each, disjoint.
+                unsafe {
+                    wire.recv_packed(tmp.as_mut_ptr(), count, dtype, m, itag::REDUCE)?;
+                    op.apply_packed(tmp.as_ptr(), w, count, dtype);
+                }
+            }
+            Ok(())
+        } else {
+            // SAFETY: `w` holds the site's partial result.
+            unsafe { wire.send_packed(w, count, dtype, root, itag::REDUCE) }
+        }
+    } else {
+        let mynum = h.my_node;
+        let vnum = (mynum + nm - rootnum) % nm;
+        let dim = cubedim(nm);
+        for i in 0..dim {
+            let mask = 1usize << i;
+            if vnum & mask != 0 {
+                let pnum = ((vnum & !mask) + rootnum) % nm;
+                let peer = if pnum == rootnum { root } else { masters[pnum] };
+                // SAFETY: `w` holds the partial result.
+                return unsafe { wire.send_packed(w, count, dtype, peer, itag::REDUCE) };
+            }
+            let child = vnum | mask;
+            if child >= nm {
+                continue;
+            }
+            let peer = masters[(child + rootnum) % nm];
+            // SAFETY: as in the linear case.
+            unsafe {
+                wire.recv_packed(tmp.as_mut_ptr(), count, dtype, peer, itag::REDUCE)?;
+                op.apply_packed(tmp.as_ptr(), w, count, dtype);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Inclusive scan across sites: a chain in rank order (rank r receives the prefix of ranks
+/// below it from r - 1, typed with tag 200, combines, and passes it on), so that any op
+/// combines in rank order.
+///
+/// # Safety
+/// `w` holds this rank's packed input (`count * dtype.size()` bytes) and receives the
+/// packed result.
+pub(crate) unsafe fn scan(
+    ctx: &Ctx,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<()> {
+    let wire = Wire { ctx, pt2pt: false };
+    let me = ctx.rank;
+    let bytes = count * dtype.size();
+    if me > 0 {
+        let mut prefix = vec![0u8; bytes];
+        // SAFETY: `prefix` and `w` hold `bytes` bytes each, disjoint.
+        unsafe {
+            wire.recv_packed(prefix.as_mut_ptr(), count, dtype, me - 1, itag::SCAN)?;
+            op.apply_packed(prefix.as_ptr(), w, count, dtype);
+        }
+    }
+    if me + 1 < ctx.size {
+        // SAFETY: `w` holds the prefix up to this rank.
+        unsafe { wire.send_packed(w, count, dtype, me + 1, itag::SCAN)? };
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cube_helpers_match_lam() {
+        assert_eq!(cubedim(1), 0);
+        assert_eq!(cubedim(2), 1);
+        assert_eq!(cubedim(5), 3);
+        assert_eq!(cubedim(8), 3);
+        assert_eq!(hibit(0, 3), -1);
+        assert_eq!(hibit(5, 3), 2);
+        assert_eq!(hibit(6, 2), 1);
+    }
+}
