@@ -591,6 +591,13 @@ pub(crate) fn errhandler(name: &str, e: MPI_Errhandler) -> MpiResult<ErrHandler>
     }
 }
 
+/// The C function of a user error handler handle (windows call it with their handle).
+pub(crate) fn errhandler_fn(e: MPI_Errhandler) -> Option<MPI_Comm_errhandler_function> {
+    (kind(e) == ERRH_DIRECT)
+        .then(|| lock(&ERRHS).get(index(e)).copied())
+        .flatten()
+}
+
 pub(crate) fn new_errhandler(f: MPI_Comm_errhandler_function) -> MPI_Errhandler {
     (ERRH_DIRECT | lock(&ERRHS).insert(f)) as c_int
 }

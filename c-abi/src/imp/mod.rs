@@ -14,6 +14,7 @@ mod info;
 mod misc;
 mod p2p;
 mod request;
+mod rma;
 mod tattr;
 mod topo;
 
@@ -26,6 +27,7 @@ pub(crate) use info::*;
 pub(crate) use misc::*;
 pub(crate) use p2p::*;
 pub(crate) use request::*;
+pub(crate) use rma::*;
 pub(crate) use tattr::*;
 pub(crate) use topo::*;
 

@@ -33,7 +33,7 @@ use crate::engine::{
 };
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::group::Group;
-pub use schedules::Schedule;
+pub use schedules::{Requests, Schedule, Service};
 
 /// Largest tag a user may use (MPI_TAG_UB).
 pub const TAG_UB: i32 = i32::MAX;
