@@ -41,7 +41,8 @@ struct WinEntry {
     win: Arc<Window>,
     errhandler: MPI_Errhandler,
     info: InfoData,
-    attrs: BTreeMap<c_int, usize>,
+    /// Attribute values with their keyval's callbacks (which outlive a freed keyval).
+    attrs: BTreeMap<c_int, (usize, WinKeyval)>,
     predefined: Box<Predefined>,
 }
 
@@ -243,11 +244,10 @@ pub(crate) fn win_free(w: &mut MPI_Win) -> MpiResult<()> {
     let ix = index_of("win", *w)?;
     let win = win("win", *w)?;
     // Attribute delete callbacks run first, as on communicators.
-    let attrs: Vec<(c_int, usize)> = with_entry(&win, |e| e.attrs.iter().map(|(k, v)| (*k, *v)).collect())?;
-    for (k, v) in attrs {
-        if let Ok(kv) = keyval(k) {
-            run_delete(*w, k, kv, v)?;
-        }
+    let attrs: Vec<(c_int, (usize, WinKeyval))> =
+        with_entry(&win, |e| e.attrs.iter().map(|(k, v)| (*k, *v)).collect())?;
+    for (k, (v, kv)) in attrs {
+        run_delete(*w, k, kv, v)?;
     }
     win.free()?;
     lock(&WINS).remove(ix);
@@ -438,10 +438,10 @@ pub(crate) fn win_free_keyval(k: &mut c_int) -> MpiResult<()> {
 
 pub(crate) fn win_set_attr(w: &Arc<Window>, k: c_int, val: *mut c_void) -> MpiResult<()> {
     let kv = keyval(k)?;
-    if let Some(old) = with_entry(w, |e| e.attrs.get(&k).copied())? {
-        run_delete(handle_of(w), k, kv, old)?;
+    if let Some((old, okv)) = with_entry(w, |e| e.attrs.get(&k).copied())? {
+        run_delete(handle_of(w), k, okv, old)?;
     }
-    with_entry(w, |e| e.attrs.insert(k, val as usize)).map(|_| ())
+    with_entry(w, |e| e.attrs.insert(k, (val as usize, kv))).map(|_| ())
 }
 
 pub(crate) fn win_get_attr(
@@ -461,7 +461,7 @@ pub(crate) fn win_get_attr(
             MPI_WIN_DISP_UNIT => Ok(Some(&p.disp_unit as *const c_int as *mut c_void)),
             MPI_WIN_CREATE_FLAVOR => Ok(Some(&p.flavor as *const c_int as *mut c_void)),
             MPI_WIN_MODEL => Ok(Some(&p.model as *const c_int as *mut c_void)),
-            _ => keyval(k).map(|_| e.attrs.get(&k).map(|v| *v as *mut c_void)),
+            _ => keyval(k).map(|_| e.attrs.get(&k).map(|v| v.0 as *mut c_void)),
         }
     })??;
     *flag = c_int::from(val.is_some());
@@ -474,8 +474,8 @@ pub(crate) fn win_get_attr(
 }
 
 pub(crate) fn win_delete_attr(w: &Arc<Window>, k: c_int) -> MpiResult<()> {
-    let kv = keyval(k)?;
-    let v = with_entry(w, |e| e.attrs.get(&k).copied())?.ok_or_else(|| {
+    keyval(k)?;
+    let (v, kv) = with_entry(w, |e| e.attrs.get(&k).copied())?.ok_or_else(|| {
         err(
             ErrorClass::Keyval,
             format!("keyval {k:#x} has no value on this window"),
