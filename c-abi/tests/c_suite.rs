@@ -117,11 +117,11 @@ fn one_sided_every_flavor_mode_and_operation() {
     for (n, extra) in [
         (1, &[][..]),
         (2, &[][..]),
-        (3, &["--progress", "threaded"][..]),
+        (3, &["--progress", "threaded", "-x", "RMA_ASYNC=1"][..]),
         (4, &[][..]),
         (4, &["--progress", "threaded"][..]),
         (4, &["--node-map", "2"][..]),
-        (3, &["--node-map", "0,1,1", "--progress", "threaded"][..]),
+        (3, &["--node-map", "0,1,1", "--progress", "threaded", "-x", "RMA_ASYNC=1"][..]),
     ] {
         let out = run(Command::new("timeout")
             .arg("120")

@@ -340,6 +340,25 @@ static void shared(void) {
     OK(MPI_Comm_free(&node));
 }
 
+/* Threaded engine: passive target progresses while the target computes outside MPI. */
+static void async_passive(void) {
+    int *mem; MPI_Win win;
+    OK(MPI_Win_allocate(sizeof(int), sizeof(int), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
+    *mem = 0;
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    if (me == 0) {
+        double t0 = MPI_Wtime();
+        while (__atomic_load_n(mem, __ATOMIC_ACQUIRE) != 42) CHECK(MPI_Wtime() - t0 < 60.0);
+    } else if (me == 1) {
+        int v = 42;
+        OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, 0, 0, win));
+        OK(MPI_Put(&v, 1, MPI_INT, 0, 0, 1, MPI_INT, win));
+        OK(MPI_Win_unlock(0, win));
+    }
+    OK(MPI_Barrier(MPI_COMM_WORLD));
+    OK(MPI_Win_free(&win));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
@@ -390,6 +409,7 @@ int main(int argc, char **argv) {
     large();
     if (verbose) printf("large ok %.3f\n", MPI_Wtime());
     shared();
+    if (getenv("RMA_ASYNC") && np > 1) async_passive();
     if (verbose) printf("shared ok %.3f\n", MPI_Wtime());
 
     free(user);

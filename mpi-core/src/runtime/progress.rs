@@ -51,6 +51,9 @@ impl Runtime {
                     src.cancel();
                 }
                 if completed {
+                    // Background services (RMA targets) answer now, not when the
+                    // application next calls MPI: passive target progresses on its own.
+                    self.advance_services();
                     // An application thread may be waiting for this: let it run now
                     // rather than after this thread's next spins (they may share a core).
                     std::thread::yield_now();

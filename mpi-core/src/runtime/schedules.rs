@@ -74,7 +74,7 @@ impl Runtime {
         }
     }
 
-    fn advance_services(&self) -> bool {
+    pub(super) fn advance_services(&self) -> bool {
         let list: Vec<Arc<dyn Service>> = {
             let l = SERVICES.lock().unwrap_or_else(|p| p.into_inner());
             if l.is_empty() {
