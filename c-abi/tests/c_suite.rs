@@ -121,7 +121,17 @@ fn one_sided_every_flavor_mode_and_operation() {
         (4, &[][..]),
         (4, &["--progress", "threaded"][..]),
         (4, &["--node-map", "2"][..]),
-        (3, &["--node-map", "0,1,1", "--progress", "threaded", "-x", "RMA_ASYNC=1"][..]),
+        (
+            3,
+            &[
+                "--node-map",
+                "0,1,1",
+                "--progress",
+                "threaded",
+                "-x",
+                "RMA_ASYNC=1",
+            ][..],
+        ),
     ] {
         let out = run(Command::new("timeout")
             .arg("120")

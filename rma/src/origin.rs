@@ -170,7 +170,10 @@ impl Window {
             return Err(rma_sync(call, "an active-target epoch is still open"));
         }
         if st.lock_all.is_some() || st.locks.iter().any(|l| *l != 0) {
-            return Err(rma_sync(call, "a passive-target epoch (lock) is still open"));
+            return Err(rma_sync(
+                call,
+                "a passive-target epoch (lock) is still open",
+            ));
         }
         Ok(())
     }
@@ -223,7 +226,13 @@ impl Window {
         Ok(())
     }
 
-    fn send(&self, target: usize, tag: i32, data: Vec<u8>, done: Option<Arc<AtomicBool>>) -> MpiResult<()> {
+    fn send(
+        &self,
+        target: usize,
+        tag: i32,
+        data: Vec<u8>,
+        done: Option<Arc<AtomicBool>>,
+    ) -> MpiResult<()> {
         // SAFETY: the vector's heap buffer stays in `pending` until the send completes.
         let id = unsafe {
             self.rt.isend(
@@ -326,13 +335,19 @@ impl Window {
         for (name, a) in [("origin_count", &origin), ("result_count", &result)] {
             if let Some(a) = a {
                 if a.count < 0 {
-                    return Err(err(ErrorClass::Count, format!("{call}: {name} = {} is negative", a.count)));
+                    return Err(err(
+                        ErrorClass::Count,
+                        format!("{call}: {name} = {} is negative", a.count),
+                    ));
                 }
                 Self::check_type(call, &name.replace("count", "datatype"), a.dtype)?;
             }
         }
         if target_count < 0 {
-            return Err(err(ErrorClass::Count, format!("{call}: target_count = {target_count} is negative")));
+            return Err(err(
+                ErrorClass::Count,
+                format!("{call}: target_count = {target_count} is negative"),
+            ));
         }
         Self::check_type(call, "target_datatype", target_type)?;
         let Some(t) = self.check_rank(call, target_rank)? else {
@@ -380,14 +395,19 @@ impl Window {
             }
         }
         if base < 0 || base > u64::MAX as i128 {
-            return Err(err(ErrorClass::Disp, format!("{call}: target_disp {target_disp} is out of range")));
+            return Err(err(
+                ErrorClass::Disp,
+                format!("{call}: target_disp {target_disp} is out of range"),
+            ));
         }
         let signature = |name: &str, a: &Access<'_>| -> MpiResult<()> {
             let n = a.dtype.size() as u64 * a.count as u64;
             if n != total {
                 return Err(err(
                     ErrorClass::Type,
-                    format!("{call}: the {name} buffer holds {n} bytes, the target datatype {total}"),
+                    format!(
+                        "{call}: the {name} buffer holds {n} bytes, the target datatype {total}"
+                    ),
                 ));
             }
             Ok(())
@@ -411,7 +431,9 @@ impl Window {
         let mut in_place: Option<(*const u8, usize)> = None;
         match kind {
             Kind::Put | Kind::Acc | Kind::GetAcc => {
-                let o = origin.as_ref().expect("operations with origin data pass it");
+                let o = origin
+                    .as_ref()
+                    .expect("operations with origin data pass it");
                 signature("origin", o)?;
                 if kind != Kind::Put {
                     let op = op.expect("accumulates pass an op");
@@ -421,11 +443,17 @@ impl Window {
                     op.check_type(call, target_type)?;
                     op.check_type(call, o.dtype)?;
                     head.op = (op.mpich_code().expect("predefined") & 0xff) as u8;
-                    head.elem = match element_of(target_type).or_else(|| element_of(o.dtype)) {
-                        Some(e) => e,
-                        None if matches!(op, Op::Replace | Op::NoOp) => wire::ELEM_BYTES,
-                        None => return Err(err(ErrorClass::Type, format!("{call}: the datatypes' basic elements are not all of one kind"))),
-                    };
+                    head.elem =
+                        match element_of(target_type).or_else(|| element_of(o.dtype)) {
+                            Some(e) => e,
+                            None if matches!(op, Op::Replace | Op::NoOp) => wire::ELEM_BYTES,
+                            None => return Err(err(
+                                ErrorClass::Type,
+                                format!(
+                                    "{call}: the datatypes' basic elements are not all of one kind"
+                                ),
+                            )),
+                        };
                 }
                 head.payload_len = total;
                 let contiguous = o.dtype.contiguous_offset();
@@ -447,7 +475,10 @@ impl Window {
                 let o = origin.as_ref().expect("CAS passes origin data");
                 signature("origin", o)?;
                 let p = o.dtype.homogeneous_primitive();
-                if !p.is_some_and(|p| p.is_integer() || p.is_logical() || p == tsunagi_core::datatype::Primitive::Byte) || o.count != 1 {
+                if !p.is_some_and(|p| {
+                    p.is_integer() || p.is_logical() || p == tsunagi_core::datatype::Primitive::Byte
+                }) || o.count != 1
+                {
                     return Err(err(ErrorClass::Type, format!("{call}: the datatype must be one predefined integer, logical or byte element")));
                 }
                 head.elem = element_of(o.dtype).unwrap_or(wire::ELEM_BYTES);
@@ -464,8 +495,12 @@ impl Window {
         {
             let _g = lock(&self.issuing);
             if matches!(kind, Kind::Get | Kind::GetAcc | Kind::Cas) {
-                let r = result.as_ref().expect("fetching operations pass a result buffer");
-                let id = self.rt.irecv(call, r.addr, r.count, r.dtype, t as i32, TAG_REPLY, self.wcomm)?;
+                let r = result
+                    .as_ref()
+                    .expect("fetching operations pass a result buffer");
+                let id = self.rt.irecv(
+                    call, r.addr, r.count, r.dtype, t as i32, TAG_REPLY, self.wcomm,
+                )?;
                 lock(&self.origin).pending.push(Pending {
                     target: t,
                     req: id,
@@ -478,7 +513,16 @@ impl Window {
                 self.send_request(t, head.encode(&[]))?;
                 match in_place {
                     Some((p, n)) => {
-                        let id = self.rt.isend(call, p, n as i64, &self.byte, t as i32, TAG_DATA, self.wcomm, SendMode::Standard)?;
+                        let id = self.rt.isend(
+                            call,
+                            p,
+                            n as i64,
+                            &self.byte,
+                            t as i32,
+                            TAG_DATA,
+                            self.wcomm,
+                            SendMode::Standard,
+                        )?;
                         lock(&self.origin).pending.push(Pending {
                             target: t,
                             req: id,
@@ -499,7 +543,11 @@ impl Window {
             self.poll();
         }
         // Request-based puts and accumulates copied their data: complete locally now.
-        let d = if matches!(kind, Kind::Get | Kind::GetAcc | Kind::Cas) { done } else { None };
+        let d = if matches!(kind, Kind::Get | Kind::GetAcc | Kind::Cas) {
+            done
+        } else {
+            None
+        };
         done_request(self.rt, d)
     }
 
@@ -527,7 +575,11 @@ impl Window {
         Self::check_assert(call, assert)?;
         {
             let st = lock(&self.origin);
-            if st.access.is_some() || st.exposure.is_some() || st.lock_all.is_some() || st.locks.iter().any(|l| *l != 0) {
+            if st.access.is_some()
+                || st.exposure.is_some()
+                || st.lock_all.is_some()
+                || st.locks.iter().any(|l| *l != 0)
+            {
                 return Err(rma_sync(call, "another epoch (post/start or lock) is open"));
             }
         }
@@ -546,11 +598,16 @@ impl Window {
         Self::check_assert(call, assert)?;
         let ranks = self.ranks_of(call, group)?;
         if lock(&self.origin).access.is_some() {
-            return Err(rma_sync(call, "an access epoch (MPI_Win_start) is already open"));
+            return Err(rma_sync(
+                call,
+                "an access epoch (MPI_Win_start) is already open",
+            ));
         }
         if assert & MODE_NOCHECK == 0 {
             self.rt.wait_until(|_| {
-                Ok(ranks.iter().all(|&r| self.posts[r].load(Ordering::Acquire) > 0))
+                Ok(ranks
+                    .iter()
+                    .all(|&r| self.posts[r].load(Ordering::Acquire) > 0))
             })?;
             for &r in &ranks {
                 self.posts[r].fetch_sub(1, Ordering::AcqRel);
@@ -581,7 +638,10 @@ impl Window {
         {
             let mut st = lock(&self.origin);
             if st.exposure.is_some() {
-                return Err(rma_sync(call, "an exposure epoch (MPI_Win_post) is already open"));
+                return Err(rma_sync(
+                    call,
+                    "an exposure epoch (MPI_Win_post) is already open",
+                ));
             }
             st.expected_completes += ranks.len() as u64;
             st.exposure = Some(st.expected_completes);
@@ -635,14 +695,21 @@ impl Window {
         {
             let st = lock(&self.origin);
             if st.locks[t] != 0 || st.lock_all.is_some() {
-                return Err(rma_sync(call, &format!("rank {t} is already locked by this process")));
+                return Err(rma_sync(
+                    call,
+                    &format!("rank {t} is already locked by this process"),
+                ));
             }
         }
         if assert & MODE_NOCHECK != 0 {
             lock(&self.origin).locks[t] = lock_type | NOCHECK_BIT;
             return Ok(());
         }
-        let flags = if lock_type == LOCK_EXCLUSIVE { wire::EXCLUSIVE } else { 0 };
+        let flags = if lock_type == LOCK_EXCLUSIVE {
+            wire::EXCLUSIVE
+        } else {
+            0
+        };
         self.control(t, Kind::Lock, flags, true)?;
         self.wait_pending(call, |p| p.target == t)?;
         lock(&self.origin).locks[t] = lock_type;
@@ -657,7 +724,10 @@ impl Window {
         };
         let held = lock(&self.origin).locks[t];
         if held == 0 {
-            return Err(rma_sync(call, &format!("rank {t} is not locked by this process")));
+            return Err(rma_sync(
+                call,
+                &format!("rank {t} is not locked by this process"),
+            ));
         }
         lock(&self.origin).dirty[t] = false;
         if held & NOCHECK_BIT != 0 {
@@ -709,9 +779,13 @@ impl Window {
 
     fn check_passive(&self, call: &str, t: Option<usize>) -> MpiResult<()> {
         let st = lock(&self.origin);
-        let ok = st.lock_all.is_some() || t.map_or(st.locks.iter().any(|l| *l != 0), |t| st.locks[t] != 0);
+        let ok = st.lock_all.is_some()
+            || t.map_or(st.locks.iter().any(|l| *l != 0), |t| st.locks[t] != 0);
         if !ok {
-            return Err(rma_sync(call, "no passive-target epoch (lock) is open to the target"));
+            return Err(rma_sync(
+                call,
+                "no passive-target epoch (lock) is open to the target",
+            ));
         }
         Ok(())
     }

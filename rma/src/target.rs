@@ -331,7 +331,12 @@ impl Window {
             self.refuse(t, src, "a target range outside the window");
             if answers {
                 // The origin waits for an answer of this length.
-                self.reply(t, src, TAG_REPLY, vec![0u8; total.min(self.max_len() as usize)]);
+                self.reply(
+                    t,
+                    src,
+                    TAG_REPLY,
+                    vec![0u8; total.min(self.max_len() as usize)],
+                );
             }
             return;
         };
@@ -368,10 +373,24 @@ impl Window {
                 };
                 let esz = ty.size().max(1);
                 let ok = op.check_type("MPI_Accumulate", &ty).is_ok()
-                    && matches!(op, Op::Replace | Op::NoOp | Op::Sum | Op::Prod | Op::Max
-                        | Op::Min | Op::Land | Op::Lor | Op::Lxor | Op::Band | Op::Bor
-                        | Op::Bxor | Op::Maxloc | Op::Minloc)
-                    && total % esz == 0;
+                    && matches!(
+                        op,
+                        Op::Replace
+                            | Op::NoOp
+                            | Op::Sum
+                            | Op::Prod
+                            | Op::Max
+                            | Op::Min
+                            | Op::Land
+                            | Op::Lor
+                            | Op::Lxor
+                            | Op::Band
+                            | Op::Bor
+                            | Op::Bxor
+                            | Op::Maxloc
+                            | Op::Minloc
+                    )
+                    && total.is_multiple_of(esz);
                 let old = gather();
                 if head.kind == Kind::GetAcc {
                     self.reply(t, src, TAG_REPLY, old.clone());
@@ -385,7 +404,9 @@ impl Window {
                     _ => {
                         let mut cur = old;
                         // SAFETY: both buffers hold `total` bytes = total/esz elements.
-                        unsafe { op.apply_packed(data.as_ptr(), cur.as_mut_ptr(), total / esz, &ty) };
+                        unsafe {
+                            op.apply_packed(data.as_ptr(), cur.as_mut_ptr(), total / esz, &ty)
+                        };
                         scatter(&cur);
                     }
                 }

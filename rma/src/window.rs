@@ -72,7 +72,11 @@ pub(crate) struct Locks {
 /// A message the target is waiting for the rest of.
 pub(crate) enum Awaiting {
     /// The request itself (after a `BIG` stub).
-    Request { src: usize, req: ReqId, buf: Vec<u8> },
+    Request {
+        src: usize,
+        req: ReqId,
+        buf: Vec<u8>,
+    },
     /// The data of a request; `direct` when it was received straight into the window.
     Data {
         src: usize,
@@ -192,12 +196,13 @@ impl Window {
             size,
             disp_unit,
             |_, _| {
-                let layout = std::alloc::Layout::from_size_align(size.max(1), 64).map_err(|_| {
-                    err(
-                        ErrorClass::Size,
-                        format!("MPI_Win_allocate: size {size} is too large"),
-                    )
-                })?;
+                let layout =
+                    std::alloc::Layout::from_size_align(size.max(1), 64).map_err(|_| {
+                        err(
+                            ErrorClass::Size,
+                            format!("MPI_Win_allocate: size {size} is too large"),
+                        )
+                    })?;
                 // SAFETY: a non-zero size.
                 let p = unsafe { std::alloc::alloc_zeroed(layout) };
                 if p.is_null() {
@@ -438,7 +443,10 @@ impl Window {
             Some(r) => {
                 return Err(err(
                     ErrorClass::Rank,
-                    format!("{call}: rank {r} is not in the window (size {})", self.nranks),
+                    format!(
+                        "{call}: rank {r} is not in the window (size {})",
+                        self.nranks
+                    ),
                 ))
             }
             None => (0..self.nranks)

@@ -111,7 +111,16 @@ impl Request {
     /// The message: header, runs, then `inline` (empty when the data follows).
     pub fn encode(&self, inline: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(HEADER + self.runs.len() * 16 + inline.len());
-        out.extend_from_slice(&[MAGIC, self.kind as u8, self.op, self.elem, self.flags, 0, 0, 0]);
+        out.extend_from_slice(&[
+            MAGIC,
+            self.kind as u8,
+            self.op,
+            self.elem,
+            self.flags,
+            0,
+            0,
+            0,
+        ]);
         out.extend_from_slice(&(self.runs.len() as u64).to_le_bytes());
         out.extend_from_slice(&self.base.to_le_bytes());
         out.extend_from_slice(&self.payload_len.to_le_bytes());
@@ -220,7 +229,10 @@ pub fn decode_ack(a: &[u8]) -> Result<(u8, u32), WireError> {
     if a.len() != ACK || !(1..=3).contains(&a[0]) {
         return Err(WireError("bad acknowledgement".into()));
     }
-    Ok((a[0], u32::from_le_bytes(a[4..8].try_into().expect("4 bytes"))))
+    Ok((
+        a[0],
+        u32::from_le_bytes(a[4..8].try_into().expect("4 bytes")),
+    ))
 }
 
 #[cfg(test)]
@@ -257,7 +269,8 @@ mod tests {
         let mut p = sample();
         p.kind = Kind::Put;
         p.flags = FOLLOWS;
-        let (back, inline) = Request::decode(&p.encode(&[])).unwrap();
+        let msg = p.encode(&[]);
+        let (back, inline) = Request::decode(&msg).unwrap();
         assert_eq!(back, p);
         assert!(inline.is_empty());
     }

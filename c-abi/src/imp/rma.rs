@@ -74,10 +74,12 @@ fn index_of(name: &str, w: MPI_Win) -> MpiResult<u32> {
 /// The window behind a handle (the generated entry points decode `MPI_Win` with it).
 pub(crate) fn win(name: &str, w: MPI_Win) -> MpiResult<Arc<Window>> {
     let ix = index_of(name, w)?;
-    lock(&WINS)
-        .get(ix)
-        .map(|e| e.win.clone())
-        .ok_or_else(|| err(ErrorClass::Win, format!("{name} = {w:#x} is a freed window")))
+    lock(&WINS).get(ix).map(|e| e.win.clone()).ok_or_else(|| {
+        err(
+            ErrorClass::Win,
+            format!("{name} = {w:#x} is a freed window"),
+        )
+    })
 }
 
 fn with_entry<T>(w: &Arc<Window>, f: impl FnOnce(&mut WinEntry) -> T) -> MpiResult<T> {
@@ -280,7 +282,12 @@ pub(crate) fn win_test(w: &Arc<Window>, flag: &mut c_int) -> MpiResult<()> {
     Ok(())
 }
 
-pub(crate) fn win_lock(lock_type: c_int, rank: c_int, assert: c_int, w: &Arc<Window>) -> MpiResult<()> {
+pub(crate) fn win_lock(
+    lock_type: c_int,
+    rank: c_int,
+    assert: c_int,
+    w: &Arc<Window>,
+) -> MpiResult<()> {
     w.lock(lock_type, rank, assert)
 }
 
@@ -585,7 +592,19 @@ pub(crate) fn put(
     tdt: &TypeRef,
     w: &Arc<Window>,
 ) -> MpiResult<()> {
-    put_get("MPI_Put", Kind::Put, addr, ocount, odt, trank, tdisp, tcount, tdt, w, None)
+    put_get(
+        "MPI_Put",
+        Kind::Put,
+        addr,
+        ocount,
+        odt,
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        w,
+        None,
+    )
 }
 
 pub(crate) fn get(
@@ -598,7 +617,19 @@ pub(crate) fn get(
     tdt: &TypeRef,
     w: &Arc<Window>,
 ) -> MpiResult<()> {
-    put_get("MPI_Get", Kind::Get, addr, ocount, odt, trank, tdisp, tcount, tdt, w, None)
+    put_get(
+        "MPI_Get",
+        Kind::Get,
+        addr,
+        ocount,
+        odt,
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        w,
+        None,
+    )
 }
 
 pub(crate) fn rput(
@@ -612,7 +643,19 @@ pub(crate) fn rput(
     w: &Arc<Window>,
     req: &mut MPI_Request,
 ) -> MpiResult<()> {
-    put_get("MPI_Rput", Kind::Put, addr, ocount, odt, trank, tdisp, tcount, tdt, w, Some(req))
+    put_get(
+        "MPI_Rput",
+        Kind::Put,
+        addr,
+        ocount,
+        odt,
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        w,
+        Some(req),
+    )
 }
 
 pub(crate) fn rget(
@@ -626,7 +669,19 @@ pub(crate) fn rget(
     w: &Arc<Window>,
     req: &mut MPI_Request,
 ) -> MpiResult<()> {
-    put_get("MPI_Rget", Kind::Get, addr, ocount, odt, trank, tdisp, tcount, tdt, w, Some(req))
+    put_get(
+        "MPI_Rget",
+        Kind::Get,
+        addr,
+        ocount,
+        odt,
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        w,
+        Some(req),
+    )
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -643,7 +698,11 @@ fn acc(
     request: Option<&mut MPI_Request>,
 ) -> MpiResult<()> {
     let op = super::coll_op(op)?;
-    let kind = if result.is_some() { Kind::GetAcc } else { Kind::Acc };
+    let kind = if result.is_some() {
+        Kind::GetAcc
+    } else {
+        Kind::Acc
+    };
     // SAFETY: MPI requires the buffers to stay valid until the operation completes.
     let id = unsafe {
         w.operate(
@@ -678,7 +737,18 @@ pub(crate) fn accumulate(
     w: &Arc<Window>,
 ) -> MpiResult<()> {
     let o = access(addr, ocount, odt);
-    acc("MPI_Accumulate", Some(o), None, trank, tdisp, tcount, tdt, op, w, None)
+    acc(
+        "MPI_Accumulate",
+        Some(o),
+        None,
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        op,
+        w,
+        None,
+    )
 }
 
 pub(crate) fn raccumulate(
@@ -694,7 +764,18 @@ pub(crate) fn raccumulate(
     req: &mut MPI_Request,
 ) -> MpiResult<()> {
     let o = access(addr, ocount, odt);
-    acc("MPI_Raccumulate", Some(o), None, trank, tdisp, tcount, tdt, op, w, Some(req))
+    acc(
+        "MPI_Raccumulate",
+        Some(o),
+        None,
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        op,
+        w,
+        Some(req),
+    )
 }
 
 pub(crate) fn get_accumulate(
@@ -713,7 +794,18 @@ pub(crate) fn get_accumulate(
 ) -> MpiResult<()> {
     let o = access(addr, ocount, odt);
     let r = access(raddr, rcount, rdt);
-    acc("MPI_Get_accumulate", Some(o), Some(r), trank, tdisp, tcount, tdt, op, w, None)
+    acc(
+        "MPI_Get_accumulate",
+        Some(o),
+        Some(r),
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        op,
+        w,
+        None,
+    )
 }
 
 pub(crate) fn rget_accumulate(
@@ -733,7 +825,18 @@ pub(crate) fn rget_accumulate(
 ) -> MpiResult<()> {
     let o = access(addr, ocount, odt);
     let r = access(raddr, rcount, rdt);
-    acc("MPI_Rget_accumulate", Some(o), Some(r), trank, tdisp, tcount, tdt, op, w, Some(req))
+    acc(
+        "MPI_Rget_accumulate",
+        Some(o),
+        Some(r),
+        trank,
+        tdisp,
+        tcount,
+        tdt,
+        op,
+        w,
+        Some(req),
+    )
 }
 
 pub(crate) fn fetch_and_op(
@@ -747,7 +850,18 @@ pub(crate) fn fetch_and_op(
 ) -> MpiResult<()> {
     let o = access(addr, 1, dt);
     let r = access(raddr, 1, dt);
-    acc("MPI_Fetch_and_op", Some(o), Some(r), trank, tdisp, 1, dt, op, w, None)
+    acc(
+        "MPI_Fetch_and_op",
+        Some(o),
+        Some(r),
+        trank,
+        tdisp,
+        1,
+        dt,
+        op,
+        w,
+        None,
+    )
 }
 
 pub(crate) fn compare_and_swap(

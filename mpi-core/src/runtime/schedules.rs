@@ -92,7 +92,10 @@ impl Runtime {
     /// Block until `done` is true, making progress (and advancing schedules and services)
     /// meanwhile; the waiting policy of every blocking call (spin, yield, sleep). `done`
     /// runs with the request layer locked: it must not call the runtime.
-    pub fn wait_until(&self, mut done: impl FnMut(&mut Requests<'_>) -> MpiResult<bool>) -> MpiResult<()> {
+    pub fn wait_until(
+        &self,
+        mut done: impl FnMut(&mut Requests<'_>) -> MpiResult<bool>,
+    ) -> MpiResult<()> {
         self.block_until(|e| done(&mut Requests(e)))
     }
 
