@@ -49,6 +49,8 @@ pub(crate) struct OriginState {
     lock_all: Option<bool>,
     /// Refused operations reported by acknowledgements, not yet raised.
     refused: u64,
+    /// MPI_Win_fence calls so far.
+    fence_seq: u64,
 }
 
 const NOCHECK_BIT: i32 = 1 << 20;
@@ -65,6 +67,7 @@ impl OriginState {
             locks: vec![0; n],
             lock_all: None,
             refused: 0,
+            fence_seq: 0,
         }
     }
 
@@ -443,17 +446,18 @@ impl Window {
                     op.check_type(call, target_type)?;
                     op.check_type(call, o.dtype)?;
                     head.op = (op.mpich_code().expect("predefined") & 0xff) as u8;
-                    head.elem =
-                        match element_of(target_type).or_else(|| element_of(o.dtype)) {
-                            Some(e) => e,
-                            None if matches!(op, Op::Replace | Op::NoOp) => wire::ELEM_BYTES,
-                            None => return Err(err(
+                    head.elem = match element_of(target_type).or_else(|| element_of(o.dtype)) {
+                        Some(e) => e,
+                        None if matches!(op, Op::Replace | Op::NoOp) => wire::ELEM_BYTES,
+                        None => {
+                            return Err(err(
                                 ErrorClass::Type,
                                 format!(
                                     "{call}: the datatypes' basic elements are not all of one kind"
                                 ),
-                            )),
-                        };
+                            ))
+                        }
+                    };
                 }
                 head.payload_len = total;
                 let contiguous = o.dtype.contiguous_offset();
@@ -569,12 +573,16 @@ impl Window {
         Ok(())
     }
 
-    /// `MPI_Win_fence`.
+    /// `MPI_Win_fence`: one round of messages instead of flushes and a barrier. Every
+    /// rank sends FENCE to every rank (itself included) and waits for everyone's: the
+    /// k-th FENCE from a rank is applied after everything that rank sent before its k-th
+    /// fence (order per pair), so when all have arrived every operation on this window is
+    /// done, and nobody's next epoch starts before every rank entered this fence.
     pub fn fence(&self, assert: i32) -> MpiResult<()> {
         let call = "MPI_Win_fence";
         Self::check_assert(call, assert)?;
-        {
-            let st = lock(&self.origin);
+        let seq = {
+            let mut st = lock(&self.origin);
             if st.access.is_some()
                 || st.exposure.is_some()
                 || st.lock_all.is_some()
@@ -582,14 +590,25 @@ impl Window {
             {
                 return Err(rma_sync(call, "another epoch (post/start or lock) is open"));
             }
+            st.fence_seq += 1;
+            st.dirty.iter_mut().for_each(|d| *d = false);
+            st.fence_seq
+        };
+        for t in 0..self.nranks {
+            self.control(t, Kind::Fence, 0, false)?;
         }
-        if assert & MODE_NOPRECEDE == 0 {
-            self.flush_dirty(|_| true)?;
-        }
-        let waited = self.wait_pending(call, |_| true);
-        self.rt.barrier_internal(self.wcomm)?;
+        let all_fenced = || self.fences.iter().all(|f| f.load(Ordering::Acquire) >= seq);
+        self.rt
+            .wait_until(|reqs| Ok(lock(&self.origin).reap(reqs, &|_| true) && all_fenced()))?;
         lock(&self.origin).fence = assert & MODE_NOSUCCEED == 0;
-        waited
+        let refused = std::mem::take(&mut lock(&self.origin).refused);
+        if refused > 0 {
+            return Err(err(
+                ErrorClass::RmaRange,
+                format!("{call}: {refused} operation(s) addressed memory outside the target's window and were not done"),
+            ));
+        }
+        Ok(())
     }
 
     /// `MPI_Win_start`: an access epoch to `group` (waits for their posts).

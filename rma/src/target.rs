@@ -297,6 +297,9 @@ impl Window {
             Kind::Post => {
                 self.posts[src].fetch_add(1, Ordering::AcqRel);
             }
+            Kind::Fence => {
+                self.fences[src].fetch_add(1, Ordering::AcqRel);
+            }
             Kind::Complete => {
                 self.completes.fetch_add(1, Ordering::AcqRel);
             }

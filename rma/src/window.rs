@@ -123,6 +123,8 @@ pub struct Window {
     pub(crate) posts: Vec<AtomicU32>,
     /// COMPLETE messages received in total.
     pub(crate) completes: AtomicU64,
+    /// FENCE messages received from each rank.
+    pub(crate) fences: Vec<AtomicU64>,
     pub(crate) origin: Mutex<OriginState>,
     /// Held while an operation is issued, so that requests and their posted replies are
     /// in the same order on the wire as in the posted-receive queue.
@@ -347,6 +349,7 @@ impl Window {
             }),
             posts: (0..nranks).map(|_| AtomicU32::new(0)).collect(),
             completes: AtomicU64::new(0),
+            fences: (0..nranks).map(|_| AtomicU64::new(0)).collect(),
             origin: Mutex::new(OriginState::new(nranks)),
             issuing: Mutex::new(()),
             service: Mutex::new(None),

@@ -26,6 +26,8 @@ pub enum Kind {
     Post = 9,
     /// Active target: the sender's access epoch to the receiver ended (MPI_Win_complete).
     Complete = 10,
+    /// The sender entered MPI_Win_fence: everything it sent before is applied once this is.
+    Fence = 11,
 }
 
 impl Kind {
@@ -42,6 +44,7 @@ impl Kind {
             8 => Unlock,
             9 => Post,
             10 => Complete,
+            11 => Fence,
             _ => return None,
         })
     }

@@ -229,7 +229,7 @@ static void attributes_and_errors(MPI_Win win, void *base, MPI_Aint size) {
 
 /* All ranks hammer rank 0: an exclusive-lock ticket counter and shared-lock accumulates. */
 static void contention(void) {
-    enum { ROUNDS = 100 };
+    enum { ROUNDS = 50 };
     long *mem; MPI_Win win;
     OK(MPI_Win_allocate(2 * sizeof(long), sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win));
     mem[0] = mem[1] = 0;
