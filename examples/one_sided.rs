@@ -22,8 +22,8 @@ fn main() -> Result<(), tsunagi::Error> {
         Ok(())
     })??;
     win.with_local(|s| {
-        for r in 0..n {
-            assert_eq!(s[r], 100 * r as i64 + 1, "slot {r}");
+        for (r, v) in s[..n].iter().enumerate() {
+            assert_eq!(*v, 100 * r as i64 + 1, "slot {r}");
         }
     })?;
 
