@@ -495,6 +495,79 @@ impl Window {
         if let Some(r) = &result {
             signature("result", r)?;
         }
+        if let Some((tbase, word)) = self.shared_target(t) {
+            // A shared window: every rank's memory is mapped here, so the operation is
+            // done now by direct access (accumulates under the target's lock word).
+            let data: &[u8] = match in_place {
+                // SAFETY: the origin buffer holds `n` contiguous bytes (caller contract).
+                Some((p, n)) => std::slice::from_raw_parts(p, n),
+                None => &inline,
+            };
+            let pieces: Vec<(*mut u8, usize)> = head
+                .runs
+                .iter()
+                .map(|&(o, n)| {
+                    (
+                        tbase.wrapping_offset(head.base as isize + o as isize),
+                        n as usize,
+                    )
+                })
+                .collect();
+            // SAFETY (gather/scatter): the pieces were checked against the target's size
+            // above and lie in the mapped segment.
+            let gather = || {
+                let mut v = Vec::with_capacity(total as usize);
+                for &(p, n) in &pieces {
+                    v.extend_from_slice(std::slice::from_raw_parts(p, n));
+                }
+                v
+            };
+            let scatter = |bytes: &[u8]| {
+                let mut at = 0;
+                for &(p, n) in &pieces {
+                    std::ptr::copy(bytes.as_ptr().add(at), p, n);
+                    at += n;
+                }
+            };
+            let deliver = |bytes: &[u8]| {
+                let r = result
+                    .as_ref()
+                    .expect("fetching operations pass a result buffer");
+                r.dtype.unpack_range(r.addr, r.count as usize, 0, bytes);
+            };
+            match kind {
+                Kind::Put => scatter(data),
+                Kind::Get => deliver(&gather()),
+                Kind::Acc | Kind::GetAcc => {
+                    let op = op.expect("accumulates pass an op");
+                    let _held = SegmentLock::acquire(word);
+                    let mut cur = gather();
+                    if kind == Kind::GetAcc {
+                        deliver(&cur);
+                    }
+                    if !crate::target::combine(op, head.elem, data, &mut cur) {
+                        return Err(err(
+                            ErrorClass::Op,
+                            format!("{call}: {} is not defined on the datatype", op.name()),
+                        ));
+                    }
+                    if !matches!(op, Op::NoOp) {
+                        scatter(&cur);
+                    }
+                }
+                Kind::Cas => {
+                    let _held = SegmentLock::acquire(word);
+                    let old = gather();
+                    let (new, cmp) = data.split_at(total as usize);
+                    if old == cmp {
+                        scatter(new);
+                    }
+                    deliver(&old);
+                }
+                _ => {}
+            }
+            return done_request(self.rt, None);
+        }
         let done = request.then(|| Arc::new(AtomicBool::new(false)));
         {
             let _g = lock(&self.issuing);

@@ -84,6 +84,31 @@ impl Service for Window {
     }
 }
 
+/// `cur = data op cur` for packed elements of builtin `elem`; false if the op is not a
+/// predefined one defined on the element type or the lengths are not whole elements.
+pub(crate) fn combine(op: &Op, elem: u8, data: &[u8], cur: &mut [u8]) -> bool {
+    let Some(ty) = Window::elem_type(elem) else {
+        return false;
+    };
+    let esz = ty.size().max(1);
+    let ok = op.mpich_code().is_some()
+        && op.check_type("MPI_Accumulate", &ty).is_ok()
+        && data.len() == cur.len()
+        && cur.len().is_multiple_of(esz);
+    if !ok {
+        return false;
+    }
+    match op {
+        Op::NoOp => {}
+        Op::Replace => cur.copy_from_slice(data),
+        _ => {
+            // SAFETY: both buffers hold the same whole number of elements of `ty`.
+            unsafe { op.apply_packed(data.as_ptr(), cur.as_mut_ptr(), cur.len() / esz, &ty) }
+        }
+    }
+    true
+}
+
 impl Window {
     /// Post the receive for the next request (at creation).
     pub(crate) fn post_request_receive(&self) -> MpiResult<()> {
@@ -177,7 +202,7 @@ impl Window {
         Some(out)
     }
 
-    fn elem_type(elem: u8) -> Option<TypeRef> {
+    pub(crate) fn elem_type(elem: u8) -> Option<TypeRef> {
         if elem == wire::ELEM_BYTES {
             return Some(Datatype::builtin(Builtin::Byte));
         }
@@ -364,54 +389,19 @@ impl Window {
             Kind::Put => scatter(data),
             Kind::Get => self.reply(t, src, TAG_REPLY, gather()),
             Kind::Acc | Kind::GetAcc => {
-                let (Some(op), Some(ty)) = (
-                    Op::from_mpich_index(head.op as u32),
-                    Self::elem_type(head.elem),
-                ) else {
-                    self.refuse(t, src, "an unknown op or element type");
-                    if head.kind == Kind::GetAcc {
-                        self.reply(t, src, TAG_REPLY, vec![0u8; total]);
-                    }
-                    return;
-                };
-                let esz = ty.size().max(1);
-                let ok = op.check_type("MPI_Accumulate", &ty).is_ok()
-                    && matches!(
-                        op,
-                        Op::Replace
-                            | Op::NoOp
-                            | Op::Sum
-                            | Op::Prod
-                            | Op::Max
-                            | Op::Min
-                            | Op::Land
-                            | Op::Lor
-                            | Op::Lxor
-                            | Op::Band
-                            | Op::Bor
-                            | Op::Bxor
-                            | Op::Maxloc
-                            | Op::Minloc
-                    )
-                    && total.is_multiple_of(esz);
                 let old = gather();
                 if head.kind == Kind::GetAcc {
                     self.reply(t, src, TAG_REPLY, old.clone());
                 }
-                if !ok {
+                let Some(op) = Op::from_mpich_index(head.op as u32) else {
+                    return self.refuse(t, src, "an unknown op");
+                };
+                let mut cur = old;
+                if !combine(&op, head.elem, data, &mut cur) {
                     return self.refuse(t, src, "an op not defined on the element type");
                 }
-                match op {
-                    Op::NoOp => {}
-                    Op::Replace => scatter(data),
-                    _ => {
-                        let mut cur = old;
-                        // SAFETY: both buffers hold `total` bytes = total/esz elements.
-                        unsafe {
-                            op.apply_packed(data.as_ptr(), cur.as_mut_ptr(), total / esz, &ty)
-                        };
-                        scatter(&cur);
-                    }
+                if !matches!(op, Op::NoOp) {
+                    scatter(&cur);
                 }
             }
             Kind::Cas => {

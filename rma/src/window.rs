@@ -57,7 +57,8 @@ enum Memory {
     User,
     /// MPI_Win_allocate: ours, 64-byte aligned.
     Owned(*mut u8, std::alloc::Layout),
-    /// MPI_Win_allocate_shared: the node segment and each rank's offset in it.
+    /// MPI_Win_allocate_shared: the node segment and each rank's offset in it, then the
+    /// offset of the lock words.
     Shared(Segment, Vec<usize>),
 }
 
@@ -249,6 +250,10 @@ impl Window {
                     // Each rank's part starts 16-byte aligned (any C type fits).
                     total += (p.size as usize).div_ceil(16) * 16;
                 }
+                // After the data: one accumulate lock word per rank (64 bytes apart).
+                let locks_at = total.div_ceil(64) * 64;
+                let total = locks_at + 64 * peers.len();
+                offsets.push(locks_at);
                 let me = rt.comm_rank(wcomm)?;
                 let mut seg = if me == 0 {
                     Some(Segment::create(call, total)?)
@@ -531,6 +536,57 @@ impl Window {
 
     pub(crate) fn check_assert(call: &str, assert: i32) -> MpiResult<()> {
         check_assert(call, assert)
+    }
+}
+
+/// A spin lock in the shared segment guarding one rank's memory against concurrent
+/// accumulates (of every process of the node).
+pub(crate) struct SegmentLock<'a>(&'a std::sync::atomic::AtomicU32);
+
+impl SegmentLock<'_> {
+    pub fn acquire(word: &std::sync::atomic::AtomicU32) -> SegmentLock<'_> {
+        use std::sync::atomic::Ordering;
+        let mut spins = 0u32;
+        while word
+            .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            spins += 1;
+            if spins < 64 {
+                std::hint::spin_loop();
+            } else {
+                // The holder may be descheduled (ranks outnumber cores).
+                std::thread::yield_now();
+            }
+        }
+        SegmentLock(word)
+    }
+}
+
+impl Drop for SegmentLock<'_> {
+    fn drop(&mut self) {
+        self.0.store(0, std::sync::atomic::Ordering::Release);
+    }
+}
+
+impl Window {
+    /// For a shared window: the address of byte 0 of `rank`'s memory in this process and
+    /// that rank's accumulate lock word.
+    pub(crate) fn shared_target(
+        &self,
+        rank: usize,
+    ) -> Option<(*mut u8, &std::sync::atomic::AtomicU32)> {
+        let Memory::Shared(seg, offsets) = &self.memory else {
+            return None;
+        };
+        let locks_at = *offsets.last()?;
+        // SAFETY: offsets lie within the mapping; the lock words are 64-byte aligned
+        // within it (the mapping is page aligned) and only ever used atomically.
+        unsafe {
+            let word =
+                &*(seg.base().add(locks_at + 64 * rank) as *const std::sync::atomic::AtomicU32);
+            Some((seg.base().add(offsets[rank]), word))
+        }
     }
 }
 

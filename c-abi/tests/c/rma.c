@@ -381,6 +381,18 @@ int main(int argc, char **argv) {
     attributes_and_errors(win, mem, sizeof(int) * WN);
     OK(MPI_Win_free(&win)); CHECK_EQ(deleted, 10);
 
+    /* A shared window (when every rank is on this node): operations by direct access. */
+    MPI_Comm node;
+    int nn;
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    OK(MPI_Comm_size(node, &nn));
+    if (nn == np) {
+        OK(MPI_Win_allocate_shared(sizeof(int) * WN, sizeof(int), MPI_INFO_NULL, node, &mem, &win));
+        exercise(win, mem, NULL, "shared");
+        OK(MPI_Win_free(&win));
+    }
+    OK(MPI_Comm_free(&node));
+
     /* A dynamic window: attach, publish addresses, the same operations by address. */
     OK(MPI_Win_create_dynamic(MPI_INFO_NULL, MPI_COMM_WORLD, &win));
     int *dyn = malloc(sizeof(int) * WN);
