@@ -389,6 +389,11 @@ impl Window {
             Kind::Put => scatter(data),
             Kind::Get => self.reply(t, src, TAG_REPLY, gather()),
             Kind::Acc | Kind::GetAcc => {
+                // Processes of this node accumulate into a node segment directly, under
+                // its lock word: take it too.
+                let _held = self
+                    .shared_target(self.rank)
+                    .map(|(_, w)| SegmentLock::acquire(w));
                 let old = gather();
                 if head.kind == Kind::GetAcc {
                     self.reply(t, src, TAG_REPLY, old.clone());
@@ -405,6 +410,9 @@ impl Window {
                 }
             }
             Kind::Cas => {
+                let _held = self
+                    .shared_target(self.rank)
+                    .map(|(_, w)| SegmentLock::acquire(w));
                 let old = gather();
                 let (newv, cmp) = data.split_at(total);
                 if old == cmp {

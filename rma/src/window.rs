@@ -57,9 +57,63 @@ enum Memory {
     User,
     /// MPI_Win_allocate: ours, 64-byte aligned.
     Owned(*mut u8, std::alloc::Layout),
-    /// MPI_Win_allocate_shared: the node segment and each rank's offset in it, then the
-    /// offset of the lock words.
-    Shared(Segment, Vec<usize>),
+    /// MPI_Win_allocate_shared, and MPI_Win_allocate: the node's segment, with the offset
+    /// of each rank's memory and accumulate lock word in it (None: another node).
+    Shared(Segment, NodeLayout),
+}
+
+/// Where each rank's memory and lock word are in a node segment.
+pub(crate) struct NodeLayout {
+    data: Vec<Option<usize>>,
+    locks: Vec<Option<usize>>,
+}
+
+/// Map one segment per node holding the memory of the node's ranks (collective over
+/// `wcomm`): the node's first rank creates it, the others attach. Returns the segment, the
+/// layout and this rank's base.
+fn node_segment(
+    rt: &Runtime,
+    call: &str,
+    wcomm: CommId,
+    peers: &[Peer],
+) -> MpiResult<(*mut u8, Memory)> {
+    let nodes = rt.comm_nodes(wcomm)?;
+    let me = rt.comm_rank(wcomm)?;
+    let local: Vec<usize> = (0..peers.len())
+        .filter(|&r| nodes[r] == nodes[me])
+        .collect();
+    let mut data = vec![None; peers.len()];
+    let mut total = 0usize;
+    for &r in &local {
+        data[r] = Some(total);
+        // Each rank's part starts 64-byte aligned (any C type fits).
+        total += (peers[r].size as usize).div_ceil(64) * 64;
+    }
+    // After the data: one accumulate lock word per local rank, 64 bytes apart.
+    let mut locks = vec![None; peers.len()];
+    for (i, &r) in local.iter().enumerate() {
+        locks[r] = Some(total + 64 * i);
+    }
+    let total = total + 64 * local.len();
+    let leader = local[0];
+    let mut seg = if me == leader {
+        Some(Segment::create(call, total)?)
+    } else {
+        None
+    };
+    let card = seg.as_ref().map(|s| s.card()).unwrap_or_default();
+    let cards = rt.allgather_bytes(call, wcomm, card.as_bytes())?;
+    if seg.is_none() {
+        let card = String::from_utf8_lossy(&cards[leader]).into_owned();
+        seg = Some(Segment::attach(call, &card, total)?);
+    }
+    // Everyone has mapped it: the creator's descriptor can go.
+    rt.barrier_internal(wcomm)?;
+    let mut seg = seg.expect("made or attached");
+    seg.seal();
+    // SAFETY: offsets lie within the `total` bytes mapped.
+    let base = unsafe { seg.base().add(data[me].expect("a local rank")) };
+    Ok((base, Memory::Shared(seg, NodeLayout { data, locks })))
 }
 
 /// Lock state at the target.
@@ -142,6 +196,12 @@ unsafe impl Send for Window {}
 // SAFETY: as above.
 unsafe impl Sync for Window {}
 
+/// `TSUNAGI_RMA_DIRECT=0`: MPI_Win_allocate keeps private memory, so every operation takes
+/// the message path (tests use it to cover both paths).
+fn direct_access() -> bool {
+    std::env::var("TSUNAGI_RMA_DIRECT").map_or(true, |v| v != "0")
+}
+
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
@@ -198,7 +258,10 @@ impl Window {
             Flavor::Allocate,
             size,
             disp_unit,
-            |_, _| {
+            |wcomm, peers| {
+                if direct_access() {
+                    return node_segment(rt, "MPI_Win_allocate", wcomm, peers);
+                }
                 let layout =
                     std::alloc::Layout::from_size_align(size.max(1), 64).map_err(|_| {
                         err(
@@ -242,38 +305,7 @@ impl Window {
             Flavor::Shared,
             size,
             disp_unit,
-            |wcomm, peers| {
-                let mut offsets = Vec::with_capacity(peers.len());
-                let mut total = 0usize;
-                for p in peers {
-                    offsets.push(total);
-                    // Each rank's part starts 16-byte aligned (any C type fits).
-                    total += (p.size as usize).div_ceil(16) * 16;
-                }
-                // After the data: one accumulate lock word per rank (64 bytes apart).
-                let locks_at = total.div_ceil(64) * 64;
-                let total = locks_at + 64 * peers.len();
-                offsets.push(locks_at);
-                let me = rt.comm_rank(wcomm)?;
-                let mut seg = if me == 0 {
-                    Some(Segment::create(call, total)?)
-                } else {
-                    None
-                };
-                let card = seg.as_ref().map(|s| s.card()).unwrap_or_default();
-                let cards = rt.allgather_bytes(call, wcomm, card.as_bytes())?;
-                if seg.is_none() {
-                    let card = String::from_utf8_lossy(&cards[0]).into_owned();
-                    seg = Some(Segment::attach(call, &card, total)?);
-                }
-                // Everyone has mapped it: the creator's descriptor can go.
-                rt.barrier_internal(wcomm)?;
-                let mut seg = seg.expect("made or attached");
-                seg.seal();
-                // SAFETY: offsets lie within the `total` bytes mapped.
-                let base = unsafe { seg.base().add(offsets[me]) };
-                Ok((base, Memory::Shared(seg, offsets)))
-            },
+            |wcomm, peers| node_segment(rt, call, wcomm, peers),
         )
     }
 
@@ -440,7 +472,7 @@ impl Window {
     /// `rank`'s memory (`None`: MPI_PROC_NULL, the first rank with a non-empty part).
     pub fn shared_query(&self, rank: Option<usize>) -> MpiResult<(usize, usize, *mut u8)> {
         let call = "MPI_Win_shared_query";
-        let Memory::Shared(seg, offsets) = &self.memory else {
+        let (Flavor::Shared, Memory::Shared(seg, layout)) = (self.flavor, &self.memory) else {
             return Err(err(
                 ErrorClass::RmaFlavor,
                 format!("{call}: the window was not made by MPI_Win_allocate_shared"),
@@ -461,8 +493,8 @@ impl Window {
                 .find(|&r| self.peers[r].size > 0)
                 .unwrap_or(0),
         };
-        // SAFETY: offsets lie within the mapping.
-        let p = unsafe { seg.base().add(offsets[r]) };
+        // SAFETY: offsets lie within the mapping (a shared window's ranks are all local).
+        let p = unsafe { seg.base().add(layout.data[r].unwrap_or(0)) };
         Ok((
             self.peers[r].size as usize,
             self.peers[r].disp_unit as usize,
@@ -576,16 +608,15 @@ impl Window {
         &self,
         rank: usize,
     ) -> Option<(*mut u8, &std::sync::atomic::AtomicU32)> {
-        let Memory::Shared(seg, offsets) = &self.memory else {
+        let Memory::Shared(seg, layout) = &self.memory else {
             return None;
         };
-        let locks_at = *offsets.last()?;
+        let (data, lock) = (layout.data[rank]?, layout.locks[rank]?);
         // SAFETY: offsets lie within the mapping; the lock words are 64-byte aligned
         // within it (the mapping is page aligned) and only ever used atomically.
         unsafe {
-            let word =
-                &*(seg.base().add(locks_at + 64 * rank) as *const std::sync::atomic::AtomicU32);
-            Some((seg.base().add(offsets[rank]), word))
+            let word = &*(seg.base().add(lock) as *const std::sync::atomic::AtomicU32);
+            Some((seg.base().add(data), word))
         }
     }
 }
