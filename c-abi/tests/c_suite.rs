@@ -121,6 +121,7 @@ fn one_sided_every_flavor_mode_and_operation() {
         (4, &[][..]),
         (4, &["--progress", "threaded"][..]),
         (4, &["--node-map", "2"][..]),
+        (4, &["-x", "TSUNAGI_RMA_DIRECT=0"][..]),
         (
             3,
             &[
