@@ -23,6 +23,8 @@ enum SuiteArg {
     P2p,
     /// every blocking collective over sizes, and non-blocking overlap
     Coll,
+    /// one-sided put/get/accumulate latency and put/get bandwidth, fence and lock (2 ranks)
+    Rma,
     /// NPB EP, IS, CG, MG, FT, Himeno, and CG and MG in Fortran (cg-f, mg-f)
     Kernels,
 }
@@ -161,13 +163,14 @@ fn contenders(args: &Args) -> Result<Vec<Mpi>, String> {
 fn plan(args: &Args) -> Result<(PlanConfig, u32), String> {
     let q = args.quick;
     let suites: Vec<Suite> = if args.suite.is_empty() {
-        vec![Suite::P2p, Suite::Coll, Suite::Kernel]
+        vec![Suite::P2p, Suite::Coll, Suite::Rma, Suite::Kernel]
     } else {
         args.suite
             .iter()
             .map(|s| match s {
                 SuiteArg::P2p => Suite::P2p,
                 SuiteArg::Coll => Suite::Coll,
+                SuiteArg::Rma => Suite::Rma,
                 SuiteArg::Kernels => Suite::Kernel,
             })
             .collect()
