@@ -54,6 +54,8 @@ pub(crate) struct OriginState {
 }
 
 const NOCHECK_BIT: i32 = 1 << 20;
+/// The lock was taken directly on the segment's word (a target of this node).
+const LOCAL_BIT: i32 = 1 << 21;
 
 impl OriginState {
     pub(crate) fn new(n: usize) -> OriginState {
@@ -797,6 +799,13 @@ impl Window {
             lock(&self.origin).locks[t] = lock_type | NOCHECK_BIT;
             return Ok(());
         }
+        if let Some(w) = self.lock_word(t) {
+            // A target of this node: take its lock word, serving others while waiting.
+            let excl = lock_type == LOCK_EXCLUSIVE;
+            self.rt.wait_until(|_| Ok(RwWord::try_acquire(w, excl)))?;
+            lock(&self.origin).locks[t] = lock_type | LOCAL_BIT;
+            return Ok(());
+        }
         let flags = if lock_type == LOCK_EXCLUSIVE {
             wire::EXCLUSIVE
         } else {
@@ -822,6 +831,16 @@ impl Window {
             ));
         }
         lock(&self.origin).dirty[t] = false;
+        if held & LOCAL_BIT != 0 {
+            // Operations on a target of this node were done in place: nothing is pending.
+            std::sync::atomic::fence(Ordering::SeqCst);
+            RwWord::release(
+                self.lock_word(t).expect("a local lock"),
+                held & !LOCAL_BIT == LOCK_EXCLUSIVE,
+            );
+            lock(&self.origin).locks[t] = 0;
+            return Ok(());
+        }
         if held & NOCHECK_BIT != 0 {
             self.control(t, Kind::Flush, 0, true)?;
         } else {
@@ -845,7 +864,14 @@ impl Window {
         let nocheck = assert & MODE_NOCHECK != 0;
         if !nocheck {
             for t in 0..self.nranks {
-                self.control(t, Kind::Lock, 0, true)?;
+                if self.lock_word(t).is_none() {
+                    self.control(t, Kind::Lock, 0, true)?;
+                }
+            }
+            for t in 0..self.nranks {
+                if let Some(w) = self.lock_word(t) {
+                    self.rt.wait_until(|_| Ok(RwWord::try_acquire(w, false)))?;
+                }
             }
             self.wait_pending(call, |_| true)?;
         }
@@ -859,10 +885,17 @@ impl Window {
         let Some(nocheck) = lock(&self.origin).lock_all else {
             return Err(rma_sync(call, "MPI_Win_lock_all was not called"));
         };
+        std::sync::atomic::fence(Ordering::SeqCst);
         for t in 0..self.nranks {
             lock(&self.origin).dirty[t] = false;
-            let kind = if nocheck { Kind::Flush } else { Kind::Unlock };
-            self.control(t, kind, 0, true)?;
+            match self.lock_word(t) {
+                Some(_) if nocheck => {}
+                Some(w) => RwWord::release(w, false),
+                None => {
+                    let kind = if nocheck { Kind::Flush } else { Kind::Unlock };
+                    self.control(t, kind, 0, true)?;
+                }
+            }
         }
         let r = self.wait_pending(call, |_| true);
         lock(&self.origin).lock_all = None;

@@ -24,6 +24,10 @@ impl Service for Window {
             return false;
         };
         let mut did = false;
+        if !t.locks.queue.is_empty() && self.lock_word(self.rank).is_some() {
+            // A process of this node may have released the word since.
+            self.grant(&mut t);
+        }
         loop {
             t.replies
                 .retain(|(id, _)| !matches!(rt.test_quiet(*id), Ok(Some(_)) | Err(_)));
@@ -311,10 +315,14 @@ impl Window {
                 self.grant(t);
             }
             Kind::Unlock => {
-                if t.locks.exclusive == Some(src) {
+                let excl = t.locks.exclusive == Some(src);
+                if excl {
                     t.locks.exclusive = None;
                 } else {
                     t.locks.shared = t.locks.shared.saturating_sub(1);
+                }
+                if let Some(w) = self.lock_word(self.rank) {
+                    RwWord::release(w, excl);
                 }
                 self.ack(t, src, AckKind::Unlocked);
                 self.grant(t);
@@ -335,9 +343,14 @@ impl Window {
     }
 
     /// Grant queued locks in order while they are compatible.
-    fn grant(&self, t: &mut TargetState) {
+    pub(crate) fn grant(&self, t: &mut TargetState) {
+        let word = self.lock_word(self.rank);
         while let Some(&(who, excl)) = t.locks.queue.front() {
-            let free = t.locks.exclusive.is_none() && (!excl || t.locks.shared == 0);
+            let free = match word {
+                // Processes of this node lock the word directly: it is the authority.
+                Some(w) => RwWord::try_acquire(w, excl),
+                None => t.locks.exclusive.is_none() && (!excl || t.locks.shared == 0),
+            };
             if !free {
                 break;
             }

@@ -601,7 +601,44 @@ impl Drop for SegmentLock<'_> {
     }
 }
 
+/// A reader-writer lock word in the segment (MPI_Win_lock of a rank whose memory is in
+/// this node's segment): the top bit for an exclusive holder, the rest counts shared ones.
+pub(crate) struct RwWord;
+
+const EXCL_BIT: u32 = 1 << 31;
+
+impl RwWord {
+    /// Take the lock if it is free for `exclusive` now.
+    pub fn try_acquire(w: &std::sync::atomic::AtomicU32, exclusive: bool) -> bool {
+        use std::sync::atomic::Ordering::{Acquire, Relaxed};
+        if exclusive {
+            return w.compare_exchange(0, EXCL_BIT, Acquire, Relaxed).is_ok();
+        }
+        let v = w.load(Relaxed);
+        v & EXCL_BIT == 0 && w.compare_exchange(v, v + 1, Acquire, Relaxed).is_ok()
+    }
+
+    pub fn release(w: &std::sync::atomic::AtomicU32, exclusive: bool) {
+        use std::sync::atomic::Ordering::Release;
+        if exclusive {
+            w.store(0, Release);
+        } else {
+            w.fetch_sub(1, Release);
+        }
+    }
+}
+
 impl Window {
+    /// The MPI_Win_lock word of `rank` when its memory is in this node's segment (then
+    /// origins of this node lock it directly, and the target's service takes it for
+    /// origins elsewhere).
+    pub(crate) fn lock_word(&self, rank: usize) -> Option<&std::sync::atomic::AtomicU32> {
+        let (_, acc) = self.shared_target(rank)?;
+        // SAFETY: the lock slot is 64 bytes; the word 4 bytes after the accumulate word is
+        // the rank's MPI_Win_lock word, aligned, used only atomically.
+        Some(unsafe { &*(acc as *const std::sync::atomic::AtomicU32).add(1) })
+    }
+
     /// For a shared window: the address of byte 0 of `rank`'s memory in this process and
     /// that rank's accumulate lock word.
     pub(crate) fn shared_target(
