@@ -485,7 +485,8 @@ fn preamble(
          - Launchers: {}{}\n\
          - Method: each repetition runs every case on every MPI in turn (interleaved), {reps} \
            repetition{}; medians with the observed range. Workloads: npb-tests/bench/p2p.c, \
-           npb-tests/bench/coll.c (their header comments define each measurement), the NPB \
+           npb-tests/bench/coll.c, npb-tests/bench/rma.c (their header comments define each \
+           measurement), the NPB \
            kernels and Himeno of npb-tests/, all built with each MPI's own mpicc, and the \
            Fortran kernels (cg-f, mg-f: NPB CG and MG with mpif.h) with each MPI's own \
            mpifort.\n{}",
