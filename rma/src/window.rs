@@ -70,12 +70,14 @@ pub(crate) struct NodeLayout {
 
 /// Map one segment per node holding the memory of the node's ranks (collective over
 /// `wcomm`): the node's first rank creates it, the others attach. Returns the segment, the
-/// layout and this rank's base.
+/// layout and this rank's base. Parts are `align`-byte aligned: 1 lays them out
+/// contiguously, as MPI_Win_allocate_shared does by default.
 fn node_segment(
     rt: &Runtime,
     call: &str,
     wcomm: CommId,
     peers: &[Peer],
+    align: usize,
 ) -> MpiResult<(*mut u8, Memory)> {
     let nodes = rt.comm_nodes(wcomm)?;
     let me = rt.comm_rank(wcomm)?;
@@ -86,10 +88,10 @@ fn node_segment(
     let mut total = 0usize;
     for &r in &local {
         data[r] = Some(total);
-        // Each rank's part starts 64-byte aligned (any C type fits).
-        total += (peers[r].size as usize).div_ceil(64) * 64;
+        total += (peers[r].size as usize).div_ceil(align) * align;
     }
     // After the data: one accumulate lock word per local rank, 64 bytes apart.
+    let total = total.div_ceil(64) * 64;
     let mut locks = vec![None; peers.len()];
     for (i, &r) in local.iter().enumerate() {
         locks[r] = Some(total + 64 * i);
@@ -260,7 +262,7 @@ impl Window {
             disp_unit,
             |wcomm, peers| {
                 if direct_access() {
-                    return node_segment(rt, "MPI_Win_allocate", wcomm, peers);
+                    return node_segment(rt, "MPI_Win_allocate", wcomm, peers, 64);
                 }
                 let layout =
                     std::alloc::Layout::from_size_align(size.max(1), 64).map_err(|_| {
@@ -305,7 +307,7 @@ impl Window {
             Flavor::Shared,
             size,
             disp_unit,
-            |wcomm, peers| node_segment(rt, call, wcomm, peers),
+            |wcomm, peers| node_segment(rt, call, wcomm, peers, 1),
         )
     }
 

@@ -309,6 +309,8 @@ static void shared(void) {
         MPI_Aint sz; int du; int *p;
         OK(MPI_Win_shared_query(win, r, &sz, &du, &p));
         CHECK_EQ(sz, sizeof(int) * (r + 1)); CHECK_EQ(du, sizeof(int));
+        /* Contiguous by default: rank r's part starts after ranks 0..r-1's. */
+        CHECK(p == (int *)((char *)mine - sizeof(int) * (nr * (nr + 1) / 2)) + r * (r + 1) / 2);
         for (int i = 0; i <= r; i++) CHECK_EQ(p[i], 100 * r + i); /* direct load */
         int got = -1;
         OK(MPI_Get(&got, 1, MPI_INT, r, r, 1, MPI_INT, win));
