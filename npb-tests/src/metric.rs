@@ -214,7 +214,9 @@ mod tests {
         assert_eq!(k(Suite::Kernel, "EP.A").unit(), "s");
         assert_eq!(k(Suite::Rma, "put_lat_fence").unit(), "µs");
         assert_eq!(k(Suite::Rma, "get_bw_lock").unit(), "MB/s");
-        assert!(k(Suite::Rma, "get_bw_lock").describe().contains("MPI_Win_lock"));
+        assert!(k(Suite::Rma, "get_bw_lock")
+            .describe()
+            .contains("MPI_Win_lock"));
     }
 
     const NPB_OK: &str = "\n CG Benchmark Completed.\n Class           =            S\n \
