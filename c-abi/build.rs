@@ -102,12 +102,13 @@ fn convert(a: &Arg) -> (Option<String>, String) {
             "MPI_Errhandler" => Some(format!("let {n} = h::errhandler(\"{n}\", {n})?;")),
             "MPI_Info" if null_ok => Some(format!("let {n} = h::info_or_null(\"{n}\", {n})?;")),
             "MPI_Info" => Some(format!("let {n} = h::info(\"{n}\", {n})?;")),
+            "MPI_Win" => Some(format!("let {n} = imp::win(\"{n}\", {n})?;")),
             _ if a.ann.contains("count") => Some(format!("h::check_count(\"{n}\", {n})?;")),
             _ if a.ann.contains("nonneg") => Some(format!("h::check_nonneg(\"{n}\", {n})?;")),
             _ => None,
         };
         let pass = match a.base.as_str() {
-            "MPI_Datatype" | "MPI_Group" => format!("&{n}"),
+            "MPI_Datatype" | "MPI_Group" | "MPI_Win" => format!("&{n}"),
             _ => n.clone(),
         };
         return (line, pass);
@@ -261,7 +262,16 @@ fn gen_rust(funcs: &[Func]) -> String {
             .find(|a| a.base == "MPI_Comm" && a.depth == 0 && !a.ann.contains("raw"))
             .map(|a| format!("h::err_comm({})", a.name))
             .unwrap_or_else(|| "None".into());
-        writeln!(out, "    entry(\"{call}\", {err_comm}, move || {{").unwrap();
+        // Calls on a window (and no communicator) report through the window's handler.
+        let err_win = args
+            .iter()
+            .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
+        match err_win {
+            Some(w) if err_comm == "None" => {
+                writeln!(out, "    entry_win(\"{call}\", {}, move || {{", w.name).unwrap()
+            }
+            _ => writeln!(out, "    entry(\"{call}\", {err_comm}, move || {{").unwrap(),
+        }
         // The communicator is checked first (as MPICH does), then the arguments in order.
         let mut pass = Vec::new();
         let mut lines = Vec::new();

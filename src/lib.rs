@@ -54,6 +54,9 @@
 //!   derived datatypes, and the buffer traits with [`View`](datatype::View) /
 //!   [`MutView`](datatype::MutView) to use a derived datatype over a slice.
 //!
+//! - [`window`]: one-sided communication: [`Window`](window::Window) with scoped fence
+//!   and lock epochs (put, get, accumulate, fetch-and-op, compare-and-swap).
+//!
 //! Every call returns [`Result`]`<T, `[`Error`]`>`: errors carry the MPI error class and
 //! a message; bad arguments never panic.
 
@@ -69,6 +72,7 @@ pub mod intercomm;
 pub mod point_to_point;
 pub mod request;
 pub mod topology;
+pub mod window;
 
 pub use environment::{
     attach_buffer, initialize, initialize_with_threading, is_finalized, is_initialized,

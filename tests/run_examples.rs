@@ -284,6 +284,22 @@ mod intercomm {
     }
 }
 
+/// One-sided communication through the safe API (windows, scoped epochs).
+mod one_sided {
+    #[test]
+    fn launcher_1_2_4_ranks_both_progress_modes() {
+        super::launcher_ranks("one_sided", &[1, 2, 4]);
+    }
+    #[test]
+    fn four_ranks_on_two_pretend_nodes() {
+        super::two_nodes("one_sided");
+    }
+    #[test]
+    fn singleton_without_launcher() {
+        super::singleton("one_sided");
+    }
+}
+
 #[test]
 fn pingpong_benchmark_output_format() {
     let mut cmd = Command::new(mpirun());

@@ -4040,7 +4040,7 @@ module mpi
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
       integer :: win
-      integer :: flag
+      logical :: flag
       integer :: ierror
     end subroutine MPI_Win_test
     subroutine MPI_Win_lock(lock_type, rank, assert, win, ierror)
@@ -4158,8 +4158,7 @@ module mpi
       external :: win_copy_attr_fn
       external :: win_delete_attr_fn
       integer :: win_keyval
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-      type(*), dimension(*) :: extra_state
+      integer(kind=MPI_ADDRESS_KIND) :: extra_state
       integer :: ierror
     end subroutine MPI_Win_create_keyval
     subroutine MPI_Win_free_keyval(win_keyval, ierror)
@@ -4173,8 +4172,7 @@ module mpi
       implicit none
       integer :: win
       integer :: win_keyval
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: attribute_val
-      type(*), dimension(*) :: attribute_val
+      integer(kind=MPI_ADDRESS_KIND) :: attribute_val
       integer :: ierror
     end subroutine MPI_Win_set_attr
     subroutine MPI_Win_get_attr(win, win_keyval, attribute_val, flag, ierror)
@@ -4182,9 +4180,8 @@ module mpi
       implicit none
       integer :: win
       integer :: win_keyval
-      !GCC$ ATTRIBUTES NO_ARG_CHECK :: attribute_val
-      type(*), dimension(*) :: attribute_val
-      integer :: flag
+      integer(kind=MPI_ADDRESS_KIND) :: attribute_val
+      logical :: flag
       integer :: ierror
     end subroutine MPI_Win_get_attr
     subroutine MPI_Win_delete_attr(win, win_keyval, ierror)

@@ -3509,7 +3509,7 @@ module mpi_f08
     subroutine tsunagi_win_test(win, flag, ierror) bind(C, name="mpi_win_test_")
       import
       type(MPI_Win) :: win
-      integer :: flag
+      logical :: flag
       integer(c_int) :: ierror
     end subroutine tsunagi_win_test
     subroutine tsunagi_win_lock(lock_type, rank, assert, win, ierror) bind(C, name="mpi_win_lock_")
@@ -3615,7 +3615,7 @@ module mpi_f08
       type(c_funptr), value :: win_copy_attr_fn
       type(c_funptr), value :: win_delete_attr_fn
       integer :: win_keyval
-      type(*), dimension(*) :: extra_state
+      integer(kind=MPI_ADDRESS_KIND) :: extra_state
       integer(c_int) :: ierror
     end subroutine tsunagi_win_create_keyval
     subroutine tsunagi_win_free_keyval(win_keyval, ierror) bind(C, name="mpi_win_free_keyval_")
@@ -3628,7 +3628,7 @@ module mpi_f08
       import
       type(MPI_Win) :: win
       integer :: win_keyval
-      type(*), dimension(*) :: attribute_val
+      integer(kind=MPI_ADDRESS_KIND) :: attribute_val
       integer(c_int) :: ierror
     end subroutine tsunagi_win_set_attr
     subroutine tsunagi_win_get_attr(win, win_keyval, attribute_val, flag, ierror) bind(C,  &
@@ -3636,8 +3636,8 @@ module mpi_f08
       import
       type(MPI_Win) :: win
       integer :: win_keyval
-      type(*), dimension(*) :: attribute_val
-      integer :: flag
+      integer(kind=MPI_ADDRESS_KIND) :: attribute_val
+      logical :: flag
       integer(c_int) :: ierror
     end subroutine tsunagi_win_get_attr
     subroutine tsunagi_win_delete_attr(win, win_keyval, ierror) bind(C, name="mpi_win_delete_attr_")
@@ -8317,7 +8317,7 @@ contains
   end subroutine MPI_Win_wait
   subroutine MPI_Win_test(win, flag, ierror)
     type(MPI_Win), intent(in) :: win
-    integer :: flag
+    logical :: flag
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_win_test(win, flag, ierror_c)
@@ -8451,8 +8451,7 @@ contains
     external :: win_copy_attr_fn
     external :: win_delete_attr_fn
     integer :: win_keyval
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
-    type(*), dimension(*) :: extra_state
+    integer(kind=MPI_ADDRESS_KIND) :: extra_state
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_win_create_keyval(c_funloc(win_copy_attr_fn), c_funloc(win_delete_attr_fn),  &
@@ -8469,8 +8468,7 @@ contains
   subroutine MPI_Win_set_attr(win, win_keyval, attribute_val, ierror)
     type(MPI_Win), intent(in) :: win
     integer, intent(in) :: win_keyval
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: attribute_val
-    type(*), dimension(*) :: attribute_val
+    integer(kind=MPI_ADDRESS_KIND) :: attribute_val
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_win_set_attr(win, win_keyval, attribute_val, ierror_c)
@@ -8479,9 +8477,8 @@ contains
   subroutine MPI_Win_get_attr(win, win_keyval, attribute_val, flag, ierror)
     type(MPI_Win), intent(in) :: win
     integer, intent(in) :: win_keyval
-    !GCC$ ATTRIBUTES NO_ARG_CHECK :: attribute_val
-    type(*), dimension(*) :: attribute_val
-    integer :: flag
+    integer(kind=MPI_ADDRESS_KIND) :: attribute_val
+    logical :: flag
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
     call tsunagi_win_get_attr(win, win_keyval, attribute_val, flag, ierror_c)

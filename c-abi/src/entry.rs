@@ -52,6 +52,28 @@ pub(crate) fn entry(
     }
 }
 
+/// Run the body of an `int`-returning MPI function on a window: errors go through the
+/// window's error handler (MPI_ERRORS_ARE_FATAL unless set), or MPI_COMM_WORLD's when `win`
+/// is not a window.
+pub(crate) fn entry_win(
+    call: &'static str,
+    win: crate::ffi::MPI_Win,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
+    let e = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return 0,
+        Ok(Err(e)) => e,
+        Err(p) => MpiError::new(
+            ErrorClass::Intern,
+            format!("{call}: internal error: {}", panic_message(&*p)),
+        ),
+    };
+    match crate::imp::win_error(call, win, e) {
+        Ok(code) => code,
+        Err(e) => raise(call, None, e),
+    }
+}
+
 /// Run a function that returns a value and has no error path (MPI_Wtime, conversions).
 pub(crate) fn entry_value<T>(call: &'static str, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {

@@ -64,9 +64,11 @@ pub type MPI_Type_delete_attr_function =
 
 /// Callback types only the stubs take (an opaque function pointer each).
 pub type OpaqueFn = Option<unsafe extern "C" fn()>;
-pub type MPI_Win_copy_attr_function = OpaqueFn;
-pub type MPI_Win_delete_attr_function = OpaqueFn;
-pub type MPI_Win_errhandler_function = OpaqueFn;
+/// The window callbacks: MPI_Win is an `int` like MPI_Comm, so these are the
+/// communicator types (one Fortran trampoline serves both).
+pub type MPI_Win_copy_attr_function = MPI_Comm_copy_attr_function;
+pub type MPI_Win_delete_attr_function = MPI_Comm_delete_attr_function;
+pub type MPI_Win_errhandler_function = MPI_Comm_errhandler_function;
 pub type MPI_File_errhandler_function = OpaqueFn;
 pub type MPI_Datarep_conversion_function = OpaqueFn;
 pub type MPI_Datarep_extent_function = OpaqueFn;

@@ -696,6 +696,13 @@ pub(crate) fn errhandler(name: &str, e: MPI_Errhandler) -> MpiResult<ErrHandler>
     }
 }
 
+/// The C function of a user error handler handle (windows call it with their handle).
+pub(crate) fn errhandler_fn(e: MPI_Errhandler) -> Option<MPI_Comm_errhandler_function> {
+    (kind(e) == ERRH_DIRECT)
+        .then(|| lock(&ERRHS).get(index(e) as usize).map(|h| h.f))
+        .flatten()
+}
+
 pub(crate) fn new_errhandler(f: MPI_Comm_errhandler_function) -> MPI_Errhandler {
     let mut tab = lock(&ERRHS);
     tab.push(ErrhEntry { f, refs: 1 });

@@ -108,6 +108,48 @@ fn non_blocking_collectives_overlap_point_to_point() {
     suite("nbc", &[1, 2, 3, 4, 7], "nbc ok");
 }
 
+/// One-sided communication: every window flavor, synchronisation mode and operation, on
+/// 1 to 4 ranks, under both progress engines, within a node (shared memory) and across
+/// pretend nodes (TCP between them).
+#[test]
+fn one_sided_every_flavor_mode_and_operation() {
+    let exe = build("rma");
+    for (n, extra) in [
+        (1, &[][..]),
+        (2, &[][..]),
+        (3, &["--progress", "threaded", "-x", "RMA_ASYNC=1"][..]),
+        (4, &[][..]),
+        (4, &["--progress", "threaded"][..]),
+        (4, &["--node-map", "2"][..]),
+        (4, &["-x", "TSUNAGI_RMA_DIRECT=0"][..]),
+        (
+            3,
+            &[
+                "--node-map",
+                "0,1,1",
+                "--progress",
+                "threaded",
+                "-x",
+                "RMA_ASYNC=1",
+            ][..],
+        ),
+    ] {
+        let out = run(Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", &n.to_string()])
+            .args(extra)
+            .arg(&exe));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty() && stdout.contains("rma ok"),
+            "rma on {n} ranks {extra:?} ({}):\n{stdout}{stderr}",
+            out.status
+        );
+    }
+}
+
 /// The collective tests again with ranks spread over pretend nodes, so that the
 /// hierarchical algorithms run (and inter-node traffic takes the socket transport).
 #[test]

@@ -10,6 +10,8 @@ pub enum Suite {
     P2p,
     /// Collectives over sizes, and overlap (`bench/coll.c`).
     Coll,
+    /// One-sided communication between two ranks (`bench/rma.c`).
+    Rma,
     /// NPB kernels and Himeno: whole-program time.
     Kernel,
 }
@@ -19,6 +21,7 @@ impl Suite {
         match self {
             Suite::P2p => "p2p",
             Suite::Coll => "coll",
+            Suite::Rma => "rma",
             Suite::Kernel => "kernels",
         }
     }
@@ -51,6 +54,8 @@ impl Key {
             (Suite::P2p, _) => "MB/s",
             (Suite::Coll, m) if m.starts_with("overlap-") => "%",
             (Suite::Coll, _) => "µs",
+            (Suite::Rma, m) if m.contains("_lat_") => "µs",
+            (Suite::Rma, _) => "MB/s",
             (Suite::Kernel, _) => "s",
         }
     }
@@ -73,6 +78,23 @@ impl Key {
                 format!("{} hidden behind computation", &m["overlap-".len()..])
             }
             (Suite::Coll, m) => format!("{m} latency (slowest rank's mean)"),
+            (Suite::Rma, m) => {
+                let mut f = m.splitn(3, '_');
+                let (op, what, sync) = (
+                    f.next().unwrap_or(""),
+                    f.next().unwrap_or(""),
+                    f.next().unwrap_or(""),
+                );
+                let sync = if sync == "lock" {
+                    "MPI_Win_lock/unlock"
+                } else {
+                    "MPI_Win_fence"
+                };
+                match what {
+                    "lat" => format!("{op} latency, one operation per {sync} epoch"),
+                    _ => format!("{op} bandwidth, 16 operations per {sync} epoch"),
+                }
+            }
             (Suite::Kernel, m) => format!("{m} time to solution"),
             (_, m) => m.to_string(),
         }
@@ -190,6 +212,11 @@ mod tests {
             Better::Higher
         );
         assert_eq!(k(Suite::Kernel, "EP.A").unit(), "s");
+        assert_eq!(k(Suite::Rma, "put_lat_fence").unit(), "µs");
+        assert_eq!(k(Suite::Rma, "get_bw_lock").unit(), "MB/s");
+        assert!(k(Suite::Rma, "get_bw_lock")
+            .describe()
+            .contains("MPI_Win_lock"));
     }
 
     const NPB_OK: &str = "\n CG Benchmark Completed.\n Class           =            S\n \

@@ -348,6 +348,7 @@ impl Results {
             let suite = match row.get(0) {
                 Some("p2p") => Suite::P2p,
                 Some("coll") => Suite::Coll,
+                Some("rma") => Suite::Rma,
                 Some("kernels") => Suite::Kernel,
                 _ => return Err(bad("suite")),
             };
@@ -409,6 +410,7 @@ fn group<'a>(keys: &[&'a Key]) -> Vec<(String, Vec<&'a Key>)> {
         let title = match k.suite {
             Suite::P2p => format!("Point-to-point, {} ranks, one host", k.ranks),
             Suite::Coll => format!("Collectives, {} ranks, one host", k.ranks),
+            Suite::Rma => format!("One-sided, {} ranks, one host", k.ranks),
             Suite::Kernel => "NPB kernels and Himeno, time to solution".to_string(),
         };
         match groups.last_mut() {

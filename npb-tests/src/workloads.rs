@@ -35,10 +35,11 @@ pub const SOURCES: &[Source] = sources! {
     "mg.f90" => "../mg.f90",
     "p2p.c" => "../bench/p2p.c",
     "coll.c" => "../bench/coll.c",
+    "rma.c" => "../bench/rma.c",
 };
 
 /// The single-file micro-benchmarks, built with `mpicc -O2 NAME.c -o NAME`.
-pub const MICRO_PROGRAMS: &[&str] = &["p2p", "coll"];
+pub const MICRO_PROGRAMS: &[&str] = &["p2p", "coll", "rma"];
 
 /// Write every source into `dir`.
 pub fn write_sources(dir: &Path) -> std::io::Result<()> {
@@ -143,6 +144,20 @@ impl PlanConfig {
                     fortran: false,
                 });
             }
+        }
+        if self.suites.contains(&Suite::Rma) {
+            cases.push(Case {
+                suite: Suite::Rma,
+                label: "rma-np2".into(),
+                program: "rma".into(),
+                args: vec![
+                    self.p2p_max.min(1 << 20).to_string(),
+                    self.p2p_target.to_string(),
+                ],
+                ranks: 2,
+                reader: Reader::Micro,
+                fortran: false,
+            });
         }
         if self.suites.contains(&Suite::Kernel) {
             let class = self.class;

@@ -18,6 +18,7 @@ mod large;
 mod misc;
 mod p2p;
 mod request;
+mod rma;
 mod tattr;
 mod topo;
 
@@ -34,6 +35,7 @@ pub(crate) use large::*;
 pub(crate) use misc::*;
 pub(crate) use p2p::*;
 pub(crate) use request::*;
+pub(crate) use rma::*;
 pub(crate) use tattr::*;
 pub(crate) use topo::*;
 

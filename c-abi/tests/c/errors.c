@@ -240,9 +240,11 @@ int main(int argc, char **argv) {
     CHECK_EQ(MPI_Type_f2c(MPI_Type_c2f(MPI_DOUBLE)), MPI_DOUBLE);
     CHECK_EQ(MPI_Request_f2c(MPI_Request_c2f(MPI_REQUEST_NULL)), MPI_REQUEST_NULL);
 
-    /* Stubs report MPI_ERR_UNSUPPORTED_OPERATION; small extras work. */
+    /* Window creation checks its arguments (through the communicator's handler). */
     MPI_Win win;
-    CLASS(MPI_Win_create(&x, sizeof x, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win), MPI_ERR_UNSUPPORTED_OPERATION);
+    CLASS(MPI_Win_create(&x, sizeof x, 0, MPI_INFO_NULL, MPI_COMM_WORLD, &win), MPI_ERR_DISP);
+    CLASS(MPI_Win_allocate(-1, 1, MPI_INFO_NULL, MPI_COMM_WORLD, &mem, &win), MPI_ERR_SIZE);
+    /* Stubs report MPI_ERR_UNSUPPORTED_OPERATION; small extras work. */
     MPI_File fh;
     CLASS(MPI_File_open(MPI_COMM_WORLD, "/nonexistent", MPI_MODE_RDONLY, MPI_INFO_NULL, &fh),
           MPI_ERR_UNSUPPORTED_OPERATION);

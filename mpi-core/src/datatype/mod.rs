@@ -1036,6 +1036,31 @@ impl Datatype {
     pub fn packed_size(&self, count: usize) -> usize {
         count * self.size
     }
+
+    /// The type map of `count` elements as byte runs `(offset, len)` relative to the
+    /// buffer, in packed-stream order, adjacent runs merged (one run for a contiguous
+    /// type). One-sided operations send this to the target, which knows no derived types
+    /// of the origin.
+    pub fn runs(&self, count: usize) -> Vec<(isize, usize)> {
+        let total = count * self.size;
+        if total == 0 {
+            return Vec::new();
+        }
+        if let Some(off) = self.contig {
+            return vec![(off, total)];
+        }
+        let mut out: Vec<(isize, usize)> = Vec::new();
+        self.layout.walk(self.extent(), 0, total, |mem, _, n| {
+            if let Some(last) = out.last_mut() {
+                if last.0 + last.1 as isize == mem {
+                    last.1 += n;
+                    return;
+                }
+            }
+            out.push((mem, n));
+        });
+        out
+    }
 }
 
 #[cfg(test)]

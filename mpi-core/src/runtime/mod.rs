@@ -42,7 +42,7 @@ use crate::group::Group;
 pub use grequest::GrequestHooks;
 pub use newcomm::NewCommDone;
 pub use persistent::ScheduleFactory;
-pub use schedules::Schedule;
+pub use schedules::{Requests, Schedule, Service};
 
 /// Largest tag a user may use (MPI_TAG_UB) when no device lowers it.
 pub const TAG_UB: i32 = i32::MAX;

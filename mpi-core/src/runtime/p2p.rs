@@ -514,6 +514,9 @@ impl Runtime {
         comm: CommId,
         take: bool,
     ) -> MpiResult<Option<(Status, Option<MsgId>)>> {
+        // A program that polls with MPI_Iprobe keeps schedules and services (RMA targets)
+        // moving too.
+        self.advance_schedules();
         let mut e = self.lock();
         let c = self.check_comm(&e, call, comm)?;
         Self::check_rank(call, "source", source, c.peer_size(), true)?;

@@ -56,6 +56,12 @@ impl Runtime {
                     src.cancel();
                 }
                 if completed {
+                    // Background services (RMA targets) answer now, not when the
+                    // application next calls MPI: passive target progresses on its own.
+                    // What they did (a counter an application thread waits on) is news too.
+                    if self.advance_services() {
+                        self.completion_bell.ring();
+                    }
                     // An application thread may be waiting for this: let it run now
                     // rather than after this thread's next spins (they may share a core).
                     std::thread::yield_now();

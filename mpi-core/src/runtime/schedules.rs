@@ -1,5 +1,8 @@
 //! Requests whose work the core advances on behalf of the layers above: a non-blocking
-//! collective's schedule today; generalized requests, RMA and I/O later.
+//! collective's schedule today; generalized requests, RMA and I/O later. Also the
+//! background services of those layers (the target side of one-sided communication):
+//! work with no request of its own that must run on every progress step, so that a
+//! process waiting for anything serves the requests of its peers.
 //!
 //! They live in the one request table (an engine request of kind `Scheduled` records the
 //! completion, so every wait and test call takes them like point-to-point requests), and
@@ -33,7 +36,87 @@ pub trait Schedule: Send {
     }
 }
 
+/// Background work advanced on every progress step (see the module doc), e.g. the target
+/// side of an RMA window answering its peers.
+pub trait Service: Send + Sync {
+    /// Do what can be done now without blocking; true if anything happened. Called with
+    /// no runtime lock held, possibly from several threads and re-entrantly (a service
+    /// that calls a progressing runtime function comes back here): a service guards itself,
+    /// e.g. with `Mutex::try_lock`.
+    fn advance(&self, rt: &Runtime) -> bool;
+}
+
+/// The registered services (the runtime is one per process, so one list is).
+static SERVICES: Mutex<Vec<(u64, Arc<dyn Service>)>> = Mutex::new(Vec::new());
+static NEXT_SERVICE: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
+/// The request layer, locked, as seen by a [`Runtime::wait_until`] condition: tests that do
+/// not make progress themselves (the wait loop does).
+pub struct Requests<'a>(&'a mut Engine);
+
+impl Requests<'_> {
+    /// Some(status) and the request collected (freed) when `id` is complete.
+    pub fn test(&mut self, id: ReqId) -> MpiResult<Option<Status>> {
+        self.0.test(id)
+    }
+}
+
 impl Runtime {
+    /// Register a background service; it runs on every progress step until
+    /// [`Runtime::remove_service`]. Returns its id.
+    pub fn add_service(&self, service: Arc<dyn Service>) -> u64 {
+        let id = NEXT_SERVICE.fetch_add(1, Ordering::Relaxed);
+        SERVICES
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((id, service));
+        // Counted with the schedules: a polling waiter then does not sleep past a
+        // completion (an arrival for the service) before the service saw it.
+        self.nschedules.fetch_add(1, Ordering::AcqRel);
+        id
+    }
+
+    /// Stop running the service `id`.
+    pub fn remove_service(&self, id: u64) {
+        let mut list = SERVICES.lock().unwrap_or_else(|p| p.into_inner());
+        let before = list.len();
+        list.retain(|(i, _)| *i != id);
+        if list.len() != before {
+            self.nschedules.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+
+    pub(super) fn advance_services(&self) -> bool {
+        let list: Vec<Arc<dyn Service>> = {
+            let l = SERVICES.lock().unwrap_or_else(|p| p.into_inner());
+            if l.is_empty() {
+                return false;
+            }
+            l.iter().map(|(_, s)| s.clone()).collect()
+        };
+        let mut any = false;
+        for s in list {
+            any |= s.advance(self);
+        }
+        any
+    }
+
+    /// Block until `done` is true, making progress (and advancing schedules and services)
+    /// meanwhile; the waiting policy of every blocking call (spin, yield, sleep). `done`
+    /// runs with the request layer locked: it must not call the runtime.
+    pub fn wait_until(
+        &self,
+        mut done: impl FnMut(&mut Requests<'_>) -> MpiResult<bool>,
+    ) -> MpiResult<()> {
+        self.block_until(|e| done(&mut Requests(e)))
+    }
+
+    /// MPI_Test without a progress step (for layers that are themselves called from the
+    /// progress path): Some(status), the request collected, when `id` is complete.
+    pub fn test_quiet(&self, id: ReqId) -> MpiResult<Option<Status>> {
+        self.lock().test(id)
+    }
+
     /// Register `schedule` as a new active request, advance it once (its first round
     /// starts now), and return the request.
     pub fn start_schedule(&self, schedule: Box<dyn Schedule>) -> MpiResult<ReqId> {
@@ -77,6 +160,7 @@ impl Runtime {
         if self.nschedules.load(Ordering::Acquire) == 0 {
             return false;
         }
+        let served = self.advance_services();
         let taken = std::mem::take(&mut *self.schedules.lock().unwrap_or_else(|p| p.into_inner()));
         let mut left = Vec::with_capacity(taken.len());
         let mut any = false;
@@ -102,7 +186,7 @@ impl Runtime {
                 .unwrap_or_else(|p| p.into_inner())
                 .append(&mut left);
         }
-        any
+        any || served
     }
 
     fn finish_schedule(&self, id: ReqId, result: MpiResult<bool>, schedule: &mut dyn Schedule) {

@@ -23,6 +23,8 @@ enum SuiteArg {
     P2p,
     /// every blocking collective over sizes, and non-blocking overlap
     Coll,
+    /// one-sided put/get/accumulate latency and put/get bandwidth, fence and lock (2 ranks)
+    Rma,
     /// NPB EP, IS, CG, MG, FT, Himeno, and CG and MG in Fortran (cg-f, mg-f)
     Kernels,
 }
@@ -161,13 +163,14 @@ fn contenders(args: &Args) -> Result<Vec<Mpi>, String> {
 fn plan(args: &Args) -> Result<(PlanConfig, u32), String> {
     let q = args.quick;
     let suites: Vec<Suite> = if args.suite.is_empty() {
-        vec![Suite::P2p, Suite::Coll, Suite::Kernel]
+        vec![Suite::P2p, Suite::Coll, Suite::Rma, Suite::Kernel]
     } else {
         args.suite
             .iter()
             .map(|s| match s {
                 SuiteArg::P2p => Suite::P2p,
                 SuiteArg::Coll => Suite::Coll,
+                SuiteArg::Rma => Suite::Rma,
                 SuiteArg::Kernels => Suite::Kernel,
             })
             .collect()
@@ -482,7 +485,8 @@ fn preamble(
          - Launchers: {}{}\n\
          - Method: each repetition runs every case on every MPI in turn (interleaved), {reps} \
            repetition{}; medians with the observed range. Workloads: npb-tests/bench/p2p.c, \
-           npb-tests/bench/coll.c (their header comments define each measurement), the NPB \
+           npb-tests/bench/coll.c, npb-tests/bench/rma.c (their header comments define each \
+           measurement), the NPB \
            kernels and Himeno of npb-tests/, all built with each MPI's own mpicc, and the \
            Fortran kernels (cg-f, mg-f: NPB CG and MG with mpif.h) with each MPI's own \
            mpifort.\n{}",
