@@ -36,6 +36,9 @@ pub struct Options {
     pub launch_agent: Option<String>,
     /// `--launch-addr IP`: the address agents connect back to.
     pub launch_addr: Option<String>,
+    /// `--vendor mpich|openmpi|PATH`: start the job with that vendor MPI's own launcher and
+    /// move messages over it (see `crate::vendor`).
+    pub vendor: Option<String>,
 }
 
 /// The text of `--help`.
@@ -59,6 +62,10 @@ pub fn usage(prog: &str) -> String {
            --env VAR=VAL         set VAR=VAL in the ranks (also: -env VAR VAL)\n  \
            --progress MODE       progress engine for the ranks: polling or threaded\n  \
            --node-map SPEC       node map for the ranks (sets TSUNAGI_NODE_MAP)\n  \
+           --vendor V            start the ranks with vendor MPI V's launcher (mpich:\n  \
+                                 mpiexec.hydra; openmpi: mpirun.openmpi; or a path to the\n  \
+                                 vendor's libmpi, launcher from TSUNAGI_VENDOR_LAUNCHER) and\n  \
+                                 move messages over V (TSUNAGI_VENDOR)\n  \
            --version             print the version and exit\n  \
            -h, --help            print this help and exit\n\
          \n\
@@ -82,6 +89,7 @@ pub fn parse(
     let mut oversubscribe = false;
     let mut launch_agent = None;
     let mut launch_addr = None;
+    let mut vendor = None;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -187,6 +195,15 @@ pub fn parse(
                 }
                 env.push(("TSUNAGI_PROGRESS".into(), v.into()));
             }
+            "--vendor" | "-vendor" => {
+                let v = value("mpich, openmpi or a library path")?;
+                if v != "mpich" && v != "openmpi" && !v.contains('/') {
+                    return Err(format!(
+                        "--vendor: unknown vendor {v:?} (expected mpich, openmpi or a path to the vendor's libmpi)"
+                    ));
+                }
+                vendor = Some(v);
+            }
             "--node-map" => {
                 let v = value("a node map")?;
                 env.push(("TSUNAGI_NODE_MAP".into(), v.into()));
@@ -213,6 +230,7 @@ pub fn parse(
         oversubscribe,
         launch_agent,
         launch_addr,
+        vendor,
     }))
 }
 
@@ -249,6 +267,31 @@ mod tests {
         assert!(p(&["-n", "0", "prog"]).is_err());
         assert!(p(&["-n", "x", "prog"]).is_err());
         assert!(p(&["-n"]).is_err());
+    }
+
+    #[test]
+    fn vendor_option() {
+        assert_eq!(
+            run(&["--vendor", "mpich", "-n", "2", "prog"])
+                .vendor
+                .as_deref(),
+            Some("mpich")
+        );
+        assert_eq!(
+            run(&["--vendor=openmpi", "prog"]).vendor.as_deref(),
+            Some("openmpi")
+        );
+        assert_eq!(
+            run(&["--vendor", "/opt/x/libmpi.so", "prog"])
+                .vendor
+                .as_deref(),
+            Some("/opt/x/libmpi.so")
+        );
+        assert_eq!(run(&["prog"]).vendor, None);
+        assert!(p(&["--vendor", "intel", "prog"])
+            .unwrap_err()
+            .contains("intel"));
+        assert!(p(&["--vendor"]).is_err());
     }
 
     #[test]

@@ -1,0 +1,427 @@
+//! The vendor transport: Tsunagi messages as vendor MPI messages on a duplicate of the
+//! vendor's world communicator (see [`crate::frame`] for their form).
+//!
+//! Sends: each vendor message is an `MPI_Isend` from a buffer the transport owns (the
+//! [`Transport`] contract frees the caller's buffer on return), completed later by
+//! `MPI_Test`. Receives: `MPI_Iprobe` on any source, then a receive of the whole first
+//! message into a pooled buffer; a head also posts the receive of its rest straight into
+//! the message's own buffer. Messages of one peer are delivered in arrival order: while a
+//! long message of a peer waits for its rest, that peer's later messages queue behind it.
+//!
+//! The vendor is never blocked in: every call here is non-blocking, so the polling engine
+//! alternates it with the other transports, and the threaded engine's progress thread for
+//! this transport polls it too (see [`VendorEvents`]).
+
+use std::collections::VecDeque;
+use std::ffi::c_int;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
+use tsunagi_p2p::futex::LocalDoorbell;
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
+
+use crate::frame::{self, First, HEAD_PREFIX, TAG_HEAD, TAG_REST, TAG_WHOLE};
+use crate::vendor::{self, check, Flavor, Vendor};
+
+/// Messages up to this many payload bytes go eagerly (Tsunagi's protocol); above it,
+/// rendezvous.
+pub const EAGER_LIMIT: usize = 64 * 1024;
+/// The largest payload of one message (rendezvous data is cut into chunks of this).
+pub const MAX_PAYLOAD: usize = 1024 * 1024;
+/// Outstanding vendor sends beyond which `try_send` reports no room.
+const MAX_SENDS: usize = 4096;
+/// Bytes in outstanding vendor sends beyond which `try_send` reports no room.
+const MAX_SEND_BYTES: usize = 64 << 20;
+/// First vendor messages received per poll at most (other transports get their turn).
+const PROBES_PER_POLL: usize = 64;
+
+/// The default short limit (payload bytes carried whole with the header) per vendor, from
+/// the measurement in the README ("Running over a vendor MPI"); `TSUNAGI_VENDOR_SHORT`
+/// overrides it (every rank must use the same value).
+pub fn default_short_limit(flavor: Flavor) -> usize {
+    match flavor {
+        Flavor::Mpich => 16 * 1024,
+        Flavor::OpenMpi => 4 * 1024,
+    }
+}
+
+fn short_limit(flavor: Flavor) -> Result<usize, P2pError> {
+    match std::env::var("TSUNAGI_VENDOR_SHORT") {
+        Err(_) => Ok(default_short_limit(flavor)),
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_PAYLOAD => Ok(n),
+            _ => Err(P2pError::Other(format!(
+                "TSUNAGI_VENDOR_SHORT={s}: expected a byte count up to {MAX_PAYLOAD}"
+            ))),
+        },
+    }
+}
+
+/// A message received but not yet delivered.
+struct Arrived {
+    hdr: Header,
+    /// The whole payload; for a long message, its rest is being received into
+    /// `payload[first..]` by the vendor request `rest`.
+    payload: Vec<u8>,
+    rest: Option<c_int>,
+}
+
+/// The vendor transport's state, shared by its node and remote registrations.
+struct Core {
+    v: &'static Vendor,
+    short: usize,
+    /// Outstanding sends: the vendor request and the buffer it reads.
+    sends: Vec<(c_int, Vec<u8>)>,
+    send_bytes: usize,
+    /// Per peer (vendor rank), messages received and not yet delivered, in order.
+    inbox: Vec<VecDeque<Arrived>>,
+    queued: usize,
+    /// Where first messages are received (the pooled buffer).
+    scratch: Vec<u8>,
+    events: Arc<VendorEvents>,
+}
+
+fn vendor_err(v: &Vendor, what: &str, rc: c_int) -> P2pError {
+    check(v.api, what, rc).expect_err("rc is an error code")
+}
+
+impl Core {
+    fn new(v: &'static Vendor) -> Result<Core, P2pError> {
+        let short = short_limit(v.flavor)?;
+        Ok(Core {
+            v,
+            short,
+            sends: Vec::new(),
+            send_bytes: 0,
+            inbox: (0..v.size).map(|_| VecDeque::new()).collect(),
+            queued: 0,
+            scratch: vec![0; HEAD_PREFIX + short],
+            events: Arc::new(VendorEvents {
+                bell: LocalDoorbell::new(),
+            }),
+        })
+    }
+
+    fn isend(&mut self, peer: Rank, tag: i32, buf: Vec<u8>) -> Result<(), P2pError> {
+        let mut idx: c_int = -1;
+        // SAFETY: buf's heap storage stays where it is until the request completes: the
+        // Vec is moved into `sends` (moving a Vec does not move its buffer) and dropped
+        // only after MPI_Test reported completion, or in the shim's finalize wait.
+        let rc = unsafe {
+            (self.v.api.isend)(
+                buf.as_ptr(),
+                buf.len() as c_int,
+                peer as c_int,
+                tag,
+                &mut idx,
+            )
+        };
+        if rc != 0 {
+            return Err(vendor_err(self.v, "MPI_Isend", rc));
+        }
+        self.send_bytes += buf.len();
+        self.sends.push((idx, buf));
+        Ok(())
+    }
+
+    /// MPI_Test the outstanding sends; drop the buffers of those complete.
+    fn test_sends(&mut self) -> Result<(), P2pError> {
+        let mut i = 0;
+        while i < self.sends.len() {
+            let mut done: c_int = 0;
+            // SAFETY: the index names a live request of ours.
+            let rc = unsafe { (self.v.api.test)(self.sends[i].0, &mut done) };
+            if rc != 0 {
+                return Err(vendor_err(self.v, "MPI_Test (send)", rc));
+            }
+            if done != 0 {
+                let (_, buf) = self.sends.swap_remove(i);
+                self.send_bytes -= buf.len();
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(P2pError::Other(format!(
+                "vendor: payload of {} bytes exceeds max_payload {MAX_PAYLOAD}",
+                payload.len()
+            )));
+        }
+        if peer as usize >= self.v.size || peer == self.v.rank {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: rank {peer} is not a peer in the vendor's world of {}",
+                self.v.size
+            )));
+        }
+        if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
+            self.test_sends()?;
+            if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
+                return Ok(false);
+            }
+        }
+        let f = frame::frame(hdr, payload, self.short);
+        self.isend(peer, f.first.0, f.first.1)?;
+        if let Some(rest) = f.rest {
+            self.isend(peer, TAG_REST, rest)?;
+        }
+        Ok(true)
+    }
+
+    /// Deliver the queued messages of `peer` whose rest has arrived, in order.
+    fn drain_peer(&mut self, peer: usize, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        let mut n = 0;
+        while let Some(front) = self.inbox[peer].front_mut() {
+            if let Some(idx) = front.rest {
+                let mut done: c_int = 0;
+                // SAFETY: the index names our live receive of this message's rest.
+                let rc = unsafe { (self.v.api.test)(idx, &mut done) };
+                if rc != 0 {
+                    return Err(vendor_err(self.v, "MPI_Test (receive)", rc));
+                }
+                if done == 0 {
+                    break;
+                }
+                front.rest = None;
+            }
+            let m = self.inbox[peer].pop_front().expect("front exists");
+            self.queued -= 1;
+            sink(peer as Rank, &m.hdr, &m.payload);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        if !self.sends.is_empty() {
+            self.test_sends()?;
+        }
+        let mut n = 0;
+        if self.queued > 0 {
+            for p in 0..self.inbox.len() {
+                if !self.inbox[p].is_empty() {
+                    n += self.drain_peer(p, sink)?;
+                }
+            }
+        }
+        for _ in 0..PROBES_PER_POLL {
+            let (mut found, mut src, mut tag, mut count): (c_int, c_int, c_int, c_int) =
+                (0, 0, 0, 0);
+            // SAFETY: four writable ints.
+            let rc = unsafe { (self.v.api.iprobe)(&mut found, &mut src, &mut tag, &mut count) };
+            if rc != 0 {
+                return Err(vendor_err(self.v, "MPI_Iprobe", rc));
+            }
+            if found == 0 {
+                break;
+            }
+            if src < 0 || src as usize >= self.v.size || count < 0 {
+                return Err(P2pError::Other(format!(
+                    "vendor: a message from rank {src} of {count} bytes"
+                )));
+            }
+            let count = count as usize;
+            if tag == TAG_REST || count > HEAD_PREFIX + MAX_PAYLOAD {
+                return Err(P2pError::Other(format!(
+                    "vendor: rank {src} sent an unexpected message (tag {tag}, {count} bytes)"
+                )));
+            }
+            if count > self.scratch.len() {
+                // A peer with a larger short limit: take it anyway.
+                self.scratch.resize(count, 0);
+            }
+            // SAFETY: scratch holds at least count bytes; the message probed has count
+            // bytes, so the receive cannot overrun it.
+            let rc =
+                unsafe { (self.v.api.recv)(self.scratch.as_mut_ptr(), count as c_int, src, tag) };
+            if rc != 0 {
+                return Err(vendor_err(self.v, "MPI_Recv", rc));
+            }
+            let peer = src as usize;
+            let first = frame::parse(tag, &self.scratch[..count], MAX_PAYLOAD)
+                .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
+            match first {
+                First::Whole { hdr, payload } => {
+                    if self.inbox[peer].is_empty() {
+                        sink(peer as Rank, &hdr, payload);
+                        n += 1;
+                    } else {
+                        let payload = payload.to_vec();
+                        self.inbox[peer].push_back(Arrived {
+                            hdr,
+                            payload,
+                            rest: None,
+                        });
+                        self.queued += 1;
+                    }
+                }
+                First::Head { hdr, total, first } => {
+                    let mut payload = vec![0u8; total];
+                    payload[..first.len()].copy_from_slice(first);
+                    let at = first.len();
+                    let mut idx: c_int = -1;
+                    // SAFETY: the receive writes total - at bytes at payload[at..], inside
+                    // the Vec; its heap buffer does not move while the Vec sits in the
+                    // inbox, and it is dropped only after MPI_Test reported the receive
+                    // complete (or after the shim's finalize waited for it).
+                    let rc = unsafe {
+                        (self.v.api.irecv)(
+                            payload.as_mut_ptr().add(at),
+                            (total - at) as c_int,
+                            src,
+                            TAG_REST,
+                            &mut idx,
+                        )
+                    };
+                    if rc != 0 {
+                        return Err(vendor_err(self.v, "MPI_Irecv", rc));
+                    }
+                    self.inbox[peer].push_back(Arrived {
+                        hdr,
+                        payload,
+                        rest: Some(idx),
+                    });
+                    self.queued += 1;
+                    n += self.drain_peer(peer, sink)?;
+                }
+            }
+            let _ = (TAG_WHOLE, TAG_HEAD);
+        }
+        Ok(n)
+    }
+}
+
+/// The vendor's event source. The vendor MPI offers nothing to sleep on but its own
+/// blocking calls, which would hold the vendor (and need MPI_THREAD_MULTIPLE beside the
+/// polls of other threads); an idle rank instead naps for at most [`NAP`] and polls again,
+/// and [`EventSource::notify`] cuts the nap short.
+pub struct VendorEvents {
+    bell: Arc<LocalDoorbell>,
+}
+
+/// The longest an idle rank sleeps before polling the vendor again.
+pub const NAP: Duration = Duration::from_micros(100);
+
+impl EventSource for VendorEvents {
+    fn prepare(&self) -> u64 {
+        self.bell.prepare()
+    }
+    fn sleep(&self, token: u64, timeout: Duration) {
+        self.bell.sleep(token, timeout.min(NAP));
+    }
+    fn cancel(&self) {
+        self.bell.cancel()
+    }
+    fn notify(&self) {
+        self.bell.ring()
+    }
+}
+
+static CORE: OnceLock<Arc<Mutex<Core>>> = OnceLock::new();
+
+fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
+    let v = vendor::current().ok_or_else(|| {
+        P2pError::Unsupported(
+            "the vendor transport needs the job started by the vendor MPI's launcher with TSUNAGI_VENDOR set (mpirun --vendor mpich|openmpi)".into(),
+        )
+    })?;
+    if let Some(c) = CORE.get() {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(Mutex::new(Core::new(v)?));
+    Ok(CORE.get_or_init(|| c).clone())
+}
+
+/// One registration's view of the vendor transport (the node and remote registrations
+/// share one [`Core`]; either's poll delivers every peer's messages).
+pub struct VendorTransport {
+    core: Arc<Mutex<Core>>,
+    events: Arc<VendorEvents>,
+}
+
+impl VendorTransport {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Transport for VendorTransport {
+    fn name(&self) -> &'static str {
+        "vendor"
+    }
+    fn eager_limit(&self) -> usize {
+        EAGER_LIMIT
+    }
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD
+    }
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        self.lock().try_send(peer, hdr, payload)
+    }
+    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        self.lock().poll(sink)
+    }
+    fn event_source(&self) -> Arc<dyn EventSource> {
+        self.events.clone()
+    }
+}
+
+/// The vendor transport's registration for one reach (`TSUNAGI_INTRANODE=vendor`,
+/// `TSUNAGI_INTERNODE=vendor`; `mpirun --vendor` sets both).
+pub struct VendorFactory(Reach);
+
+/// Within a node.
+pub static NODE_FACTORY: VendorFactory = VendorFactory(Reach::Node);
+/// Between nodes.
+pub static REMOTE_FACTORY: VendorFactory = VendorFactory(Reach::Remote);
+
+impl TransportFactory for VendorFactory {
+    fn name(&self) -> &'static str {
+        "vendor"
+    }
+    fn reach(&self) -> Reach {
+        self.0
+    }
+    fn card_format(&self) -> &'static str {
+        ""
+    }
+    fn start(
+        &self,
+        info: &StartInfo<'_>,
+        _boot: &mut dyn Bootstrap,
+    ) -> Result<Box<dyn Starting>, P2pError> {
+        let core = core()?;
+        let v = core.lock().unwrap_or_else(|p| p.into_inner()).v;
+        if v.rank != info.rank || v.size != info.size {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: Tsunagi's rank {} of {} is the vendor's rank {} of {}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
+                info.rank, info.size, v.rank, v.size
+            )));
+        }
+        Ok(Box::new(StartingVendor(core)))
+    }
+}
+
+struct StartingVendor(Arc<Mutex<Core>>);
+
+impl Starting for StartingVendor {
+    fn connect(&mut self, _: &StartInfo<'_>, _: &mut dyn Bootstrap) -> Result<(), P2pError> {
+        Ok(())
+    }
+    fn finish(self: Box<Self>, _: &StartInfo<'_>) -> Result<Box<dyn Transport>, P2pError> {
+        let events = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .events
+            .clone();
+        Ok(Box::new(VendorTransport {
+            core: self.0,
+            events,
+        }))
+    }
+}
