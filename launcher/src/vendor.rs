@@ -8,7 +8,11 @@
 //! mpirun here only builds the vendor launcher's command line, runs it in a process group
 //! of its own, forwards SIGINT/SIGTERM/SIGHUP to it (and SIGKILLs the group if it has not
 //! ended [`KILL_AFTER`] later), and exits with its status. Ending the job when a rank
-//! fails is the vendor launcher's work, as it is for any of its jobs.
+//! fails is the vendor launcher's work, as it is for any of its jobs; but vendor launchers
+//! may return while the ranks they killed are still dying (Hydra after MPI_Abort, Open MPI
+//! after a rank's death), so mpirun makes itself the child subreaper of the whole job and,
+//! once the launcher has exited, kills and reaps every descendant left: when mpirun
+//! returns, no process of the job is left.
 
 use std::ffi::OsString;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -126,6 +130,9 @@ pub fn run(opts: &Options, vendor: &str, program: &Path, sigs: &SignalPipe, prog
             return crate::EXIT_USAGE;
         }
     };
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag; it only changes
+    // who reaps our orphaned descendants.
+    unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) };
     let mut child = match Command::new(&launcher).args(&args).process_group(0).spawn() {
         Ok(c) => c,
         Err(e) => {
@@ -147,6 +154,7 @@ pub fn run(opts: &Options, vendor: &str, program: &Path, sigs: &SignalPipe, prog
                 // Whatever the launcher left in its group (it should have left nothing).
                 // SAFETY: signalling our own child's process group.
                 unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                reap_descendants(Duration::from_secs(2));
                 return match (status.code(), status.signal()) {
                     (Some(c), _) => c,
                     (None, Some(s)) => 128 + s,
@@ -158,6 +166,7 @@ pub fn run(opts: &Options, vendor: &str, program: &Path, sigs: &SignalPipe, prog
                 crate::say(prog, &format!("waiting for the vendor launcher: {e}"));
                 // SAFETY: as above.
                 unsafe { libc::kill(-pgid, libc::SIGKILL) };
+                reap_descendants(Duration::from_secs(2));
                 return 1;
             }
         }
@@ -181,6 +190,52 @@ pub fn run(opts: &Options, vendor: &str, program: &Path, sigs: &SignalPipe, prog
         // SAFETY: one valid pollfd; a short timeout bounds the wait for the child's exit
         // even if SIGCHLD was consumed before try_wait.
         unsafe { libc::poll(&mut pfd, 1, 50) };
+    }
+}
+
+/// The pids whose parent is this process (from /proc/*/stat).
+fn children() -> Vec<libc::pid_t> {
+    let me = std::process::id() as libc::pid_t;
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+        .filter(|&pid| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat"))
+                .ok()
+                // The command name may hold spaces and parentheses: fields after the
+                // last ')' are "state ppid ...".
+                .and_then(|s| {
+                    let rest = &s[s.rfind(')')? + 1..];
+                    rest.split_whitespace().nth(1)?.parse::<libc::pid_t>().ok()
+                })
+                == Some(me)
+        })
+        .collect()
+}
+
+/// Kill and reap every descendant still there (as subreaper, orphans of the job become
+/// our children), for at most `limit`.
+fn reap_descendants(limit: Duration) {
+    let until = Instant::now() + limit;
+    loop {
+        let kids = children();
+        for &k in &kids {
+            // SAFETY: k is our own child (a process of the job whose launcher has ended).
+            unsafe { libc::kill(k, libc::SIGKILL) };
+        }
+        loop {
+            let mut st = 0;
+            // SAFETY: reaping our own children without blocking.
+            if unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG) } <= 0 {
+                break;
+            }
+        }
+        if kids.is_empty() || Instant::now() >= until {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
