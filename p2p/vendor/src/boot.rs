@@ -100,7 +100,7 @@ pub fn decode_cards(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
         return Err("card list not NUL-terminated".into());
     }
     let fields: Vec<&[u8]> = bytes[..bytes.len() - 1].split(|&b| b == 0).collect();
-    if fields.len() % 2 != 0 {
+    if !fields.len().is_multiple_of(2) {
         return Err("card list with a key and no value".into());
     }
     fields

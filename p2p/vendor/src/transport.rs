@@ -21,7 +21,7 @@ use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory}
 use tsunagi_p2p::futex::LocalDoorbell;
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
 
-use crate::frame::{self, First, HEAD_PREFIX, TAG_HEAD, TAG_REST, TAG_WHOLE};
+use crate::frame::{self, First, HEAD_PREFIX, TAG_REST};
 use crate::vendor::{self, check, Flavor, Vendor};
 
 /// Messages up to this many payload bytes go eagerly (Tsunagi's protocol); above it,
@@ -289,7 +289,6 @@ impl Core {
                     n += self.drain_peer(peer, sink)?;
                 }
             }
-            let _ = (TAG_WHOLE, TAG_HEAD);
         }
         Ok(n)
     }

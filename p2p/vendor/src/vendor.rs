@@ -172,14 +172,14 @@ pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
         // SAFETY: the shim wrote a NUL-terminated message with snprintf.
         let why = unsafe { std::ffi::CStr::from_ptr(err.as_ptr()) }.to_string_lossy();
         return Err(P2pError::Other(format!(
-            "TSUNAGI_VENDOR={}: {why}",
-            choice.flavor.name()
+            "TSUNAGI_VENDOR ({}): {why}",
+            choice.path
         )));
     }
+    // The vendor's own values of the thread levels (only SERIALIZED is used).
     let (mut single, mut funneled, mut serialized, mut multiple) = (0, 0, 0, 0);
     // SAFETY: four writable ints.
     unsafe { (api.thread_levels)(&mut single, &mut funneled, &mut serialized, &mut multiple) };
-    let _ = (single, funneled, multiple);
     let mut provided: c_int = -1;
     // SAFETY: the library is loaded; provided is a writable int. Called once per process
     // (guarded by the OnceLock check above and the bootstrap's single call at MPI_Init).
