@@ -14,6 +14,7 @@ mod ffi;
 
 pub mod boot;
 pub mod frame;
+pub mod link;
 pub mod transport;
 pub mod vendor;
 

@@ -13,7 +13,6 @@
 //! this transport polls it too (see [`VendorEvents`]).
 
 use std::collections::VecDeque;
-use std::ffi::c_int;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -22,7 +21,8 @@ use tsunagi_p2p::futex::LocalDoorbell;
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
 
 use crate::frame::{self, First, HEAD_PREFIX, TAG_REST};
-use crate::vendor::{self, check, Flavor, Vendor};
+use crate::link::{Link, Req, VendorLink};
+use crate::vendor::{self, Flavor};
 
 /// Messages up to this many payload bytes go eagerly (Tsunagi's protocol); above it,
 /// rendezvous.
@@ -64,15 +64,17 @@ struct Arrived {
     /// The whole payload; for a long message, its rest is being received into
     /// `payload[first..]` by the vendor request `rest`.
     payload: Vec<u8>,
-    rest: Option<c_int>,
+    rest: Option<Req>,
 }
 
 /// The vendor transport's state, shared by its node and remote registrations.
-struct Core {
-    v: &'static Vendor,
+pub(crate) struct Core {
+    link: Box<dyn Link>,
+    rank: Rank,
+    size: usize,
     short: usize,
     /// Outstanding sends: the vendor request and the buffer it reads.
-    sends: Vec<(c_int, Vec<u8>)>,
+    sends: Vec<(Req, Vec<u8>)>,
     send_bytes: usize,
     /// Per peer (vendor rank), messages received and not yet delivered, in order.
     inbox: Vec<VecDeque<Arrived>>,
@@ -82,60 +84,41 @@ struct Core {
     events: Arc<VendorEvents>,
 }
 
-fn vendor_err(v: &Vendor, what: &str, rc: c_int) -> P2pError {
-    check(v.api, what, rc).expect_err("rc is an error code")
-}
-
 impl Core {
-    fn new(v: &'static Vendor) -> Result<Core, P2pError> {
-        let short = short_limit(v.flavor)?;
-        Ok(Core {
-            v,
+    pub(crate) fn new(link: Box<dyn Link>, short: usize) -> Core {
+        let (rank, size) = (link.rank(), link.size());
+        Core {
+            link,
+            rank,
+            size,
             short,
             sends: Vec::new(),
             send_bytes: 0,
-            inbox: (0..v.size).map(|_| VecDeque::new()).collect(),
+            inbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
             scratch: vec![0; HEAD_PREFIX + short],
             events: Arc::new(VendorEvents {
                 bell: LocalDoorbell::new(),
             }),
-        })
+        }
     }
 
     fn isend(&mut self, peer: Rank, tag: i32, buf: Vec<u8>) -> Result<(), P2pError> {
-        let mut idx: c_int = -1;
         // SAFETY: buf's heap storage stays where it is until the request completes: the
         // Vec is moved into `sends` (moving a Vec does not move its buffer) and dropped
-        // only after MPI_Test reported completion, or in the shim's finalize wait.
-        let rc = unsafe {
-            (self.v.api.isend)(
-                buf.as_ptr(),
-                buf.len() as c_int,
-                peer as c_int,
-                tag,
-                &mut idx,
-            )
-        };
-        if rc != 0 {
-            return Err(vendor_err(self.v, "MPI_Isend", rc));
-        }
+        // only after `test` reported completion (or, at MPI_Finalize, after the shim waited
+        // for every outstanding request).
+        let req = unsafe { self.link.isend(buf.as_ptr(), buf.len(), peer, tag)? };
         self.send_bytes += buf.len();
-        self.sends.push((idx, buf));
+        self.sends.push((req, buf));
         Ok(())
     }
 
-    /// MPI_Test the outstanding sends; drop the buffers of those complete.
+    /// Test the outstanding sends; drop the buffers of those complete.
     fn test_sends(&mut self) -> Result<(), P2pError> {
         let mut i = 0;
         while i < self.sends.len() {
-            let mut done: c_int = 0;
-            // SAFETY: the index names a live request of ours.
-            let rc = unsafe { (self.v.api.test)(self.sends[i].0, &mut done) };
-            if rc != 0 {
-                return Err(vendor_err(self.v, "MPI_Test (send)", rc));
-            }
-            if done != 0 {
+            if self.link.test(self.sends[i].0)? {
                 let (_, buf) = self.sends.swap_remove(i);
                 self.send_bytes -= buf.len();
             } else {
@@ -145,17 +128,22 @@ impl Core {
         Ok(())
     }
 
-    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+    pub(crate) fn try_send(
+        &mut self,
+        peer: Rank,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, P2pError> {
         if payload.len() > MAX_PAYLOAD {
             return Err(P2pError::Other(format!(
                 "vendor: payload of {} bytes exceeds max_payload {MAX_PAYLOAD}",
                 payload.len()
             )));
         }
-        if peer as usize >= self.v.size || peer == self.v.rank {
+        if peer as usize >= self.size || peer == self.rank {
             return Err(P2pError::Unsupported(format!(
                 "vendor: rank {peer} is not a peer in the vendor's world of {}",
-                self.v.size
+                self.size
             )));
         }
         if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
@@ -176,14 +164,8 @@ impl Core {
     fn drain_peer(&mut self, peer: usize, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
         let mut n = 0;
         while let Some(front) = self.inbox[peer].front_mut() {
-            if let Some(idx) = front.rest {
-                let mut done: c_int = 0;
-                // SAFETY: the index names our live receive of this message's rest.
-                let rc = unsafe { (self.v.api.test)(idx, &mut done) };
-                if rc != 0 {
-                    return Err(vendor_err(self.v, "MPI_Test (receive)", rc));
-                }
-                if done == 0 {
+            if let Some(req) = front.rest {
+                if !self.link.test(req)? {
                     break;
                 }
                 front.rest = None;
@@ -196,7 +178,7 @@ impl Core {
         Ok(n)
     }
 
-    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+    pub(crate) fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
         if !self.sends.is_empty() {
             self.test_sends()?;
         }
@@ -209,23 +191,10 @@ impl Core {
             }
         }
         for _ in 0..PROBES_PER_POLL {
-            let (mut found, mut src, mut tag, mut count): (c_int, c_int, c_int, c_int) =
-                (0, 0, 0, 0);
-            // SAFETY: four writable ints.
-            let rc = unsafe { (self.v.api.iprobe)(&mut found, &mut src, &mut tag, &mut count) };
-            if rc != 0 {
-                return Err(vendor_err(self.v, "MPI_Iprobe", rc));
-            }
-            if found == 0 {
+            let Some((src, tag, count)) = self.link.iprobe()? else {
                 break;
-            }
-            if src < 0 || src as usize >= self.v.size || count < 0 {
-                return Err(P2pError::Other(format!(
-                    "vendor: a message from rank {src} of {count} bytes"
-                )));
-            }
-            let count = count as usize;
-            if tag == TAG_REST || count > HEAD_PREFIX + MAX_PAYLOAD {
+            };
+            if src as usize >= self.size || tag == TAG_REST || count > HEAD_PREFIX + MAX_PAYLOAD {
                 return Err(P2pError::Other(format!(
                     "vendor: rank {src} sent an unexpected message (tag {tag}, {count} bytes)"
                 )));
@@ -234,20 +203,15 @@ impl Core {
                 // A peer with a larger short limit: take it anyway.
                 self.scratch.resize(count, 0);
             }
-            // SAFETY: scratch holds at least count bytes; the message probed has count
-            // bytes, so the receive cannot overrun it.
-            let rc =
-                unsafe { (self.v.api.recv)(self.scratch.as_mut_ptr(), count as c_int, src, tag) };
-            if rc != 0 {
-                return Err(vendor_err(self.v, "MPI_Recv", rc));
-            }
+            self.link
+                .recv_probed(&mut self.scratch[..count], src, tag)?;
             let peer = src as usize;
             let first = frame::parse(tag, &self.scratch[..count], MAX_PAYLOAD)
                 .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
             match first {
                 First::Whole { hdr, payload } => {
                     if self.inbox[peer].is_empty() {
-                        sink(peer as Rank, &hdr, payload);
+                        sink(src, &hdr, payload);
                         n += 1;
                     } else {
                         let payload = payload.to_vec();
@@ -263,27 +227,19 @@ impl Core {
                     let mut payload = vec![0u8; total];
                     payload[..first.len()].copy_from_slice(first);
                     let at = first.len();
-                    let mut idx: c_int = -1;
                     // SAFETY: the receive writes total - at bytes at payload[at..], inside
                     // the Vec; its heap buffer does not move while the Vec sits in the
-                    // inbox, and it is dropped only after MPI_Test reported the receive
-                    // complete (or after the shim's finalize waited for it).
-                    let rc = unsafe {
-                        (self.v.api.irecv)(
-                            payload.as_mut_ptr().add(at),
-                            (total - at) as c_int,
-                            src,
-                            TAG_REST,
-                            &mut idx,
-                        )
+                    // inbox, nothing reads it before `test` reports the receive complete,
+                    // and it is dropped only after that (or after the shim's finalize
+                    // waited for the receive).
+                    let req = unsafe {
+                        self.link
+                            .irecv(payload.as_mut_ptr().add(at), total - at, src, TAG_REST)?
                     };
-                    if rc != 0 {
-                        return Err(vendor_err(self.v, "MPI_Irecv", rc));
-                    }
                     self.inbox[peer].push_back(Arrived {
                         hdr,
                         payload,
-                        rest: Some(idx),
+                        rest: Some(req),
                     });
                     self.queued += 1;
                     n += self.drain_peer(peer, sink)?;
@@ -331,7 +287,10 @@ fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
     if let Some(c) = CORE.get() {
         return Ok(c.clone());
     }
-    let c = Arc::new(Mutex::new(Core::new(v)?));
+    let c = Arc::new(Mutex::new(Core::new(
+        Box::new(VendorLink(v)),
+        short_limit(v.flavor)?,
+    )));
     Ok(CORE.get_or_init(|| c).clone())
 }
 
@@ -394,11 +353,14 @@ impl TransportFactory for VendorFactory {
         _boot: &mut dyn Bootstrap,
     ) -> Result<Box<dyn Starting>, P2pError> {
         let core = core()?;
-        let v = core.lock().unwrap_or_else(|p| p.into_inner()).v;
-        if v.rank != info.rank || v.size != info.size {
+        let (rank, size) = {
+            let c = core.lock().unwrap_or_else(|p| p.into_inner());
+            (c.rank, c.size)
+        };
+        if rank != info.rank || size != info.size {
             return Err(P2pError::Unsupported(format!(
-                "vendor: Tsunagi's rank {} of {} is the vendor's rank {} of {}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
-                info.rank, info.size, v.rank, v.size
+                "vendor: Tsunagi's rank {} of {} is the vendor's rank {rank} of {size}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
+                info.rank, info.size
             )));
         }
         Ok(Box::new(StartingVendor(core)))
@@ -422,5 +384,130 @@ impl Starting for StartingVendor {
             core: self.0,
             events,
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::sim::SimWorld;
+
+    fn hdr(src: Rank, seq: u64) -> Header {
+        Header {
+            kind: 1,
+            src,
+            tag: 5,
+            cookie: seq,
+            ..Header::default()
+        }
+    }
+
+    fn payload(seq: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u64 * 7 + seq) as u8).collect()
+    }
+
+    /// Drain everything rank `core` can deliver, as (peer, seq, payload).
+    fn take(core: &mut Core, got: &mut Vec<(Rank, u64, Vec<u8>)>) -> usize {
+        core.poll(&mut |p, h, b| got.push((p, h.cookie, b.to_vec())))
+            .unwrap()
+    }
+
+    #[test]
+    fn messages_of_every_size_arrive_whole_and_in_order_per_peer() {
+        let short = 100;
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 3)), short);
+        let mut b = Core::new(Box::new(w.link(1, 3)), short);
+        let mut c = Core::new(Box::new(w.link(2, 3)), short);
+        let sizes = [0, 1, short, short + 1, 5000, 0, 7, MAX_PAYLOAD, 3];
+        // Rests are held back: long messages wait for them, and the short ones behind
+        // them (from the same sender) must wait too, while another sender's go on.
+        w.hold_rests(true);
+        for (i, &len) in sizes.iter().enumerate() {
+            assert!(a
+                .try_send(1, &hdr(0, i as u64), &payload(i as u64, len))
+                .unwrap());
+            assert!(c
+                .try_send(1, &hdr(2, 100 + i as u64), &payload(100 + i as u64, 10))
+                .unwrap());
+        }
+        let mut got = Vec::new();
+        take(&mut b, &mut got);
+        let from_a: Vec<u64> = got.iter().filter(|g| g.0 == 0).map(|g| g.1).collect();
+        let from_c: Vec<u64> = got.iter().filter(|g| g.0 == 2).map(|g| g.1).collect();
+        // Rank 0's first three fit the short limit; the fourth is long and holds the rest.
+        assert_eq!(from_a, vec![0, 1, 2]);
+        assert_eq!(from_c, (100..109).collect::<Vec<_>>());
+        w.hold_rests(false);
+        for _ in 0..10 {
+            take(&mut b, &mut got);
+            take(&mut a, &mut Vec::new());
+        }
+        let from_a: Vec<&(Rank, u64, Vec<u8>)> = got.iter().filter(|g| g.0 == 0).collect();
+        assert_eq!(from_a.len(), sizes.len());
+        for (i, g) in from_a.iter().enumerate() {
+            assert_eq!(g.1, i as u64, "order from rank 0");
+            assert_eq!(g.2, payload(i as u64, sizes[i]), "payload of message {i}");
+        }
+        // Every send completed, so the sender holds no buffers.
+        assert!(a.sends.is_empty() && a.send_bytes == 0);
+        assert_eq!(b.queued, 0);
+    }
+
+    #[test]
+    fn bad_peers_and_payloads_are_refused() {
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
+        assert!(a.try_send(0, &hdr(0, 0), &[]).is_err());
+        assert!(a.try_send(2, &hdr(0, 0), &[]).is_err());
+        assert!(a
+            .try_send(1, &hdr(0, 0), &vec![0; MAX_PAYLOAD + 1])
+            .is_err());
+    }
+
+    #[test]
+    fn malformed_vendor_messages_are_errors_not_panics() {
+        let w = SimWorld::default();
+        let mut raw = w.link(0, 2);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        // A rest with no head, then a first message shorter than a header.
+        let junk = [1u8; 10];
+        // SAFETY: junk outlives the simulated send (the sim copies at once).
+        unsafe { raw.isend(junk.as_ptr(), junk.len(), 1, TAG_REST).unwrap() };
+        let e = b
+            .poll(&mut |_, _, _| panic!("nothing to deliver"))
+            .unwrap_err();
+        assert!(e.to_string().contains("unexpected"), "{e}");
+        let w = SimWorld::default();
+        let mut raw = w.link(0, 2);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        // SAFETY: as above.
+        unsafe {
+            raw.isend(junk.as_ptr(), junk.len(), 1, frame::TAG_WHOLE)
+                .unwrap()
+        };
+        let e = b
+            .poll(&mut |_, _, _| panic!("nothing to deliver"))
+            .unwrap_err();
+        assert!(e.to_string().contains("header"), "{e}");
+    }
+
+    #[test]
+    fn sends_beyond_the_window_wait_for_room() {
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        let big = vec![0u8; MAX_PAYLOAD];
+        let mut sent = 0;
+        while a.try_send(1, &hdr(0, sent), &big).unwrap() {
+            sent += 1;
+            assert!(sent < 1000, "no back-pressure");
+        }
+        assert!(a.send_bytes >= MAX_SEND_BYTES);
+        let mut got = Vec::new();
+        while (got.len() as u64) < sent {
+            take(&mut b, &mut got);
+        }
+        assert!(a.try_send(1, &hdr(0, sent), &big).unwrap());
     }
 }
