@@ -1,6 +1,6 @@
 //! What the transport needs of a vendor MPI, as a trait: the loaded vendor implements it
 //! through the shim, and the tests implement it with an in-memory world
-//! ([`sim::SimWorld`]) so the transport's logic runs without any MPI.
+//! (`sim::SimWorld`, test builds only) so the transport's logic runs without any MPI.
 
 use std::ffi::c_int;
 

@@ -295,7 +295,7 @@ fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
 }
 
 /// One registration's view of the vendor transport (the node and remote registrations
-/// share one [`Core`]; either's poll delivers every peer's messages).
+/// share one state; either's poll delivers every peer's messages).
 pub struct VendorTransport {
     core: Arc<Mutex<Core>>,
     events: Arc<VendorEvents>,
