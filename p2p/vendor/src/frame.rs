@@ -32,23 +32,34 @@ pub struct Frames {
 
 /// Cut `payload` behind `hdr` into vendor messages, splitting after `short` payload bytes.
 pub fn frame(hdr: &Header, payload: &[u8], short: usize) -> Frames {
-    if payload.len() <= short {
-        let mut m = Vec::with_capacity(HEADER_BYTES + payload.len());
-        m.extend_from_slice(&hdr.to_bytes());
-        m.extend_from_slice(payload);
-        return Frames {
-            first: (TAG_WHOLE, m),
-            rest: None,
-        };
-    }
-    let mut m = Vec::with_capacity(HEAD_PREFIX + short);
-    m.extend_from_slice(&hdr.to_bytes());
-    m.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    m.extend_from_slice(&payload[..short]);
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let tag = frame_into(hdr, payload, short, &mut first, &mut rest);
     Frames {
-        first: (TAG_HEAD, m),
-        rest: Some(payload[short..].to_vec()),
+        first: (tag, first),
+        rest: (tag == TAG_HEAD).then_some(rest),
     }
+}
+
+/// [`frame`] into buffers the caller provides (cleared first; `rest` is left empty for a
+/// whole message). Returns the first message's tag.
+pub fn frame_into(
+    hdr: &Header,
+    payload: &[u8],
+    short: usize,
+    first: &mut Vec<u8>,
+    rest: &mut Vec<u8>,
+) -> i32 {
+    first.clear();
+    rest.clear();
+    first.extend_from_slice(&hdr.to_bytes());
+    if payload.len() <= short {
+        first.extend_from_slice(payload);
+        return TAG_WHOLE;
+    }
+    first.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    first.extend_from_slice(&payload[..short]);
+    rest.extend_from_slice(&payload[short..]);
+    TAG_HEAD
 }
 
 /// A first vendor message, decoded.

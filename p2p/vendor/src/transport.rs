@@ -25,8 +25,23 @@ use crate::link::{Link, Req, VendorLink};
 use crate::vendor::{self, Flavor};
 
 /// Messages up to this many payload bytes go eagerly (Tsunagi's protocol); above it,
-/// rendezvous.
-pub const EAGER_LIMIT: usize = 64 * 1024;
+/// rendezvous. All the way to [`MAX_PAYLOAD`]: the vendor runs its own rendezvous for
+/// large messages, and a second one of Tsunagi's in front of it cost about a quarter of
+/// the 1 MiB bandwidth (README, "Running over a vendor MPI"). `TSUNAGI_VENDOR_EAGER`
+/// overrides it.
+pub const EAGER_LIMIT: usize = MAX_PAYLOAD;
+
+fn eager_limit() -> Result<usize, P2pError> {
+    match std::env::var("TSUNAGI_VENDOR_EAGER") {
+        Err(_) => Ok(EAGER_LIMIT),
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_PAYLOAD => Ok(n),
+            _ => Err(P2pError::Other(format!(
+                "TSUNAGI_VENDOR_EAGER={s}: expected a byte count up to {MAX_PAYLOAD}"
+            ))),
+        },
+    }
+}
 /// The largest payload of one message (rendezvous data is cut into chunks of this).
 pub const MAX_PAYLOAD: usize = 1024 * 1024;
 /// Outstanding vendor sends beyond which `try_send` reports no room.
@@ -81,8 +96,15 @@ pub(crate) struct Core {
     queued: usize,
     /// Where first messages are received (the pooled buffer).
     scratch: Vec<u8>,
+    /// Large buffers to reuse (send copies, long payloads): fresh ones cost page faults.
+    pool: Vec<Vec<u8>>,
     events: Arc<VendorEvents>,
 }
+
+/// Buffers of at least this capacity go back to the pool.
+const POOLED_MIN: usize = 64 * 1024;
+/// Buffers kept in the pool at most.
+const POOL_MAX: usize = 32;
 
 impl Core {
     pub(crate) fn new(link: Box<dyn Link>, short: usize) -> Core {
@@ -97,9 +119,21 @@ impl Core {
             inbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
             scratch: vec![0; HEAD_PREFIX + short],
+            pool: Vec::new(),
             events: Arc::new(VendorEvents {
                 bell: LocalDoorbell::new(),
             }),
+        }
+    }
+
+    /// An empty buffer of at least `cap` bytes' capacity, from the pool when one fits.
+    fn take_buf(&mut self, cap: usize) -> Vec<u8> {
+        take_pooled(&mut self.pool, cap)
+    }
+
+    fn give_buf(&mut self, buf: Vec<u8>) {
+        if buf.capacity() >= POOLED_MIN && self.pool.len() < POOL_MAX {
+            self.pool.push(buf);
         }
     }
 
@@ -121,6 +155,7 @@ impl Core {
             if self.link.test(self.sends[i].0)? {
                 let (_, buf) = self.sends.swap_remove(i);
                 self.send_bytes -= buf.len();
+                self.give_buf(buf);
             } else {
                 i += 1;
             }
@@ -152,9 +187,16 @@ impl Core {
                 return Ok(false);
             }
         }
-        let f = frame::frame(hdr, payload, self.short);
-        self.isend(peer, f.first.0, f.first.1)?;
-        if let Some(rest) = f.rest {
+        let long = payload.len() > self.short;
+        let mut first = self.take_buf(HEAD_PREFIX + payload.len().min(self.short));
+        let mut rest = if long {
+            self.take_buf(payload.len() - self.short)
+        } else {
+            Vec::new()
+        };
+        let tag = frame::frame_into(hdr, payload, self.short, &mut first, &mut rest);
+        self.isend(peer, tag, first)?;
+        if long {
             self.isend(peer, TAG_REST, rest)?;
         }
         Ok(true)
@@ -173,6 +215,7 @@ impl Core {
             let m = self.inbox[peer].pop_front().expect("front exists");
             self.queued -= 1;
             sink(peer as Rank, &m.hdr, &m.payload);
+            self.give_buf(m.payload);
             n += 1;
         }
         Ok(n)
@@ -224,9 +267,10 @@ impl Core {
                     }
                 }
                 First::Head { hdr, total, first } => {
-                    let mut payload = vec![0u8; total];
-                    payload[..first.len()].copy_from_slice(first);
                     let at = first.len();
+                    let mut payload = take_pooled(&mut self.pool, total);
+                    payload.extend_from_slice(first);
+                    payload.resize(total, 0);
                     // SAFETY: the receive writes total - at bytes at payload[at..], inside
                     // the Vec; its heap buffer does not move while the Vec sits in the
                     // inbox, nothing reads it before `test` reports the receive complete,
@@ -248,6 +292,18 @@ impl Core {
         }
         Ok(n)
     }
+}
+
+/// [`Core::take_buf`] on the pool alone (while `scratch` is borrowed).
+fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
+    if cap >= POOLED_MIN {
+        if let Some(i) = pool.iter().position(|b| b.capacity() >= cap) {
+            let mut b = pool.swap_remove(i);
+            b.clear();
+            return b;
+        }
+    }
+    Vec::with_capacity(cap)
 }
 
 /// The vendor's event source. The vendor MPI offers nothing to sleep on but its own
@@ -299,6 +355,7 @@ fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
 pub struct VendorTransport {
     core: Arc<Mutex<Core>>,
     events: Arc<VendorEvents>,
+    eager: usize,
 }
 
 impl VendorTransport {
@@ -312,7 +369,7 @@ impl Transport for VendorTransport {
         "vendor"
     }
     fn eager_limit(&self) -> usize {
-        EAGER_LIMIT
+        self.eager
     }
     fn max_payload(&self) -> usize {
         MAX_PAYLOAD
@@ -363,11 +420,11 @@ impl TransportFactory for VendorFactory {
                 info.rank, info.size
             )));
         }
-        Ok(Box::new(StartingVendor(core)))
+        Ok(Box::new(StartingVendor(core, eager_limit()?)))
     }
 }
 
-struct StartingVendor(Arc<Mutex<Core>>);
+struct StartingVendor(Arc<Mutex<Core>>, usize);
 
 impl Starting for StartingVendor {
     fn connect(&mut self, _: &StartInfo<'_>, _: &mut dyn Bootstrap) -> Result<(), P2pError> {
@@ -383,6 +440,7 @@ impl Starting for StartingVendor {
         Ok(Box::new(VendorTransport {
             core: self.0,
             events,
+            eager: self.1,
         }))
     }
 }
