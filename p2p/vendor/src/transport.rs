@@ -52,12 +52,13 @@ const MAX_SEND_BYTES: usize = 64 << 20;
 const PROBES_PER_POLL: usize = 64;
 
 /// The default short limit (payload bytes carried whole with the header) per vendor, from
-/// the measurement in the README ("Running over a vendor MPI"); `TSUNAGI_VENDOR_SHORT`
-/// overrides it (every rank must use the same value).
+/// the measurement in `docs/vendor-mpi.md` (lowest median ping-pong latency in most sizes
+/// from 2 KiB to 60 KB); `TSUNAGI_VENDOR_SHORT` overrides it. Ranks may differ: a
+/// receiver takes a first message of any length up to the largest payload.
 pub fn default_short_limit(flavor: Flavor) -> usize {
     match flavor {
-        Flavor::Mpich => 16 * 1024,
-        Flavor::OpenMpi => 4 * 1024,
+        Flavor::Mpich => 64 * 1024,
+        Flavor::OpenMpi => 16 * 1024,
     }
 }
 
