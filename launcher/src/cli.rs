@@ -38,6 +38,9 @@ pub struct Options {
     pub launch_addr: Option<String>,
     /// `--sites FILE`: a job over the sites the file lists, joined by IMPI.
     pub sites: Option<OsString>,
+    /// `--vendor mpich|openmpi|PATH`: start the job with that vendor MPI's own launcher and
+    /// move messages over it (see `crate::vendor`).
+    pub vendor: Option<String>,
 }
 
 /// The text of `--help`.
@@ -66,6 +69,10 @@ pub fn usage(prog: &str) -> String {
            --client K --server HOST:PORT\n  \
                                  run as client K of a multi-site job through that IMPI server\n  \
                                  (LAM's `-client K HOST:PORT` is accepted too)\n  \
+           --vendor V            start the ranks with vendor MPI V's launcher (mpich:\n  \
+                                 mpiexec.hydra; openmpi: mpirun.openmpi; or a path to the\n  \
+                                 vendor's libmpi, launcher from TSUNAGI_VENDOR_LAUNCHER) and\n  \
+                                 move messages over V (TSUNAGI_VENDOR)\n  \
            --version             print the version and exit\n  \
            -h, --help            print this help and exit\n\
          \n\
@@ -97,6 +104,7 @@ pub fn parse(
     let mut impi_client: Option<String> = None;
     let mut impi_server: Option<String> = None;
     let mut sites = None;
+    let mut vendor = None;
     let mut i = 0;
     while i < args.len() {
         let arg = &args[i];
@@ -202,6 +210,15 @@ pub fn parse(
                 }
                 env.push(("TSUNAGI_PROGRESS".into(), v.into()));
             }
+            "--vendor" | "-vendor" => {
+                let v = value("mpich, openmpi or a library path")?;
+                if v != "mpich" && v != "openmpi" && !v.contains('/') {
+                    return Err(format!(
+                        "--vendor: unknown vendor {v:?} (expected mpich, openmpi or a path to the vendor's libmpi)"
+                    ));
+                }
+                vendor = Some(v);
+            }
             "--node-map" => {
                 let v = value("a node map")?;
                 env.push(("TSUNAGI_NODE_MAP".into(), v.into()));
@@ -264,6 +281,7 @@ pub fn parse(
         launch_agent,
         launch_addr,
         sites,
+        vendor,
     }))
 }
 
@@ -300,6 +318,31 @@ mod tests {
         assert!(p(&["-n", "0", "prog"]).is_err());
         assert!(p(&["-n", "x", "prog"]).is_err());
         assert!(p(&["-n"]).is_err());
+    }
+
+    #[test]
+    fn vendor_option() {
+        assert_eq!(
+            run(&["--vendor", "mpich", "-n", "2", "prog"])
+                .vendor
+                .as_deref(),
+            Some("mpich")
+        );
+        assert_eq!(
+            run(&["--vendor=openmpi", "prog"]).vendor.as_deref(),
+            Some("openmpi")
+        );
+        assert_eq!(
+            run(&["--vendor", "/opt/x/libmpi.so", "prog"])
+                .vendor
+                .as_deref(),
+            Some("/opt/x/libmpi.so")
+        );
+        assert_eq!(run(&["prog"]).vendor, None);
+        assert!(p(&["--vendor", "intel", "prog"])
+            .unwrap_err()
+            .contains("intel"));
+        assert!(p(&["--vendor"]).is_err());
     }
 
     #[test]

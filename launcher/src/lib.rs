@@ -45,6 +45,7 @@ pub mod hosts;
 pub mod local;
 pub mod server;
 pub mod signals;
+pub mod vendor;
 
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
@@ -213,6 +214,9 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             return 1;
         }
     };
+    if let Some(v) = &opts.vendor {
+        return vendor::run(&opts, v, &program, &sigs, &prog);
+    }
     let kvsname = new_kvsname();
     let _cleanup = ShmCleanup(kvsname.clone());
     // The per-job secret every TCP connection between ranks must present. Ranks get it

@@ -14,11 +14,14 @@ pub static REGISTRY: Registry = Registry {
     transports: &[
         // Within a node.
         &tsunagi_shm::FACTORY,
+        &tsunagi_vendor::NODE_FACTORY,
         // Between nodes.
         &tsunagi_tcp::FACTORY,
         &tsunagi_stream::FACTORY,
+        &tsunagi_vendor::REMOTE_FACTORY,
     ],
-    bootstraps: &[],
+    // TSUNAGI_VENDOR: started by the vendor MPI's launcher.
+    bootstraps: &[&tsunagi_vendor::BOOTSTRAP],
     // Other sites (IMPI), when the environment names an IMPI server.
     grids: &[&tsunagi_impi::join::GRID],
 };

@@ -1,0 +1,199 @@
+//! The vendor messages of one Tsunagi message (sans-IO: bytes in, bytes out).
+//!
+//! As in GridMPI's vendor-MPI P2P layer (seed 002): the 32-byte [`Header`] and the first
+//! part of the payload travel in one vendor message; a payload of at most the short limit
+//! goes whole (tag [`TAG_WHOLE`]: `header | payload`); a longer one as a head (tag
+//! [`TAG_HEAD`]: `header | total payload length, u64 LE | first short-limit bytes`) and then
+//! the rest (tag [`TAG_REST`]: the remaining bytes), which the receiver takes with a receive
+//! posted as soon as it has the head. The vendor keeps messages of one sender in order
+//! among those a receive matches, so a head is always seen before its rest and per-peer
+//! order holds.
+
+use tsunagi_p2p::{Header, HEADER_BYTES};
+
+/// A whole message: header and payload.
+pub const TAG_WHOLE: i32 = 1;
+/// The head of a long message: header, total length, first part.
+pub const TAG_HEAD: i32 = 2;
+/// The rest of a long message.
+pub const TAG_REST: i32 = 3;
+
+/// Bytes of a head before its first part.
+pub const HEAD_PREFIX: usize = HEADER_BYTES + 8;
+
+/// The vendor messages for one Tsunagi message.
+#[derive(Debug, PartialEq, Eq)]
+pub struct Frames {
+    /// The first vendor message and its tag.
+    pub first: (i32, Vec<u8>),
+    /// The rest of a long message (tag [`TAG_REST`]).
+    pub rest: Option<Vec<u8>>,
+}
+
+/// Cut `payload` behind `hdr` into vendor messages, splitting after `short` payload bytes.
+pub fn frame(hdr: &Header, payload: &[u8], short: usize) -> Frames {
+    let (mut first, mut rest) = (Vec::new(), Vec::new());
+    let tag = frame_into(hdr, payload, short, &mut first, &mut rest);
+    Frames {
+        first: (tag, first),
+        rest: (tag == TAG_HEAD).then_some(rest),
+    }
+}
+
+/// [`frame`] into buffers the caller provides (cleared first; `rest` is left empty for a
+/// whole message). Returns the first message's tag.
+pub fn frame_into(
+    hdr: &Header,
+    payload: &[u8],
+    short: usize,
+    first: &mut Vec<u8>,
+    rest: &mut Vec<u8>,
+) -> i32 {
+    first.clear();
+    rest.clear();
+    first.extend_from_slice(&hdr.to_bytes());
+    if payload.len() <= short {
+        first.extend_from_slice(payload);
+        return TAG_WHOLE;
+    }
+    first.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    first.extend_from_slice(&payload[..short]);
+    rest.extend_from_slice(&payload[short..]);
+    TAG_HEAD
+}
+
+/// A first vendor message, decoded.
+#[derive(Debug, PartialEq, Eq)]
+pub enum First<'a> {
+    /// A whole message.
+    Whole { hdr: Header, payload: &'a [u8] },
+    /// The head of a long message of `total` payload bytes; `rest` = total - first.len()
+    /// bytes follow under [`TAG_REST`].
+    Head {
+        hdr: Header,
+        total: usize,
+        first: &'a [u8],
+    },
+}
+
+/// Decode a first vendor message (`tag`, `bytes`), rejecting malformed ones; `max_payload`
+/// bounds the length a head may announce.
+pub fn parse(tag: i32, bytes: &[u8], max_payload: usize) -> Result<First<'_>, String> {
+    if bytes.len() < HEADER_BYTES {
+        return Err(format!(
+            "a vendor message of {} bytes is shorter than the {HEADER_BYTES}-byte header",
+            bytes.len()
+        ));
+    }
+    let hdr = Header::from_bytes(bytes[..HEADER_BYTES].try_into().expect("32 bytes"));
+    match tag {
+        TAG_WHOLE => Ok(First::Whole {
+            hdr,
+            payload: &bytes[HEADER_BYTES..],
+        }),
+        TAG_HEAD => {
+            if bytes.len() < HEAD_PREFIX {
+                return Err(format!(
+                    "a message head of {} bytes lacks its length",
+                    bytes.len()
+                ));
+            }
+            let total = u64::from_le_bytes(bytes[HEADER_BYTES..HEAD_PREFIX].try_into().unwrap());
+            let first = &bytes[HEAD_PREFIX..];
+            if total > max_payload as u64 || total <= first.len() as u64 {
+                return Err(format!(
+                    "a message head announces {total} payload bytes with {} in the head (limit {max_payload})",
+                    first.len()
+                ));
+            }
+            Ok(First::Head {
+                hdr,
+                total: total as usize,
+                first,
+            })
+        }
+        TAG_REST => Err("the rest of a long message arrived without its head".into()),
+        other => Err(format!("a vendor message with unknown tag {other}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hdr() -> Header {
+        Header {
+            kind: 3,
+            flags: 1,
+            reserved: 0,
+            src: 7,
+            tag: -5,
+            context: 9,
+            len: 100,
+            cookie: 0x1122_3344_5566_7788,
+        }
+    }
+
+    #[test]
+    fn short_message_is_one_vendor_message() {
+        let p: Vec<u8> = (0..10).collect();
+        let f = frame(&hdr(), &p, 10);
+        assert_eq!(f.first.0, TAG_WHOLE);
+        assert_eq!(f.first.1.len(), 42);
+        assert_eq!(&f.first.1[..32], &hdr().to_bytes());
+        assert_eq!(&f.first.1[32..], &p[..]);
+        assert!(f.rest.is_none());
+        assert_eq!(
+            parse(TAG_WHOLE, &f.first.1, 1 << 20).unwrap(),
+            First::Whole {
+                hdr: hdr(),
+                payload: &p
+            }
+        );
+    }
+
+    #[test]
+    fn long_message_is_head_then_rest() {
+        let p: Vec<u8> = (0..=255).cycle().take(1000).collect();
+        let f = frame(&hdr(), &p, 100);
+        assert_eq!(f.first.0, TAG_HEAD);
+        assert_eq!(f.first.1.len(), HEAD_PREFIX + 100);
+        assert_eq!(&f.first.1[32..40], &1000u64.to_le_bytes());
+        assert_eq!(f.rest.as_deref(), Some(&p[100..]));
+        match parse(TAG_HEAD, &f.first.1, 1 << 20).unwrap() {
+            First::Head {
+                hdr: h,
+                total,
+                first,
+            } => {
+                assert_eq!(h, hdr());
+                assert_eq!(total, 1000);
+                assert_eq!(first, &p[..100]);
+            }
+            other => panic!("{other:?}"),
+        }
+        // Zero short limit: the head carries no payload.
+        let f = frame(&hdr(), &p, 0);
+        assert_eq!(f.first.1.len(), HEAD_PREFIX);
+        assert_eq!(f.rest.unwrap().len(), 1000);
+    }
+
+    #[test]
+    fn malformed_messages_are_rejected() {
+        assert!(parse(TAG_WHOLE, &[0u8; 31], 100).is_err());
+        assert!(parse(TAG_HEAD, &[0u8; 39], 100).is_err());
+        let mut head = hdr().to_bytes().to_vec();
+        // Announces more than the limit.
+        head.extend_from_slice(&1_000_000u64.to_le_bytes());
+        assert!(parse(TAG_HEAD, &head, 1000)
+            .unwrap_err()
+            .contains("1000000"));
+        // Announces no more than the head holds.
+        let mut head = hdr().to_bytes().to_vec();
+        head.extend_from_slice(&2u64.to_le_bytes());
+        head.extend_from_slice(&[1, 2]);
+        assert!(parse(TAG_HEAD, &head, 1000).is_err());
+        assert!(parse(TAG_REST, &[0u8; 40], 100).is_err());
+        assert!(parse(99, &[0u8; 40], 100).unwrap_err().contains("99"));
+    }
+}

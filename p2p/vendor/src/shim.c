@@ -1,0 +1,311 @@
+/* The vendor shim: plain-int functions over one vendor MPI, compiled once per vendor
+ * against that vendor's own mpi.h (build.rs), so that every handle type, constant and
+ * struct layout (MPI_Comm, MPI_Request, MPI_Status, MPI_BYTE, MPI_ANY_SOURCE...) is the
+ * vendor's. The vendor library is never linked: it is dlopen'ed (RTLD_LOCAL|RTLD_DEEPBIND)
+ * and every function is reached through a pointer from dlsym, because the process also
+ * holds Tsunagi's own MPI_* symbols and a plain call would bind to those.
+ *
+ * Open MPI's predefined handles are addresses of library globals (mpi.h:
+ * OMPI_PREDEFINED_GLOBAL(type, ompi_mpi_comm_world)); the macro is redefined below so that
+ * the header's own constant names become dlsym look-ups in the loaded library. MPICH's are
+ * plain integers and need nothing.
+ *
+ * Every function returns the vendor's MPI error code (MPI_SUCCESS = 0) or a negative
+ * SHIM_E* code. Names carry SHIM_PREFIX (one set per vendor in one binary). */
+#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <stdio.h>
+#include <mpi.h>
+
+#define SHIM_CAT2(a, b) a##b
+#define SHIM_CAT(a, b) SHIM_CAT2(a, b)
+#define F(name) SHIM_CAT(SHIM_PREFIX, name)
+
+#define SHIM_ENOTLOADED (-1)
+#define SHIM_ENOMEM (-2)
+#define SHIM_EBADREQ (-3)
+
+static void *lib;
+
+#ifdef OMPI_PREDEFINED_GLOBAL
+#undef OMPI_PREDEFINED_GLOBAL
+#define OMPI_PREDEFINED_GLOBAL(type, global) ((type)dlsym(lib, #global))
+#endif
+
+#define FN(name) static __typeof__(name) *p_##name
+FN(MPI_Init_thread);
+FN(MPI_Initialized);
+FN(MPI_Finalize);
+FN(MPI_Abort);
+FN(MPI_Comm_rank);
+FN(MPI_Comm_size);
+FN(MPI_Comm_dup);
+FN(MPI_Comm_free);
+FN(MPI_Comm_set_errhandler);
+FN(MPI_Isend);
+FN(MPI_Irecv);
+FN(MPI_Recv);
+FN(MPI_Test);
+FN(MPI_Wait);
+FN(MPI_Iprobe);
+FN(MPI_Get_count);
+FN(MPI_Allgather);
+FN(MPI_Allgatherv);
+FN(MPI_Barrier);
+FN(MPI_Error_string);
+FN(MPI_Get_library_version);
+
+static MPI_Comm world;    /* the vendor's MPI_COMM_WORLD */
+static MPI_Comm moves;    /* a duplicate: the transport's messages only */
+static MPI_Datatype byte; /* MPI_BYTE */
+static MPI_Request req_null; /* MPI_REQUEST_NULL (a library global in Open MPI) */
+
+/* Outstanding requests, named by index; a free slot holds MPI_REQUEST_NULL. */
+static MPI_Request *reqs;
+static int nreqs, capreqs;
+static int *free_slots, nfree;
+
+/* Load the library at `path`; on failure write why into err (errlen bytes). */
+int F(load)(const char *path, char *err, int errlen)
+{
+    if (lib)
+        return 0;
+    void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+    if (!h) {
+        snprintf(err, errlen, "dlopen(%s): %s", path, dlerror());
+        return SHIM_ENOTLOADED;
+    }
+#define LOAD(name)                                                                         \
+    do {                                                                                   \
+        p_##name = (__typeof__(name) *)dlsym(h, #name);                                   \
+        if (!p_##name) {                                                                   \
+            snprintf(err, errlen, "%s has no %s", path, #name);                           \
+            dlclose(h);                                                                    \
+            return SHIM_ENOTLOADED;                                                        \
+        }                                                                                  \
+    } while (0)
+    LOAD(MPI_Init_thread);
+    LOAD(MPI_Initialized);
+    LOAD(MPI_Finalize);
+    LOAD(MPI_Abort);
+    LOAD(MPI_Comm_rank);
+    LOAD(MPI_Comm_size);
+    LOAD(MPI_Comm_dup);
+    LOAD(MPI_Comm_free);
+    LOAD(MPI_Comm_set_errhandler);
+    LOAD(MPI_Isend);
+    LOAD(MPI_Irecv);
+    LOAD(MPI_Recv);
+    LOAD(MPI_Test);
+    LOAD(MPI_Wait);
+    LOAD(MPI_Iprobe);
+    LOAD(MPI_Get_count);
+    LOAD(MPI_Allgather);
+    LOAD(MPI_Allgatherv);
+    LOAD(MPI_Barrier);
+    LOAD(MPI_Error_string);
+    LOAD(MPI_Get_library_version);
+    /* A name that resolved to Tsunagi's own library (it also answers to libmpich.so.12
+     * and libmpi.so.12) would make Tsunagi call itself. */
+    Dl_info theirs, ours;
+    if (dladdr((void *)p_MPI_Init_thread, &theirs) && dladdr((void *)&F(load), &ours) &&
+        theirs.dli_fbase == ours.dli_fbase) {
+        snprintf(err, errlen, "%s is Tsunagi's own library, not a vendor MPI", path);
+        dlclose(h);
+        return SHIM_ENOTLOADED;
+    }
+    lib = h;
+    world = MPI_COMM_WORLD;
+    byte = MPI_BYTE;
+    req_null = MPI_REQUEST_NULL;
+    if (!world || !byte) {
+        snprintf(err, errlen, "%s lacks this vendor's MPI_COMM_WORLD or MPI_BYTE", path);
+        lib = NULL;
+        dlclose(h);
+        return SHIM_ENOTLOADED;
+    }
+    return 0;
+}
+
+/* The vendor's thread-level constants. */
+void F(thread_levels)(int *single, int *funneled, int *serialized, int *multiple)
+{
+    *single = MPI_THREAD_SINGLE;
+    *funneled = MPI_THREAD_FUNNELED;
+    *serialized = MPI_THREAD_SERIALIZED;
+    *multiple = MPI_THREAD_MULTIPLE;
+}
+
+int F(init)(int required, int *provided)
+{
+    if (!lib)
+        return SHIM_ENOTLOADED;
+    int rc = p_MPI_Init_thread(NULL, NULL, required, provided);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    /* Errors come back as codes: the caller turns them into Tsunagi errors. */
+    rc = p_MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    return p_MPI_Comm_dup(world, &moves);
+}
+
+int F(rank)(int *rank) { return lib ? p_MPI_Comm_rank(world, rank) : SHIM_ENOTLOADED; }
+int F(size)(int *size) { return lib ? p_MPI_Comm_size(world, size) : SHIM_ENOTLOADED; }
+
+/* Open MPI's MPI_IN_PLACE is (void *)1, which is also what an empty Rust Vec points at:
+ * a buffer of no bytes is passed as this instead. */
+static char no_bytes[1];
+#define NONEMPTY(buf, len) ((len) == 0 ? (void *)no_bytes : (void *)(buf))
+
+static int take_slot(int *index)
+{
+    if (nfree > 0) {
+        *index = free_slots[--nfree];
+        return 0;
+    }
+    if (nreqs == capreqs) {
+        int cap = capreqs ? 2 * capreqs : 64;
+        MPI_Request *r = realloc(reqs, (size_t)cap * sizeof *r);
+        if (!r)
+            return SHIM_ENOMEM;
+        reqs = r;
+        int *f = realloc(free_slots, (size_t)cap * sizeof *f);
+        if (!f)
+            return SHIM_ENOMEM;
+        free_slots = f;
+        capreqs = cap;
+    }
+    *index = nreqs++;
+    return 0;
+}
+
+static void give_slot(int index)
+{
+    reqs[index] = req_null;
+    free_slots[nfree++] = index;
+}
+
+int F(isend)(const void *buf, int len, int dest, int tag, int *index)
+{
+    int rc = take_slot(index);
+    if (rc)
+        return rc;
+    rc = p_MPI_Isend(NONEMPTY(buf, len), len, byte, dest, tag, moves, &reqs[*index]);
+    if (rc != MPI_SUCCESS)
+        give_slot(*index);
+    return rc;
+}
+
+int F(irecv)(void *buf, int len, int src, int tag, int *index)
+{
+    int rc = take_slot(index);
+    if (rc)
+        return rc;
+    rc = p_MPI_Irecv(NONEMPTY(buf, len), len, byte, src, tag, moves, &reqs[*index]);
+    if (rc != MPI_SUCCESS)
+        give_slot(*index);
+    return rc;
+}
+
+/* Test request `index`; when *done, the slot is free again. */
+int F(test)(int index, int *done)
+{
+    if (index < 0 || index >= nreqs || reqs[index] == req_null)
+        return SHIM_EBADREQ;
+    int rc = p_MPI_Test(&reqs[index], done, MPI_STATUS_IGNORE);
+    if (rc == MPI_SUCCESS && *done)
+        give_slot(index);
+    return rc;
+}
+
+/* Is a message waiting on the transport's communicator? Source, tag and byte count. */
+int F(iprobe)(int *found, int *src, int *tag, int *count)
+{
+    MPI_Status st;
+    int rc = p_MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, moves, found, &st);
+    if (rc != MPI_SUCCESS || !*found)
+        return rc;
+    *src = st.MPI_SOURCE;
+    *tag = st.MPI_TAG;
+    return p_MPI_Get_count(&st, byte, count);
+}
+
+int F(recv)(void *buf, int len, int src, int tag)
+{
+    return p_MPI_Recv(NONEMPTY(buf, len), len, byte, src, tag, moves, MPI_STATUS_IGNORE);
+}
+
+int F(allgather)(const void *send, int len, void *recv)
+{
+    return p_MPI_Allgather(NONEMPTY(send, len), len, byte, NONEMPTY(recv, len), len, byte, world);
+}
+
+int F(allgatherv)(const void *send, int len, void *recv, const int *counts, const int *displs)
+{
+    return p_MPI_Allgatherv(NONEMPTY(send, len), len, byte, recv, counts, displs, byte, world);
+}
+
+int F(barrier)(void) { return p_MPI_Barrier(world); }
+
+int F(abort)(int code) { return lib ? p_MPI_Abort(world, code) : SHIM_ENOTLOADED; }
+
+/* Complete what is still outstanding (sends the peers have matched; receives of message
+ * tails), then finalize the vendor. */
+int F(finalize)(void)
+{
+    for (int i = 0; i < nreqs; i++)
+        if (reqs[i] != req_null)
+            p_MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
+    p_MPI_Comm_free(&moves);
+    return p_MPI_Finalize();
+}
+
+void F(error_string)(int code, char *buf, int len)
+{
+    if (code == SHIM_ENOTLOADED) {
+        snprintf(buf, len, "the vendor library is not loaded");
+        return;
+    }
+    if (code == SHIM_ENOMEM) {
+        snprintf(buf, len, "out of memory for vendor requests");
+        return;
+    }
+    if (code == SHIM_EBADREQ) {
+        snprintf(buf, len, "no such vendor request");
+        return;
+    }
+    char tmp[MPI_MAX_ERROR_STRING + 1];
+    int n = 0;
+    if (lib && p_MPI_Error_string(code, tmp, &n) == MPI_SUCCESS) {
+        tmp[n < MPI_MAX_ERROR_STRING ? n : MPI_MAX_ERROR_STRING] = 0;
+        snprintf(buf, len, "%s (vendor error %d)", tmp, code);
+    } else {
+        snprintf(buf, len, "vendor error %d", code);
+    }
+}
+
+void F(library_version)(char *buf, int len)
+{
+    char tmp[MPI_MAX_LIBRARY_VERSION_STRING + 1];
+    int n = 0;
+    if (lib && p_MPI_Get_library_version(tmp, &n) == MPI_SUCCESS) {
+        tmp[n < MPI_MAX_LIBRARY_VERSION_STRING ? n : MPI_MAX_LIBRARY_VERSION_STRING] = 0;
+        snprintf(buf, len, "%s", tmp);
+    } else {
+        snprintf(buf, len, "?");
+    }
+}
+
+/* Which vendor's header this copy was compiled against (a check for the Rust side). */
+int F(abi_is_openmpi)(void)
+{
+#ifdef OPEN_MPI
+    return 1;
+#else
+    return 0;
+#endif
+}

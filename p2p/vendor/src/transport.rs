@@ -1,0 +1,572 @@
+//! The vendor transport: Tsunagi messages as vendor MPI messages on a duplicate of the
+//! vendor's world communicator (see [`crate::frame`] for their form).
+//!
+//! Sends: each vendor message is an `MPI_Isend` from a buffer the transport owns (the
+//! [`Transport`] contract frees the caller's buffer on return), completed later by
+//! `MPI_Test`. Receives: `MPI_Iprobe` on any source, then a receive of the whole first
+//! message into a pooled buffer; a head also posts the receive of its rest straight into
+//! the message's own buffer. Messages of one peer are delivered in arrival order: while a
+//! long message of a peer waits for its rest, that peer's later messages queue behind it.
+//!
+//! The vendor is never blocked in: every call here is non-blocking, so the polling engine
+//! alternates it with the other transports, and the threaded engine's progress thread for
+//! this transport polls it too (see [`VendorEvents`]).
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
+use tsunagi_p2p::futex::LocalDoorbell;
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
+
+use crate::frame::{self, First, HEAD_PREFIX, TAG_REST};
+use crate::link::{Link, Req, VendorLink};
+use crate::vendor::{self, Flavor};
+
+/// Messages up to this many payload bytes go eagerly (Tsunagi's protocol); above it,
+/// rendezvous. All the way to [`MAX_PAYLOAD`]: the vendor runs its own rendezvous for
+/// large messages, and a second one of Tsunagi's in front of it cost about a quarter of
+/// the 1 MiB bandwidth (README, "Running over a vendor MPI"). `TSUNAGI_VENDOR_EAGER`
+/// overrides it.
+pub const EAGER_LIMIT: usize = MAX_PAYLOAD;
+
+fn eager_limit() -> Result<usize, P2pError> {
+    match std::env::var("TSUNAGI_VENDOR_EAGER") {
+        Err(_) => Ok(EAGER_LIMIT),
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_PAYLOAD => Ok(n),
+            _ => Err(P2pError::Other(format!(
+                "TSUNAGI_VENDOR_EAGER={s}: expected a byte count up to {MAX_PAYLOAD}"
+            ))),
+        },
+    }
+}
+/// The largest payload of one message (rendezvous data is cut into chunks of this).
+pub const MAX_PAYLOAD: usize = 1024 * 1024;
+/// Outstanding vendor sends beyond which `try_send` reports no room.
+const MAX_SENDS: usize = 4096;
+/// Bytes in outstanding vendor sends beyond which `try_send` reports no room.
+const MAX_SEND_BYTES: usize = 64 << 20;
+/// First vendor messages received per poll at most (other transports get their turn).
+const PROBES_PER_POLL: usize = 64;
+
+/// The default short limit (payload bytes carried whole with the header) per vendor, from
+/// the measurement in `docs/vendor-mpi.md` (lowest median ping-pong latency in most sizes
+/// from 2 KiB to 60 KB); `TSUNAGI_VENDOR_SHORT` overrides it. Ranks may differ: a
+/// receiver takes a first message of any length up to the largest payload.
+pub fn default_short_limit(flavor: Flavor) -> usize {
+    match flavor {
+        Flavor::Mpich => 64 * 1024,
+        Flavor::OpenMpi => 16 * 1024,
+    }
+}
+
+fn short_limit(flavor: Flavor) -> Result<usize, P2pError> {
+    match std::env::var("TSUNAGI_VENDOR_SHORT") {
+        Err(_) => Ok(default_short_limit(flavor)),
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n <= MAX_PAYLOAD => Ok(n),
+            _ => Err(P2pError::Other(format!(
+                "TSUNAGI_VENDOR_SHORT={s}: expected a byte count up to {MAX_PAYLOAD}"
+            ))),
+        },
+    }
+}
+
+/// A message received but not yet delivered.
+struct Arrived {
+    hdr: Header,
+    /// The whole payload; for a long message, its rest is being received into
+    /// `payload[first..]` by the vendor request `rest`.
+    payload: Vec<u8>,
+    rest: Option<Req>,
+}
+
+/// The vendor transport's state, shared by its node and remote registrations.
+pub(crate) struct Core {
+    link: Box<dyn Link>,
+    rank: Rank,
+    size: usize,
+    short: usize,
+    /// Outstanding sends: the vendor request and the buffer it reads.
+    sends: Vec<(Req, Vec<u8>)>,
+    send_bytes: usize,
+    /// Per peer (vendor rank), messages received and not yet delivered, in order.
+    inbox: Vec<VecDeque<Arrived>>,
+    queued: usize,
+    /// Where first messages are received (the pooled buffer).
+    scratch: Vec<u8>,
+    /// Large buffers to reuse (send copies, long payloads): fresh ones cost page faults.
+    pool: Vec<Vec<u8>>,
+    events: Arc<VendorEvents>,
+}
+
+/// Buffers of at least this capacity go back to the pool.
+const POOLED_MIN: usize = 64 * 1024;
+/// Buffers kept in the pool at most.
+const POOL_MAX: usize = 32;
+
+impl Core {
+    pub(crate) fn new(link: Box<dyn Link>, short: usize) -> Core {
+        let (rank, size) = (link.rank(), link.size());
+        Core {
+            link,
+            rank,
+            size,
+            short,
+            sends: Vec::new(),
+            send_bytes: 0,
+            inbox: (0..size).map(|_| VecDeque::new()).collect(),
+            queued: 0,
+            scratch: vec![0; HEAD_PREFIX + short],
+            pool: Vec::new(),
+            events: Arc::new(VendorEvents {
+                bell: LocalDoorbell::new(),
+            }),
+        }
+    }
+
+    /// An empty buffer of at least `cap` bytes' capacity, from the pool when one fits.
+    fn take_buf(&mut self, cap: usize) -> Vec<u8> {
+        take_pooled(&mut self.pool, cap)
+    }
+
+    fn give_buf(&mut self, buf: Vec<u8>) {
+        if buf.capacity() >= POOLED_MIN && self.pool.len() < POOL_MAX {
+            self.pool.push(buf);
+        }
+    }
+
+    fn isend(&mut self, peer: Rank, tag: i32, buf: Vec<u8>) -> Result<(), P2pError> {
+        // SAFETY: buf's heap storage stays where it is until the request completes: the
+        // Vec is moved into `sends` (moving a Vec does not move its buffer) and dropped
+        // only after `test` reported completion (or, at MPI_Finalize, after the shim waited
+        // for every outstanding request).
+        let req = unsafe { self.link.isend(buf.as_ptr(), buf.len(), peer, tag)? };
+        self.send_bytes += buf.len();
+        self.sends.push((req, buf));
+        Ok(())
+    }
+
+    /// Test the outstanding sends; drop the buffers of those complete.
+    fn test_sends(&mut self) -> Result<(), P2pError> {
+        let mut i = 0;
+        while i < self.sends.len() {
+            if self.link.test(self.sends[i].0)? {
+                let (_, buf) = self.sends.swap_remove(i);
+                self.send_bytes -= buf.len();
+                self.give_buf(buf);
+            } else {
+                i += 1;
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn try_send(
+        &mut self,
+        peer: Rank,
+        hdr: &Header,
+        payload: &[u8],
+    ) -> Result<bool, P2pError> {
+        if payload.len() > MAX_PAYLOAD {
+            return Err(P2pError::Other(format!(
+                "vendor: payload of {} bytes exceeds max_payload {MAX_PAYLOAD}",
+                payload.len()
+            )));
+        }
+        if peer as usize >= self.size || peer == self.rank {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: rank {peer} is not a peer in the vendor's world of {}",
+                self.size
+            )));
+        }
+        if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
+            self.test_sends()?;
+            if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
+                return Ok(false);
+            }
+        }
+        let long = payload.len() > self.short;
+        let mut first = self.take_buf(HEAD_PREFIX + payload.len().min(self.short));
+        let mut rest = if long {
+            self.take_buf(payload.len() - self.short)
+        } else {
+            Vec::new()
+        };
+        let tag = frame::frame_into(hdr, payload, self.short, &mut first, &mut rest);
+        self.isend(peer, tag, first)?;
+        if long {
+            self.isend(peer, TAG_REST, rest)?;
+        }
+        Ok(true)
+    }
+
+    /// Deliver the queued messages of `peer` whose rest has arrived, in order.
+    fn drain_peer(&mut self, peer: usize, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        let mut n = 0;
+        while let Some(front) = self.inbox[peer].front_mut() {
+            if let Some(req) = front.rest {
+                if !self.link.test(req)? {
+                    break;
+                }
+                front.rest = None;
+            }
+            let m = self.inbox[peer].pop_front().expect("front exists");
+            self.queued -= 1;
+            sink(peer as Rank, &m.hdr, &m.payload);
+            self.give_buf(m.payload);
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    pub(crate) fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        if !self.sends.is_empty() {
+            self.test_sends()?;
+        }
+        let mut n = 0;
+        if self.queued > 0 {
+            for p in 0..self.inbox.len() {
+                if !self.inbox[p].is_empty() {
+                    n += self.drain_peer(p, sink)?;
+                }
+            }
+        }
+        for _ in 0..PROBES_PER_POLL {
+            let Some((src, tag, count)) = self.link.iprobe()? else {
+                break;
+            };
+            if src as usize >= self.size || tag == TAG_REST || count > HEAD_PREFIX + MAX_PAYLOAD {
+                return Err(P2pError::Other(format!(
+                    "vendor: rank {src} sent an unexpected message (tag {tag}, {count} bytes)"
+                )));
+            }
+            if count > self.scratch.len() {
+                // A peer with a larger short limit: take it anyway.
+                self.scratch.resize(count, 0);
+            }
+            self.link
+                .recv_probed(&mut self.scratch[..count], src, tag)?;
+            let peer = src as usize;
+            let first = frame::parse(tag, &self.scratch[..count], MAX_PAYLOAD)
+                .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
+            match first {
+                First::Whole { hdr, payload } => {
+                    if self.inbox[peer].is_empty() {
+                        sink(src, &hdr, payload);
+                        n += 1;
+                    } else {
+                        let payload = payload.to_vec();
+                        self.inbox[peer].push_back(Arrived {
+                            hdr,
+                            payload,
+                            rest: None,
+                        });
+                        self.queued += 1;
+                    }
+                }
+                First::Head { hdr, total, first } => {
+                    let at = first.len();
+                    let mut payload = take_pooled(&mut self.pool, total);
+                    payload.extend_from_slice(first);
+                    payload.resize(total, 0);
+                    // SAFETY: the receive writes total - at bytes at payload[at..], inside
+                    // the Vec; its heap buffer does not move while the Vec sits in the
+                    // inbox, nothing reads it before `test` reports the receive complete,
+                    // and it is dropped only after that (or after the shim's finalize
+                    // waited for the receive).
+                    let req = unsafe {
+                        self.link
+                            .irecv(payload.as_mut_ptr().add(at), total - at, src, TAG_REST)?
+                    };
+                    self.inbox[peer].push_back(Arrived {
+                        hdr,
+                        payload,
+                        rest: Some(req),
+                    });
+                    self.queued += 1;
+                    n += self.drain_peer(peer, sink)?;
+                }
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// [`Core::take_buf`] on the pool alone (while `scratch` is borrowed).
+fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
+    if cap >= POOLED_MIN {
+        if let Some(i) = pool.iter().position(|b| b.capacity() >= cap) {
+            let mut b = pool.swap_remove(i);
+            b.clear();
+            return b;
+        }
+    }
+    Vec::with_capacity(cap)
+}
+
+/// The vendor's event source. The vendor MPI offers nothing to sleep on but its own
+/// blocking calls, which would hold the vendor (and need MPI_THREAD_MULTIPLE beside the
+/// polls of other threads); an idle rank instead naps for at most [`NAP`] and polls again,
+/// and [`EventSource::notify`] cuts the nap short.
+pub struct VendorEvents {
+    bell: Arc<LocalDoorbell>,
+}
+
+/// The longest an idle rank sleeps before polling the vendor again.
+pub const NAP: Duration = Duration::from_micros(100);
+
+impl EventSource for VendorEvents {
+    fn prepare(&self) -> u64 {
+        self.bell.prepare()
+    }
+    fn sleep(&self, token: u64, timeout: Duration) {
+        self.bell.sleep(token, timeout.min(NAP));
+    }
+    fn cancel(&self) {
+        self.bell.cancel()
+    }
+    fn notify(&self) {
+        self.bell.ring()
+    }
+}
+
+static CORE: OnceLock<Arc<Mutex<Core>>> = OnceLock::new();
+
+fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
+    let v = vendor::current().ok_or_else(|| {
+        P2pError::Unsupported(
+            "the vendor transport needs the job started by the vendor MPI's launcher with TSUNAGI_VENDOR set (mpirun --vendor mpich|openmpi)".into(),
+        )
+    })?;
+    if let Some(c) = CORE.get() {
+        return Ok(c.clone());
+    }
+    let c = Arc::new(Mutex::new(Core::new(
+        Box::new(VendorLink(v)),
+        short_limit(v.flavor)?,
+    )));
+    Ok(CORE.get_or_init(|| c).clone())
+}
+
+/// One registration's view of the vendor transport (the node and remote registrations
+/// share one state; either's poll delivers every peer's messages).
+pub struct VendorTransport {
+    core: Arc<Mutex<Core>>,
+    events: Arc<VendorEvents>,
+    eager: usize,
+}
+
+impl VendorTransport {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Core> {
+        self.core.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+impl Transport for VendorTransport {
+    fn name(&self) -> &'static str {
+        "vendor"
+    }
+    fn eager_limit(&self) -> usize {
+        self.eager
+    }
+    fn max_payload(&self) -> usize {
+        MAX_PAYLOAD
+    }
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        self.lock().try_send(peer, hdr, payload)
+    }
+    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        self.lock().poll(sink)
+    }
+    fn event_source(&self) -> Arc<dyn EventSource> {
+        self.events.clone()
+    }
+}
+
+/// The vendor transport's registration for one reach (`TSUNAGI_INTRANODE=vendor`,
+/// `TSUNAGI_INTERNODE=vendor`; `mpirun --vendor` sets both).
+pub struct VendorFactory(Reach);
+
+/// Within a node.
+pub static NODE_FACTORY: VendorFactory = VendorFactory(Reach::Node);
+/// Between nodes.
+pub static REMOTE_FACTORY: VendorFactory = VendorFactory(Reach::Remote);
+
+impl TransportFactory for VendorFactory {
+    fn name(&self) -> &'static str {
+        "vendor"
+    }
+    fn reach(&self) -> Reach {
+        self.0
+    }
+    fn card_format(&self) -> &'static str {
+        ""
+    }
+    fn start(
+        &self,
+        info: &StartInfo<'_>,
+        _boot: &mut dyn Bootstrap,
+    ) -> Result<Box<dyn Starting>, P2pError> {
+        let core = core()?;
+        let (rank, size) = {
+            let c = core.lock().unwrap_or_else(|p| p.into_inner());
+            (c.rank, c.size)
+        };
+        if rank != info.rank || size != info.size {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: Tsunagi's rank {} of {} is the vendor's rank {rank} of {size}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
+                info.rank, info.size
+            )));
+        }
+        Ok(Box::new(StartingVendor(core, eager_limit()?)))
+    }
+}
+
+struct StartingVendor(Arc<Mutex<Core>>, usize);
+
+impl Starting for StartingVendor {
+    fn connect(&mut self, _: &StartInfo<'_>, _: &mut dyn Bootstrap) -> Result<(), P2pError> {
+        Ok(())
+    }
+    fn finish(self: Box<Self>, _: &StartInfo<'_>) -> Result<Box<dyn Transport>, P2pError> {
+        let events = self
+            .0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .events
+            .clone();
+        Ok(Box::new(VendorTransport {
+            core: self.0,
+            events,
+            eager: self.1,
+        }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::link::sim::SimWorld;
+
+    fn hdr(src: Rank, seq: u64) -> Header {
+        Header {
+            kind: 1,
+            src,
+            tag: 5,
+            cookie: seq,
+            ..Header::default()
+        }
+    }
+
+    fn payload(seq: u64, len: usize) -> Vec<u8> {
+        (0..len).map(|i| (i as u64 * 7 + seq) as u8).collect()
+    }
+
+    /// Drain everything rank `core` can deliver, as (peer, seq, payload).
+    fn take(core: &mut Core, got: &mut Vec<(Rank, u64, Vec<u8>)>) -> usize {
+        core.poll(&mut |p, h, b| got.push((p, h.cookie, b.to_vec())))
+            .unwrap()
+    }
+
+    #[test]
+    fn messages_of_every_size_arrive_whole_and_in_order_per_peer() {
+        let short = 100;
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 3)), short);
+        let mut b = Core::new(Box::new(w.link(1, 3)), short);
+        let mut c = Core::new(Box::new(w.link(2, 3)), short);
+        let sizes = [0, 1, short, short + 1, 5000, 0, 7, MAX_PAYLOAD, 3];
+        // Rests are held back: long messages wait for them, and the short ones behind
+        // them (from the same sender) must wait too, while another sender's go on.
+        w.hold_rests(true);
+        for (i, &len) in sizes.iter().enumerate() {
+            assert!(a
+                .try_send(1, &hdr(0, i as u64), &payload(i as u64, len))
+                .unwrap());
+            assert!(c
+                .try_send(1, &hdr(2, 100 + i as u64), &payload(100 + i as u64, 10))
+                .unwrap());
+        }
+        let mut got = Vec::new();
+        take(&mut b, &mut got);
+        let from_a: Vec<u64> = got.iter().filter(|g| g.0 == 0).map(|g| g.1).collect();
+        let from_c: Vec<u64> = got.iter().filter(|g| g.0 == 2).map(|g| g.1).collect();
+        // Rank 0's first three fit the short limit; the fourth is long and holds the rest.
+        assert_eq!(from_a, vec![0, 1, 2]);
+        assert_eq!(from_c, (100..109).collect::<Vec<_>>());
+        w.hold_rests(false);
+        for _ in 0..10 {
+            take(&mut b, &mut got);
+            take(&mut a, &mut Vec::new());
+        }
+        let from_a: Vec<&(Rank, u64, Vec<u8>)> = got.iter().filter(|g| g.0 == 0).collect();
+        assert_eq!(from_a.len(), sizes.len());
+        for (i, g) in from_a.iter().enumerate() {
+            assert_eq!(g.1, i as u64, "order from rank 0");
+            assert_eq!(g.2, payload(i as u64, sizes[i]), "payload of message {i}");
+        }
+        // Every send completed, so the sender holds no buffers.
+        assert!(a.sends.is_empty() && a.send_bytes == 0);
+        assert_eq!(b.queued, 0);
+    }
+
+    #[test]
+    fn bad_peers_and_payloads_are_refused() {
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
+        assert!(a.try_send(0, &hdr(0, 0), &[]).is_err());
+        assert!(a.try_send(2, &hdr(0, 0), &[]).is_err());
+        assert!(a
+            .try_send(1, &hdr(0, 0), &vec![0; MAX_PAYLOAD + 1])
+            .is_err());
+    }
+
+    #[test]
+    fn malformed_vendor_messages_are_errors_not_panics() {
+        let w = SimWorld::default();
+        let mut raw = w.link(0, 2);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        // A rest with no head, then a first message shorter than a header.
+        let junk = [1u8; 10];
+        // SAFETY: junk outlives the simulated send (the sim copies at once).
+        unsafe { raw.isend(junk.as_ptr(), junk.len(), 1, TAG_REST).unwrap() };
+        let e = b
+            .poll(&mut |_, _, _| panic!("nothing to deliver"))
+            .unwrap_err();
+        assert!(e.to_string().contains("unexpected"), "{e}");
+        let w = SimWorld::default();
+        let mut raw = w.link(0, 2);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        // SAFETY: as above.
+        unsafe {
+            raw.isend(junk.as_ptr(), junk.len(), 1, frame::TAG_WHOLE)
+                .unwrap()
+        };
+        let e = b
+            .poll(&mut |_, _, _| panic!("nothing to deliver"))
+            .unwrap_err();
+        assert!(e.to_string().contains("header"), "{e}");
+    }
+
+    #[test]
+    fn sends_beyond_the_window_wait_for_room() {
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        let big = vec![0u8; MAX_PAYLOAD];
+        let mut sent = 0;
+        while a.try_send(1, &hdr(0, sent), &big).unwrap() {
+            sent += 1;
+            assert!(sent < 1000, "no back-pressure");
+        }
+        assert!(a.send_bytes >= MAX_SEND_BYTES);
+        let mut got = Vec::new();
+        while (got.len() as u64) < sent {
+            take(&mut b, &mut got);
+        }
+        assert!(a.try_send(1, &hdr(0, sent), &big).unwrap());
+    }
+}
