@@ -223,3 +223,42 @@ fn a_site_killed_mid_job_in_a_namespace_ends_the_job() {
     let left = hosts.leftovers();
     assert!(left.is_empty(), "left in the namespaces: {left:?}");
 }
+
+/// Whether `tool` is on PATH; a skip (a failure in CI) naming `prereq` when it is not.
+fn have_or_missing(tool: &str, prereq: &str) -> bool {
+    let found = Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !found {
+        tsunagi_testkit::missing(prereq, &format!("{tool} not found"));
+    }
+    found
+}
+
+/// The grid of the IMPI issue: site 0 over the MPICH vendor (started by mpiexec.hydra),
+/// site 1 over the Open MPI vendor (mpirun.openmpi), site 2 Tsunagi's own shm, joined by
+/// IMPI; the point-to-point and collective suites under both engines.
+#[test]
+fn sites_over_mpich_open_mpi_and_native_transports() {
+    let _s = serial();
+    if !have_or_missing("mpiexec.hydra", "mpich") || !have_or_missing("mpirun.openmpi", "openmpi")
+    {
+        return;
+    }
+    let p2p = p2p_check();
+    let coll = coll_check();
+    for engine in ["polling", "threaded"] {
+        let f = SitesFile::new(&format!(
+            "-n 2 --vendor mpich --progress {engine}\n\
+             -n 2 --vendor openmpi --progress {engine}\n\
+             -n 1 --progress {engine}\n"
+        ));
+        let (out, _) = run(grid(&f, &p2p, &[]), Duration::from_secs(180));
+        assert_ok(&out, P2P, &format!("p2p over vendor sites ({engine})"));
+    }
+    let f = SitesFile::new("-n 1 --vendor mpich\n-n 2 --vendor openmpi\n-n 1\n");
+    let (out, _) = run(grid(&f, &coll, &["small"]), Duration::from_secs(240));
+    assert_ok(&out, COLL, "collectives over vendor sites");
+}

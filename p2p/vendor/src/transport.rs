@@ -357,6 +357,9 @@ pub struct VendorTransport {
     core: Arc<Mutex<Core>>,
     events: Arc<VendorEvents>,
     eager: usize,
+    /// World rank of the vendor's rank 0: the first rank of this site when sites are
+    /// joined over IMPI (a site's ranks are consecutive), else 0.
+    offset: Rank,
 }
 
 impl VendorTransport {
@@ -376,10 +379,19 @@ impl Transport for VendorTransport {
         MAX_PAYLOAD
     }
     fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
-        self.lock().try_send(peer, hdr, payload)
+        let Some(vendor_rank) = peer.checked_sub(self.offset) else {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: world rank {peer} is on another site"
+            )));
+        };
+        self.lock().try_send(vendor_rank, hdr, payload)
     }
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
-        self.lock().poll(sink)
+        let offset = self.offset;
+        if offset == 0 {
+            return self.lock().poll(sink);
+        }
+        self.lock().poll(&mut |p, h, b| sink(p + offset, h, b))
     }
     fn event_source(&self) -> Arc<dyn EventSource> {
         self.events.clone()
@@ -415,17 +427,27 @@ impl TransportFactory for VendorFactory {
             let c = core.lock().unwrap_or_else(|p| p.into_inner());
             (c.rank, c.size)
         };
-        if rank != info.rank || size != info.size {
+        // The vendor's world is this site: its ranks are the site's, consecutive from the
+        // site's first world rank (one site, or several joined over IMPI).
+        let my_site = info.placement.site[info.rank as usize];
+        let first = info
+            .placement
+            .site
+            .iter()
+            .position(|&s| s == my_site)
+            .unwrap_or(0) as Rank;
+        let site_size = info.placement.site.iter().filter(|&&s| s == my_site).count();
+        if rank + first != info.rank || size != site_size {
             return Err(P2pError::Unsupported(format!(
-                "vendor: Tsunagi's rank {} of {} is the vendor's rank {rank} of {size}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
-                info.rank, info.size
+                "vendor: Tsunagi's rank {} (site of {site_size} from rank {first}) is the vendor's rank {rank} of {size}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
+                info.rank
             )));
         }
-        Ok(Box::new(StartingVendor(core, eager_limit()?)))
+        Ok(Box::new(StartingVendor(core, eager_limit()?, first)))
     }
 }
 
-struct StartingVendor(Arc<Mutex<Core>>, usize);
+struct StartingVendor(Arc<Mutex<Core>>, usize, Rank);
 
 impl Starting for StartingVendor {
     fn connect(&mut self, _: &StartInfo<'_>, _: &mut dyn Bootstrap) -> Result<(), P2pError> {
@@ -442,6 +464,7 @@ impl Starting for StartingVendor {
             core: self.0,
             events,
             eager: self.1,
+            offset: self.2,
         }))
     }
 }
