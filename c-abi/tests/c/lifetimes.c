@@ -378,7 +378,10 @@ static void invalid_handles_to_stubs(void) {
                                  MPI_DATATYPE_NULL, &t),
           MPI_ERR_TYPE);
     /* With valid handles the stubs say what they are. */
-    CLASS(MPI_Comm_remote_group(MPI_COMM_WORLD, &g), MPI_ERR_UNSUPPORTED_OPERATION);
+    CLASS(MPI_Type_create_darray(1, 0, 1, dims, zeros, zeros, dims, MPI_ORDER_C, MPI_INT, &t),
+          MPI_ERR_UNSUPPORTED_OPERATION);
+    /* An intracommunicator has no remote group. */
+    CLASS(MPI_Comm_remote_group(MPI_COMM_WORLD, &g), MPI_ERR_COMM);
     /* And the conversions of file handles are there (MPI_FILE_NULL <-> 0). */
     CHECK_EQ(MPI_File_c2f(MPI_FILE_NULL), 0);
     CHECK(MPI_File_f2c(0) == MPI_FILE_NULL);
