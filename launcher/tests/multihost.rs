@@ -203,7 +203,11 @@ fn wrong_key_from_outside_is_refused() {
             {
                 s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
                 let mut c = [0u8; tsunagi_tcp::handshake::CHALLENGE_BYTES];
-                s.read_exact(&mut c).unwrap();
+                if s.read_exact(&mut c).is_err() {
+                    // Closed before the challenge (the rank ended or dropped the
+                    // connection under load): no verdict either.
+                    return 0;
+                }
                 let nonce = tsunagi_tcp::handshake::decode_challenge(&c).unwrap();
                 let key = tsunagi_tcp::JobKey::derive("not this job");
                 let hello = tsunagi_tcp::handshake::encode_hello(&key, &nonce, 1, 0);
