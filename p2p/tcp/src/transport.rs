@@ -302,46 +302,61 @@ impl TcpTransport {
         let (bind_ip, publish) =
             config::choose_address(cfg.interface.as_deref(), &config::interfaces())
                 .map_err(P2pError::Other)?;
-        let sock = Socket::new(
-            Domain::for_address(SocketAddr::new(bind_ip, 0)),
-            Type::STREAM.nonblocking().cloexec(),
-            Some(Protocol::TCP),
-        )
-        .map_err(|e| os_err("socket", e))?;
-        // A port of a job that just ended may be in TIME_WAIT; that must not make a port
-        // range look full.
-        sock.set_reuse_address(true)
-            .map_err(|e| os_err("setsockopt", e))?;
-        // Accepted sockets inherit the listener's receive buffer: set it here, before any
-        // connection's handshake.
-        if let Some(n) = cfg.rcvbuf {
-            sock.set_recv_buffer_size(n)
+        let new_socket = || -> Result<Socket, P2pError> {
+            let sock = Socket::new(
+                Domain::for_address(SocketAddr::new(bind_ip, 0)),
+                Type::STREAM.nonblocking().cloexec(),
+                Some(Protocol::TCP),
+            )
+            .map_err(|e| os_err("socket", e))?;
+            // A port of a job that just ended may be in TIME_WAIT; that must not make a
+            // port range look full.
+            sock.set_reuse_address(true)
                 .map_err(|e| os_err("setsockopt", e))?;
-        }
-        match cfg.ports {
-            None => sock
-                .bind(&SockAddr::from(SocketAddr::new(bind_ip, 0)))
-                .map_err(|e| os_err("bind", e))?,
+            // Accepted sockets inherit the listener's receive buffer: set it here, before
+            // any connection's handshake.
+            if let Some(n) = cfg.rcvbuf {
+                sock.set_recv_buffer_size(n)
+                    .map_err(|e| os_err("setsockopt", e))?;
+            }
+            Ok(sock)
+        };
+        let sock = match cfg.ports {
+            None => {
+                let sock = new_socket()?;
+                sock.bind(&SockAddr::from(SocketAddr::new(bind_ip, 0)))
+                    .map_err(|e| os_err("bind", e))?;
+                sock.listen(BACKLOG).map_err(|e| os_err("listen", e))?;
+                sock
+            }
             Some((lo, hi)) => {
-                let mut bound = false;
+                let mut found = None;
                 for port in lo..=hi {
+                    // With SO_REUSEADDR two ranks of one host can both bind a port that
+                    // nobody listens on yet; the second `listen` then fails with
+                    // EADDRINUSE. Either failure means: try the next port, on a new socket.
+                    let sock = new_socket()?;
                     match sock.bind(&SockAddr::from(SocketAddr::new(bind_ip, port))) {
-                        Ok(()) => {
-                            bound = true;
-                            break;
-                        }
+                        Ok(()) => {}
                         Err(e) if io_errno(&e) == libc::EADDRINUSE => continue,
                         Err(e) => return Err(os_err("bind", e)),
                     }
+                    match sock.listen(BACKLOG) {
+                        Ok(()) => {
+                            found = Some(sock);
+                            break;
+                        }
+                        Err(e) if io_errno(&e) == libc::EADDRINUSE => continue,
+                        Err(e) => return Err(os_err("listen", e)),
+                    }
                 }
-                if !bound {
-                    return Err(P2pError::Other(format!(
+                found.ok_or_else(|| {
+                    P2pError::Other(format!(
                         "tcp: no free port in TSUNAGI_TCP_PORTS={lo}-{hi} on {bind_ip}"
-                    )));
-                }
+                    ))
+                })?
             }
-        }
-        sock.listen(BACKLOG).map_err(|e| os_err("listen", e))?;
+        };
         let std_listener: std::net::TcpListener = sock.into();
         let mut listener = TcpListener::from_std(std_listener);
         let local = listener
