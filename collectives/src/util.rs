@@ -150,10 +150,7 @@ pub(crate) fn span(t: &Datatype, count: usize) -> (isize, isize) {
     }
     let last = (count as isize - 1) * t.extent();
     let first = t.true_lb();
-    (
-        first + last.min(0),
-        first + t.true_extent() + last.max(0),
-    )
+    (first + last.min(0), first + t.true_extent() + last.max(0))
 }
 
 /// A copy of the memory `count` elements of `t` at `ptr` span, and the offset into it at

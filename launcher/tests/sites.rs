@@ -243,8 +243,7 @@ fn have_or_missing(tool: &str, prereq: &str) -> bool {
 #[test]
 fn sites_over_mpich_open_mpi_and_native_transports() {
     let _s = serial();
-    if !have_or_missing("mpiexec.hydra", "mpich") || !have_or_missing("mpirun.openmpi", "openmpi")
-    {
+    if !have_or_missing("mpiexec.hydra", "mpich") || !have_or_missing("mpirun.openmpi", "openmpi") {
         return;
     }
     let p2p = p2p_check();

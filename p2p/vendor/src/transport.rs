@@ -436,7 +436,12 @@ impl TransportFactory for VendorFactory {
             .iter()
             .position(|&s| s == my_site)
             .unwrap_or(0) as Rank;
-        let site_size = info.placement.site.iter().filter(|&&s| s == my_site).count();
+        let site_size = info
+            .placement
+            .site
+            .iter()
+            .filter(|&&s| s == my_site)
+            .count();
         if rank + first != info.rank || size != site_size {
             return Err(P2pError::Unsupported(format!(
                 "vendor: Tsunagi's rank {} (site of {site_size} from rank {first}) is the vendor's rank {rank} of {size}: the vendor transport needs the vendor bootstrap (TSUNAGI_VENDOR)",
