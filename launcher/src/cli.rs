@@ -6,7 +6,7 @@ use std::ffi::{OsStr, OsString};
 /// What the user asked for.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Action {
-    Run(Options),
+    Run(Box<Options>),
     Help,
     Version,
 }
@@ -268,7 +268,7 @@ pub fn parse(
             return Err("--server needs --client K (this site's client number)".to_string())
         }
     }
-    Ok(Action::Run(Options {
+    Ok(Action::Run(Box::new(Options {
         np: np.unwrap_or(1),
         np_given: np.is_some(),
         program,
@@ -282,7 +282,7 @@ pub fn parse(
         launch_addr,
         sites,
         vendor,
-    }))
+    })))
 }
 
 #[cfg(test)]
@@ -296,7 +296,7 @@ mod tests {
 
     fn run(args: &[&str]) -> Options {
         match p(args) {
-            Ok(Action::Run(o)) => o,
+            Ok(Action::Run(o)) => *o,
             other => panic!("{args:?}: {other:?}"),
         }
     }

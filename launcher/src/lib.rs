@@ -185,7 +185,7 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             println!("Tsunagi {prog} {}", env!("CARGO_PKG_VERSION"));
             return 0;
         }
-        Ok(cli::Action::Run(o)) => o,
+        Ok(cli::Action::Run(o)) => *o,
         Err(e) => {
             say(&prog, &format!("{e} (see {prog} --help)"));
             return EXIT_USAGE;

@@ -246,7 +246,7 @@ mod tests {
     fn opts(args: &[&str]) -> Options {
         let args: Vec<OsString> = args.iter().map(OsString::from).collect();
         match crate::cli::parse(&args, |_| None).unwrap() {
-            crate::cli::Action::Run(o) => o,
+            crate::cli::Action::Run(o) => *o,
             _ => panic!(),
         }
     }

@@ -11,7 +11,7 @@
 //! 3. every process computes the job (global ranks in client order, the negotiated
 //!    parameters) and connects to every host of the other sites (the higher host index
 //!    connects to the lower and sends its index as a big-endian Int4, as the report says);
-//! 4. the job-wide bootstrap ([`GridBoot`]) reports the global rank and size and a placement
+//! 4. the job-wide bootstrap (`GridBoot`) reports the global rank and size and a placement
 //!    with a site per client; the [`ImpiDevice`] serves the other sites' ranks.
 //!
 //! At MPI_Finalize the devices exchange FINI; then the site's rank 0 sends FINI to the
