@@ -38,25 +38,29 @@ impl Engine {
         dev: usize,
         dest: Rank,
     ) -> MpiResult<()> {
-        let rep = self.router.devices()[dev].caps().data_rep;
+        let rep = self.core.device_rep(dev as u8);
         let me = self.core.me;
         let req = self.core.reqs.get_mut(id.0).expect("live request");
         let (tag, context, bytes) = (req.tag, req.context, req.bytes());
-        let data = match req.packed.take() {
-            Some(p) if rep == DataRep::Native => p,
-            packed => {
-                let mut native = packed.unwrap_or_default();
-                if native.len() != bytes {
-                    native.clear();
-                    native.resize(bytes, 0);
-                    // SAFETY: the send buffer holds `count` elements of `dtype` (MPI
-                    // contract); `native` has exactly their packed size.
-                    unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut native) };
-                }
-                match rep {
-                    DataRep::Native => native,
-                    DataRep::External32 => to_external32(&req.dtype, &native, req.count)?,
-                }
+        // One pass from the user's buffer to the wire representation; a buffered send's
+        // copy (already packed) is converted or handed over as it is.
+        let data = match (rep, req.packed.take()) {
+            (DataRep::Native, Some(packed)) => packed,
+            (DataRep::External32, Some(packed)) => to_external32(&req.dtype, &packed)?,
+            (DataRep::Native, None) => {
+                let mut native = vec![0u8; bytes];
+                // SAFETY: the send buffer holds `count` elements of `dtype` (MPI
+                // contract); `native` has exactly their packed size.
+                unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut native) };
+                native
+            }
+            (DataRep::External32, None) => {
+                let mut wire = Vec::new();
+                // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
+                unsafe {
+                    crate::datatype::pack_external32(&req.dtype, req.buf.0, req.count, &mut wire)
+                }?;
+                wire
             }
         };
         req.status.bytes = bytes;
@@ -119,7 +123,7 @@ impl Engine {
 }
 
 impl Core {
-    fn device_rep(&self, dev: u8) -> DataRep {
+    pub(super) fn device_rep(&self, dev: u8) -> DataRep {
         self.dev_reps
             .get(dev as usize)
             .copied()
@@ -295,8 +299,8 @@ impl Core {
     }
 }
 
-/// Convert `count` elements of `dtype`, packed natively in `native`, to external32.
-fn to_external32(dtype: &TypeRef, native: &[u8], _count: usize) -> MpiResult<Vec<u8>> {
+/// Convert elements of `dtype`, packed natively in `native`, to external32.
+fn to_external32(dtype: &TypeRef, native: &[u8]) -> MpiResult<Vec<u8>> {
     let mut out = Vec::with_capacity(native.len());
     crate::datatype::packed_to_external32(dtype, native, &mut out)?;
     Ok(out)
