@@ -11,8 +11,7 @@ use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
 
 use crate::select::{choose, Coll};
 use crate::util::{
-    check_count, check_counts, check_displs, check_type, copy_typed, err, span_copy, tag, Ctx,
-    Hier, SendBuf,
+    check_count, check_counts, check_displs, check_type, copy_typed, err, tag, Ctx, Hier, SendBuf,
 };
 
 /// One peer's block: address, count, type (user layout).
@@ -373,7 +372,7 @@ unsafe fn alltoall_impl(
             let mut out = Vec::with_capacity(p);
             for (ptr, c, t) in recv.iter() {
                 // SAFETY: the caller's receive blocks are readable.
-                let (mut copy, at) = unsafe { span_copy(*ptr, *c, t) };
+                let (mut copy, at) = unsafe { t.copy_span(*ptr, *c) };
                 out.push((copy.as_mut_ptr().wrapping_add(at), *c, t.clone()));
                 keep.push(copy);
             }

@@ -1156,7 +1156,7 @@ unsafe fn ialltoallw_impl(
             // converting device sees the receiver's type, not bytes).
             for j in 0..n {
                 // SAFETY: the receive blocks are readable.
-                let (copy, at) = unsafe { crate::util::span_copy(rblk(j), rcs[j], &recvtypes[j]) };
+                let (copy, at) = unsafe { recvtypes[j].copy_span(rblk(j), rcs[j]) };
                 let t = r.tmp(copy.len());
                 r.tmps[t].copy_from_slice(&copy);
                 out.push((Loc::Tmp(t, at), rcs[j], Some(recvtypes[j].clone())));

@@ -142,35 +142,6 @@ pub(crate) fn byte_type() -> TypeRef {
     Datatype::builtin(Builtin::Byte)
 }
 
-/// The byte range `[lo, hi)`, relative to the buffer address, that `count` elements of `t`
-/// touch.
-pub(crate) fn span(t: &Datatype, count: usize) -> (isize, isize) {
-    if count == 0 || t.size() == 0 {
-        return (0, 0);
-    }
-    let last = (count as isize - 1) * t.extent();
-    let first = t.true_lb();
-    (first + last.min(0), first + t.true_extent() + last.max(0))
-}
-
-/// A copy of the memory `count` elements of `t` at `ptr` span, and the offset into it at
-/// which the elements' address falls (wrapping: it may lie before the copy). Sending
-/// `count` elements of `t` from `copy.as_ptr().wrapping_add(offset)` sends what the
-/// original held, with its datatype, so that a device that converts data (external32
-/// between sites) sees the type the receiver expects.
-///
-/// # Safety
-/// `ptr` holds `count` readable elements of `t`.
-pub(crate) unsafe fn span_copy(ptr: *const u8, count: usize, t: &Datatype) -> (Vec<u8>, usize) {
-    let (lo, hi) = span(t, count);
-    if hi <= lo {
-        return (Vec::new(), 0);
-    }
-    // SAFETY: the elements lie within [ptr + lo, ptr + hi) (caller contract).
-    let copy = unsafe { std::slice::from_raw_parts(ptr.offset(lo), (hi - lo) as usize) }.to_vec();
-    (copy, 0usize.wrapping_sub(lo as usize))
-}
-
 /// Tags on the collective context. Blocking collectives use fixed small tags (messages
 /// of one collective call are matched in order per pair, and MPI orders collective calls
 /// the same way everywhere); the core's own internal exchanges use negative tags.

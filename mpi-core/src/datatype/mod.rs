@@ -775,6 +775,34 @@ impl Datatype {
         self.true_ub - self.true_lb
     }
 
+    /// The byte range `[lo, hi)`, relative to the buffer address, that `count` elements
+    /// touch (empty when there is no data).
+    pub fn span(&self, count: usize) -> (Aint, Aint) {
+        if count == 0 || self.size() == 0 {
+            return (0, 0);
+        }
+        let last = (count as Aint - 1) * self.extent();
+        (self.true_lb + last.min(0), self.true_ub + last.max(0))
+    }
+
+    /// A copy of the memory `count` elements at `ptr` span, and the offset into it at which
+    /// the elements' address falls (wrapping: it may lie before the copy). Sending `count`
+    /// elements of this type from `copy.as_ptr().wrapping_add(offset)` sends what the
+    /// original held with its datatype, so that a device that converts data (external32
+    /// between sites) sees the type the receiver expects, not bytes.
+    ///
+    /// # Safety
+    /// `ptr` holds `count` readable elements of this type.
+    pub unsafe fn copy_span(&self, ptr: *const u8, count: usize) -> (Vec<u8>, usize) {
+        let (lo, hi) = self.span(count);
+        if hi <= lo {
+            return (Vec::new(), 0);
+        }
+        // SAFETY: the elements lie within [ptr + lo, ptr + hi) (caller contract).
+        let copy = unsafe { std::slice::from_raw_parts(ptr.offset(lo), (hi - lo) as usize) };
+        (copy.to_vec(), 0usize.wrapping_sub(lo as usize))
+    }
+
     /// Largest alignment of the builtins inside (used for struct extent rounding).
     pub fn alignment(&self) -> usize {
         self.align

@@ -689,26 +689,9 @@ impl Runtime {
         // The message leaves from a copy of the memory the `n` elements span and keeps its
         // datatype, so that a device that converts data (external32 between sites) sees
         // the type the receiver expects, not bytes.
-        let (lo, hi) = if n == 0 {
-            (0, 0)
-        } else {
-            let last = (n as i64 - 1) * dtype.extent() as i64;
-            let first = dtype.true_lb() as i64;
-            (
-                first + last.min(0),
-                first + dtype.true_extent() as i64 + last.max(0),
-            )
-        };
-        let copy: Vec<u8> = if hi > lo {
-            // SAFETY: the `n` elements of `dtype` at `buf` lie within [buf + lo, buf + hi)
-            // (MPI contract: the buffer covers the elements' span).
-            unsafe { std::slice::from_raw_parts(buf.offset(lo as isize), (hi - lo) as usize) }
-                .to_vec()
-        } else {
-            Vec::new()
-        };
-        // The address the copy's elements start from (`lo` bytes before the copy).
-        let send_base = copy.as_ptr().wrapping_offset(-(lo as isize));
+        // SAFETY: `buf` holds `n` elements of `dtype` (checked above, MPI contract).
+        let (copy, at) = unsafe { dtype.copy_span(buf, n) };
+        let send_base = copy.as_ptr().wrapping_add(at);
         let r = self.irecv(call, buf, count, dtype, source, rtag, comm)?;
         let sent = self.isend(
             call,
