@@ -98,17 +98,23 @@ impl Config {
 pub struct Outcome {
     /// The paper's all-to-all bandwidth, bytes per second.
     pub bandwidth: f64,
+    /// Simulated seconds of the whole all-to-all.
+    pub seconds: f64,
     /// Times the planner's greedy needed an exchange (0 without a planner).
     pub greedy_stuck: usize,
+    /// The most flows one switch link carries in any phase
+    /// ([`Simulator::max_switch_link_load`]): 1 (or 0) = no hot spot. For the out-of-step
+    /// ring, of the same ring's lock-step phases.
+    pub max_switch_link_load: usize,
+    /// Phases in which some switch link carries more than one flow.
+    pub hot_phases: usize,
 }
 
 /// Simulates the all-to-all of a job on nodes `alloc` (distinct node ids, in hostfile
 /// order) under `method`.
 pub fn run(cfg: &Config, alloc: &[usize], method: Method) -> Result<Outcome, FabricError> {
     let tree = cfg.tree;
-    for &g in alloc {
-        tree.check_node(g)?;
-    }
+    tree.check_allocation(alloc)?;
     let leaf_of: Vec<usize> = alloc.iter().map(|&g| tree.leaf_of(g)).collect();
     let numbering = match method {
         Method::PlannedGivenOrder => Numbering::AsGiven,
@@ -144,9 +150,13 @@ pub fn run(cfg: &Config, alloc: &[usize], method: Method) -> Result<Outcome, Fab
         _ => (&single, 0),
     };
     let sim = Simulator::new(tree, cfg.rates, cfg.sharing, route);
+    let phases = match cfg.algorithm {
+        Algorithm::PlainRing => plain_ring_phases(&ring, cfg.ppn, cfg.msg),
+        _ => two_level_ring_phases(&ring, cfg.ppn, cfg.msg),
+    };
+    let loads: Vec<usize> = phases.iter().map(|p| sim.max_switch_link_load(p)).collect();
     let t = match cfg.algorithm {
-        Algorithm::TwoLevelRing => sim.time(&two_level_ring_phases(&ring, cfg.ppn, cfg.msg)),
-        Algorithm::PlainRing => sim.time(&plain_ring_phases(&ring, cfg.ppn, cfg.msg)),
+        Algorithm::TwoLevelRing | Algorithm::PlainRing => sim.time(&phases),
         Algorithm::TwoLevelRingOutOfStep { skew } => {
             // Start times per physical node, drawn from the allocation itself.
             let phase = (cfg.ppn * cfg.ppn) as f64 * cfg.msg / cfg.rates.nic;
@@ -163,7 +173,10 @@ pub fn run(cfg: &Config, alloc: &[usize], method: Method) -> Result<Outcome, Fab
     };
     Ok(Outcome {
         bandwidth: alltoall_bandwidth(cfg.msg, alloc.len(), cfg.ppn, t),
+        seconds: t,
         greedy_stuck: stuck,
+        max_switch_link_load: loads.iter().copied().max().unwrap_or(0),
+        hot_phases: loads.iter().filter(|&&c| c > 1).count(),
     })
 }
 

@@ -14,7 +14,10 @@
 //! InfiniBand transport, or the PM transport with several addresses per host standing for
 //! LIDs) calls [`Plan::new`] once at start-up with the number of roots and the leaf of
 //! each of the job's nodes, then [`Plan::lid_index`]`(my_node, peer_node)` per connection,
-//! and must run its all-to-all ring over the nodes in [`Plan::order`]. The schedules
+//! and must run its all-to-all ring over the nodes in [`Plan::order`];
+//! [`connection_lid_indices`]`(tree, allocation, me)` gives all of one node's connections
+//! in one call. (The PM transport of issue 18 is not built yet; this is the call it will
+//! make.) The schedules
 //! simulated here are those of `tsunagi-collectives` (checked by the tests against
 //! `two_level_ring_schedule` and `plain_ring_schedule`).
 
@@ -23,5 +26,5 @@ pub mod planner;
 pub mod sim;
 pub mod topology;
 
-pub use planner::{destination_lid_index, Numbering, Plan, PlanStats};
+pub use planner::{connection_lid_indices, destination_lid_index, Numbering, Plan, PlanStats};
 pub use topology::{FabricError, FatTree, Link};

@@ -31,7 +31,7 @@
 //! Every process of a job computes the same plan from the same inputs, without
 //! communication: the plan is a pure function of K and the leaf of each job node.
 
-use crate::topology::FabricError;
+use crate::topology::{FabricError, FatTree};
 
 /// How the job's nodes are numbered before planning (step 1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +75,15 @@ impl Plan {
     /// on leaf `leaf_of[i]` of a fabric with `roots` root switches.
     pub fn new(roots: usize, leaf_of: &[usize]) -> Result<Plan, FabricError> {
         Self::with_numbering(roots, leaf_of, Numbering::LeafByLeaf)
+    }
+
+    /// The plan for a job on nodes `alloc` (fabric node ids, in the job's order) of
+    /// `tree`: [`Plan::new`] with the leaves looked up, after checking that every node is
+    /// in the fabric and listed once. Job index `i` of the plan is `alloc[i]`.
+    pub fn for_allocation(tree: &FatTree, alloc: &[usize]) -> Result<Plan, FabricError> {
+        tree.check_allocation(alloc)?;
+        let leaf_of: Vec<usize> = alloc.iter().map(|&g| tree.leaf_of(g)).collect();
+        Self::new(tree.roots(), &leaf_of)
     }
 
     /// As [`Plan::new`], with a choice of step 1.
@@ -216,6 +225,41 @@ impl Plan {
     pub fn stats(&self) -> PlanStats {
         self.stats
     }
+
+    /// Every connection of job node `me` at once: entry `peer` is the LID index `me` uses
+    /// to reach job node `peer` ([`Plan::lid_index`]), `None` for `me` itself (a node
+    /// does not reach itself over the fabric).
+    pub fn lid_indices_from(&self, me: usize) -> Result<Vec<Option<usize>>, FabricError> {
+        let n = self.order.len();
+        if me >= n {
+            return Err(FabricError(format!(
+                "lid_indices_from: me = {me} is not a node of this job of {n} nodes"
+            )));
+        }
+        let s = self.local[me];
+        Ok((0..n)
+            .map(|peer| (peer != me).then(|| self.root_by_local(s, self.local[peer])))
+            .collect())
+    }
+}
+
+/// What a transport calls at start-up, from what it knows: the fabric, the job's nodes
+/// (`alloc[i]` = fabric node id of job node `i`, in the job's order) and which of them it
+/// is (`me`, a job index). Entry `peer` of the result is the index of the LID of job node
+/// `peer` to address (the peer's base LID + index, [`crate::topology::lid`]; for a
+/// transport whose "LIDs" are UDP ports or IP aliases, the peer's address number `index`),
+/// `None` for `me`. Every node computes the same plan with no communication, so the two
+/// ends of a connection agree on the route of each direction.
+///
+/// The all-to-all is conflict-free when its ring runs over the nodes in
+/// [`Plan::order`]; a transport that must keep the job's order plans with
+/// [`Numbering::AsGiven`] instead (also conflict-free, [`Plan::with_numbering`]).
+pub fn connection_lid_indices(
+    tree: &FatTree,
+    alloc: &[usize],
+    me: usize,
+) -> Result<Vec<Option<usize>>, FabricError> {
+    Plan::for_allocation(tree, alloc)?.lid_indices_from(me)
 }
 
 /// The transport's one-call entry: in a job whose node `i` sits on leaf `leaf_of[i]` of a

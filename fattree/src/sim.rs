@@ -240,6 +240,32 @@ impl<'a> Simulator<'a> {
     pub fn time(&self, phases: &[Vec<Flow>]) -> f64 {
         phases.iter().map(|p| self.phase_time(p)).sum()
     }
+
+    /// How many of a phase's flows cross each directed link, by
+    /// [`FatTree::link_index`]. Flows of no bytes and flows inside a node count nowhere.
+    pub fn link_loads(&self, flows: &[Flow]) -> Vec<usize> {
+        let mut load = vec![0usize; self.caps.len()];
+        for f in flows.iter().filter(|f| f.bytes > 0.0) {
+            for l in self.links_of(f) {
+                load[l] += 1;
+            }
+        }
+        load
+    }
+
+    /// The most flows of one phase on one switch link (leaf→root or root→leaf): 0 when no
+    /// flow leaves its leaf, 1 when no switch link is shared, more on a hot spot. Node
+    /// links are left out: routing cannot change what they carry (in a 2-level ring phase
+    /// each node sends one flow and receives one).
+    pub fn max_switch_link_load(&self, flows: &[Flow]) -> usize {
+        self.link_loads(flows)
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| !self.tree.is_node_link(i))
+            .map(|(_, &c)| c)
+            .max()
+            .unwrap_or(0)
+    }
 }
 
 impl Simulator<'_> {
@@ -391,6 +417,7 @@ pub fn alltoall_bandwidth(msg: f64, nodes: usize, ppn: usize, seconds: f64) -> f
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::topology::Link;
 
     fn close(a: f64, b: f64) -> bool {
         (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0)
@@ -434,6 +461,36 @@ mod tests {
         let planned = |s: usize, _d: usize| if s == 3 { 0 } else { 2 };
         let sim = Simulator::new(t, Rates::uniform(100.0), Sharing::Static, &planned);
         assert!(close(sim.phase_time(&flows), 10.0));
+    }
+
+    #[test]
+    fn switch_link_loads_by_hand() {
+        // Figure 2 again: one LID puts 3 -> 6 and 5 -> 9 on leaf 1 -> root 0 (load 2) and
+        // then on root 0 -> leaves 2 and 3 (load 1 each); node links never count.
+        let t = FatTree::full(3).unwrap();
+        let single = |_s: usize, d: usize| t.single_lid_root(d);
+        let sim = Simulator::new(t, Rates::uniform(100.0), Sharing::Static, &single);
+        let flow = |src, dst| Flow {
+            src,
+            dst,
+            bytes: 1.0,
+        };
+        let flows = [flow(3, 6), flow(5, 9), flow(4, 4), flow(0, 1)];
+        let load = sim.link_loads(&flows);
+        assert_eq!(load[t.link_index(Link::Up { leaf: 1, root: 0 })], 2);
+        assert_eq!(load[t.link_index(Link::Down { root: 0, leaf: 2 })], 1);
+        assert_eq!(load[t.link_index(Link::Down { root: 0, leaf: 3 })], 1);
+        assert_eq!(load[t.link_index(Link::NodeUp(0))], 1);
+        assert_eq!(load[t.link_index(Link::NodeUp(4))], 0, "inside a node");
+        assert_eq!(load.iter().sum::<usize>(), 4 + 4 + 2);
+        assert_eq!(sim.max_switch_link_load(&flows), 2);
+        // Same-leaf traffic and empty flows load no switch link.
+        assert_eq!(sim.max_switch_link_load(&[flow(0, 1), flow(1, 2)]), 0);
+        let empty = Flow {
+            bytes: 0.0,
+            ..flow(3, 6)
+        };
+        assert_eq!(sim.max_switch_link_load(&[empty, flow(5, 9)]), 1);
     }
 
     #[test]

@@ -113,6 +113,20 @@ impl FatTree {
         }
     }
 
+    /// Checks a job's allocation: every node in this fabric, none listed twice.
+    pub fn check_allocation(&self, alloc: &[usize]) -> Result<(), FabricError> {
+        let mut seen = vec![false; self.nodes()];
+        for &g in alloc {
+            self.check_node(g)?;
+            if std::mem::replace(&mut seen[g], true) {
+                return Err(FabricError(format!(
+                    "node {g} is listed twice in the allocation"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     /// The root that carries traffic *to* node `g` when every node has a single LID.
     pub fn single_lid_root(&self, g: usize) -> usize {
         g % self.k
@@ -236,5 +250,15 @@ mod tests {
         assert!(FatTree::new(3, 0).is_err());
         assert!(FatTree::new(3, 2).unwrap().check_node(6).is_err());
         assert!(FatTree::new(3, 2).unwrap().check_node(5).is_ok());
+        let t = FatTree::new(3, 2).unwrap();
+        assert!(t.check_allocation(&[5, 0, 3]).is_ok());
+        assert!(t.check_allocation(&[]).is_ok());
+        let e = t.check_allocation(&[1, 4, 1]).unwrap_err();
+        assert!(e.0.contains("node 1 is listed twice"), "{e}");
+        assert!(t
+            .check_allocation(&[1, 6])
+            .unwrap_err()
+            .0
+            .contains("node 6"));
     }
 }

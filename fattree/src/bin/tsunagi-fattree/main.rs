@@ -264,11 +264,41 @@ fn simulate(
         msg: msg as f64,
     };
     let mut o = String::new();
+    let _ = writeln!(
+        o,
+        "{} all-to-all, {} nodes x {ppn} processes, {msg} B per process pair; \
+         load = most flows on one switch link in a phase (1: no hot spot)",
+        cfg.algorithm.name(),
+        alloc.len()
+    );
+    let _ = writeln!(
+        o,
+        "{:<26} {:>12} {:>10} {:>5} {:>11}",
+        "method", "time ms", "MB/s", "load", "hot phases"
+    );
     for m in Method::ALL {
         let r = run(&cfg, &alloc, m).map_err(|e| format!("--nodes: {e}"))?;
-        let _ = writeln!(o, "{:<26} {:>8.0} MB/s", m.name(), r.bandwidth / 1e6);
+        let _ = writeln!(
+            o,
+            "{:<26} {:>12.3} {:>10.0} {:>5} {:>5} of {}",
+            m.name(),
+            r.seconds * 1e3,
+            r.bandwidth / 1e6,
+            r.max_switch_link_load,
+            r.hot_phases,
+            phase_count(cfg.algorithm, alloc.len(), ppn)
+        );
     }
     Ok(o)
+}
+
+/// Phases of one all-to-all: one per node shift (shift 0 inside the nodes) for the
+/// 2-level ring, one per rank shift for the plain ring.
+fn phase_count(algorithm: Algorithm, nodes: usize, ppn: usize) -> usize {
+    match algorithm {
+        Algorithm::PlainRing => nodes * ppn,
+        _ => nodes,
+    }
 }
 
 fn mbs(x: f64) -> String {
