@@ -271,6 +271,47 @@ pub fn random_allocations(
     Ok((out, stuck))
 }
 
+/// How often and how badly switch links are shared under one method.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Census {
+    /// Allocations run.
+    pub allocations: usize,
+    /// Allocations with a switch link carrying two flows or more in some phase.
+    pub hot_allocations: usize,
+    /// Phases (over all allocations) with such a link.
+    pub hot_phases: usize,
+    /// Phases run in all.
+    pub phases: usize,
+    /// The most flows one switch link carried in any phase of any allocation.
+    pub worst_load: usize,
+}
+
+/// The hot spots of the same `count` random `n`-node allocations as
+/// [`random_allocations`] with the same seed, under `method`.
+pub fn hot_spot_census(
+    cfg: &Config,
+    n: usize,
+    count: usize,
+    seed: u64,
+    method: Method,
+) -> Result<Census, FabricError> {
+    let mut rng = SplitMix64::new(seed);
+    let mut c = Census::default();
+    for _ in 0..count {
+        let alloc = random_allocation(&mut rng, cfg.tree.nodes(), n);
+        let o = run(cfg, &alloc, method)?;
+        c.allocations += 1;
+        c.hot_allocations += usize::from(o.max_switch_link_load > 1);
+        c.hot_phases += o.hot_phases;
+        c.phases += match cfg.algorithm {
+            Algorithm::PlainRing => alloc.len() * cfg.ppn,
+            _ => alloc.len(),
+        };
+        c.worst_load = c.worst_load.max(o.max_switch_link_load);
+    }
+    Ok(c)
+}
+
 /// Bandwidths of the consecutive allocations `0..n` for `n` in `sizes`, per method.
 pub fn consecutive(
     cfg: &Config,

@@ -29,6 +29,56 @@ fn table_prints_the_plan() {
 }
 
 #[test]
+fn simulate_prints_times_bandwidths_and_loads() {
+    // Figure 2's job, one process per node, 1 MiB, 4xDDR calibration: one LID shares
+    // leaf 1 -> root 0 in one of the 4 phases (1,000 MB/s each there, 1,700 elsewhere).
+    let out = bin()
+        .args([
+            "simulate", "--k", "3", "--leaves", "6", "--nodes", "3,5,6,9", "--ppn", "1",
+        ])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = String::from_utf8(out.stdout).unwrap();
+    let row = |name: &str| -> Vec<String> {
+        let line = text
+            .lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with("  "))
+            .unwrap_or_else(|| panic!("no row {name}: {text}"));
+        line[name.len()..]
+            .split_whitespace()
+            .map(str::to_string)
+            .collect()
+    };
+    // time ms, MB/s, load, hot phases "of" total.
+    let mib = (1u64 << 20) as f64;
+    let single_ms = (2.0 * mib / 1700e6 + mib / 1000e6) * 1e3;
+    assert_eq!(
+        row("single LID"),
+        [
+            format!("{single_ms:.3}"),
+            "1378".into(),
+            "2".into(),
+            "1".into(),
+            "of".into(),
+            "4".into()
+        ]
+    );
+    let planned_ms = 3.0 * mib / 1700e6 * 1e3;
+    assert_eq!(
+        row("planned"),
+        [
+            format!("{planned_ms:.3}"),
+            "1700".into(),
+            "1".into(),
+            "0".into(),
+            "of".into(),
+            "4".into()
+        ]
+    );
+}
+
+#[test]
 fn bad_nodes_are_refused_with_a_message() {
     let out = bin()
         .args(["table", "--k", "3", "--leaves", "2", "--nodes", "0,6"])
@@ -57,6 +107,10 @@ fn reproduce_writes_tables_csv_and_plot() {
     assert!(out.status.success(), "{out:?}");
     let text = String::from_utf8(out.stdout).unwrap();
     assert!(text.contains("| planned | 1700 | 1700 | 1700 |"), "{text}");
+    assert!(
+        text.contains("planned: a switch link carries two flows or more of one phase in 0 of 20 allocations (0 of 320 phases)"),
+        "{text}"
+    );
     assert!(text.contains("| 13 | "), "{text}");
     for f in ["random.csv", "consecutive.csv"] {
         let body = std::fs::read_to_string(dir.join(f)).unwrap();

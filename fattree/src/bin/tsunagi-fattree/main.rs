@@ -11,7 +11,7 @@ use std::fmt::Write as _;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tsunagi_fattree::experiment::{
-    consecutive, random_allocations, run, Algorithm, Config, Method, Summary,
+    consecutive, hot_spot_census, random_allocations, run, Algorithm, Config, Method, Summary,
 };
 use tsunagi_fattree::sim::{Rates, Sharing};
 use tsunagi_fattree::topology::lmc_for;
@@ -382,6 +382,21 @@ fn reproduce(
             .filter(|(p, s)| **p >= **s * (1.0 - 1e-12))
             .count()
     );
+    // The hot spots themselves: flows per switch link.
+    for m in [Method::SingleLid, Method::Planned] {
+        let c = hot_spot_census(&cfg, 16, allocations, seed, m).map_err(e)?;
+        let _ = writeln!(
+            o,
+            "\n{}: a switch link carries two flows or more of one phase in {} of {} allocations \
+             ({} of {} phases); most flows on one switch link in any phase: {}.",
+            m.name(),
+            c.hot_allocations,
+            c.allocations,
+            c.hot_phases,
+            c.phases,
+            c.worst_load
+        );
+    }
     // The other calibration: every link at the node rate.
     let uniform = Config {
         rates: Rates::uniform(rates.nic),
@@ -408,15 +423,19 @@ fn reproduce(
     let consec = consecutive(&cfg, &sizes, &Method::ALL).map_err(e)?;
     let _ = writeln!(
         o,
-        "\n## Consecutive allocations (nodes 0 .. n-1), 2-level ring\n\n| n | single LID | planned | single LID, leaf order |\n|---:|---:|---:|---:|"
+        "\n## Consecutive allocations (nodes 0 .. n-1), 2-level ring\n\n| n | single LID | planned | single LID, leaf order | single-LID load, hot phases |\n|---:|---:|---:|---:|---:|"
     );
-    for (i, n) in sizes.iter().enumerate() {
+    for (i, &n) in sizes.iter().enumerate() {
+        let alloc: Vec<usize> = (0..n).collect();
+        let single = run(&cfg, &alloc, Method::SingleLid).map_err(e)?;
         let _ = writeln!(
             o,
-            "| {n} | {} | {} | {} |",
+            "| {n} | {} | {} | {} | {}, {} |",
             mbs(consec[0][i]),
             mbs(consec[1][i]),
-            mbs(consec[3][i])
+            mbs(consec[3][i]),
+            single.max_switch_link_load,
+            single.hot_phases
         );
     }
 
