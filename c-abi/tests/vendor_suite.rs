@@ -97,6 +97,17 @@ fn job_suites(vendor: &str) {
         let env = format!("TSUNAGI_VENDOR_SHORT={short}");
         expect_ok(vendor, 2, &["--env", &env], &exes[0].0, "p2p ok");
     }
+    // Messages across the eager limit (the large ones by the single-copy reads), with each
+    // engine; and every message by the reads (eager limit 0).
+    let big = build("vendor_big", vendor);
+    for engine in ["polling", "threaded"] {
+        for n in [2, 3] {
+            expect_ok(vendor, n, &["--progress", engine], &big, "vendor big ok");
+        }
+        let all_reads = ["--progress", engine, "--env", "TSUNAGI_VENDOR_EAGER=0"];
+        expect_ok(vendor, 2, &all_reads, &big, "vendor big ok");
+        expect_ok(vendor, 2, &all_reads, &exes[0].0, "p2p ok");
+    }
     // The vendor transport is what moves the messages: its own setting is read at start.
     let out = vendor_run(
         vendor,
