@@ -40,8 +40,11 @@ use crate::vendor::{self, Flavor, Vendor};
 
 /// Messages up to this many payload bytes go eagerly (copied by the transport at both
 /// ends); above it, by the single-copy rendezvous (no copy of ours: the vendor moves the
-/// bytes from the sender's buffer into the receiver's). Measured in `docs/vendor-mpi.md`.
-/// `TSUNAGI_VENDOR_EAGER` overrides it.
+/// bytes from the sender's buffer into the receiver's). Chosen, not measured: the
+/// rendezvous costs two more vendor messages before the data (RTS, memory request), about
+/// what copying 32 KiB twice costs at this machine's ~5 GB/s; the load during the
+/// measurements in `docs/vendor-mpi.md` hid differences that small. `TSUNAGI_VENDOR_EAGER`
+/// overrides it.
 pub const EAGER_LIMIT: usize = 32 * 1024;
 
 fn eager_limit() -> Result<usize, P2pError> {
