@@ -1,6 +1,9 @@
 //! Tsunagi over a vendor MPI (`mpirun --vendor mpich|openmpi`, crate `tsunagi-vendor`):
 //! the C job suites under each vendor's launcher with each progress engine on 2 and 4
-//! ranks, a job whose messages all take the long (head + rest) path, a mixed job (vendor
+//! ranks, a job whose messages all take the long (head + rest) path, messages of 0 B to
+//! 4 MiB across the eager limit (`vendor_big.c`: the large ones by the single-copy reads,
+//! crossing, strided, synchronous, truncated), the threaded engine's progress thread
+//! blocking in the vendor and polling it instead, a mixed job (vendor
 //! inside pretend nodes, TCP between them), and rank failure (SIGKILL, MPI_Abort, exit
 //! without finalize) ending the job within 2 s with no process and nothing in /dev/shm
 //! left. Skipped (failing in CI) where the vendor's launcher is not installed.
@@ -97,20 +100,37 @@ fn job_suites(vendor: &str) {
         let env = format!("TSUNAGI_VENDOR_SHORT={short}");
         expect_ok(vendor, 2, &["--env", &env], &exes[0].0, "p2p ok");
     }
+    // Messages across the eager limit (the large ones by the single-copy reads), with each
+    // engine; and every message by the reads (eager limit 0; not the p2p suite, whose
+    // ring of blocking sends relies on small messages being buffered, as MPI allows).
+    let big = build("vendor_big", vendor);
+    for engine in ["polling", "threaded"] {
+        for n in [2, 3] {
+            expect_ok(vendor, n, &["--progress", engine], &big, "vendor big ok");
+        }
+        let all_reads = ["--progress", engine, "--env", "TSUNAGI_VENDOR_EAGER=0"];
+        expect_ok(vendor, 2, &all_reads, &big, "vendor big ok");
+    }
+    // The threaded engine with its progress thread polling the vendor instead of blocking
+    // in MPI_Probe (for vendors without MPI_THREAD_MULTIPLE).
+    let polls = ["--progress", "threaded", "--env", "TSUNAGI_VENDOR_BLOCK=0"];
+    expect_ok(vendor, 2, &polls, &big, "vendor big ok");
     // The vendor transport is what moves the messages: its own setting is read at start.
-    let out = vendor_run(
-        vendor,
-        2,
-        &["--env", "TSUNAGI_VENDOR_SHORT=lots"],
-        &exes[0].0,
-        &[],
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("TSUNAGI_VENDOR_SHORT=lots"),
-        "a bad vendor setting was not refused ({}):\n{stderr}",
-        out.status
-    );
+    for bad in ["TSUNAGI_VENDOR_SHORT=lots", "TSUNAGI_VENDOR_BLOCK=maybe"] {
+        let out = vendor_run(
+            vendor,
+            2,
+            &["--progress", "threaded", "--env", bad],
+            &exes[0].0,
+            &[],
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(bad),
+            "a bad vendor setting was not refused ({}):\n{stderr}",
+            out.status
+        );
+    }
 }
 
 #[test]

@@ -19,6 +19,9 @@ pub(crate) struct Api {
     pub test: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
     pub iprobe: unsafe extern "C" fn(*mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
     pub recv: unsafe extern "C" fn(*mut u8, c_int, c_int, c_int) -> c_int,
+    pub iprobe_tag: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
+    pub probe: unsafe extern "C" fn() -> c_int,
+    pub wake: unsafe extern "C" fn(c_int, c_int) -> c_int,
     pub allgather: unsafe extern "C" fn(*const u8, c_int, *mut u8) -> c_int,
     pub allgatherv:
         unsafe extern "C" fn(*const u8, c_int, *mut u8, *const c_int, *const c_int) -> c_int,
@@ -97,6 +100,17 @@ macro_rules! api_table {
                 ) -> c_int;
                 #[link_name = concat!($prefix, "recv")]
                 fn recv(buf: *mut u8, len: c_int, src: c_int, tag: c_int) -> c_int;
+                #[link_name = concat!($prefix, "iprobe_tag")]
+                fn iprobe_tag(
+                    tag: c_int,
+                    found: *mut c_int,
+                    src: *mut c_int,
+                    count: *mut c_int,
+                ) -> c_int;
+                #[link_name = concat!($prefix, "probe")]
+                fn probe() -> c_int;
+                #[link_name = concat!($prefix, "wake")]
+                fn wake(me: c_int, tag: c_int) -> c_int;
                 #[link_name = concat!($prefix, "allgather")]
                 fn allgather(send: *const u8, len: c_int, recv: *mut u8) -> c_int;
                 #[link_name = concat!($prefix, "allgatherv")]
@@ -129,6 +143,9 @@ macro_rules! api_table {
                 test,
                 iprobe,
                 recv,
+                iprobe_tag,
+                probe,
+                wake,
                 allgather,
                 allgatherv,
                 abort,

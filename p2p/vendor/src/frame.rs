@@ -18,6 +18,54 @@ pub const TAG_HEAD: i32 = 2;
 /// The rest of a long message.
 pub const TAG_REST: i32 = 3;
 
+/// A request for a peer's memory (single-copy rendezvous, [`get_request`]): the peer
+/// sends the bytes asked for, from where they are, under [`TAG_GET_DATA`].
+pub const TAG_GET: i32 = 4;
+/// The bytes a [`TAG_GET`] asked for, in pieces of at most [`GET_PIECE`] bytes, taken by
+/// receives the requester posted before it asked.
+pub const TAG_GET_DATA: i32 = 5;
+/// An empty message a process sends itself to end a blocking probe (no meaning beyond
+/// that; the receiver drops it).
+pub const TAG_WAKE: i32 = 6;
+
+/// Bytes of a [`TAG_GET`] message.
+pub const GET_BYTES: usize = 16;
+/// The largest piece of a get's data in one vendor message (vendor counts are C ints).
+pub const GET_PIECE: usize = 1 << 30;
+
+/// A [`TAG_GET`] message: `address u64 LE | length u64 LE` in the answering process.
+pub fn get_request(addr: u64, len: u64) -> [u8; GET_BYTES] {
+    let mut b = [0u8; GET_BYTES];
+    b[..8].copy_from_slice(&addr.to_le_bytes());
+    b[8..].copy_from_slice(&len.to_le_bytes());
+    b
+}
+
+/// Decode a [`TAG_GET`] message: (address, length).
+pub fn parse_get(bytes: &[u8]) -> Result<(u64, u64), String> {
+    if bytes.len() != GET_BYTES {
+        return Err(format!(
+            "a memory request of {} bytes (expected {GET_BYTES})",
+            bytes.len()
+        ));
+    }
+    let addr = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+    let len = u64::from_le_bytes(bytes[8..].try_into().expect("8 bytes"));
+    if len > isize::MAX as u64 || addr.checked_add(len).is_none() || (addr == 0 && len > 0) {
+        return Err(format!(
+            "a memory request for {len} bytes at {addr:#x} is not an address range"
+        ));
+    }
+    Ok((addr, len))
+}
+
+/// The pieces of a get of `len` bytes, as (offset, length): the same on both ends.
+pub fn get_pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len)
+        .step_by(GET_PIECE)
+        .map(move |at| (at, (len - at).min(GET_PIECE)))
+}
+
 /// Bytes of a head before its first part.
 pub const HEAD_PREFIX: usize = HEADER_BYTES + 8;
 
@@ -113,6 +161,7 @@ pub fn parse(tag: i32, bytes: &[u8], max_payload: usize) -> Result<First<'_>, St
             })
         }
         TAG_REST => Err("the rest of a long message arrived without its head".into()),
+        TAG_GET_DATA => Err("memory asked for arrived without a request".into()),
         other => Err(format!("a vendor message with unknown tag {other}")),
     }
 }
@@ -176,6 +225,23 @@ mod tests {
         let f = frame(&hdr(), &p, 0);
         assert_eq!(f.first.1.len(), HEAD_PREFIX);
         assert_eq!(f.rest.unwrap().len(), 1000);
+    }
+
+    #[test]
+    fn memory_requests_round_trip_and_bad_ones_are_rejected() {
+        let b = get_request(0x7fff_1234_5000, 3 << 30);
+        assert_eq!(&b[..8], &0x7fff_1234_5000u64.to_le_bytes());
+        assert_eq!(parse_get(&b).unwrap(), (0x7fff_1234_5000, 3 << 30));
+        assert!(parse_get(&b[..15]).is_err());
+        assert!(parse_get(&get_request(u64::MAX - 4, 8)).is_err());
+        assert!(parse_get(&get_request(0, 8)).is_err());
+        assert_eq!(parse_get(&get_request(0, 0)).unwrap(), (0, 0));
+        let pieces: Vec<_> = get_pieces(2 * GET_PIECE + 5).collect();
+        assert_eq!(
+            pieces,
+            vec![(0, GET_PIECE), (GET_PIECE, GET_PIECE), (2 * GET_PIECE, 5)]
+        );
+        assert_eq!(get_pieces(0).count(), 0);
     }
 
     #[test]

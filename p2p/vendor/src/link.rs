@@ -45,6 +45,8 @@ pub trait Link: Send {
     fn test(&mut self, req: Req) -> Result<bool, P2pError>;
     /// The first message waiting from any source: (source, tag, bytes).
     fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError>;
+    /// The first message waiting under `tag` from any source: (source, bytes).
+    fn iprobe_tag(&mut self, tag: i32) -> Result<Option<(u32, usize)>, P2pError>;
     /// Receive the message [`Link::iprobe`] just reported (`src`, `tag`) into `buf`, whose
     /// length is that message's.
     fn recv_probed(&mut self, buf: &mut [u8], src: u32, tag: i32) -> Result<(), P2pError>;
@@ -112,6 +114,21 @@ impl Link for VendorLink {
             )));
         }
         Ok(Some((src as u32, tag, count as usize)))
+    }
+    fn iprobe_tag(&mut self, tag: i32) -> Result<Option<(u32, usize)>, P2pError> {
+        let (mut found, mut src, mut count): (c_int, c_int, c_int) = (0, 0, 0);
+        // SAFETY: three writable ints.
+        let rc = unsafe { (self.0.api.iprobe_tag)(tag, &mut found, &mut src, &mut count) };
+        check(self.0.api, "MPI_Iprobe", rc)?;
+        if found == 0 {
+            return Ok(None);
+        }
+        if src < 0 || src as usize >= self.0.size || count < 0 {
+            return Err(P2pError::Other(format!(
+                "vendor: MPI_Iprobe reported a message from rank {src} of {count} bytes"
+            )));
+        }
+        Ok(Some((src as u32, count as usize)))
     }
     fn recv_probed(&mut self, buf: &mut [u8], src: u32, tag: i32) -> Result<(), P2pError> {
         // SAFETY: the receive writes at most buf.len() bytes into buf.
@@ -266,18 +283,10 @@ pub mod sim {
             Ok(false)
         }
         fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError> {
-            let w = self.w.0.lock().unwrap();
-            // Posted receives match first (as in MPI): only what no receive waits for.
-            Ok(w.flight
-                .iter()
-                .find(|m| {
-                    m.dest == self.rank
-                        && !w
-                            .posted
-                            .iter()
-                            .any(|p| p.0 == self.rank && p.4 == m.src && p.5 == m.tag)
-                })
-                .map(|m| (m.src, m.tag, m.bytes.len())))
+            self.probe_where(|_| true)
+        }
+        fn iprobe_tag(&mut self, tag: i32) -> Result<Option<(u32, usize)>, P2pError> {
+            Ok(self.probe_where(|t| t == tag)?.map(|(s, _, n)| (s, n)))
         }
         fn recv_probed(&mut self, buf: &mut [u8], src: u32, tag: i32) -> Result<(), P2pError> {
             let mut w = self.w.0.lock().unwrap();
@@ -291,6 +300,28 @@ pub mod sim {
             buf.copy_from_slice(&m.bytes);
             w.sent.push(m.send_req);
             Ok(())
+        }
+    }
+
+    impl SimLink {
+        fn probe_where(
+            &mut self,
+            tag_ok: impl Fn(i32) -> bool,
+        ) -> Result<Option<(u32, i32, usize)>, P2pError> {
+            let mut w = self.w.0.lock().unwrap();
+            Self::match_posted(&mut w);
+            // Posted receives match first (as in MPI): only what no receive waits for.
+            Ok(w.flight
+                .iter()
+                .find(|m| {
+                    m.dest == self.rank
+                        && tag_ok(m.tag)
+                        && !w
+                            .posted
+                            .iter()
+                            .any(|p| p.0 == self.rank && p.4 == m.src && p.5 == m.tag)
+                })
+                .map(|m| (m.src, m.tag, m.bytes.len())))
         }
     }
 }

@@ -51,6 +51,8 @@ FN(MPI_Recv);
 FN(MPI_Test);
 FN(MPI_Wait);
 FN(MPI_Iprobe);
+FN(MPI_Probe);
+FN(MPI_Request_free);
 FN(MPI_Get_count);
 FN(MPI_Allgather);
 FN(MPI_Allgatherv);
@@ -102,6 +104,8 @@ int F(load)(const char *path, char *err, int errlen)
     LOAD(MPI_Test);
     LOAD(MPI_Wait);
     LOAD(MPI_Iprobe);
+    LOAD(MPI_Probe);
+    LOAD(MPI_Request_free);
     LOAD(MPI_Get_count);
     LOAD(MPI_Allgather);
     LOAD(MPI_Allgatherv);
@@ -232,6 +236,38 @@ int F(iprobe)(int *found, int *src, int *tag, int *count)
     *src = st.MPI_SOURCE;
     *tag = st.MPI_TAG;
     return p_MPI_Get_count(&st, byte, count);
+}
+
+/* Is a message with this tag waiting, from any source? Source and byte count. */
+int F(iprobe_tag)(int tag, int *found, int *src, int *count)
+{
+    MPI_Status st;
+    int rc = p_MPI_Iprobe(MPI_ANY_SOURCE, tag, moves, found, &st);
+    if (rc != MPI_SUCCESS || !*found)
+        return rc;
+    *src = st.MPI_SOURCE;
+    return p_MPI_Get_count(&st, byte, count);
+}
+
+/* Block until a message is waiting on the transport's communicator (any source, any
+ * tag); it stays there for the next MPI_Iprobe. Called by a progress thread without the
+ * transport's lock while other threads call the vendor: needs MPI_THREAD_MULTIPLE. It
+ * touches no shim state (the request table belongs to the lock holder). */
+int F(probe)(void)
+{
+    MPI_Status st;
+    return p_MPI_Probe(MPI_ANY_SOURCE, MPI_ANY_TAG, moves, &st);
+}
+
+/* Send an empty message to this process under `tag` without keeping the request (a
+ * wake-up for a thread blocked in probe). Touches no shim state, as probe. */
+int F(wake)(int self, int tag)
+{
+    MPI_Request r;
+    int rc = p_MPI_Isend(no_bytes, 0, byte, self, tag, moves, &r);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    return p_MPI_Request_free(&r);
 }
 
 int F(recv)(void *buf, int len, int src, int tag)

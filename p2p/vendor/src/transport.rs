@@ -1,35 +1,51 @@
 //! The vendor transport: Tsunagi messages as vendor MPI messages on a duplicate of the
 //! vendor's world communicator (see [`crate::frame`] for their form).
 //!
-//! Sends: each vendor message is an `MPI_Isend` from a buffer the transport owns (the
-//! [`Transport`] contract frees the caller's buffer on return), completed later by
-//! `MPI_Test`. Receives: `MPI_Iprobe` on any source, then a receive of the whole first
-//! message into a pooled buffer; a head also posts the receive of its rest straight into
-//! the message's own buffer. Messages of one peer are delivered in arrival order: while a
-//! long message of a peer waits for its rest, that peer's later messages queue behind it.
+//! Eager messages (up to the eager limit): each vendor message is an `MPI_Isend` from a
+//! buffer the transport owns (the [`Transport`] contract frees the caller's buffer on
+//! return), completed later by `MPI_Test`. Receives: `MPI_Iprobe` on any source, then a
+//! receive of the whole first message into a pooled buffer; a head also posts the receive
+//! of its rest straight into the message's own buffer. Messages of one peer are delivered
+//! in arrival order: while a long message of a peer waits for its rest, that peer's later
+//! messages queue behind it.
 //!
-//! The vendor is never blocked in: every call here is non-blocking, so the polling engine
-//! alternates it with the other transports, and the threaded engine's progress thread for
-//! this transport polls it too (see [`VendorEvents`]).
+//! Larger messages go by the request layer's single-copy rendezvous
+//! ([`Transport::read_remote`]): the sender's RTS names the address of its data, and the
+//! receiver, once matched, posts vendor receives straight into the user's buffer and asks
+//! the sender for the bytes ([`frame::TAG_GET`]); the sender's transport answers with
+//! `MPI_Isend`s from that address, which the request layer keeps untouched until the
+//! receiver's FIN. Neither side copies: only the vendor moves the bytes, as it would for
+//! the application alone. The reader waits for its data serving other peers' requests
+//! meanwhile, so reads that cross never wait for each other.
+//!
+//! Idle waiting (see [`VendorEvents`]): in the threaded engine with the vendor at
+//! `MPI_THREAD_MULTIPLE`, the progress thread blocks in the vendor's `MPI_Probe` while
+//! nothing of ours is in flight, and a message the process sends itself
+//! ([`frame::TAG_WAKE`]) ends it; otherwise an idle rank naps for at most [`NAP`] between
+//! non-blocking polls, so the polling engine alternates the vendor with the other
+//! transports.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
-use tsunagi_p2p::futex::LocalDoorbell;
-use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport};
+use tsunagi_p2p::futex::DoorbellWords;
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
 
-use crate::frame::{self, First, HEAD_PREFIX, TAG_REST};
+use crate::frame::{self, First, HEAD_PREFIX, TAG_GET, TAG_GET_DATA, TAG_REST, TAG_WAKE};
 use crate::link::{Link, Req, VendorLink};
-use crate::vendor::{self, Flavor};
+use crate::vendor::{self, Flavor, Vendor};
 
-/// Messages up to this many payload bytes go eagerly (Tsunagi's protocol); above it,
-/// rendezvous. All the way to [`MAX_PAYLOAD`]: the vendor runs its own rendezvous for
-/// large messages, and a second one of Tsunagi's in front of it cost about a quarter of
-/// the 1 MiB bandwidth (README, "Running over a vendor MPI"). `TSUNAGI_VENDOR_EAGER`
+/// Messages up to this many payload bytes go eagerly (copied by the transport at both
+/// ends); above it, by the single-copy rendezvous (no copy of ours: the vendor moves the
+/// bytes from the sender's buffer into the receiver's). Chosen, not measured: the
+/// rendezvous costs two more vendor messages before the data (RTS, memory request), about
+/// what copying 32 KiB twice costs at this machine's ~5 GB/s; the load during the
+/// measurements in `docs/vendor-mpi.md` hid differences that small. `TSUNAGI_VENDOR_EAGER`
 /// overrides it.
-pub const EAGER_LIMIT: usize = MAX_PAYLOAD;
+pub const EAGER_LIMIT: usize = 32 * 1024;
 
 fn eager_limit() -> Result<usize, P2pError> {
     match std::env::var("TSUNAGI_VENDOR_EAGER") {
@@ -121,10 +137,16 @@ impl Core {
             queued: 0,
             scratch: vec![0; HEAD_PREFIX + short],
             pool: Vec::new(),
-            events: Arc::new(VendorEvents {
-                bell: LocalDoorbell::new(),
-            }),
+            events: Arc::new(VendorEvents::new(None)),
         }
+    }
+
+    /// Whether nothing of ours is in flight in the vendor (no send to test, no rest of a
+    /// message to wait for): then only a new message can give a poll work, and a thread
+    /// may block in the vendor's probe. Published for [`VendorEvents::sleep`].
+    fn publish_quiet(&self) {
+        let quiet = self.sends.is_empty() && self.queued == 0;
+        self.events.quiet.store(quiet, Ordering::SeqCst);
     }
 
     /// An empty buffer of at least `cap` bytes' capacity, from the pool when one fits.
@@ -185,6 +207,9 @@ impl Core {
         if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
             self.test_sends()?;
             if self.sends.len() >= MAX_SENDS || self.send_bytes >= MAX_SEND_BYTES {
+                // The caller retries after progress: a progress thread blocked in the
+                // vendor must wake up and test the sends that hold the room.
+                self.events.notify();
                 return Ok(false);
             }
         }
@@ -196,11 +221,107 @@ impl Core {
             Vec::new()
         };
         let tag = frame::frame_into(hdr, payload, self.short, &mut first, &mut rest);
+        self.events.quiet.store(false, Ordering::SeqCst);
         self.isend(peer, tag, first)?;
         if long {
             self.isend(peer, TAG_REST, rest)?;
         }
         Ok(true)
+    }
+
+    /// Answer a memory request from `src` (a [`TAG_GET`] of `count` bytes, probed): send
+    /// the bytes asked for from where they are.
+    fn serve_get(&mut self, src: Rank, count: usize) -> Result<(), P2pError> {
+        let mut bytes = vec![0u8; count.min(HEAD_PREFIX + MAX_PAYLOAD)];
+        self.link.recv_probed(&mut bytes, src, TAG_GET)?;
+        let (addr, len) = frame::parse_get(&bytes)
+            .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
+        for (at, n) in frame::get_pieces(len as usize) {
+            // SAFETY: the request names memory of this process that the request layer
+            // advertised in an RTS (the address of a send's data) and keeps valid and
+            // unchanged until the receiver's FIN, which the receiver sends only after
+            // these sends' bytes arrived (it waits for its receives of them). Peers of one
+            // job are trusted with this memory exactly as the shared-memory transport's
+            // CMA reads trust them. `parse_get` rejected ranges that wrap. The send request
+            // is tested and dropped like any other; it owns no buffer.
+            let req = unsafe {
+                self.link
+                    .isend((addr as usize + at) as *const u8, n, src, TAG_GET_DATA)?
+            };
+            self.sends.push((req, Vec::new()));
+        }
+        self.events.quiet.store(false, Ordering::SeqCst);
+        Ok(())
+    }
+
+    /// Answer every memory request waiting.
+    fn serve_gets(&mut self) -> Result<(), P2pError> {
+        while let Some((src, count)) = self.link.iprobe_tag(TAG_GET)? {
+            self.serve_get(src, count)?;
+        }
+        Ok(())
+    }
+
+    /// Single-copy read: receive `dst.len()` bytes at `addr` in `peer`'s memory straight
+    /// into `dst`, the vendor moving them. Posts the receives, then asks; waits for them,
+    /// answering other processes' requests meanwhile.
+    pub(crate) fn read_remote(
+        &mut self,
+        peer: Rank,
+        addr: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        if peer as usize >= self.size || peer == self.rank {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: rank {peer} is not a peer in the vendor's world of {}",
+                self.size
+            )));
+        }
+        if dst.is_empty() {
+            return Ok(());
+        }
+        let mut recvs = Vec::new();
+        for (at, n) in frame::get_pieces(dst.len()) {
+            // SAFETY: dst[at..at + n] is inside `dst`, which this function borrows
+            // mutably until it returns, and it returns only after every one of these
+            // receives completed (the loop below), or with the vendor failed (see the
+            // error path there).
+            recvs.push(unsafe {
+                self.link
+                    .irecv(dst.as_mut_ptr().add(at), n, peer, TAG_GET_DATA)?
+            });
+        }
+        let ask = frame::get_request(addr, dst.len() as u64).to_vec();
+        self.isend(peer, TAG_GET, ask)?;
+        let mut spins = 0u32;
+        while !recvs.is_empty() {
+            let mut i = 0;
+            while i < recvs.len() {
+                // A vendor error here leaves receives posted into the user's buffer: the
+                // error ends the job (the request layer reports it as a transport fault
+                // when its fallback fails on the same vendor).
+                if self.link.test(recvs[i])? {
+                    recvs.swap_remove(i);
+                } else {
+                    i += 1;
+                }
+            }
+            if recvs.is_empty() {
+                break;
+            }
+            // The peer may be reading from this process at the same time.
+            self.serve_gets()?;
+            spins += 1;
+            if spins.is_multiple_of(64) {
+                if !self.sends.is_empty() {
+                    self.test_sends()?;
+                }
+                // On an oversubscribed node the sender may need this CPU to answer.
+                std::thread::yield_now();
+            }
+        }
+        self.events.quiet.store(false, Ordering::SeqCst);
+        Ok(())
     }
 
     /// Deliver the queued messages of `peer` whose rest has arrived, in order.
@@ -238,7 +359,19 @@ impl Core {
             let Some((src, tag, count)) = self.link.iprobe()? else {
                 break;
             };
-            if src as usize >= self.size || tag == TAG_REST || count > HEAD_PREFIX + MAX_PAYLOAD {
+            if tag == TAG_GET && (src as usize) < self.size {
+                self.serve_get(src, count)?;
+                continue;
+            }
+            if tag == TAG_WAKE && src == self.rank && count == 0 {
+                self.link.recv_probed(&mut [], src, tag)?;
+                continue;
+            }
+            if src as usize >= self.size
+                || tag == TAG_REST
+                || tag == TAG_GET_DATA
+                || count > HEAD_PREFIX + MAX_PAYLOAD
+            {
                 return Err(P2pError::Other(format!(
                     "vendor: rank {src} sent an unexpected message (tag {tag}, {count} bytes)"
                 )));
@@ -291,6 +424,7 @@ impl Core {
                 }
             }
         }
+        self.publish_quiet();
         Ok(n)
     }
 }
@@ -307,29 +441,85 @@ fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
     Vec::with_capacity(cap)
 }
 
-/// The vendor's event source. The vendor MPI offers nothing to sleep on but its own
-/// blocking calls, which would hold the vendor (and need MPI_THREAD_MULTIPLE beside the
-/// polls of other threads); an idle rank instead naps for at most [`NAP`] and polls again,
-/// and [`EventSource::notify`] cuts the nap short.
+/// The vendor's event source.
+///
+/// The vendor offers nothing to sleep on but its own blocking calls. Where the vendor runs
+/// at `MPI_THREAD_MULTIPLE` (the threaded engine asks for it, [`vendor::init`]), a thread
+/// that would sleep for a while and finds nothing of ours in flight in the vendor blocks
+/// in `MPI_Probe` instead: a message from any peer ends it, and [`EventSource::notify`]
+/// (shutdown, a send that found no room) sends this process an empty [`TAG_WAKE`] message
+/// to end it. Everywhere else (the polling engine, which must take turns with the other
+/// transports; a vendor below `MPI_THREAD_MULTIPLE`; something in flight, whose completion
+/// a probe would not see) an idle rank naps for at most [`NAP`] and polls again.
+///
+/// Lost wake-ups: a sleeper counts itself in `blocked` and then checks the doorbell; a
+/// notifier rings the doorbell and then reads `blocked` (all sequentially consistent), so
+/// either the sleeper sees the ring and does not block, or the notifier sees the sleeper
+/// and wakes it.
 pub struct VendorEvents {
-    bell: Arc<LocalDoorbell>,
+    bell: DoorbellWords,
+    /// The vendor to block in, when blocking is allowed.
+    block_in: Option<&'static Vendor>,
+    /// Threads inside `MPI_Probe` now (or about to be).
+    blocked: AtomicUsize,
+    /// Nothing of ours in flight in the vendor (set by the transport after each poll).
+    quiet: AtomicBool,
 }
 
-/// The longest an idle rank sleeps before polling the vendor again.
+/// The longest an idle rank sleeps before polling the vendor again, when it does not
+/// block in the vendor.
 pub const NAP: Duration = Duration::from_micros(100);
+/// Sleeps at least this long may block in the vendor; shorter ones (a busy engine, a
+/// timer due) nap.
+const BLOCK_FROM: Duration = Duration::from_millis(1);
+
+impl VendorEvents {
+    fn new(block_in: Option<&'static Vendor>) -> VendorEvents {
+        VendorEvents {
+            bell: DoorbellWords::default(),
+            block_in,
+            blocked: AtomicUsize::new(0),
+            quiet: AtomicBool::new(true),
+        }
+    }
+
+    /// Whether idle threads block in the vendor's `MPI_Probe`.
+    pub fn blocks_in_vendor(&self) -> bool {
+        self.block_in.is_some()
+    }
+}
 
 impl EventSource for VendorEvents {
     fn prepare(&self) -> u64 {
         self.bell.prepare()
     }
     fn sleep(&self, token: u64, timeout: Duration) {
+        if let Some(v) = self.block_in {
+            if timeout >= BLOCK_FROM && self.quiet.load(Ordering::SeqCst) {
+                self.blocked.fetch_add(1, Ordering::SeqCst);
+                if self.bell.count.load(Ordering::SeqCst) as u64 == token {
+                    // An error (the vendor shutting down under us) shows at the next poll.
+                    let _ = v.probe_blocking();
+                }
+                self.blocked.fetch_sub(1, Ordering::SeqCst);
+                self.bell.cancel();
+                return;
+            }
+        }
         self.bell.sleep(token, timeout.min(NAP));
     }
     fn cancel(&self) {
         self.bell.cancel()
     }
     fn notify(&self) {
-        self.bell.ring()
+        self.bell.ring();
+        if let Some(v) = self.block_in {
+            // One wake per blocked thread: each probe sees the message, but the first
+            // thread to poll takes it away from the others.
+            for _ in 0..self.blocked.load(Ordering::SeqCst) {
+                let _ = v.wake_self(TAG_WAKE);
+            }
+        }
     }
 }
 
@@ -344,10 +534,11 @@ fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
     if let Some(c) = CORE.get() {
         return Ok(c.clone());
     }
-    let c = Arc::new(Mutex::new(Core::new(
-        Box::new(VendorLink(v)),
-        short_limit(v.flavor)?,
-    )));
+    let mut core = Core::new(Box::new(VendorLink(v)), short_limit(v.flavor)?);
+    if v.blocking {
+        core.events = Arc::new(VendorEvents::new(Some(v)));
+    }
+    let c = Arc::new(Mutex::new(core));
     Ok(CORE.get_or_init(|| c).clone())
 }
 
@@ -357,6 +548,9 @@ pub struct VendorTransport {
     core: Arc<Mutex<Core>>,
     events: Arc<VendorEvents>,
     eager: usize,
+    /// This process's rank and the size of the vendor's world.
+    rank: Rank,
+    size: usize,
     /// World rank of the vendor's rank 0: the first rank of this site when sites are
     /// joined over IMPI (a site's ranks are consecutive), else 0.
     offset: Rank,
@@ -377,6 +571,35 @@ impl Transport for VendorTransport {
     }
     fn max_payload(&self) -> usize {
         MAX_PAYLOAD
+    }
+    fn single_copy(&self, peer: Rank) -> bool {
+        // Every peer of the vendor's world (the router routes only those here).
+        peer.checked_sub(self.offset)
+            .is_some_and(|p| (p as usize) < self.size && p != self.rank)
+    }
+    fn read_remote(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        let Some(vendor_rank) = peer.checked_sub(self.offset) else {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: world rank {peer} is on another site"
+            )));
+        };
+        self.lock().read_remote(vendor_rank, remote_addr, dst)
+    }
+    fn caps(&self) -> TransportCaps {
+        TransportCaps {
+            eager_limit: self.eager,
+            max_payload: MAX_PAYLOAD,
+            rdma_read: true,
+            rdma_write: false,
+            needs_registration: false,
+            ordered: true,
+            timers: false,
+        }
     }
     fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
         let Some(vendor_rank) = peer.checked_sub(self.offset) else {
@@ -459,15 +682,15 @@ impl Starting for StartingVendor {
         Ok(())
     }
     fn finish(self: Box<Self>, _: &StartInfo<'_>) -> Result<Box<dyn Transport>, P2pError> {
-        let events = self
-            .0
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .events
-            .clone();
+        let (events, rank, size) = {
+            let c = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            (c.events.clone(), c.rank, c.size)
+        };
         Ok(Box::new(VendorTransport {
             core: self.0,
             events,
+            rank,
+            size,
             eager: self.1,
             offset: self.2,
         }))
@@ -577,6 +800,71 @@ mod tests {
             .poll(&mut |_, _, _| panic!("nothing to deliver"))
             .unwrap_err();
         assert!(e.to_string().contains("header"), "{e}");
+    }
+
+    #[test]
+    fn reads_take_the_peers_memory_straight_into_the_buffer_and_cross_without_waiting() {
+        let w = SimWorld::default();
+        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        let a_data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let b_data: Vec<u8> = (0..70_000u32).map(|i| (i % 13) as u8 + 1).collect();
+        let (a_addr, b_addr) = (a_data.as_ptr() as u64, b_data.as_ptr() as u64);
+        // Rank 1 reads rank 0's memory while rank 0 reads rank 1's: each serves the
+        // other's request from inside its own wait.
+        let reader_b = std::thread::spawn(move || {
+            let mut dst = vec![0u8; 300_000];
+            b.read_remote(0, a_addr, &mut dst).unwrap();
+            // Zero bytes: nothing asked, nothing waited for.
+            b.read_remote(0, a_addr, &mut []).unwrap();
+            (b, dst)
+        });
+        let mut dst = vec![0u8; 70_000];
+        a.read_remote(1, b_addr, &mut dst).unwrap();
+        assert_eq!(dst, b_data);
+        // Rank 0 keeps polling (as its engine would) until rank 1 has its bytes.
+        while !reader_b.is_finished() {
+            a.poll(&mut |_, _, _| panic!("no message was sent"))
+                .unwrap();
+        }
+        let (mut b, got) = reader_b.join().unwrap();
+        assert_eq!(got, a_data);
+        // Once polled, neither holds a send; then both are quiet (a probe may block).
+        a.poll(&mut |_, _, _| {}).unwrap();
+        b.poll(&mut |_, _, _| {}).unwrap();
+        assert!(a.sends.is_empty() && b.sends.is_empty());
+        assert!(a.events.quiet.load(Ordering::SeqCst));
+        // Reading oneself or a rank outside the world is refused.
+        assert!(a.read_remote(0, a_addr, &mut [0u8; 4]).is_err());
+        assert!(a.read_remote(2, a_addr, &mut [0u8; 4]).is_err());
+        drop(a_data);
+    }
+
+    #[test]
+    fn malformed_memory_requests_are_errors_not_panics() {
+        let w = SimWorld::default();
+        let mut raw = w.link(0, 2);
+        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
+        for bad in [vec![1u8; 15], frame::get_request(u64::MAX - 1, 16).to_vec()] {
+            // SAFETY: the sim copies at once.
+            unsafe { raw.isend(bad.as_ptr(), bad.len(), 1, TAG_GET).unwrap() };
+            let e = b
+                .poll(&mut |_, _, _| panic!("nothing to deliver"))
+                .unwrap_err();
+            assert!(e.to_string().contains("memory request"), "{e}");
+        }
+        // A wake-up from another rank is not one.
+        // SAFETY: as above.
+        unsafe { raw.isend([].as_ptr(), 0, 1, TAG_WAKE).unwrap() };
+        assert!(b.poll(&mut |_, _, _| panic!("nothing to deliver")).is_err());
+        // From itself it is dropped.
+        let mut b_raw = w.link(1, 2);
+        // SAFETY: as above.
+        unsafe { b_raw.isend([].as_ptr(), 0, 1, TAG_WAKE).unwrap() };
+        assert_eq!(
+            b.poll(&mut |_, _, _| panic!("nothing to deliver")).unwrap(),
+            0
+        );
     }
 
     #[test]

@@ -132,6 +132,44 @@ pub struct Vendor {
     pub size: usize,
     /// The vendor's MPI_Get_library_version.
     pub version: String,
+    /// The vendor runs at MPI_THREAD_MULTIPLE and the threaded engine's progress thread
+    /// blocks in it when idle (see `transport::VendorEvents`).
+    pub blocking: bool,
+}
+
+impl Vendor {
+    /// Block in `MPI_Probe` (any source, any tag, the transport's communicator) until a
+    /// message waits. Only with [`Vendor::blocking`]: other threads call the vendor
+    /// meanwhile.
+    pub(crate) fn probe_blocking(&self) -> Result<(), P2pError> {
+        debug_assert!(self.blocking);
+        // SAFETY: no arguments; the shim's probe touches no shim state, and the vendor
+        // runs at MPI_THREAD_MULTIPLE (`blocking`), so other threads may call it at the
+        // same time.
+        check(self.api, "MPI_Probe", unsafe { (self.api.probe)() })
+    }
+
+    /// Send this process an empty message under `tag` (ends a blocked probe).
+    pub(crate) fn wake_self(&self, tag: c_int) -> Result<(), P2pError> {
+        // SAFETY: plain ints; as in probe_blocking, no shim state and MPI_THREAD_MULTIPLE.
+        check(self.api, "MPI_Isend", unsafe {
+            (self.api.wake)(self.rank as c_int, tag)
+        })
+    }
+}
+
+/// Whether the threaded engine's progress thread should block in the vendor
+/// (`TSUNAGI_PROGRESS=threaded`, unless `TSUNAGI_VENDOR_BLOCK=0`).
+fn wants_blocking() -> Result<bool, P2pError> {
+    let threaded = tsunagi_p2p::ProgressMode::from_env().map_err(P2pError::Other)?
+        == tsunagi_p2p::ProgressMode::Threaded;
+    match std::env::var("TSUNAGI_VENDOR_BLOCK").as_deref() {
+        Err(_) | Ok("") | Ok("1") | Ok("yes") => Ok(threaded),
+        Ok("0") | Ok("no") => Ok(false),
+        Ok(other) => Err(P2pError::Other(format!(
+            "TSUNAGI_VENDOR_BLOCK={other}: expected 1 (block in the vendor when idle, threaded engine) or 0 (poll it)"
+        ))),
+    }
 }
 
 static VENDOR: OnceLock<Vendor> = OnceLock::new();
@@ -153,8 +191,11 @@ pub(crate) fn check(api: &Api, what: &str, rc: c_int) -> Result<(), P2pError> {
 }
 
 /// Load the chosen vendor library and run its MPI_Init_thread, asking for
-/// MPI_THREAD_SERIALIZED: Tsunagi calls the vendor only under its engine lock (or from the
-/// main thread during start-up and finalize), but from whichever thread holds that lock.
+/// MPI_THREAD_SERIALIZED: Tsunagi calls the vendor only under its transport lock (or from
+/// the main thread during start-up and finalize), but from whichever thread holds that
+/// lock. The threaded engine asks for MPI_THREAD_MULTIPLE instead, because its progress
+/// thread blocks in the vendor's `MPI_Probe` without that lock; a vendor that does not
+/// provide it is an error naming the way out (`TSUNAGI_VENDOR_BLOCK=0`).
 pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
     if let Some(v) = VENDOR.get() {
         return Ok(v);
@@ -176,15 +217,23 @@ pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
             choice.path
         )));
     }
-    // The vendor's own values of the thread levels (only SERIALIZED is used).
+    // The vendor's own values of the thread levels.
     let (mut single, mut funneled, mut serialized, mut multiple) = (0, 0, 0, 0);
     // SAFETY: four writable ints.
     unsafe { (api.thread_levels)(&mut single, &mut funneled, &mut serialized, &mut multiple) };
     let mut provided: c_int = -1;
     // SAFETY: the library is loaded; provided is a writable int. Called once per process
     // (guarded by the OnceLock check above and the bootstrap's single call at MPI_Init).
-    let rc = unsafe { (api.init)(serialized, &mut provided) };
+    let blocking = wants_blocking()?;
+    let required = if blocking { multiple } else { serialized };
+    let rc = unsafe { (api.init)(required, &mut provided) };
     check(api, "MPI_Init_thread", rc)?;
+    if blocking && provided < multiple {
+        return Err(P2pError::Unsupported(format!(
+            "the vendor MPI ({}) provides thread level {provided}, below MPI_THREAD_MULTIPLE ({multiple}), which the threaded engine needs to block in it from its progress thread; set TSUNAGI_VENDOR_BLOCK=0 to poll it instead, or use TSUNAGI_PROGRESS=polling",
+            choice.path
+        )));
+    }
     if provided < serialized {
         return Err(P2pError::Unsupported(format!(
             "the vendor MPI ({}) provides thread level {provided}, below MPI_THREAD_SERIALIZED ({serialized}); Tsunagi calls it from its progress thread and from application threads (one at a time)",
@@ -203,6 +252,7 @@ pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
         rank: rank as u32,
         size: size as usize,
         version: api.library_version(),
+        blocking,
     };
     Ok(VENDOR.get_or_init(|| v))
 }

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# vendor.sh — Tsunagi over a vendor MPI (`mpirun --vendor`, p2p/vendor) beside that vendor
+#   alone, for Debian's MPICH and Open MPI, 2 ranks on one host.
+#
+# Usage: bench/vendor.sh [-r R] [-v "mpich openmpi"] [-p] [-n] [-h]
+#   -r R   repetitions per configuration (default 3; env R works too)
+#   -v V   vendors (default "mpich openmpi")
+#   -p     point-to-point only;  -n  NPB only
+# Environment: TSUNAGI_PREFIX (an install prefix with bin/mpicc; default ./dist),
+#   TSUNAGI_MPIRUN (default $TSUNAGI_PREFIX/bin/mpirun), P2P_MAX (default 4194304),
+#   P2P_SEC (seconds per point, default 0.1), KERNELS (default "cg mg is ep"), NPROCS
+#   (default "2 4"), CLASS (default A), ENGINES (default "polling threaded").
+#
+# Columns: `alone` is npb-tests/bench/p2p.c (or the NPB kernel) built with the vendor's
+# mpicc and started by its launcher (mpiexec.hydra; mpirun.openmpi --oversubscribe
+# --bind-to none, as `mpirun --vendor` starts it); `polling` and `threaded` are the same
+# sources built with Tsunagi's mpicc and run by `mpirun --vendor V --progress ENGINE`.
+# Runs are interleaved (every configuration in turn, repetition after repetition); tables
+# show medians and ratios to the vendor alone (latency: time ratio, lower is better;
+# bandwidth: rate ratio, higher is better; NPB: the kernel's reported time ratio).
+set -euo pipefail
+here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+top="$(dirname "$here")"
+reps="${R:-3}"; vendors="mpich openmpi"; do_p2p=1; do_npb=1
+while [ $# -gt 0 ]; do
+    case "$1" in
+        -r) shift; reps="${1:?-r needs a count}" ;;
+        -v) shift; vendors="${1:?-v needs vendors}" ;;
+        -p) do_npb=0 ;;
+        -n) do_p2p=0 ;;
+        -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;;
+        *) echo "vendor.sh: unknown argument '$1'" >&2; exit 2 ;;
+    esac
+    shift
+done
+prefix="${TSUNAGI_PREFIX:-$top/dist}"
+trun="${TSUNAGI_MPIRUN:-$prefix/bin/mpirun}"
+for f in "$prefix/bin/mpicc" "$trun"; do
+    [ -x "$f" ] || { echo "vendor.sh: $f missing (scripts/install $prefix)" >&2; exit 1; }
+done
+engines="${ENGINES:-polling threaded}"
+kernels="${KERNELS:-cg mg is ep}"
+nprocs="${NPROCS:-2 4}"
+class="${CLASS:-A}"
+build="$(mktemp -d "${TMPDIR:-/tmp}/tsunagi-vendor-bench.XXXXXX")"
+trap 'rm -rf "$build"' EXIT
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+
+alone() { # vendor n prog args...
+    local v=$1 n=$2; shift 2
+    case $v in
+        mpich) mpiexec.hydra -n "$n" "$@" ;;
+        openmpi) mpirun.openmpi --oversubscribe --bind-to none -np "$n" "$@" ;;
+    esac
+}
+over() { # vendor engine n prog args...
+    local v=$1 e=$2 n=$3; shift 3
+    "$trun" --vendor "$v" --progress "$e" -n "$n" "$@"
+}
+
+for v in $vendors; do
+    mpicc.$v -O2 -o "$build/p2p-$v" "$top/npb-tests/bench/p2p.c"
+    [ $do_npb = 1 ] && make -s -C "$top/npb-tests" MPICC=mpicc.$v BUILD="$build/npb-$v" >/dev/null
+done
+"$prefix/bin/mpicc" -O2 -o "$build/p2p-ts" "$top/npb-tests/bench/p2p.c"
+[ $do_npb = 1 ] && make -s -C "$top/npb-tests" MPICC="$prefix/bin/mpicc" BUILD="$build/npb-ts" >/dev/null
+
+# One result line per measurement: vendor config kind size value
+res="$build/results"
+: > "$res"
+for r in $(seq "$reps"); do
+    for v in $vendors; do
+        if [ $do_p2p = 1 ]; then
+            for c in alone $engines; do
+                out="$build/p2p-$v-$c-$r.out"
+                if [ $c = alone ]; then
+                    alone "$v" 2 "$build/p2p-$v" "${P2P_MAX:-4194304}" "${P2P_SEC:-0.1}" > "$out" 2>&1 || true
+                else
+                    over "$v" "$c" 2 "$build/p2p-ts" "${P2P_MAX:-4194304}" "${P2P_SEC:-0.1}" > "$out" 2>&1 || true
+                fi
+                awk -v v="$v" -v c="$c" '$1=="lat"||$1=="bw"{print v, c, $1, $2, $3}' "$out" >> "$res"
+            done
+        fi
+        if [ $do_npb = 1 ]; then
+            for k in $kernels; do
+                for n in $nprocs; do
+                    for c in alone $engines; do
+                        out="$build/npb-$v-$c-$k-$n-$r.out"
+                        if [ $c = alone ]; then
+                            alone "$v" "$n" "$build/npb-$v/$k" "$class" > "$out" 2>&1 || true
+                        else
+                            over "$v" "$c" "$n" "$build/npb-ts/$k" "$class" > "$out" 2>&1 || true
+                        fi
+                        t=$(awk '/Time in seconds/{print $NF}' "$out")
+                        grep -q "SUCCESSFUL" "$out" || t=""
+                        echo "$v $c npb $k.$class/$n ${t:-FAIL}" >> "$res"
+                    done
+                done
+            done
+        fi
+    done
+done
+cp "$res" "${TMPDIR:-/tmp}/tsunagi-vendor-bench.results"
+python3 - "$res" "$engines" <<'PY'
+import sys, statistics as st
+from collections import defaultdict
+rows = defaultdict(list)
+for line in open(sys.argv[1]):
+    v, c, kind, size, val = line.split()
+    if val != "FAIL":
+        rows[(v, kind, size, c)].append(float(val))
+engines = sys.argv[2].split()
+def med(k):
+    xs = rows.get(k)
+    return st.median(xs) if xs else None
+for v in sorted({k[0] for k in rows}):
+    for kind, unit, better in (("lat", "µs", "time"), ("bw", "MB/s", "rate"), ("npb", "s", "time")):
+        sizes = sorted({k[2] for k in rows if k[0] == v and k[1] == kind},
+                       key=lambda s: (s.split("/")[0], int(s.split("/")[-1])) if kind == "npb" else int(s))
+        if not sizes:
+            continue
+        print(f"\n{v} {kind} ({unit}; medians of {max(len(x) for k, x in rows.items() if k[0]==v and k[1]==kind)} interleaved runs; ratio = over vendor / alone)\n")
+        print("| size | alone | " + " | ".join(f"{e} | ratio" for e in engines) + " |")
+        print("|---" * (2 + 2 * len(engines)) + "|")
+        for s in sizes:
+            a = med((v, kind, s, "alone"))
+            cells = [s, f"{a:.4g}" if a else "-"]
+            for e in engines:
+                m = med((v, kind, s, e))
+                cells.append(f"{m:.4g}" if m else "-")
+                cells.append(f"{(m / a):.2f}" if (m and a) else "-")
+            print("| " + " | ".join(cells) + " |")
+PY
