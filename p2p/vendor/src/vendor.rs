@@ -159,12 +159,18 @@ impl Vendor {
 }
 
 /// Whether the threaded engine's progress thread should block in the vendor
-/// (`TSUNAGI_PROGRESS=threaded`, unless `TSUNAGI_VENDOR_BLOCK=0`).
-fn wants_blocking() -> Result<bool, P2pError> {
+/// (`TSUNAGI_PROGRESS=threaded`; `TSUNAGI_VENDOR_BLOCK=1|0` forces the choice).
+///
+/// Unset, the thread blocks over Open MPI (its ob1 probe waits in the kernel when idle)
+/// but polls MPICH: Debian's MPICH is ch4:ucx, whose `MPI_Probe` spins without yielding,
+/// so a blocked progress thread takes a core from the application (measured: NPB EP
+/// 1.97× MPICH alone when blocking, bandwidth 0.15×; docs/vendor-mpi.md).
+fn wants_blocking(flavor: Flavor) -> Result<bool, P2pError> {
     let threaded = tsunagi_p2p::ProgressMode::from_env().map_err(P2pError::Other)?
         == tsunagi_p2p::ProgressMode::Threaded;
     match std::env::var("TSUNAGI_VENDOR_BLOCK").as_deref() {
-        Err(_) | Ok("") | Ok("1") | Ok("yes") => Ok(threaded),
+        Err(_) | Ok("") => Ok(threaded && flavor == Flavor::OpenMpi),
+        Ok("1") | Ok("yes") => Ok(threaded),
         Ok("0") | Ok("no") => Ok(false),
         Ok(other) => Err(P2pError::Other(format!(
             "TSUNAGI_VENDOR_BLOCK={other}: expected 1 (block in the vendor when idle, threaded engine) or 0 (poll it)"
@@ -224,7 +230,7 @@ pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
     let mut provided: c_int = -1;
     // SAFETY: the library is loaded; provided is a writable int. Called once per process
     // (guarded by the OnceLock check above and the bootstrap's single call at MPI_Init).
-    let blocking = wants_blocking()?;
+    let blocking = wants_blocking(choice.flavor)?;
     let required = if blocking { multiple } else { serialized };
     let rc = unsafe { (api.init)(required, &mut provided) };
     check(api, "MPI_Init_thread", rc)?;
