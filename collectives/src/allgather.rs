@@ -51,7 +51,9 @@ pub unsafe fn allgather(
         check_type(call, recvtype)?;
         // SAFETY: forwarded caller contract.
         return unsafe {
-            crate::wan::allgather_buffers(&ctx, &h, sendbuf, sendcount, sendtype, recvbuf, rc, recvtype)
+            crate::wan::allgather_buffers(
+                &ctx, &h, sendbuf, sendcount, sendtype, recvbuf, rc, recvtype,
+            )
         };
     }
     if ctx.size > 1 && crate::impi::spans_sites(&ctx)? {

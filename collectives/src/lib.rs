@@ -49,8 +49,8 @@ pub mod op;
 pub mod reduce;
 pub mod select;
 pub mod topo;
-pub mod wan;
 mod util;
+pub mod wan;
 
 pub use allgather::{allgather, allgatherv};
 pub use alltoall::{

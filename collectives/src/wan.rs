@@ -326,7 +326,9 @@ pub(crate) unsafe fn reduce(
         for (s, &l) in h.leaders.iter().enumerate() {
             if s != rs {
                 // SAFETY: slot s of `parts`, alive until the waitall.
-                reqs.push(unsafe { ctx.irecv(parts.as_mut_ptr().add(s * bytes), bytes, l, T_REDUCE_WAN)? });
+                reqs.push(unsafe {
+                    ctx.irecv(parts.as_mut_ptr().add(s * bytes), bytes, l, T_REDUCE_WAN)?
+                });
             }
         }
         ctx.waitall(&mut reqs)?;
@@ -377,7 +379,9 @@ pub(crate) unsafe fn allreduce(
             let c = h.my_local;
             let (start, n) = chunk(count, m, c);
             // SAFETY: chunk c of `w`.
-            unsafe { exchange_and_combine(ctx, h, c, w.wrapping_add(start * esize), n, dtype, op)? };
+            unsafe {
+                exchange_and_combine(ctx, h, c, w.wrapping_add(start * esize), n, dtype, op)?
+            };
         }
         for c in 0..m {
             let (start, n) = chunk(count, m, c);
