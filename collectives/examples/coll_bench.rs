@@ -20,13 +20,7 @@ fn main() {
     let w = CommId::WORLD;
     let byte = Datatype::builtin(Builtin::Byte);
     let dbl = Datatype::builtin(Builtin::Double);
-    // TSUNAGI_BENCH_ITERS caps the calls per point (high-latency links, bench/wan.sh).
-    let cap: usize = std::env::var("TSUNAGI_BENCH_ITERS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(2000);
-    let iters =
-        |bytes: usize| (200_000_000 / (bytes + 20_000) / n.max(1)).clamp(5, 2000).min(cap.max(1));
+    let iters = |bytes: usize| (200_000_000 / (bytes + 20_000) / n.max(1)).clamp(5, 2000);
     let time = |name: &str, bytes: usize, f: &mut dyn FnMut()| {
         let it = iters(bytes);
         for _ in 0..it.min(20) {

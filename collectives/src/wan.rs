@@ -6,7 +6,7 @@
 //! - barrier: site barrier; every site's coordinator (its lowest rank) exchanges a zero-byte
 //!   message with every other coordinator at once; site barrier (release).
 //! - bcast: the root sends to every other site's coordinator at once, then each site
-//!   broadcasts inside. From [`SPLIT_BYTES`] on, the data is split over the root site's
+//!   broadcasts inside. Where the cost model ([`Model`]) says so, the data is split over the root site's
 //!   ranks so that many process pairs carry it across in parallel: scatter in the root's
 //!   site, chunk c from the root site's rank c to rank `c mod size` of each other site,
 //!   then an allgather of the chunks inside every site.
@@ -14,7 +14,7 @@
 //!   partial results straight to the root, which combines them in site order.
 //! - allreduce (commutative ops): reduce inside each site, the coordinators exchange their
 //!   partials all at once and each combines them in site order (so every site gets the
-//!   same bits), bcast inside. From [`SPLIT_BYTES`] on: reduce-scatter inside each site
+//!   same bits), bcast inside. Where the cost model says so: reduce-scatter inside each site
 //!   into `m` chunks (m = the smallest site size), site rank c of every site exchanges
 //!   chunk c with site rank c of every other site, then each site gathers the chunks.
 //! - allgather: gather inside each site to the coordinator, coordinators exchange their
@@ -48,8 +48,150 @@ use crate::op::Op;
 use crate::util::{err, tag, Ctx, Hier, Packed, SendBuf, Team};
 use tsunagi_core::ErrorClass;
 
-/// From this many bytes on, bcast and allreduce split the data over several process pairs.
-pub const SPLIT_BYTES: usize = 64 * 1024;
+/// The cost model that chooses between the coordinator algorithms and the split ones:
+/// latency and bandwidth per link class (inside a site, across sites), and the bandwidth one
+/// process pair gets across (a TCP stream is limited by its window over a long round trip;
+/// several pairs in parallel get up to the link's bandwidth). Given by the user in
+/// `TSUNAGI_WAN_MODEL` (`wan_latency=5ms,wan_bandwidth=1GB,wan_stream=50MB,lan_latency=20us,
+/// lan_bandwidth=2GB`; rates in bytes/s with k/M/G and an optional `B`, durations with `us`,
+/// `ms` or `s`), every site the same. The defaults (5 ms, 100 MB/s for the link and for a
+/// stream, 20 µs and 2 GB/s inside) make splitting pay only where one stream cannot fill
+/// the link, which the user knows and says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Model {
+    pub wan_latency: f64,
+    pub wan_bandwidth: f64,
+    pub wan_stream: f64,
+    pub lan_latency: f64,
+    pub lan_bandwidth: f64,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            wan_latency: 5e-3,
+            wan_bandwidth: 100e6,
+            wan_stream: 100e6,
+            lan_latency: 20e-6,
+            lan_bandwidth: 2e9,
+        }
+    }
+}
+
+fn parse_seconds(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let (n, k) = if let Some(x) = v.strip_suffix("us") {
+        (x, 1e-6)
+    } else if let Some(x) = v.strip_suffix("ms") {
+        (x, 1e-3)
+    } else if let Some(x) = v.strip_suffix('s') {
+        (x, 1.0)
+    } else {
+        (v, 1.0)
+    };
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| *x >= 0.0)
+        .map(|x| x * k)
+}
+
+fn parse_rate(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let v = v.strip_suffix('B').unwrap_or(v);
+    let (n, k) = match v.chars().last() {
+        Some('k') | Some('K') => (&v[..v.len() - 1], 1e3),
+        Some('M') => (&v[..v.len() - 1], 1e6),
+        Some('G') => (&v[..v.len() - 1], 1e9),
+        _ => (v, 1.0),
+    };
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| *x > 0.0)
+        .map(|x| x * k)
+}
+
+impl Model {
+    /// Parse a model spec (keys as in the type's doc; unknown keys and bad values are
+    /// errors naming them).
+    pub fn parse(spec: &str) -> Result<Model, String> {
+        let mut m = Model::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item:?}: expected KEY=VALUE"))?;
+            let bad = || format!("{item:?}: bad value");
+            match k.trim() {
+                "wan_latency" => m.wan_latency = parse_seconds(v).ok_or_else(bad)?,
+                "lan_latency" => m.lan_latency = parse_seconds(v).ok_or_else(bad)?,
+                "wan_bandwidth" => m.wan_bandwidth = parse_rate(v).ok_or_else(bad)?,
+                "wan_stream" => m.wan_stream = parse_rate(v).ok_or_else(bad)?,
+                "lan_bandwidth" => m.lan_bandwidth = parse_rate(v).ok_or_else(bad)?,
+                other => return Err(format!("{other:?}: unknown key")),
+            }
+        }
+        Ok(m)
+    }
+
+    /// Throughput of one pair across when `pairs` pairs cross at once.
+    fn per_pair(&self, pairs: usize) -> f64 {
+        self.wan_stream
+            .min(self.wan_bandwidth / pairs.max(1) as f64)
+    }
+
+    fn lan(&self, bytes: f64) -> f64 {
+        self.lan_latency + bytes / self.lan_bandwidth
+    }
+
+    /// Bcast of `n` bytes to `sites` sites: whether splitting over the root site's `a`
+    /// ranks beats the coordinator algorithm (sites of at most `b` ranks).
+    pub fn split_bcast(&self, n: usize, a: usize, b: usize, sites: usize) -> bool {
+        if a < 2 {
+            return false;
+        }
+        let n = n as f64;
+        let other = (sites - 1).max(1);
+        let steps = (b.max(2) as f64).log2().ceil();
+        let one = self.wan_latency + n / self.per_pair(other) + steps * self.lan(n);
+        let chunk = n / a as f64;
+        let split = self.lan(n - chunk)
+            + self.wan_latency
+            + chunk / self.per_pair(a * other)
+            + self.lan(n - chunk);
+        split < one
+    }
+
+    /// Allreduce of `n` bytes over `sites` sites whose smallest has `m` ranks (at most `b`):
+    /// whether reduce-scatter + exchange by `m` pairs + gather beats the coordinator one.
+    pub fn split_allreduce(&self, n: usize, m: usize, b: usize, sites: usize) -> bool {
+        if m < 2 {
+            return false;
+        }
+        let n = n as f64;
+        let other = (sites - 1).max(1);
+        let steps = (b.max(2) as f64).log2().ceil();
+        let one =
+            2.0 * steps * self.lan(n) + self.wan_latency + n * other as f64 / self.per_pair(other);
+        let chunk = n / m as f64;
+        let split = 2.0 * m as f64 * steps * self.lan(chunk)
+            + self.wan_latency
+            + chunk * other as f64 / self.per_pair(m * other);
+        split < one
+    }
+}
+
+/// The model of this process (read once from `TSUNAGI_WAN_MODEL`).
+pub fn model() -> Model {
+    static MODEL: OnceLock<Model> = OnceLock::new();
+    *MODEL.get_or_init(|| match std::env::var("TSUNAGI_WAN_MODEL") {
+        Ok(spec) => Model::parse(&spec).unwrap_or_else(|e| {
+            eprintln!("tsunagi: warning: TSUNAGI_WAN_MODEL: {e}; using the defaults");
+            Model::default()
+        }),
+        Err(_) => Model::default(),
+    })
+}
 
 /// Tags of the latency-aware phases (Tsunagi's own range: never an IMPI tag, never the
 /// IMPI module's local tags at +96).
@@ -184,7 +326,8 @@ pub(crate) unsafe fn bcast(
     let view = unsafe { Packed::new(buf, count, dtype, me == root) };
     let rs = h.node_of[root];
     let root_team = site_team(h, rs, me);
-    if bytes >= SPLIT_BYTES && root_team.len() > 1 {
+    let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
+    if model().split_bcast(bytes, root_team.len(), biggest, h.members.len()) {
         split_bcast(ctx, h, view.ptr, bytes, root)?;
     } else {
         let mut reqs = Vec::new();
@@ -368,7 +511,8 @@ pub(crate) unsafe fn allreduce(
     }
     let m = h.members.iter().map(Vec::len).min().expect("sites");
     let local = h.local_team();
-    if bytes >= SPLIT_BYTES && m > 1 && count >= m {
+    let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
+    if count >= m && model().split_allreduce(bytes, m, biggest, h.members.len()) {
         // Reduce-scatter inside the site: chunk c to site rank c.
         for c in 0..m {
             let (start, n) = chunk(count, m, c);
@@ -573,6 +717,25 @@ pub(crate) unsafe fn allgather_buffers(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_model_splits_only_where_one_stream_cannot_fill_the_link() {
+        let d = Model::default();
+        assert!(!d.split_bcast(1 << 20, 2, 2, 3));
+        assert!(!d.split_allreduce(1 << 20, 2, 2, 3));
+        let m = Model::parse("wan_latency=5ms,wan_bandwidth=1GB,wan_stream=10MB").unwrap();
+        assert_eq!(m.wan_stream, 10e6);
+        assert_eq!(m.wan_latency, 5e-3);
+        assert!(m.split_bcast(1 << 20, 2, 2, 3));
+        assert!(m.split_allreduce(1 << 20, 2, 2, 3));
+        // Small messages never pay for the extra steps; one rank per site cannot split.
+        assert!(!m.split_bcast(64, 2, 2, 3));
+        assert!(!m.split_allreduce(64, 2, 2, 3));
+        assert!(!m.split_bcast(1 << 20, 1, 2, 3));
+        assert!(Model::parse("wan_latency=fast").is_err());
+        assert!(Model::parse("speed=1").is_err());
+        assert_eq!(Model::parse("lan_bandwidth=2G").unwrap().lan_bandwidth, 2e9);
+    }
 
     #[test]
     fn chunks_cover_the_range_in_order() {

@@ -131,9 +131,13 @@ impl Drop for WanSites {
     }
 }
 
-fn grid(file: &Path, program: &Path, args: &[&str]) -> Command {
+/// `mpirun --env E... --sites FILE program args` (`--env` reaches every site's ranks).
+fn grid(file: &Path, env: &[&str], program: &Path, args: &[&str]) -> Command {
     impi_server();
     let mut c = Command::new(mpirun());
+    for e in env {
+        c.args(["--env", e]);
+    }
     c.arg("--sites").arg(file).arg(program).args(args);
     c.env("TSUNAGI_SPIN", "50").env("TSUNAGI_YIELDS", "20");
     c.env_remove("TSUNAGI_NODE_MAP")
@@ -188,11 +192,20 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
     let file = w.sites_file(2);
     let coll = coll_check();
     // Latency-aware (the default under --sites), the whole suite with small counts, then
-    // bcast and allreduce at full counts (the split algorithms for large messages).
-    let (out, _) = run(grid(&file, &coll, &["small"]), Duration::from_secs(240));
+    // bcast, allreduce and allgather at full counts under a model in which one stream
+    // cannot fill the link (the split algorithms for large messages).
+    let (out, _) = run(
+        grid(&file, &[], &coll, &["small"]),
+        Duration::from_secs(240),
+    );
     assert_ok(&out, COLL, "collectives over a 5 ms WAN (latency-aware)");
     let (out, _) = run(
-        grid(&file, &coll, &["bcast", "allreduce", "allgather"]),
+        grid(
+            &file,
+            &["TSUNAGI_WAN_MODEL=wan_bandwidth=1GB,wan_stream=10MB"],
+            &coll,
+            &["bcast", "allreduce", "allgather"],
+        ),
         Duration::from_secs(180),
     );
     assert_ok(
@@ -201,12 +214,12 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         "large collectives over a 5 ms WAN",
     );
     // The IMPI algorithms through the same link.
-    let mut c = grid(
+    let c = grid(
         &file,
+        &["TSUNAGI_WAN_COLL=impi"],
         &coll,
         &["small", "barrier", "bcast", "reduce", "allreduce"],
     );
-    c.env("TSUNAGI_WAN_COLL", "impi");
     let (out, _) = run(c, Duration::from_secs(180));
     assert_ok(
         &out,
