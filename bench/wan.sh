@@ -7,8 +7,8 @@
 # Each LINK (default: delay=5ms, i.e. 10 ms round trip) is a tsunagi-wan link spec, e.g.
 # `delay=5ms` or `delay=5ms,rate=100Mbit`. For each, SITES (3) sites of RANKS_PER_SITE (2)
 # ranks are made in network namespaces behind tsunagi-wan's TUN router (scripts/wan-netns)
-# and wan_bench (collectives/examples/wan_bench.rs: median of ITERS (10) calls each followed
-# by a barrier, minus the barrier) runs barrier, bcast, allreduce, allgather and alltoall from
+# and wan_bench (collectives/examples/wan_bench.rs: mean of ITERS (10) back-to-back calls;
+# bcast's root moves from site to site so that calls cannot overlap) runs barrier, bcast, allreduce, allgather and alltoall from
 # 8 B to MAX_BYTES (1 MiB) in steps of 8x, with ENGINE progress (threaded, the default, or
 # polling), three times:
 #   wan   the latency-aware algorithms (collectives/src/wan.rs; the default under --sites);
@@ -63,7 +63,7 @@ for link in "${links[@]}"; do
         TSUNAGI_COLL_ALLTOALL=pairwise > "$out/flat"
     run TSUNAGI_WAN_COLL=impi > "$out/impi"
     TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" down $tag "$sites"
-    echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), median of $iters"
+    echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls"
     echo "| collective | bytes | wan (us) | flat (us) | impi (us) | flat/wan | impi/wan |"
     echo "|---|---|---|---|---|---|---|"
     join -j1 <(awk '{print $1"/"$2, $3}' "$out/wan" | sort) \
