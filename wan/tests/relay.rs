@@ -25,7 +25,9 @@ fn one_way_delay_is_within_ten_percent_of_the_setting() {
     for ms in [5u64, 10] {
         let addr = relay_to_echo(&format!("delay={ms}ms"));
         let rtts = probe::ping(addr, 15, 8).unwrap();
-        let one_way = probe::median(&rtts).as_secs_f64() / 2.0;
+        // The fastest round trip: the relay never delivers early; slower ones carry the
+        // scheduling delays of a loaded machine.
+        let one_way = rtts.iter().min().unwrap().as_secs_f64() / 2.0;
         let want = ms as f64 / 1000.0;
         assert!(
             (one_way - want).abs() <= 0.1 * want,
