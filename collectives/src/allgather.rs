@@ -47,6 +47,15 @@ pub unsafe fn allgather(
     let call = "MPI_Allgather";
     let ctx = Ctx::new(rt, comm, call)?;
     let rc = check_count(call, recvcount)?;
+    if let Some(h) = crate::wan::sites(&ctx)? {
+        check_type(call, recvtype)?;
+        // SAFETY: forwarded caller contract.
+        return unsafe {
+            crate::wan::allgather_buffers(
+                &ctx, &h, sendbuf, sendcount, sendtype, recvbuf, rc, recvtype,
+            )
+        };
+    }
     if ctx.size > 1 && crate::impi::spans_sites(&ctx)? {
         // Across sites: gather to rank 0, then bcast from rank 0 (both the IMPI forms).
         check_type(call, recvtype)?;

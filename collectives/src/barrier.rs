@@ -15,6 +15,9 @@ pub fn barrier(rt: &Runtime, comm: CommId) -> MpiResult<()> {
     if ctx.size == 1 {
         return Ok(());
     }
+    if let Some(sites) = crate::wan::sites(&ctx)? {
+        return crate::wan::barrier(&ctx, &sites);
+    }
     if let Some(sites) = crate::impi::sites(&ctx)? {
         return crate::impi::barrier(&ctx, &sites);
     }

@@ -36,6 +36,10 @@ pub unsafe fn bcast(
     if ctx.size == 1 {
         return Ok(());
     }
+    if let Some(sites) = crate::wan::sites(&ctx)? {
+        // SAFETY: forwarded caller contract.
+        return unsafe { crate::wan::bcast(&ctx, &sites, buf, count, dtype, root) };
+    }
     if let Some(sites) = crate::impi::sites(&ctx)? {
         // SAFETY: forwarded caller contract.
         return unsafe { crate::impi::bcast(&ctx, &sites, buf, count, dtype, root) };

@@ -56,6 +56,9 @@ const LOCAL_REDUCE: i32 = tag::REDUCE + 96;
 /// The site structure of the call's communicator when it spans several sites: sites in
 /// the order of their lowest rank (the master order), each site's ranks ascending.
 pub(crate) fn sites(ctx: &Ctx) -> MpiResult<Option<Hier>> {
+    if crate::wan::mode() == crate::wan::Mode::Flat {
+        return Ok(None); // TSUNAGI_WAN_COLL=flat: the ordinary algorithms (collectives/src/wan.rs)
+    }
     let map = ctx.rt.site_map();
     if map.iter().all(|&s| s == map[0]) {
         return Ok(None);

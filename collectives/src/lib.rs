@@ -11,7 +11,8 @@
 //! ring all-to-all of seed 003 and its per-phase node schedule
 //! ([`two_level_ring_schedule`]; [`last_alltoall_algorithm`] says which all-to-all ran), the hierarchical barrier of seed 004, and process
 //! topologies with the neighbourhood collectives ([`topo`]). Communicators whose ranks
-//! are on several sites (IMPI clients) use the IMPI algorithms of [`impi`] instead.
+//! are on several sites (IMPI clients) use the IMPI algorithms of [`impi`] instead, or the
+//! latency-aware ones of [`wan`] when every site is Tsunagi.
 //!
 //! **Boundary.** Below is `tsunagi-core`: collectives move bytes with
 //! [`tsunagi_core::Runtime::coll_isend`] / `coll_irecv` on a communicator's collective
@@ -49,6 +50,7 @@ pub mod reduce;
 pub mod select;
 pub mod topo;
 mod util;
+pub mod wan;
 
 pub use allgather::{allgather, allgatherv};
 pub use alltoall::{

@@ -145,7 +145,13 @@ pub unsafe fn reduce(
     } else {
         None
     };
-    if let Some(h) = sites {
+    let wan_done = match crate::wan::sites(&ctx)? {
+        // SAFETY: `w` holds this rank's packed input (the root's: its receive view).
+        Some(h) => unsafe { crate::wan::reduce(&ctx, &h, w, count, dtype, op, root)? },
+        None => false,
+    };
+    if wan_done {
+    } else if let Some(h) = sites {
         // SAFETY: `w` holds this rank's packed input (the root's: its receive view).
         unsafe { crate::impi::reduce(&ctx, &h, w, count, dtype, op, root)? };
     } else if ctx.size > 1 && bytes > 0 {
@@ -622,6 +628,14 @@ pub unsafe fn allreduce(
         op,
     };
     let p = ctx.size;
+    if let Some(h) = crate::wan::sites(&ctx)? {
+        // SAFETY: `w` holds this rank's packed input; the receive buffer is writable.
+        if unsafe { crate::wan::allreduce(&ctx, &h, w, count, dtype, op)? } {
+            // SAFETY: as above.
+            unsafe { view.finish() };
+            return Ok(());
+        }
+    }
     if p > 1 {
         if let Some(h) = crate::impi::sites(&ctx)? {
             // As LAM: reduce to rank 0, then bcast from rank 0.

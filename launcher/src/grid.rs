@@ -180,6 +180,9 @@ pub fn run(
     for (k, site) in file.sites.iter().enumerate() {
         let mut c = Command::new(&me);
         c.args(site);
+        // Every site started here is Tsunagi: the latency-aware collectives may run
+        // (collectives/src/wan.rs; before the user's --env so that it can override).
+        c.arg("--env").arg("TSUNAGI_IMPI_PEERS=tsunagi");
         for (var, val) in env {
             let mut kv = var.clone();
             kv.push("=");

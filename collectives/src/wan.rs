@@ -1,0 +1,754 @@
+//! Latency-aware collectives across sites (MagPIe, Kielmann et al., PPoPP 1999): when a
+//! communicator spans sites joined by a wide-area link and every site runs Tsunagi, each
+//! operation crosses the wide-area link once, with all site pairs in parallel, and does the
+//! rest inside the sites.
+//!
+//! - barrier: site barrier; every site's coordinator (its lowest rank) exchanges a zero-byte
+//!   message with every other coordinator at once; site barrier (release).
+//! - bcast: the root sends to every other site's coordinator at once, then each site
+//!   broadcasts inside. Where the cost model ([`Model`]) says so, the data is split over the root site's
+//!   ranks so that many process pairs carry it across in parallel: scatter in the root's
+//!   site, chunk c from the root site's rank c to rank `c mod size` of each other site,
+//!   then an allgather of the chunks inside every site.
+//! - reduce (commutative ops): reduce inside each site, the coordinators send their
+//!   partial results straight to the root, which combines them in site order.
+//! - allreduce (commutative ops): reduce inside each site, the coordinators exchange their
+//!   partials all at once and each combines them in site order (so every site gets the
+//!   same bits), bcast inside. Where the cost model says so: reduce-scatter inside each site
+//!   into `m` chunks (m = the smallest site size), site rank c of every site exchanges
+//!   chunk c with site rank c of every other site, then each site gathers the chunks.
+//! - allgather: gather inside each site to the coordinator, coordinators exchange their
+//!   sites' blocks all at once, bcast inside.
+//! - gather, scatter, alltoall (and their v forms): the linear algorithms the IMPI path
+//!   already uses: every pair directly, all posted at once, which is one wide-area round.
+//!
+//! Non-commutative reductions keep the IMPI algorithms (rank order). Inside a site the
+//! phases run the site's own algorithms over packed bytes.
+//!
+//! **When.** The IMPI-conformant algorithms of [`crate::impi`] must stay on the wire when
+//! a foreign IMPI client (LAM/MPI) is in the job: it runs them too. Tsunagi cannot see from
+//! the IMPI start-up which clients are Tsunagi, so the launcher says so: `mpirun --sites`
+//! starts every site itself, all Tsunagi, and sets `TSUNAGI_IMPI_PEERS=tsunagi` in every
+//! site; sites started by hand (`mpirun --client K --server ...`) get the IMPI algorithms
+//! unless every site sets it. `TSUNAGI_WAN_COLL` overrides: `auto` (the default, as
+//! above), `wan` (these algorithms), `impi` (the IMPI ones), `flat` (neither: the
+//! communicator is treated as one site and the ordinary algorithms run across the
+//! wide-area link; for comparisons). Every site of a job must choose the same.
+//!
+//! Data crosses sites as packed native bytes, as the ordinary algorithms send them: all
+//! sites must share one data representation (the IMPI algorithms send typed data and
+//! convert; choose `impi` for sites of different byte order).
+
+use std::sync::OnceLock;
+
+use tsunagi_core::datatype::TypeRef;
+use tsunagi_core::MpiResult;
+
+use crate::op::Op;
+use crate::util::{err, tag, Ctx, Hier, Packed, SendBuf, Team};
+use tsunagi_core::ErrorClass;
+
+/// The cost model that chooses between the coordinator algorithms and the split ones:
+/// latency and bandwidth per link class (inside a site, across sites), and the bandwidth one
+/// process pair gets across (a TCP stream is limited by its window over a long round trip;
+/// several pairs in parallel get up to the link's bandwidth). Given by the user in
+/// `TSUNAGI_WAN_MODEL` (`wan_latency=5ms,wan_bandwidth=1GB,wan_stream=50MB,lan_latency=20us,
+/// lan_bandwidth=2GB`; rates in bytes/s with k/M/G and an optional `B`, durations with `us`,
+/// `ms` or `s`), every site the same. The defaults (5 ms, 100 MB/s for the link and for a
+/// stream, 20 µs and 2 GB/s inside) make splitting pay only where one stream cannot fill
+/// the link, which the user knows and says.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Model {
+    pub wan_latency: f64,
+    pub wan_bandwidth: f64,
+    pub wan_stream: f64,
+    pub lan_latency: f64,
+    pub lan_bandwidth: f64,
+}
+
+impl Default for Model {
+    fn default() -> Self {
+        Model {
+            wan_latency: 5e-3,
+            wan_bandwidth: 100e6,
+            wan_stream: 100e6,
+            lan_latency: 20e-6,
+            lan_bandwidth: 2e9,
+        }
+    }
+}
+
+fn parse_seconds(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let (n, k) = if let Some(x) = v.strip_suffix("us") {
+        (x, 1e-6)
+    } else if let Some(x) = v.strip_suffix("ms") {
+        (x, 1e-3)
+    } else if let Some(x) = v.strip_suffix('s') {
+        (x, 1.0)
+    } else {
+        (v, 1.0)
+    };
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| *x >= 0.0)
+        .map(|x| x * k)
+}
+
+fn parse_rate(v: &str) -> Option<f64> {
+    let v = v.trim();
+    let v = v.strip_suffix('B').unwrap_or(v);
+    let (n, k) = match v.chars().last() {
+        Some('k') | Some('K') => (&v[..v.len() - 1], 1e3),
+        Some('M') => (&v[..v.len() - 1], 1e6),
+        Some('G') => (&v[..v.len() - 1], 1e9),
+        _ => (v, 1.0),
+    };
+    n.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|x| *x > 0.0)
+        .map(|x| x * k)
+}
+
+impl Model {
+    /// Parse a model spec (keys as in the type's doc; unknown keys and bad values are
+    /// errors naming them).
+    pub fn parse(spec: &str) -> Result<Model, String> {
+        let mut m = Model::default();
+        for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = item
+                .split_once('=')
+                .ok_or_else(|| format!("{item:?}: expected KEY=VALUE"))?;
+            let bad = || format!("{item:?}: bad value");
+            match k.trim() {
+                "wan_latency" => m.wan_latency = parse_seconds(v).ok_or_else(bad)?,
+                "lan_latency" => m.lan_latency = parse_seconds(v).ok_or_else(bad)?,
+                "wan_bandwidth" => m.wan_bandwidth = parse_rate(v).ok_or_else(bad)?,
+                "wan_stream" => m.wan_stream = parse_rate(v).ok_or_else(bad)?,
+                "lan_bandwidth" => m.lan_bandwidth = parse_rate(v).ok_or_else(bad)?,
+                other => return Err(format!("{other:?}: unknown key")),
+            }
+        }
+        Ok(m)
+    }
+
+    /// Throughput of one pair across when `pairs` pairs cross at once.
+    fn per_pair(&self, pairs: usize) -> f64 {
+        self.wan_stream
+            .min(self.wan_bandwidth / pairs.max(1) as f64)
+    }
+
+    fn lan(&self, bytes: f64) -> f64 {
+        self.lan_latency + bytes / self.lan_bandwidth
+    }
+
+    /// Bcast of `n` bytes to `sites` sites: whether splitting over the root site's `a`
+    /// ranks beats the coordinator algorithm (sites of at most `b` ranks).
+    pub fn split_bcast(&self, n: usize, a: usize, b: usize, sites: usize) -> bool {
+        if a < 2 {
+            return false;
+        }
+        let n = n as f64;
+        let other = (sites - 1).max(1);
+        let steps = (b.max(2) as f64).log2().ceil();
+        let one = self.wan_latency + n / self.per_pair(other) + steps * self.lan(n);
+        let chunk = n / a as f64;
+        let split = self.lan(n - chunk)
+            + self.wan_latency
+            + chunk / self.per_pair(a * other)
+            + self.lan(n - chunk);
+        split < one
+    }
+
+    /// Allreduce of `n` bytes over `sites` sites whose smallest has `m` ranks (at most `b`):
+    /// whether reduce-scatter + exchange by `m` pairs + gather beats the coordinator one.
+    pub fn split_allreduce(&self, n: usize, m: usize, b: usize, sites: usize) -> bool {
+        if m < 2 {
+            return false;
+        }
+        let n = n as f64;
+        let other = (sites - 1).max(1);
+        let steps = (b.max(2) as f64).log2().ceil();
+        let one =
+            2.0 * steps * self.lan(n) + self.wan_latency + n * other as f64 / self.per_pair(other);
+        let chunk = n / m as f64;
+        let split = 2.0 * m as f64 * steps * self.lan(chunk)
+            + self.wan_latency
+            + chunk * other as f64 / self.per_pair(m * other);
+        split < one
+    }
+}
+
+/// The model of this process (read once from `TSUNAGI_WAN_MODEL`).
+pub fn model() -> Model {
+    static MODEL: OnceLock<Model> = OnceLock::new();
+    *MODEL.get_or_init(|| match std::env::var("TSUNAGI_WAN_MODEL") {
+        Ok(spec) => Model::parse(&spec).unwrap_or_else(|e| {
+            eprintln!("tsunagi: warning: TSUNAGI_WAN_MODEL: {e}; using the defaults");
+            Model::default()
+        }),
+        Err(_) => Model::default(),
+    })
+}
+
+/// Tags of the latency-aware phases (Tsunagi's own range: never an IMPI tag, never the
+/// IMPI module's local tags at +96).
+const T_BARRIER_IN: i32 = tag::BARRIER + 200;
+const T_BARRIER_WAN: i32 = tag::BARRIER + 201;
+const T_BARRIER_OUT: i32 = tag::BARRIER + 202;
+const T_BCAST_LOCAL: i32 = tag::BCAST + 200;
+const T_BCAST_WAN: i32 = tag::BCAST + 201;
+const T_BCAST_SCATTER: i32 = tag::BCAST + 202;
+const T_BCAST_GATHER: i32 = tag::BCAST + 203;
+const T_REDUCE_LOCAL: i32 = tag::REDUCE + 200;
+const T_REDUCE_WAN: i32 = tag::REDUCE + 201;
+const T_ALLRED_LOCAL: i32 = tag::ALLREDUCE + 200;
+const T_ALLRED_WAN: i32 = tag::ALLREDUCE + 201;
+const T_ALLRED_BCAST: i32 = tag::ALLREDUCE + 202;
+const T_ALLGATHER_IN: i32 = tag::ALLGATHER + 200;
+const T_ALLGATHER_WAN: i32 = tag::ALLGATHER + 201;
+const T_ALLGATHER_OUT: i32 = tag::ALLGATHER + 202;
+
+/// Which algorithms run on communicators that span sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    /// The latency-aware algorithms of this module.
+    Wan,
+    /// The IMPI-conformant algorithms.
+    Impi,
+    /// The ordinary algorithms, as if the job were one site.
+    Flat,
+}
+
+/// The mode of this process (read once from `TSUNAGI_WAN_COLL` and `TSUNAGI_IMPI_PEERS`).
+pub fn mode() -> Mode {
+    static MODE: OnceLock<Mode> = OnceLock::new();
+    *MODE.get_or_init(|| {
+        let all_tsunagi = std::env::var("TSUNAGI_IMPI_PEERS").is_ok_and(|v| v.trim() == "tsunagi");
+        match std::env::var("TSUNAGI_WAN_COLL").as_deref().map(str::trim) {
+            Ok("wan") | Ok("on") => Mode::Wan,
+            Ok("impi") | Ok("off") => Mode::Impi,
+            Ok("flat") => Mode::Flat,
+            Ok("auto") | Ok("") | Err(_) => {
+                if all_tsunagi {
+                    Mode::Wan
+                } else {
+                    Mode::Impi
+                }
+            }
+            Ok(other) => {
+                eprintln!(
+                    "tsunagi: warning: TSUNAGI_WAN_COLL={other}: expected auto, wan, impi or \
+                     flat; using auto"
+                );
+                if all_tsunagi {
+                    Mode::Wan
+                } else {
+                    Mode::Impi
+                }
+            }
+        }
+    })
+}
+
+/// The site structure when the latency-aware algorithms apply to this call.
+pub(crate) fn sites(ctx: &Ctx) -> MpiResult<Option<Hier>> {
+    if ctx.size < 2 || mode() != Mode::Wan {
+        return Ok(None);
+    }
+    crate::impi::sites(ctx)
+}
+
+/// Member index of comm rank `r` in `team`.
+fn index_in(team: &Team, r: usize) -> usize {
+    team.ranks.iter().position(|&x| x == r).expect("member")
+}
+
+/// The team of site `s`.
+fn site_team(h: &Hier, s: usize, me: usize) -> Team {
+    let ranks = h.members[s].clone();
+    let me = ranks.iter().position(|&r| r == me).unwrap_or(usize::MAX);
+    Team { ranks, me }
+}
+
+/// Elements `[start, start + len)` of chunk `c` when `n` elements are cut into `m` chunks.
+fn chunk(n: usize, m: usize, c: usize) -> (usize, usize) {
+    let base = n / m;
+    let extra = n % m;
+    let start = c * base + c.min(extra);
+    (start, base + usize::from(c < extra))
+}
+
+/// Barrier: site barrier, one zero-byte exchange among all coordinators at once, site
+/// barrier.
+pub(crate) fn barrier(ctx: &Ctx, h: &Hier) -> MpiResult<()> {
+    let local = h.local_team();
+    crate::barrier::dissemination(ctx, &local, T_BARRIER_IN)?;
+    if h.is_leader() {
+        let mut z = [0u8; 2];
+        let zs = z.as_ptr();
+        let zr = z.as_mut_ptr().wrapping_add(1);
+        let mut reqs = Vec::new();
+        for (s, &l) in h.leaders.iter().enumerate() {
+            if s != h.my_node {
+                // SAFETY: zero-byte transfers at addresses inside `z`, alive until waitall.
+                unsafe {
+                    reqs.push(ctx.irecv(zr, 0, l, T_BARRIER_WAN)?);
+                    reqs.push(ctx.isend(zs, 0, l, T_BARRIER_WAN)?);
+                }
+            }
+        }
+        ctx.waitall(&mut reqs)?;
+    }
+    crate::barrier::dissemination(ctx, &local, T_BARRIER_OUT)
+}
+
+/// Bcast (see the module doc).
+///
+/// # Safety
+/// `buf` holds (root) or has room for `count` elements of `dtype`.
+pub(crate) unsafe fn bcast(
+    ctx: &Ctx,
+    h: &Hier,
+    buf: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let bytes = count * dtype.size();
+    if bytes == 0 {
+        return Ok(());
+    }
+    let me = ctx.rank;
+    // SAFETY: caller contract.
+    let view = unsafe { Packed::new(buf, count, dtype, me == root) };
+    let rs = h.node_of[root];
+    let root_team = site_team(h, rs, me);
+    let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
+    if model().split_bcast(bytes, root_team.len(), biggest, h.members.len()) {
+        split_bcast(ctx, h, view.ptr, bytes, root)?;
+    } else {
+        let mut reqs = Vec::new();
+        if me == root {
+            for (s, &l) in h.leaders.iter().enumerate() {
+                if s != rs {
+                    // SAFETY: the view holds `bytes` bytes until the waitall.
+                    reqs.push(unsafe { ctx.isend(view.ptr, bytes, l, T_BCAST_WAN)? });
+                }
+            }
+        } else if h.is_leader() && h.my_node != rs {
+            // SAFETY: the view has room for `bytes` bytes.
+            reqs.push(unsafe { ctx.irecv(view.ptr, bytes, root, T_BCAST_WAN)? });
+        }
+        ctx.waitall(&mut reqs)?;
+        let local = h.local_team();
+        let local_root = if h.my_node == rs {
+            index_in(&local, root)
+        } else {
+            0
+        };
+        crate::bcast::binomial(ctx, &local, view.ptr, bytes, local_root, T_BCAST_LOCAL)?;
+    }
+    if me != root {
+        // SAFETY: caller contract.
+        unsafe { view.finish() };
+    }
+    Ok(())
+}
+
+/// The split bcast of `bytes` packed bytes at `w` (full at the root).
+fn split_bcast(ctx: &Ctx, h: &Hier, w: *mut u8, bytes: usize, root: usize) -> MpiResult<()> {
+    let me = ctx.rank;
+    let rs = h.node_of[root];
+    let root_team = site_team(h, rs, me);
+    let m = root_team.len();
+    let ptr = |c: usize| w.wrapping_add(chunk(bytes, m, c).0);
+    let len = |c: usize| chunk(bytes, m, c).1;
+    // Who holds chunk c in site s after the wide-area phase.
+    let holder = |s: usize, c: usize| {
+        if s == rs {
+            root_team.ranks[c]
+        } else {
+            h.members[s][c % h.members[s].len()]
+        }
+    };
+    // 1. Scatter inside the root's site.
+    let mut reqs = Vec::new();
+    for c in 0..m {
+        let r = root_team.ranks[c];
+        if r == root {
+            continue;
+        }
+        // SAFETY: chunk c of the packed buffer, alive until the waitall.
+        unsafe {
+            if me == root {
+                reqs.push(ctx.isend(ptr(c), len(c), r, T_BCAST_SCATTER)?);
+            } else if me == r {
+                reqs.push(ctx.irecv(ptr(c), len(c), root, T_BCAST_SCATTER)?);
+            }
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    // 2. Across: chunk c from the root site's rank c to its holder in every other site.
+    for s in 0..h.members.len() {
+        if s == rs {
+            continue;
+        }
+        for c in 0..m {
+            let (from, to) = (root_team.ranks[c], holder(s, c));
+            // SAFETY: as above.
+            unsafe {
+                if me == from {
+                    reqs.push(ctx.isend(ptr(c), len(c), to, T_BCAST_WAN)?);
+                }
+                if me == to {
+                    reqs.push(ctx.irecv(ptr(c), len(c), from, T_BCAST_WAN)?);
+                }
+            }
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    // 3. Allgather of the chunks inside each site (the root already has them all).
+    let s = h.my_node;
+    for c in 0..m {
+        let from = holder(s, c);
+        for &r in &h.members[s] {
+            if r == from || r == root {
+                continue;
+            }
+            // SAFETY: as above.
+            unsafe {
+                if me == from {
+                    reqs.push(ctx.isend(ptr(c), len(c), r, T_BCAST_GATHER)?);
+                }
+                if me == r {
+                    reqs.push(ctx.irecv(ptr(c), len(c), from, T_BCAST_GATHER)?);
+                }
+            }
+        }
+    }
+    ctx.waitall(&mut reqs)
+}
+
+/// Reduce with a commutative op; `w` is this rank's packed input and at the root receives
+/// the packed result. Returns false (nothing done) for a non-commutative op.
+///
+/// # Safety
+/// `w` holds `count * dtype.size()` readable and writable bytes.
+pub(crate) unsafe fn reduce(
+    ctx: &Ctx,
+    h: &Hier,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+    root: usize,
+) -> MpiResult<bool> {
+    if !op.is_commutative() {
+        return Ok(false);
+    }
+    let me = ctx.rank;
+    let bytes = count * dtype.size();
+    let rs = h.node_of[root];
+    let local = h.local_team();
+    let local_root = if h.my_node == rs {
+        index_in(&local, root)
+    } else {
+        0
+    };
+    crate::reduce::team_reduce(ctx, &local, w, count, dtype, op, local_root, T_REDUCE_LOCAL)?;
+    if bytes == 0 {
+        return Ok(true);
+    }
+    if me == root {
+        let ns = h.members.len();
+        let mut parts = vec![0u8; bytes * ns];
+        let mut reqs = Vec::new();
+        for (s, &l) in h.leaders.iter().enumerate() {
+            if s != rs {
+                // SAFETY: slot s of `parts`, alive until the waitall.
+                reqs.push(unsafe {
+                    ctx.irecv(parts.as_mut_ptr().add(s * bytes), bytes, l, T_REDUCE_WAN)?
+                });
+            }
+        }
+        ctx.waitall(&mut reqs)?;
+        for s in 0..ns {
+            if s != rs {
+                // SAFETY: slot s and `w` hold `count` packed elements each, disjoint.
+                unsafe { op.apply_packed(parts.as_ptr().add(s * bytes), w, count, dtype) };
+            }
+        }
+    } else if h.is_leader() && h.my_node != rs {
+        // SAFETY: `w` holds the site's partial result.
+        unsafe { ctx.send(w, bytes, root, T_REDUCE_WAN)? };
+    }
+    Ok(true)
+}
+
+/// Allreduce with a commutative op on the packed stream `w` (input in, result out at every
+/// rank). Returns false (nothing done) for a non-commutative op.
+///
+/// # Safety
+/// `w` holds `count * dtype.size()` readable and writable bytes.
+pub(crate) unsafe fn allreduce(
+    ctx: &Ctx,
+    h: &Hier,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<bool> {
+    if !op.is_commutative() {
+        return Ok(false);
+    }
+    let esize = dtype.size();
+    let bytes = count * esize;
+    if bytes == 0 {
+        return Ok(true);
+    }
+    let m = h.members.iter().map(Vec::len).min().expect("sites");
+    let local = h.local_team();
+    let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
+    if count >= m && model().split_allreduce(bytes, m, biggest, h.members.len()) {
+        // Reduce-scatter inside the site: chunk c to site rank c.
+        for c in 0..m {
+            let (start, n) = chunk(count, m, c);
+            let p = w.wrapping_add(start * esize);
+            crate::reduce::team_reduce(ctx, &local, p, n, dtype, op, c, T_ALLRED_LOCAL)?;
+        }
+        if h.my_local < m {
+            let c = h.my_local;
+            let (start, n) = chunk(count, m, c);
+            // SAFETY: chunk c of `w`.
+            unsafe {
+                exchange_and_combine(ctx, h, c, w.wrapping_add(start * esize), n, dtype, op)?
+            };
+        }
+        for c in 0..m {
+            let (start, n) = chunk(count, m, c);
+            let p = w.wrapping_add(start * esize);
+            crate::bcast::binomial(ctx, &local, p, n * esize, c, T_ALLRED_BCAST)?;
+        }
+        return Ok(true);
+    }
+    crate::reduce::team_reduce(ctx, &local, w, count, dtype, op, 0, T_ALLRED_LOCAL)?;
+    if h.is_leader() {
+        // SAFETY: `w` holds the site's partial result.
+        unsafe { exchange_and_combine(ctx, h, 0, w, count, dtype, op)? };
+    }
+    crate::bcast::binomial(ctx, &local, w, bytes, 0, T_ALLRED_BCAST)?;
+    Ok(true)
+}
+
+/// Site rank `c` of every site: exchange the `count` packed elements at `w` with site rank
+/// `c` of every other site, all at once, and combine the sites' parts in site order (the
+/// same order everywhere, so every site computes the same bits).
+///
+/// # Safety
+/// `w` holds `count * dtype.size()` readable and writable bytes.
+unsafe fn exchange_and_combine(
+    ctx: &Ctx,
+    h: &Hier,
+    c: usize,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<()> {
+    let bytes = count * dtype.size();
+    let ns = h.members.len();
+    let mine = h.my_node;
+    let mut parts = vec![0u8; bytes * ns];
+    // SAFETY: `w` has `bytes` bytes; slot `mine` of `parts` too.
+    unsafe { crate::util::copy_bytes(w, parts.as_mut_ptr().add(mine * bytes), bytes) };
+    let mut reqs = Vec::new();
+    for s in 0..ns {
+        if s == mine {
+            continue;
+        }
+        let peer = h.members[s][c];
+        // SAFETY: slot s of `parts` and slot `mine` (read only), alive until the waitall.
+        unsafe {
+            reqs.push(ctx.irecv(parts.as_mut_ptr().add(s * bytes), bytes, peer, T_ALLRED_WAN)?);
+            reqs.push(ctx.isend(parts.as_ptr().add(mine * bytes), bytes, peer, T_ALLRED_WAN)?);
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    // result = part(ns-1); then result = part(s) op result for s descending.
+    // SAFETY: slots are disjoint from `w`, each `bytes` long.
+    unsafe {
+        crate::util::copy_bytes(parts.as_ptr().add((ns - 1) * bytes), w, bytes);
+        for s in (0..ns - 1).rev() {
+            op.apply_packed(parts.as_ptr().add(s * bytes), w, count, dtype);
+        }
+    }
+    Ok(())
+}
+
+/// Allgather on the packed receive stream `w` of `size * blk` bytes, in which this rank's
+/// block (at `rank * blk`) is filled in.
+pub(crate) fn allgather(ctx: &Ctx, h: &Hier, w: *mut u8, blk: usize) -> MpiResult<()> {
+    if blk == 0 {
+        return Ok(());
+    }
+    let me = ctx.rank;
+    let at = |r: usize| w.wrapping_add(r * blk);
+    let local = h.local_team();
+    let leader = h.leaders[h.my_node];
+    let mut reqs = Vec::new();
+    // 1. Gather the site's blocks at its coordinator.
+    for &r in &local.ranks {
+        if r == leader {
+            continue;
+        }
+        // SAFETY: block r of the stream, alive until the waitall.
+        unsafe {
+            if me == leader {
+                reqs.push(ctx.irecv(at(r), blk, r, T_ALLGATHER_IN)?);
+            } else if me == r {
+                reqs.push(ctx.isend(at(r), blk, leader, T_ALLGATHER_IN)?);
+            }
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    // 2. Coordinators exchange their sites' blocks (one message per site pair each way).
+    if me == leader {
+        let ns = h.members.len();
+        let pack = |s: usize| -> Vec<u8> {
+            let mut v = vec![0u8; h.members[s].len() * blk];
+            for (i, &r) in h.members[s].iter().enumerate() {
+                // SAFETY: block r is readable; slot i of `v` is writable.
+                unsafe { crate::util::copy_bytes(at(r), v.as_mut_ptr().add(i * blk), blk) };
+            }
+            v
+        };
+        let mine = pack(h.my_node);
+        let mut theirs: Vec<Vec<u8>> = (0..ns)
+            .map(|s| {
+                if s == h.my_node {
+                    Vec::new()
+                } else {
+                    vec![0u8; h.members[s].len() * blk]
+                }
+            })
+            .collect();
+        for (s, v) in theirs.iter_mut().enumerate() {
+            if s == h.my_node {
+                continue;
+            }
+            let l = h.leaders[s];
+            // SAFETY: `v` and `mine` live until the waitall.
+            unsafe {
+                reqs.push(ctx.irecv(v.as_mut_ptr(), v.len(), l, T_ALLGATHER_WAN)?);
+                reqs.push(ctx.isend(mine.as_ptr(), mine.len(), l, T_ALLGATHER_WAN)?);
+            }
+        }
+        ctx.waitall(&mut reqs)?;
+        for (s, v) in theirs.iter().enumerate() {
+            for (i, &r) in h.members.get(s).into_iter().flatten().enumerate() {
+                if s != h.my_node {
+                    // SAFETY: slot i of `v`, block r of the stream.
+                    unsafe { crate::util::copy_bytes(v.as_ptr().add(i * blk), at(r), blk) };
+                }
+            }
+        }
+    }
+    // 3. Bcast the whole stream inside the site.
+    crate::bcast::binomial(ctx, &local, w, ctx.size * blk, 0, T_ALLGATHER_OUT)
+}
+
+/// `MPI_Allgather` across sites: pack this rank's block into the packed receive stream, run
+/// [`allgather`], unpack.
+///
+/// # Safety
+/// As `MPI_Allgather`: `sendcount` elements of `sendtype` readable at the send buffer (or
+/// this rank's block of the receive buffer in place), room for `size * rc` elements of
+/// `recvtype` at `recvbuf`.
+pub(crate) unsafe fn allgather_buffers(
+    ctx: &Ctx,
+    h: &Hier,
+    sendbuf: SendBuf,
+    sendcount: i64,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    rc: usize,
+    recvtype: &TypeRef,
+) -> MpiResult<()> {
+    let blk = rc * recvtype.size();
+    let total = ctx.size * rc;
+    // SAFETY: caller contract; in place, this rank's block is read from the receive buffer.
+    let view = unsafe { Packed::new(recvbuf, total, recvtype, sendbuf == SendBuf::InPlace) };
+    if let SendBuf::Ptr(s) = sendbuf {
+        let sc = crate::util::check_count(ctx.call, sendcount)?;
+        crate::util::check_type(ctx.call, sendtype)?;
+        if sc * sendtype.size() != blk {
+            return Err(err(
+                ErrorClass::Truncate,
+                format!(
+                    "{}: sendcount {sc} of the send type is {} bytes but recvcount {rc} of \
+                     the receive type is {blk}",
+                    ctx.call,
+                    sc * sendtype.size()
+                ),
+            ));
+        }
+        if blk > 0 {
+            // SAFETY: the send type map is readable; block `rank` of the view has `blk`
+            // writable bytes.
+            unsafe {
+                sendtype.pack_range(
+                    s,
+                    sc,
+                    0,
+                    std::slice::from_raw_parts_mut(view.ptr.add(ctx.rank * blk), blk),
+                )
+            };
+        }
+    }
+    allgather(ctx, h, view.ptr, blk)?;
+    // SAFETY: caller contract.
+    unsafe { view.finish() };
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_model_splits_only_where_one_stream_cannot_fill_the_link() {
+        let d = Model::default();
+        assert!(!d.split_bcast(1 << 20, 2, 2, 3));
+        assert!(!d.split_allreduce(1 << 20, 2, 2, 3));
+        let m = Model::parse("wan_latency=5ms,wan_bandwidth=1GB,wan_stream=10MB").unwrap();
+        assert_eq!(m.wan_stream, 10e6);
+        assert_eq!(m.wan_latency, 5e-3);
+        assert!(m.split_bcast(1 << 20, 2, 2, 3));
+        assert!(m.split_allreduce(1 << 20, 2, 2, 3));
+        // Small messages never pay for the extra steps; one rank per site cannot split.
+        assert!(!m.split_bcast(64, 2, 2, 3));
+        assert!(!m.split_allreduce(64, 2, 2, 3));
+        assert!(!m.split_bcast(1 << 20, 1, 2, 3));
+        assert!(Model::parse("wan_latency=fast").is_err());
+        assert!(Model::parse("speed=1").is_err());
+        assert_eq!(Model::parse("lan_bandwidth=2G").unwrap().lan_bandwidth, 2e9);
+    }
+
+    #[test]
+    fn chunks_cover_the_range_in_order() {
+        for n in [0usize, 1, 5, 64, 1001] {
+            for m in 1..6 {
+                let mut next = 0;
+                for c in 0..m {
+                    let (s, l) = chunk(n, m, c);
+                    assert_eq!(s, next);
+                    next += l;
+                }
+                assert_eq!(next, n);
+            }
+        }
+    }
+}
