@@ -69,7 +69,8 @@ pub type OpaqueFn = Option<unsafe extern "C" fn()>;
 pub type MPI_Win_copy_attr_function = MPI_Comm_copy_attr_function;
 pub type MPI_Win_delete_attr_function = MPI_Comm_delete_attr_function;
 pub type MPI_Win_errhandler_function = MPI_Comm_errhandler_function;
-pub type MPI_File_errhandler_function = OpaqueFn;
+pub type MPI_File_errhandler_function =
+    Option<unsafe extern "C" fn(*mut MPI_File, *mut c_int, ...)>;
 pub type MPI_Datarep_conversion_function = OpaqueFn;
 pub type MPI_Datarep_extent_function = OpaqueFn;
 pub type MPI_Delete_function = MPI_Comm_delete_attr_function;

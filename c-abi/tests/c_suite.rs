@@ -150,6 +150,40 @@ fn one_sided_every_flavor_mode_and_operation() {
     }
 }
 
+/// MPI-IO (tests/c/io.c): subarray views of a 3-D array with collective buffering on,
+/// off and automatic, interleaved vector views through every pointer kind, non-blocking
+/// and split forms, shared and ordered pointers under concurrency, atomic mode,
+/// external32, and the error classes; 1 to 4 ranks, both engines, and over pretend nodes
+/// (two aggregators by default).
+#[test]
+fn mpi_io_every_access_family_and_error_class() {
+    let exe = build("io");
+    let dir = std::env::temp_dir();
+    for (n, extra) in [
+        (1, &[][..]),
+        (2, &[][..]),
+        (3, &["--progress", "threaded"][..]),
+        (4, &[][..]),
+        (4, &["--progress", "threaded"][..]),
+        (4, &["--node-map", "2"][..]),
+    ] {
+        let out = run(Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", &n.to_string()])
+            .args(extra)
+            .arg(&exe)
+            .arg(&dir));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stderr.is_empty() && stdout.contains("io ok"),
+            "io on {n} ranks {extra:?} ({}):\n{stdout}{stderr}",
+            out.status
+        );
+    }
+}
+
 /// The collective tests again with ranks spread over pretend nodes, so that the
 /// hierarchical algorithms run (and inter-node traffic takes the socket transport).
 #[test]

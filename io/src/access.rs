@@ -185,7 +185,8 @@ pub(crate) fn read_runs(
             }
         } else {
             for &(o, l) in rs {
-                let got = pread_full(file, &mut out[done..done + l], o).map_err(|e| os_err(call, e))?;
+                let got =
+                    pread_full(file, &mut out[done..done + l], o).map_err(|e| os_err(call, e))?;
                 done += got;
                 if got < l {
                     return Ok(done);
@@ -218,7 +219,8 @@ pub(crate) fn write_runs(
 ) -> MpiResult<()> {
     let file = f.os_file();
     let call = "writing the file";
-    let lock = |lo: u64, hi: u64| RangeLock::new(file, lo, hi - lo, true).map_err(|e| os_err(call, e));
+    let lock =
+        |lo: u64, hi: u64| RangeLock::new(file, lo, hi - lo, true).map_err(|e| os_err(call, e));
     // Atomic mode: the whole access under one exclusive lock.
     let _whole = if atomic && !runs.is_empty() {
         let (lo, hi) = span(runs);

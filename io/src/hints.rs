@@ -107,8 +107,14 @@ impl Hints {
             ("romio_cb_write".into(), self.cb_write.name().into()),
             ("romio_ds_read".into(), self.ds_read.name().into()),
             ("romio_ds_write".into(), self.ds_write.name().into()),
-            ("ind_rd_buffer_size".into(), self.ind_rd_buffer_size.to_string()),
-            ("ind_wr_buffer_size".into(), self.ind_wr_buffer_size.to_string()),
+            (
+                "ind_rd_buffer_size".into(),
+                self.ind_rd_buffer_size.to_string(),
+            ),
+            (
+                "ind_wr_buffer_size".into(),
+                self.ind_wr_buffer_size.to_string(),
+            ),
         ]
     }
 }

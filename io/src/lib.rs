@@ -122,7 +122,9 @@ pub fn check_amode(call: &str, amode: i32) -> MpiResult<()> {
         return Err(bad("MPI_MODE_CREATE and MPI_MODE_EXCL need write access"));
     }
     if amode & RDWR != 0 && amode & SEQUENTIAL != 0 {
-        return Err(bad("MPI_MODE_SEQUENTIAL cannot be combined with MPI_MODE_RDWR"));
+        return Err(bad(
+            "MPI_MODE_SEQUENTIAL cannot be combined with MPI_MODE_RDWR",
+        ));
     }
     Ok(())
 }
@@ -140,7 +142,10 @@ fn first_error(call: &str, codes: &[Vec<u8>], what: &str) -> MpiResult<()> {
         if code != 0 {
             let class = ErrorClass::from_code(code as i32).unwrap_or(ErrorClass::Io);
             let detail = String::from_utf8_lossy(&c[4..]).into_owned();
-            return Err(err(class, format!("{call}: {what} failed on rank {rank}: {detail}")));
+            return Err(err(
+                class,
+                format!("{call}: {what} failed on rank {rank}: {detail}"),
+            ));
         }
     }
     Ok(())
@@ -173,7 +178,10 @@ impl File {
             .find_map(|p| path.strip_prefix(p))
             .unwrap_or(path);
         if path.is_empty() {
-            return Err(err(ErrorClass::BadFile, format!("{call}: the file name is empty")));
+            return Err(err(
+                ErrorClass::BadFile,
+                format!("{call}: the file name is empty"),
+            ));
         }
         let path = PathBuf::from(path);
         let comm = rt.comm_dup(comm)?;
@@ -198,7 +206,11 @@ impl File {
         let size = rt.comm_size(comm)?;
         // Phase 1: rank 0 creates the file and the shared pointer; everyone learns the
         // outcome, the pointer file's name and rank 0's access mode.
-        let tag = format!("{}-{:x}", std::process::id(), rt.wtime().to_bits() ^ path_hash(path));
+        let tag = format!(
+            "{}-{:x}",
+            std::process::id(),
+            rt.wtime().to_bits() ^ path_hash(path)
+        );
         let shfp = SharedPointer::path_for(path, &tag);
         let mut mine = amode.to_le_bytes().to_vec();
         if rank == 0 {
@@ -282,7 +294,8 @@ impl File {
             } else {
                 o.create(true);
             }
-            o.open(path).map_err(|e| os_err(&format!("creating {}", path.display()), e))?;
+            o.open(path)
+                .map_err(|e| os_err(&format!("creating {}", path.display()), e))?;
         } else if amode & mode::EXCL != 0 && path.exists() {
             return Err(err(
                 ErrorClass::FileExists,
@@ -329,8 +342,7 @@ impl File {
             .iter()
             .find_map(|p| path.strip_prefix(p))
             .unwrap_or(path);
-        std::fs::remove_file(path)
-            .map_err(|e| os_err(&format!("MPI_File_delete: {path}"), e))
+        std::fs::remove_file(path).map_err(|e| os_err(&format!("MPI_File_delete: {path}"), e))
     }
 
     pub fn comm(&self) -> CommId {
@@ -391,10 +403,15 @@ impl File {
     pub fn set_size(&self, size: i64) -> MpiResult<()> {
         let call = "MPI_File_set_size";
         if size < 0 {
-            return Err(err(ErrorClass::Arg, format!("{call}: size {size} is negative")));
+            return Err(err(
+                ErrorClass::Arg,
+                format!("{call}: size {size} is negative"),
+            ));
         }
         self.check_writable(call)?;
         self.check_not_sequential(call)?;
+        // The ranks' earlier calls (a get_size, a write) come before the change.
+        tsunagi_collectives::barrier(self.rt, self.comm)?;
         let r = if self.rank == 0 {
             self.file.set_len(size as u64).map_err(|e| os_err(call, e))
         } else {
@@ -407,14 +424,20 @@ impl File {
     pub fn preallocate(&self, size: i64) -> MpiResult<()> {
         let call = "MPI_File_preallocate";
         if size < 0 {
-            return Err(err(ErrorClass::Arg, format!("{call}: size {size} is negative")));
+            return Err(err(
+                ErrorClass::Arg,
+                format!("{call}: size {size} is negative"),
+            ));
         }
         self.check_writable(call)?;
         self.check_not_sequential(call)?;
+        // The ranks' earlier calls (a get_size, a write) come before the change.
+        tsunagi_collectives::barrier(self.rt, self.comm)?;
         let r = if self.rank == 0 && size > 0 {
             use std::os::fd::AsRawFd;
             // SAFETY: the descriptor is open for the File's life; the call only reads it.
-            let rc = unsafe { libc::posix_fallocate(self.file.as_raw_fd(), 0, size as libc::off_t) };
+            let rc =
+                unsafe { libc::posix_fallocate(self.file.as_raw_fd(), 0, size as libc::off_t) };
             if rc == 0 || rc == libc::EOPNOTSUPP || rc == libc::EINVAL {
                 // A file system that cannot preallocate: extend the file instead.
                 if rc != 0 && self.size()? < size as u64 {
@@ -496,7 +519,10 @@ impl File {
         let disp = if disp == DISPLACEMENT_CURRENT && self.amode & mode::SEQUENTIAL != 0 {
             self.shared.get()? * self.state().view.esize()
         } else if disp < 0 {
-            return Err(err(ErrorClass::Arg, format!("{call}: disp {disp} is negative")));
+            return Err(err(
+                ErrorClass::Arg,
+                format!("{call}: disp {disp} is negative"),
+            ));
         } else {
             disp as u64
         };
@@ -541,6 +567,8 @@ impl File {
             st.pos = 0;
             st.hints.apply(info, self.size);
         }
+        // Every rank's earlier use of the shared pointer comes before its reset.
+        tsunagi_collectives::barrier(self.rt, self.comm)?;
         if self.rank == 0 {
             self.shared.set(0)?;
         }
@@ -587,12 +615,15 @@ impl File {
                 ))
             }
         };
-        let new = base.checked_add(offset).filter(|&n| n >= 0).ok_or_else(|| {
-            err(
-                ErrorClass::Arg,
-                format!("{call}: the new position ({base} + {offset}) is negative"),
-            )
-        })?;
+        let new = base
+            .checked_add(offset)
+            .filter(|&n| n >= 0)
+            .ok_or_else(|| {
+                err(
+                    ErrorClass::Arg,
+                    format!("{call}: the new position ({base} + {offset}) is negative"),
+                )
+            })?;
         Ok(new as u64)
     }
 
@@ -607,7 +638,10 @@ impl File {
         let call = "MPI_File_get_byte_offset";
         self.check_not_sequential(call)?;
         if offset < 0 {
-            return Err(err(ErrorClass::Arg, format!("{call}: offset {offset} is negative")));
+            return Err(err(
+                ErrorClass::Arg,
+                format!("{call}: offset {offset} is negative"),
+            ));
         }
         let v = self.view();
         Ok(v.byte_offset(offset as u64 * v.esize()))
@@ -616,6 +650,8 @@ impl File {
     /// MPI_File_seek_shared (collective).
     pub fn seek_shared(&self, offset: i64, whence: i32) -> MpiResult<()> {
         let call = "MPI_File_seek_shared";
+        // Every rank's earlier use of the pointer comes first.
+        tsunagi_collectives::barrier(self.rt, self.comm)?;
         let r = if self.rank == 0 {
             self.shared
                 .get()
@@ -724,7 +760,10 @@ impl File {
         dtype: &TypeRef,
     ) -> MpiResult<(View, u64, usize, Snapshot)> {
         if !dtype.is_committed() {
-            return Err(err(ErrorClass::Type, format!("{call}: the datatype is not committed")));
+            return Err(err(
+                ErrorClass::Type,
+                format!("{call}: the datatype is not committed"),
+            ));
         }
         if matches!(at, Position::At(_) | Position::Individual) {
             self.check_not_sequential(call)?;
@@ -740,9 +779,12 @@ impl File {
                 },
             )
         };
-        let nbytes = count
-            .checked_mul(dtype.size())
-            .ok_or_else(|| err(ErrorClass::Count, format!("{call}: count {count} is too large")))?;
+        let nbytes = count.checked_mul(dtype.size()).ok_or_else(|| {
+            err(
+                ErrorClass::Count,
+                format!("{call}: count {count} is too large"),
+            )
+        })?;
         let esize = view.esize();
         if nbytes as u64 % esize != 0 {
             return Err(err(
@@ -762,9 +804,12 @@ impl File {
                 self.ordered_offset(call, n_etypes)?
             }
         };
-        let pos = offset
-            .checked_mul(esize)
-            .ok_or_else(|| err(ErrorClass::Arg, format!("{call}: offset {offset} is too large")))?;
+        let pos = offset.checked_mul(esize).ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("{call}: offset {offset} is too large"),
+            )
+        })?;
         Ok((view, pos, nbytes, st))
     }
 
@@ -796,7 +841,10 @@ impl File {
         unsafe { tsunagi_collectives::bcast(self.rt, base.as_mut_ptr(), 9, &byte, 0, self.comm)? };
         if base[8] != 0 {
             let class = ErrorClass::from_code(base[8] as i32).unwrap_or(ErrorClass::Io);
-            return Err(err(class, format!("{call}: updating the shared file pointer failed")));
+            return Err(err(
+                class,
+                format!("{call}: updating the shared file pointer failed"),
+            ));
         }
         Ok(u64::from_le_bytes(base[..8].try_into().expect("8 bytes")) + before)
     }

@@ -108,7 +108,11 @@ mod tests {
     fn fetch_add_is_atomic_across_processes_of_one_file() {
         let dir = std::env::temp_dir();
         let p = SharedPointer::path_for(&dir.join("data.bin"), &format!("t{}", std::process::id()));
-        assert!(p.file_name().unwrap().to_string_lossy().starts_with(".data.bin."));
+        assert!(p
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with(".data.bin."));
         SharedPointer::create(&p, 5).unwrap();
         let a = SharedPointer::open(&p).unwrap();
         let b = SharedPointer::open(&p).unwrap();

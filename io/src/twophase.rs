@@ -7,9 +7,9 @@
 //! contiguous write (read-modify-write when the pieces leave holes) or read per round.
 //! Otherwise every rank accesses the file independently (with sieving).
 
+use tsunagi_collectives::SendBuf;
 use tsunagi_core::datatype::{Builtin, Datatype};
 use tsunagi_core::MpiResult;
-use tsunagi_collectives::SendBuf;
 
 use crate::access;
 use crate::hints::{Hints, Switch};
@@ -77,7 +77,11 @@ pub fn choose_aggregators(nodes: &[u32], n: usize) -> Vec<usize> {
         *k += 1;
     }
     order.sort_by_key(|&(k, node, rank)| {
-        (k, node_order.iter().position(|&x| x == node).unwrap_or(0), rank)
+        (
+            k,
+            node_order.iter().position(|&x| x == node).unwrap_or(0),
+            rank,
+        )
     });
     let mut aggs: Vec<usize> = order.into_iter().take(n.max(1)).map(|t| t.2).collect();
     aggs.sort_unstable();
@@ -260,7 +264,13 @@ fn alltoallv(
 }
 
 /// Collective write of `data` at stream position `pos`.
-pub(crate) fn write_all(f: &File, view: &View, hints: &Hints, pos: u64, data: &[u8]) -> MpiResult<()> {
+pub(crate) fn write_all(
+    f: &File,
+    view: &View,
+    hints: &Hints,
+    pos: u64,
+    data: &[u8],
+) -> MpiResult<()> {
     let runs = view.runs(pos, data.len());
     let s = setup(f, hints, &runs)?;
     if !use_cb(hints.cb_write, &s) {
@@ -308,7 +318,11 @@ pub(crate) fn write_all(f: &File, view: &View, hints: &Hints, pos: u64, data: &[
             continue;
         }
         let lo = pieces.iter().map(|p| p.0).min().expect("non-empty");
-        let hi = pieces.iter().map(|p| p.0 + p.1 as u64).max().expect("non-empty");
+        let hi = pieces
+            .iter()
+            .map(|p| p.0 + p.1 as u64)
+            .max()
+            .expect("non-empty");
         let mut sorted: Vec<(u64, u64)> = pieces.iter().map(|p| (p.0, p.0 + p.1 as u64)).collect();
         sorted.sort_unstable();
         let mut covered = lo;
@@ -372,7 +386,11 @@ pub(crate) fn read_all(
             }
             if !want.is_empty() {
                 let lo = want.iter().map(|w| w.1).min().expect("non-empty");
-                let hi = want.iter().map(|w| w.1 + w.2 as u64).max().expect("non-empty");
+                let hi = want
+                    .iter()
+                    .map(|w| w.1 + w.2 as u64)
+                    .max()
+                    .expect("non-empty");
                 let mut stage = vec![0u8; (hi - lo) as usize];
                 pread_full(file, &mut stage, lo).map_err(|e| os_err(call, e))?;
                 // `want` is in rank order, each rank's pieces in its stream order.
