@@ -786,7 +786,7 @@ impl File {
             )
         })?;
         let esize = view.esize();
-        if nbytes as u64 % esize != 0 {
+        if !(nbytes as u64).is_multiple_of(esize) {
             return Err(err(
                 ErrorClass::Arg,
                 format!(

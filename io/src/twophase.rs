@@ -153,14 +153,12 @@ fn use_cb(sw: Switch, s: &Setup) -> bool {
 
 /// My pieces per aggregator: `(file offset, len, position in my data)`.
 type Pieces = Vec<Vec<(u64, usize, usize)>>;
+/// At an aggregator, every rank's file ranges in its domain (empty elsewhere).
+type Ranges = Vec<Vec<(u64, usize)>>;
 
 /// Split my runs over the aggregators' domains, and send each aggregator the ranges in
 /// its domain; returns mine and, at an aggregator, every rank's ranges in its domain.
-fn exchange_ranges(
-    f: &File,
-    plan: &Plan,
-    runs: &[(u64, usize)],
-) -> MpiResult<(Pieces, Vec<Vec<(u64, usize)>>)> {
+fn exchange_ranges(f: &File, plan: &Plan, runs: &[(u64, usize)]) -> MpiResult<(Pieces, Ranges)> {
     let (rank, size) = f.rank_and_size();
     let mut mine: Pieces = vec![Vec::new(); plan.aggs.len()];
     let mut dpos = 0usize;

@@ -99,7 +99,7 @@ impl View {
                 format!("{call}: etype has size 0"),
             ));
         }
-        if filetype.size() % etype.size() != 0 {
+        if !filetype.size().is_multiple_of(etype.size()) {
             return Err(MpiError::new(
                 ErrorClass::Type,
                 format!(
