@@ -265,8 +265,8 @@ fn gen_rust(funcs: &[Func]) -> String {
         let err_win = args
             .iter()
             .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
-        // Calls on a file (and MPI_File_open / _delete) report through the file's handler
-        // (MPI_FILE_NULL's when there is no file yet).
+        // Calls on a file report through the file's handler; MPI_File_open, _delete and
+        // MPI_Register_datarep through MPI_FILE_NULL's (the default file error handler).
         let err_file = args.iter().find(|a| a.base == "MPI_File").map(|a| {
             if a.depth == 0 {
                 a.name.clone()
@@ -279,11 +279,17 @@ fn gen_rust(funcs: &[Func]) -> String {
             (_, Some(fh)) if f.name.starts_with("File_") && f.name != "File_open" => {
                 writeln!(out, "    entry_file(\"{call}\", {fh}, move || {{").unwrap()
             }
-            _ if f.name == "File_open" || f.name == "File_delete" => writeln!(
-                out,
-                "    entry_file(\"{call}\", core::ptr::null_mut(), move || {{"
-            )
-            .unwrap(),
+            _ if matches!(
+                f.name.as_str(),
+                "File_open" | "File_delete" | "Register_datarep"
+            ) =>
+            {
+                writeln!(
+                    out,
+                    "    entry_file(\"{call}\", core::ptr::null_mut(), move || {{"
+                )
+                .unwrap()
+            }
             (Some(w), _) if err_comm == "None" => {
                 writeln!(out, "    entry_win(\"{call}\", {}, move || {{", w.name).unwrap()
             }

@@ -212,6 +212,131 @@ pub(crate) fn file_get_info(f: &Arc<File>, info_used: &mut MPI_Info) -> MpiResul
     Ok(())
 }
 
+/// A data representation the program registered: its C functions.
+struct CDatarep {
+    name: String,
+    read: MPI_Datarep_conversion_function,
+    write: MPI_Datarep_conversion_function,
+    extent: MPI_Datarep_extent_function,
+    /// The program's `extra_state` pointer, handed back to every call.
+    extra: usize,
+}
+
+fn conversion_error(what: &str, name: &str, rc: c_int) -> MpiError {
+    let class = ErrorClass::from_code(rc).unwrap_or(ErrorClass::Conversion);
+    err(
+        class,
+        format!("the {what} function of datarep \"{name}\" returned {rc}"),
+    )
+}
+
+impl tsunagi_io::UserDatarep for CDatarep {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn file_extent(&self, dtype: &TypeRef) -> MpiResult<usize> {
+        let Some(f) = self.extent else {
+            return Ok(dtype.extent().max(0) as usize);
+        };
+        let mut ext: MPI_Aint = 0;
+        // SAFETY: the program's MPI_Datarep_extent_function, given a valid datatype
+        // handle, a pointer to a local and its own extra_state.
+        let rc = unsafe { f(h::dtype_handle(dtype), &mut ext, self.extra as *mut c_void) };
+        if rc != MPI_SUCCESS {
+            return Err(conversion_error("extent", &self.name, rc));
+        }
+        usize::try_from(ext).map_err(|_| conversion_error("extent", &self.name, ext as c_int))
+    }
+
+    unsafe fn read(
+        &self,
+        buf: *mut u8,
+        dtype: &TypeRef,
+        count: usize,
+        file: &[u8],
+    ) -> Option<MpiResult<()>> {
+        let f = self.read?;
+        // SAFETY: the program's read conversion: `buf` holds `count` elements of `dtype`
+        // (the caller's contract), `file` their file bytes; the function only reads `file`.
+        let rc = unsafe {
+            f(
+                buf as *mut c_void,
+                h::dtype_handle(dtype),
+                count as c_int,
+                file.as_ptr() as *mut c_void,
+                0,
+                self.extra as *mut c_void,
+            )
+        };
+        Some(if rc == MPI_SUCCESS {
+            Ok(())
+        } else {
+            Err(conversion_error("read conversion", &self.name, rc))
+        })
+    }
+
+    unsafe fn write(
+        &self,
+        buf: *const u8,
+        dtype: &TypeRef,
+        count: usize,
+        file: &mut [u8],
+    ) -> Option<MpiResult<()>> {
+        let f = self.write?;
+        // SAFETY: the program's write conversion: `buf` holds `count` elements of `dtype`
+        // (the caller's contract), `file` has room for their file bytes.
+        let rc = unsafe {
+            f(
+                buf as *mut c_void,
+                h::dtype_handle(dtype),
+                count as c_int,
+                file.as_mut_ptr() as *mut c_void,
+                0,
+                self.extra as *mut c_void,
+            )
+        };
+        Some(if rc == MPI_SUCCESS {
+            Ok(())
+        } else {
+            Err(conversion_error("write conversion", &self.name, rc))
+        })
+    }
+}
+
+/// MPI_Register_datarep.
+pub(crate) fn register_datarep(
+    name: &str,
+    read: MPI_Datarep_conversion_function,
+    write: MPI_Datarep_conversion_function,
+    extent: MPI_Datarep_extent_function,
+    extra: *mut c_void,
+) -> MpiResult<()> {
+    h::runtime("MPI_Register_datarep")?;
+    if name.is_empty() || name.len() >= MAX_DATAREP_STRING {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("datarep name \"{name}\" is empty or too long"),
+        ));
+    }
+    let mut reps = lock(&DATAREPS);
+    if matches!(name, "native" | "internal" | "external32") || reps.iter().any(|d| d.name() == name)
+    {
+        return Err(err(
+            ErrorClass::DupDatarep,
+            format!("datarep \"{name}\" is already defined"),
+        ));
+    }
+    reps.push(Arc::new(CDatarep {
+        name: name.to_string(),
+        read,
+        write,
+        extent,
+        extra: extra as usize,
+    }));
+    Ok(())
+}
+
 /// Registered data representations (MPI_Register_datarep).
 static DATAREPS: Mutex<Vec<Arc<dyn tsunagi_io::UserDatarep>>> = Mutex::new(Vec::new());
 

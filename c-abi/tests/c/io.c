@@ -326,6 +326,34 @@ static void shared(void) {
     OK(MPI_File_close(&fh));
 }
 
+/* A registered representation: ints byte-swapped in the file (memory type MPI_INT). */
+static int swap_calls;
+static int swap_check(MPI_Datatype dt, MPI_Offset position, void *extra) {
+    CHECK(dt == MPI_INT);
+    CHECK_EQ(position, 0);
+    CHECK(extra == &swap_calls);
+    swap_calls++;
+    return MPI_SUCCESS;
+}
+static int swap_write(void *userbuf, MPI_Datatype dt, int count, void *filebuf,
+                      MPI_Offset position, void *extra) {
+    unsigned char *u = userbuf, *f = filebuf;
+    for (int i = 0; i < 4 * count; i++) f[i] = u[(i & ~3) + 3 - (i & 3)];
+    return swap_check(dt, position, extra);
+}
+static int swap_read(void *userbuf, MPI_Datatype dt, int count, void *filebuf,
+                     MPI_Offset position, void *extra) {
+    unsigned char *u = userbuf, *f = filebuf;
+    for (int i = 0; i < 4 * count; i++) u[i] = f[(i & ~3) + 3 - (i & 3)];
+    return swap_check(dt, position, extra);
+}
+static int swap_extent(MPI_Datatype dt, MPI_Aint *ext, void *extra) {
+    (void)extra;
+    CHECK(dt == MPI_INT);
+    *ext = 4;
+    return MPI_SUCCESS;
+}
+
 /* Sizes, atomic mode, external32, groups. */
 static void misc(void) {
     MPI_File fh;
@@ -377,6 +405,31 @@ static void misc(void) {
     CHECK_EQ(b[1], 2);
     CHECK_EQ(b[2], 3);
     CHECK_EQ(b[3], 4 + rank);
+    /* MPI_Register_datarep: the program's conversions run on write and read. */
+    OK(MPI_Register_datarep("swapped", swap_read, swap_write, swap_extent, &swap_calls));
+    CHECK_EQ(cls(MPI_Register_datarep("swapped", swap_read, swap_write, swap_extent, NULL)),
+             MPI_ERR_DUP_DATAREP);
+    CHECK_EQ(cls(MPI_Register_datarep("external32", swap_read, swap_write, swap_extent, NULL)),
+             MPI_ERR_DUP_DATAREP);
+    OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "swapped", MPI_INFO_NULL));
+    char rep[MPI_MAX_DATAREP_STRING];
+    MPI_Offset d;
+    MPI_Datatype e, f;
+    OK(MPI_File_get_view(fh, &d, &e, &f, rep));
+    CHECK(strcmp(rep, "swapped") == 0);
+    MPI_Aint ext;
+    OK(MPI_File_get_type_extent(fh, MPI_INT, &ext));
+    CHECK_EQ(ext, 4);
+    v = 0x0a0b0c00 + rank;
+    OK(MPI_File_write_at(fh, rank, &v, 1, MPI_INT, &s));
+    r = 0;
+    OK(MPI_File_read_at(fh, rank, &r, 1, MPI_INT, &s));
+    CHECK_EQ(r, v);
+    CHECK_EQ(swap_calls, 2);
+    OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
+    OK(MPI_File_read_at(fh, 4 * rank, b, 4, MPI_BYTE, &s));
+    CHECK_EQ(b[0], 0x0a);
+    CHECK_EQ(b[3], rank);
     OK(MPI_File_close(&fh));
 }
 
