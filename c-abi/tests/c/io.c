@@ -433,6 +433,41 @@ static void misc(void) {
     OK(MPI_File_close(&fh));
 }
 
+/* MPI_MODE_SEQUENTIAL (shared pointer only) and MPI_MODE_APPEND (pointers start at the end). */
+static void modes(void) {
+    MPI_File fh;
+    MPI_Status s;
+    make_name("modes");
+    OK(MPI_File_open(MPI_COMM_WORLD, name,
+                     MPI_MODE_WRONLY | MPI_MODE_CREATE | MPI_MODE_SEQUENTIAL, MPI_INFO_NULL,
+                     &fh));
+    int v = rank;
+    CHECK_EQ(cls(MPI_File_write_at(fh, 0, &v, 1, MPI_INT, &s)), MPI_ERR_UNSUPPORTED_OPERATION);
+    CHECK_EQ(cls(MPI_File_write(fh, &v, 1, MPI_INT, &s)), MPI_ERR_UNSUPPORTED_OPERATION);
+    CHECK_EQ(cls(MPI_File_seek(fh, 0, MPI_SEEK_SET)), MPI_ERR_UNSUPPORTED_OPERATION);
+    OK(MPI_File_write_ordered(fh, &v, 1, MPI_INT, &s));
+    OK(MPI_File_close(&fh));
+    OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_RDWR | MPI_MODE_APPEND, MPI_INFO_NULL, &fh));
+    MPI_Offset p;
+    OK(MPI_File_get_position(fh, &p));
+    CHECK_EQ(p, 4 * size);
+    OK(MPI_File_get_position_shared(fh, &p));
+    CHECK_EQ(p, 4 * size);
+    v = 100 + rank;
+    OK(MPI_File_write_ordered(fh, &v, 1, MPI_INT, &s));
+    MPI_Barrier(MPI_COMM_WORLD); /* every rank's part is written */
+    int *all = malloc(sizeof(int) * 2 * size);
+    OK(MPI_File_read_at(fh, 0, all, 2 * size, MPI_INT, &s));
+    for (int i = 0; i < size; i++) {
+        CHECK_EQ(all[i], i);
+        CHECK_EQ(all[size + i], 100 + i);
+    }
+    free(all);
+    OK(MPI_File_close(&fh));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) OK(MPI_File_delete(name, MPI_INFO_NULL));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -445,6 +480,7 @@ int main(int argc, char **argv) {
     interleaved();
     shared();
     misc();
+    modes();
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("io ok\n");
     MPI_Finalize();
