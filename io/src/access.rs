@@ -99,14 +99,22 @@ pub(crate) unsafe fn to_memory(
     Ok(())
 }
 
+/// Pieces at least this large (on average) are accessed one by one in automatic mode: one
+/// request each costs less than moving the holes between them.
+const SIEVE_PIECE_LIMIT: u64 = 32 << 10;
+
 /// Whether to sieve an access of `pieces` file ranges spanning `span` bytes holding
-/// `bytes` of data: automatic sieves when there are several pieces and the holes are no
-/// larger than the data (reading them costs less than the extra requests).
+/// `bytes` of data: automatic sieves when there are several small pieces and the holes are
+/// no larger than the data (reading them costs less than the extra requests).
 fn sieve(sw: Switch, pieces: usize, span: u64, bytes: u64) -> bool {
     match sw {
         Switch::Disable => false,
         Switch::Enable => pieces > 1,
-        Switch::Automatic => pieces > 1 && span <= 2 * bytes.max(1),
+        Switch::Automatic => {
+            pieces > 1
+                && bytes / (pieces as u64) < SIEVE_PIECE_LIMIT
+                && span <= 2 * bytes.max(1)
+        }
     }
 }
 
@@ -276,6 +284,7 @@ mod tests {
     fn automatic_sieving_wants_small_holes() {
         assert!(sieve(Switch::Automatic, 4, 64, 32));
         assert!(!sieve(Switch::Automatic, 4, 640, 32));
+        assert!(!sieve(Switch::Automatic, 2, 3 << 20, 2 << 20), "large pieces go one by one");
         assert!(!sieve(Switch::Automatic, 1, 32, 32));
         assert!(sieve(Switch::Enable, 2, 6400, 32));
         assert!(!sieve(Switch::Disable, 4, 64, 32));

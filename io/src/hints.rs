@@ -119,6 +119,14 @@ impl Hints {
     }
 }
 
+/// `key=value,key=value` (TSUNAGI_IO_HINTS) as info pairs; malformed items are skipped.
+pub fn parse_list(s: &str) -> Vec<(String, String)> {
+    s.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,6 +150,10 @@ mod tests {
         assert_eq!(h.cb_buffer_size, 4096);
         assert_eq!(h.cb_write, Switch::Disable);
         assert_eq!(h.ds_read, Switch::Automatic);
+        assert_eq!(
+            parse_list("cb_nodes=4, romio_cb_write = disable,junk"),
+            vec![kv("cb_nodes", "4"), kv("romio_cb_write", "disable")]
+        );
         let info = h.to_info();
         assert!(info.contains(&kv("romio_cb_write", "disable")));
         assert!(info.contains(&kv("cb_buffer_size", "4096")));

@@ -260,6 +260,11 @@ impl File {
             n.len()
         };
         let mut hints = Hints::defaults(size, nodes);
+        // TSUNAGI_IO_HINTS="key=value,key=value": defaults for every file (as ROMIO_HINTS
+        // gives from a file), under the program's info.
+        if let Ok(env) = std::env::var("TSUNAGI_IO_HINTS") {
+            hints.apply(&hints::parse_list(&env), size);
+        }
         hints.apply(info, size);
         let mut pos = 0;
         if amode & mode::APPEND != 0 {
