@@ -153,8 +153,8 @@ fn one_sided_every_flavor_mode_and_operation() {
 /// MPI-IO (tests/c/io.c): subarray views of a 3-D array with collective buffering on,
 /// off and automatic, interleaved vector views through every pointer kind, non-blocking
 /// and split forms, shared and ordered pointers under concurrency, atomic mode,
-/// external32, and the error classes; 1 to 4 ranks, both engines, and over pretend nodes
-/// (two aggregators by default).
+/// external32, registered representations, access modes and the error classes; 1 to 8
+/// ranks, both engines, and over pretend nodes (two aggregators by default).
 #[test]
 fn mpi_io_every_access_family_and_error_class() {
     let exe = build("io");
@@ -166,6 +166,7 @@ fn mpi_io_every_access_family_and_error_class() {
         (4, &[][..]),
         (4, &["--progress", "threaded"][..]),
         (4, &["--node-map", "2"][..]),
+        (8, &["--node-map", "2"][..]),
     ] {
         let out = run(Command::new("timeout")
             .arg("120")
