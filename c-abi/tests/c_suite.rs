@@ -727,9 +727,9 @@ fn invalid_handles_to_every_stub_give_the_handles_class() {
         .unwrap();
         checked += 1;
     }
-    // Intercommunicators and one-sided communication are real now; what remains are files,
-    // dynamic processes and a few datatype constructors.
-    assert!(checked > 40, "only {checked} stubs with handle arguments");
+    // Intercommunicators, one-sided communication and MPI-IO are real now; what remains
+    // are dynamic processes and a few datatype constructors.
+    assert!(checked > 5, "only {checked} stubs with handle arguments");
     let src = format!(
         "#include <mpi.h>\n#include <stdio.h>\nstatic _Alignas(16) char scratch[65536];\n\
          int main(int argc, char **argv) {{\n    int cls, bad = 0;\n    MPI_Init(&argc, &argv);\n\
