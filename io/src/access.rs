@@ -111,9 +111,7 @@ fn sieve(sw: Switch, pieces: usize, span: u64, bytes: u64) -> bool {
         Switch::Disable => false,
         Switch::Enable => pieces > 1,
         Switch::Automatic => {
-            pieces > 1
-                && bytes / (pieces as u64) < SIEVE_PIECE_LIMIT
-                && span <= 2 * bytes.max(1)
+            pieces > 1 && bytes / (pieces as u64) < SIEVE_PIECE_LIMIT && span <= 2 * bytes.max(1)
         }
     }
 }
@@ -284,7 +282,10 @@ mod tests {
     fn automatic_sieving_wants_small_holes() {
         assert!(sieve(Switch::Automatic, 4, 64, 32));
         assert!(!sieve(Switch::Automatic, 4, 640, 32));
-        assert!(!sieve(Switch::Automatic, 2, 3 << 20, 2 << 20), "large pieces go one by one");
+        assert!(
+            !sieve(Switch::Automatic, 2, 3 << 20, 2 << 20),
+            "large pieces go one by one"
+        );
         assert!(!sieve(Switch::Automatic, 1, 32, 32));
         assert!(sieve(Switch::Enable, 2, 6400, 32));
         assert!(!sieve(Switch::Disable, 4, 64, 32));

@@ -8,7 +8,7 @@
 //! [`Position`]: explicit offset, individual pointer, shared pointer, ordered), two-phase
 //! collective buffering for the collective forms ([`twophase`]: aggregators, file
 //! domains, rounds of `cb_buffer_size`), data sieving for independent non-contiguous
-//! access ([`access`]), the shared file pointer in a small locked file ([`shared`]),
+//! access ([`access`]), the shared file pointer in a small locked file (module `shared`),
 //! atomic mode by POSIX record locks, and the info hints users know from ROMIO
 //! ([`hints`]).
 //!
