@@ -25,11 +25,9 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 /// Whether a pointer to `base` becomes a reference in the C entry points: the table's
-/// handle and scalar types (`tsunagi_apidef`), except the MPI-IO ones, whose functions are
-/// stubs that take their pointers raw.
+/// handle and scalar types (`tsunagi_apidef`).
 fn by_reference(base: &str) -> bool {
-    (tsunagi_apidef::HANDLES.contains(&base) || tsunagi_apidef::SCALARS.contains(&base))
-        && !matches!(base, "MPI_File" | "MPI_Offset")
+    tsunagi_apidef::HANDLES.contains(&base) || tsunagi_apidef::SCALARS.contains(&base)
 }
 /// Function-pointer typedefs (`X *f` in C is `X` in Rust, an `Option<fn>`).
 const FN_TYPES: &[&str] = &[
@@ -103,12 +101,13 @@ fn convert(a: &Arg) -> (Option<String>, String) {
             "MPI_Info" if null_ok => Some(format!("let {n} = h::info_or_null(\"{n}\", {n})?;")),
             "MPI_Info" => Some(format!("let {n} = h::info(\"{n}\", {n})?;")),
             "MPI_Win" => Some(format!("let {n} = imp::win(\"{n}\", {n})?;")),
+            "MPI_File" => Some(format!("let {n} = imp::file(\"{n}\", {n})?;")),
             _ if a.ann.contains("count") => Some(format!("h::check_count(\"{n}\", {n})?;")),
             _ if a.ann.contains("nonneg") => Some(format!("h::check_nonneg(\"{n}\", {n})?;")),
             _ => None,
         };
         let pass = match a.base.as_str() {
-            "MPI_Datatype" | "MPI_Group" | "MPI_Win" => format!("&{n}"),
+            "MPI_Datatype" | "MPI_Group" | "MPI_Win" | "MPI_File" => format!("&{n}"),
             _ => n.clone(),
         };
         return (line, pass);
@@ -266,8 +265,32 @@ fn gen_rust(funcs: &[Func]) -> String {
         let err_win = args
             .iter()
             .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
-        match err_win {
-            Some(w) if err_comm == "None" => {
+        // Calls on a file report through the file's handler; MPI_File_open, _delete and
+        // MPI_Register_datarep through MPI_FILE_NULL's (the default file error handler).
+        let err_file = args.iter().find(|a| a.base == "MPI_File").map(|a| {
+            if a.depth == 0 {
+                a.name.clone()
+            } else {
+                // MPI_File_close: the handle its argument points to.
+                format!("imp::file_handle_at({})", a.name)
+            }
+        });
+        match (err_win, err_file) {
+            (_, Some(fh)) if f.name.starts_with("File_") && f.name != "File_open" => {
+                writeln!(out, "    entry_file(\"{call}\", {fh}, move || {{").unwrap()
+            }
+            _ if matches!(
+                f.name.as_str(),
+                "File_open" | "File_delete" | "Register_datarep"
+            ) =>
+            {
+                writeln!(
+                    out,
+                    "    entry_file(\"{call}\", core::ptr::null_mut(), move || {{"
+                )
+                .unwrap()
+            }
+            (Some(w), _) if err_comm == "None" => {
                 writeln!(out, "    entry_win(\"{call}\", {}, move || {{", w.name).unwrap()
             }
             _ => writeln!(out, "    entry(\"{call}\", {err_comm}, move || {{").unwrap(),

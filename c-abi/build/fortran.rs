@@ -25,6 +25,7 @@ fn fortran_param_type(a: &Arg) -> String {
         }
         Kind::Scalar(t) => format!("*const {}", crate::rust_base(t)),
         Kind::Ref { .. } if a.has("fint") => "*mut MPI_Fint".into(),
+        Kind::Ref { base, .. } if base == "MPI_File" => "*mut MPI_Fint".into(),
         Kind::Array { .. } if a.has("fint") => "*const MPI_Fint".into(),
         Kind::Buffer { .. } if a.has("attr_in") || a.has("attr_out") => "*mut c_void".into(),
         Kind::StrIn | Kind::StrOut => "*mut c_char".into(),
@@ -69,7 +70,7 @@ fn entry(f: &Func, descriptors: bool, out: &mut String) {
             }
             _ => {}
         }
-        let unused = a.has("ftemp") || a.kind == Kind::Handle("File".into());
+        let unused = a.has("ftemp");
         let u = if unused { "_" } else { "" };
         params.push(format!("{u}{n}: {}", fortran_param_type(a)));
         match &a.kind {
@@ -82,7 +83,19 @@ fn entry(f: &Func, descriptors: bool, out: &mut String) {
                 "cancel_fn" => "f::GREQ_CANCEL".into(),
                 _ => format!("f::greq_state(query_fn, free_fn, cancel_fn, {n})"),
             }),
-            Kind::Handle(class) if class == "File" => pass.push("core::ptr::null_mut()".into()),
+            // MPI_File is a pointer in C and an INTEGER in Fortran (MPI_File_f2c).
+            Kind::Handle(class) if class == "File" => {
+                pass.push(format!("crate::imp::file_f2c(*{n})"))
+            }
+            Kind::Ref { base, .. } if base == "MPI_File" => {
+                pre.push(format!(
+                    "let mut {n}_c: MPI_File = crate::imp::file_f2c(*{n});"
+                ));
+                pass.push(format!("&mut {n}_c"));
+                post.push(format!(
+                    "if rc == MPI_SUCCESS {{ *{n} = crate::imp::file_c2f({n}_c); }}"
+                ));
+            }
             Kind::Handle(_) => pass.push(format!("*{n}")),
             Kind::Scalar(_) if a.has("fint") => pass.push(format!("MPI_Aint::from(*{n})")),
             Kind::Scalar(_) if keyval.as_deref() == Some(n.as_str()) => {

@@ -74,6 +74,28 @@ pub(crate) fn entry_win(
     }
 }
 
+/// Run the body of an `int`-returning MPI function on a file: errors go through the file's
+/// error handler (MPI_ERRORS_RETURN unless set), or MPI_FILE_NULL's when `fh` is no open
+/// file (MPI_File_open, MPI_File_delete).
+pub(crate) fn entry_file(
+    call: &'static str,
+    fh: crate::ffi::MPI_File,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => crate::imp::file_error(call, fh, e),
+        Err(p) => crate::imp::file_error(
+            call,
+            fh,
+            MpiError::new(
+                ErrorClass::Intern,
+                format!("{call}: internal error: {}", panic_message(&*p)),
+            ),
+        ),
+    }
+}
+
 /// Run a function that returns a value and has no error path (MPI_Wtime, conversions).
 pub(crate) fn entry_value<T>(call: &'static str, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {

@@ -69,9 +69,20 @@ pub type OpaqueFn = Option<unsafe extern "C" fn()>;
 pub type MPI_Win_copy_attr_function = MPI_Comm_copy_attr_function;
 pub type MPI_Win_delete_attr_function = MPI_Comm_delete_attr_function;
 pub type MPI_Win_errhandler_function = MPI_Comm_errhandler_function;
-pub type MPI_File_errhandler_function = OpaqueFn;
-pub type MPI_Datarep_conversion_function = OpaqueFn;
-pub type MPI_Datarep_extent_function = OpaqueFn;
+pub type MPI_File_errhandler_function =
+    Option<unsafe extern "C" fn(*mut MPI_File, *mut c_int, ...)>;
+pub type MPI_Datarep_conversion_function = Option<
+    unsafe extern "C" fn(
+        *mut c_void,
+        MPI_Datatype,
+        c_int,
+        *mut c_void,
+        MPI_Offset,
+        *mut c_void,
+    ) -> c_int,
+>;
+pub type MPI_Datarep_extent_function =
+    Option<unsafe extern "C" fn(MPI_Datatype, *mut MPI_Aint, *mut c_void) -> c_int>;
 pub type MPI_Delete_function = MPI_Comm_delete_attr_function;
 
 pub const MPI_SUCCESS: c_int = 0;

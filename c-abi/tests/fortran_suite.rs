@@ -344,3 +344,16 @@ fn use_mpi_interfaces_check_arguments() {
     assert!(!out.status.success(), "a call without ierror compiled");
     assert!(stderr.contains("ierror"), "{stderr}");
 }
+
+/// MPI-IO from Fortran (`use mpi`): INTEGER file handles, MPI_OFFSET_KIND offsets, a view,
+/// collective access and the file pointer.
+#[test]
+fn use_mpi_file_io_with_integer_handles() {
+    if !gfortran() {
+        return;
+    }
+    let exe = build("mpif90", "io.f90", "ftest-io");
+    for n in [1, 3] {
+        run_ok(&exe, n, &[]);
+    }
+}

@@ -145,34 +145,6 @@ pub(crate) fn win_f2c(h: MPI_Fint) -> MPI_Win {
     h
 }
 
-/// File handles are pointers in MPICH's C interface and integers in Fortran: each
-/// non-null handle converted gets an index (from 1; MPI_FILE_NULL is 0 in both).
-static FILES: std::sync::Mutex<Vec<usize>> = std::sync::Mutex::new(Vec::new());
-
-pub(crate) fn file_c2f(f: MPI_File) -> MPI_Fint {
-    if f.is_null() {
-        return 0;
-    }
-    let mut t = h::lock(&FILES);
-    let i = match t.iter().position(|&p| p == f as usize) {
-        Some(i) => i,
-        None => {
-            t.push(f as usize);
-            t.len() - 1
-        }
-    };
-    MPI_Fint::try_from(i + 1).unwrap_or(0)
-}
-
-pub(crate) fn file_f2c(f: MPI_Fint) -> MPI_File {
-    let t = h::lock(&FILES);
-    usize::try_from(f)
-        .ok()
-        .and_then(|i| i.checked_sub(1))
-        .and_then(|i| t.get(i).copied())
-        .map_or(std::ptr::null_mut(), |p| p as MPI_File)
-}
-
 pub(crate) fn status_c2f(c: &MPI_Status, f: *mut MPI_Fint) -> MpiResult<()> {
     // SAFETY: MPI requires room for MPI_STATUS_SIZE integers.
     let out = unsafe { h::slice_mut("f_status", f, 5)? };

@@ -1089,6 +1089,35 @@ impl Datatype {
         });
         out
     }
+
+    /// Walk the packed-stream range `[offset, offset + len)` of an unbounded tiling of this
+    /// type (element i at `i * extent`), calling `f(memory_offset, len)` for each maximal
+    /// piece in stream order (adjacent pieces merged). MPI-IO maps a file view's data
+    /// stream to file offsets this way: only the range accessed is walked, the file's type
+    /// map is never materialised. Nothing is called for a size-0 type.
+    pub fn walk_stream(&self, offset: usize, len: usize, mut f: impl FnMut(isize, usize)) {
+        if len == 0 || self.size == 0 {
+            return;
+        }
+        if let Some(off) = self.contig {
+            f(off + offset as isize, len);
+            return;
+        }
+        let mut pending: Option<(isize, usize)> = None;
+        self.layout.walk(self.extent(), offset, len, |mem, _, n| {
+            if let Some(p) = pending.as_mut() {
+                if p.0 + p.1 as isize == mem {
+                    p.1 += n;
+                    return;
+                }
+                f(p.0, p.1);
+            }
+            pending = Some((mem, n));
+        });
+        if let Some((m, n)) = pending {
+            f(m, n);
+        }
+    }
 }
 
 #[cfg(test)]

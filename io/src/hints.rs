@@ -1,0 +1,161 @@
+//! Info hints of a file, under the names ROMIO users know: `cb_nodes`, `cb_buffer_size`,
+//! `romio_cb_read` / `romio_cb_write` (`enable` / `disable` / `automatic`),
+//! `romio_ds_read` / `romio_ds_write`, `ind_rd_buffer_size`, `ind_wr_buffer_size`.
+//! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
+
+/// Whether an optimisation runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Switch {
+    Enable,
+    Disable,
+    /// Decided per access (collective buffering: when the ranks' accesses interleave;
+    /// data sieving: when one access has several pieces close together).
+    Automatic,
+}
+
+impl Switch {
+    fn parse(v: &str) -> Option<Switch> {
+        match v.trim().to_ascii_lowercase().as_str() {
+            "enable" | "true" => Some(Switch::Enable),
+            "disable" | "false" => Some(Switch::Disable),
+            "automatic" => Some(Switch::Automatic),
+            _ => None,
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            Switch::Enable => "enable",
+            Switch::Disable => "disable",
+            Switch::Automatic => "automatic",
+        }
+    }
+}
+
+/// The hints in effect for a file.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Hints {
+    /// Aggregators of two-phase I/O (default: one per node of the communicator).
+    pub cb_nodes: usize,
+    /// Bytes an aggregator handles per round.
+    pub cb_buffer_size: usize,
+    pub cb_read: Switch,
+    pub cb_write: Switch,
+    pub ds_read: Switch,
+    pub ds_write: Switch,
+    /// Largest span one sieving read covers.
+    pub ind_rd_buffer_size: usize,
+    /// Largest span one sieving read-modify-write covers.
+    pub ind_wr_buffer_size: usize,
+}
+
+impl Hints {
+    /// The defaults for a communicator of `size` ranks on `nodes` nodes (ROMIO's).
+    pub fn defaults(size: usize, nodes: usize) -> Hints {
+        Hints {
+            cb_nodes: nodes.clamp(1, size.max(1)),
+            cb_buffer_size: 16 << 20,
+            cb_read: Switch::Automatic,
+            cb_write: Switch::Automatic,
+            ds_read: Switch::Automatic,
+            ds_write: Switch::Automatic,
+            ind_rd_buffer_size: 4 << 20,
+            ind_wr_buffer_size: 512 << 10,
+        }
+    }
+
+    /// Apply the known keys of `info`; `size` bounds `cb_nodes`.
+    pub fn apply(&mut self, info: &[(String, String)], size: usize) {
+        let bytes = |v: &str| v.trim().parse::<usize>().ok().filter(|&n| n > 0);
+        for (k, v) in info {
+            match k.as_str() {
+                "cb_nodes" => {
+                    if let Some(n) = bytes(v) {
+                        self.cb_nodes = n.min(size.max(1));
+                    }
+                }
+                "cb_buffer_size" => {
+                    if let Some(n) = bytes(v) {
+                        self.cb_buffer_size = n;
+                    }
+                }
+                "ind_rd_buffer_size" => {
+                    if let Some(n) = bytes(v) {
+                        self.ind_rd_buffer_size = n;
+                    }
+                }
+                "ind_wr_buffer_size" => {
+                    if let Some(n) = bytes(v) {
+                        self.ind_wr_buffer_size = n;
+                    }
+                }
+                "romio_cb_read" => self.cb_read = Switch::parse(v).unwrap_or(self.cb_read),
+                "romio_cb_write" => self.cb_write = Switch::parse(v).unwrap_or(self.cb_write),
+                "romio_ds_read" => self.ds_read = Switch::parse(v).unwrap_or(self.ds_read),
+                "romio_ds_write" => self.ds_write = Switch::parse(v).unwrap_or(self.ds_write),
+                _ => {}
+            }
+        }
+    }
+
+    /// The hints as MPI_File_get_info reports them.
+    pub fn to_info(&self) -> Vec<(String, String)> {
+        vec![
+            ("cb_nodes".into(), self.cb_nodes.to_string()),
+            ("cb_buffer_size".into(), self.cb_buffer_size.to_string()),
+            ("romio_cb_read".into(), self.cb_read.name().into()),
+            ("romio_cb_write".into(), self.cb_write.name().into()),
+            ("romio_ds_read".into(), self.ds_read.name().into()),
+            ("romio_ds_write".into(), self.ds_write.name().into()),
+            (
+                "ind_rd_buffer_size".into(),
+                self.ind_rd_buffer_size.to_string(),
+            ),
+            (
+                "ind_wr_buffer_size".into(),
+                self.ind_wr_buffer_size.to_string(),
+            ),
+        ]
+    }
+}
+
+/// `key=value,key=value` (TSUNAGI_IO_HINTS) as info pairs; malformed items are skipped.
+pub fn parse_list(s: &str) -> Vec<(String, String)> {
+    s.split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_keys_apply_and_bad_values_are_ignored() {
+        let mut h = Hints::defaults(4, 2);
+        assert_eq!(h.cb_nodes, 2);
+        let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
+        h.apply(
+            &[
+                kv("cb_nodes", "9"),
+                kv("cb_buffer_size", "4096"),
+                kv("romio_cb_write", "disable"),
+                kv("romio_ds_read", "bogus"),
+                kv("striping_factor", "4"),
+            ],
+            4,
+        );
+        assert_eq!(h.cb_nodes, 4, "bounded by the communicator");
+        assert_eq!(h.cb_buffer_size, 4096);
+        assert_eq!(h.cb_write, Switch::Disable);
+        assert_eq!(h.ds_read, Switch::Automatic);
+        assert_eq!(
+            parse_list("cb_nodes=4, romio_cb_write = disable,junk"),
+            vec![kv("cb_nodes", "4"), kv("romio_cb_write", "disable")]
+        );
+        let info = h.to_info();
+        assert!(info.contains(&kv("romio_cb_write", "disable")));
+        assert!(info.contains(&kv("cb_buffer_size", "4096")));
+    }
+}
