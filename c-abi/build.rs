@@ -28,8 +28,10 @@ use std::path::{Path, PathBuf};
 /// handle and scalar types (`tsunagi_apidef`), except the MPI-IO ones, whose functions are
 /// stubs that take their pointers raw.
 fn by_reference(base: &str) -> bool {
-    (tsunagi_apidef::HANDLES.contains(&base) || tsunagi_apidef::SCALARS.contains(&base))
-        && !matches!(base, "MPI_File" | "MPI_Offset")
+    ((tsunagi_apidef::HANDLES.contains(&base) || tsunagi_apidef::SCALARS.contains(&base))
+        && !matches!(base, "MPI_File" | "MPI_Offset"))
+        // The tools interface's handles (opaque pointers in the ABI).
+        || (base.starts_with("MPI_T_") && !base.ends_with("_function"))
 }
 /// Function-pointer typedefs (`X *f` in C is `X` in Rust, an `Option<fn>`).
 const FN_TYPES: &[&str] = &[
@@ -50,6 +52,9 @@ const FN_TYPES: &[&str] = &[
     "MPI_Comm_delete_attr_function",
     "MPI_Copy_function",
     "MPI_Delete_function",
+    "MPI_T_event_cb_function",
+    "MPI_T_event_free_cb_function",
+    "MPI_T_event_dropped_cb_function",
 ];
 
 fn rust_base(base: &str) -> String {
@@ -267,6 +272,7 @@ fn gen_rust(funcs: &[Func]) -> String {
             .iter()
             .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
         match err_win {
+            _ if f.is_tools() => writeln!(out, "    entry_tools(\"{call}\", move || {{").unwrap(),
             Some(w) if err_comm == "None" => {
                 writeln!(out, "    entry_win(\"{call}\", {}, move || {{", w.name).unwrap()
             }
@@ -345,9 +351,11 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
     s.push_str("function is exported as `PMPI_X` with `MPI_X` as a weak alias and declared in\n");
     s.push_str("`c-abi/include/mpi.h`. Every function but the handle conversions (`_c2f`,\n");
     s.push_str(
-        "`_f2c`) also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated\n",
+        "`_f2c`) and the tools interface (`MPI_T_*`, C only in the standard) also has its\n",
     );
-    s.push_str("from the same table.\n\n");
+    s.push_str(
+        "Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated from the same table.\n\n",
+    );
     let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
     let nstub = funcs.iter().filter(|f| f.stub).count();
     writeln!(

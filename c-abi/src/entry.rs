@@ -74,6 +74,20 @@ pub(crate) fn entry_win(
     }
 }
 
+/// Run the body of a tools-interface function (`MPI_T_*`): MPI_T calls have no error
+/// handler, so the error's class (an `MPI_T_ERR_*` or `MPI_ERR_ARG` code) is returned as is,
+/// also before MPI_Init and after MPI_Finalize.
+pub(crate) fn entry_tools(call: &'static str, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => e.class as c_int,
+        Err(p) => {
+            eprintln!("Tsunagi: {call}: internal error: {}", panic_message(&*p));
+            ErrorClass::Intern as c_int
+        }
+    }
+}
+
 /// Run a function that returns a value and has no error path (MPI_Wtime, conversions).
 pub(crate) fn entry_value<T>(call: &'static str, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {

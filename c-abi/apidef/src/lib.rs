@@ -98,9 +98,16 @@ pub struct Func {
 }
 
 impl Func {
-    /// Whether Fortran has this function: the handle conversions and C-only calls do not.
+    /// Whether Fortran has this function: the handle conversions and the C-only tools
+    /// interface (`MPI_T_*`) do not.
     pub fn in_fortran(&self) -> bool {
-        !(self.name.ends_with("_c2f") || self.name.ends_with("_f2c"))
+        !(self.name.ends_with("_c2f") || self.name.ends_with("_f2c") || self.is_tools())
+    }
+
+    /// A function of the tools interface (`MPI_T_*`): it returns its error code without
+    /// calling an error handler, and works outside MPI_Init/MPI_Finalize.
+    pub fn is_tools(&self) -> bool {
+        self.name.starts_with("T_")
     }
 }
 

@@ -20,6 +20,7 @@ mod p2p;
 mod request;
 mod rma;
 mod tattr;
+mod tools;
 mod topo;
 
 pub(crate) use attr::*;
@@ -37,6 +38,7 @@ pub(crate) use p2p::*;
 pub(crate) use request::*;
 pub(crate) use rma::*;
 pub(crate) use tattr::*;
+pub(crate) use tools::*;
 pub(crate) use topo::*;
 
 use std::ffi::c_int;

@@ -31,6 +31,7 @@ mod partitioned;
 mod persistent;
 mod progress;
 mod schedules;
+mod tools;
 
 use crate::comm::{self, CommData, CommId, ErrHandler, Keyval};
 use crate::datatype::TypeRef;
@@ -43,6 +44,7 @@ pub use grequest::GrequestHooks;
 pub use newcomm::NewCommDone;
 pub use persistent::ScheduleFactory;
 pub use schedules::{Requests, Schedule, Service};
+pub use tools::WaitPolicy;
 
 /// Largest tag a user may use (MPI_TAG_UB) when no device lowers it.
 pub const TAG_UB: i32 = i32::MAX;
