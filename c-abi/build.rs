@@ -52,6 +52,7 @@ const FN_TYPES: &[&str] = &[
     "MPI_Comm_delete_attr_function",
     "MPI_Copy_function",
     "MPI_Delete_function",
+    "MPI_Session_errhandler_function",
     "MPI_T_event_cb_function",
     "MPI_T_event_free_cb_function",
     "MPI_T_event_dropped_cb_function",
@@ -272,6 +273,17 @@ fn gen_rust(funcs: &[Func]) -> String {
             .iter()
             .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
         match err_win {
+            _ if f.session_arg().is_some() => {
+                let session = match f.session_arg().flatten() {
+                    Some(a) if a.depth == 0 => a.name.clone(),
+                    Some(a) => format!(
+                        "if {0}.is_null() {{ MPI_SESSION_NULL }} else {{\n        // SAFETY: a non-NULL MPI_Session * is valid for the call (MPI's contract).\n        unsafe {{ *{0} }} }}",
+                        a.name
+                    ),
+                    None => "MPI_SESSION_NULL".into(),
+                };
+                writeln!(out, "    entry_session(\"{call}\", {session}, move || {{").unwrap()
+            }
             _ if f.is_tools() => writeln!(out, "    entry_tools(\"{call}\", move || {{").unwrap(),
             Some(w) if err_comm == "None" => {
                 writeln!(out, "    entry_win(\"{call}\", {}, move || {{", w.name).unwrap()

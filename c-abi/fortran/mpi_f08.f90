@@ -313,6 +313,7 @@ module mpi_f08
   integer, parameter :: MPI_ERR_VALUE_TOO_LARGE = 77
   integer, parameter :: MPI_T_ERR_NOT_SUPPORTED = 78
   integer, parameter :: MPI_ERR_LASTCODE = 1073741823
+  integer, parameter :: MPI_MAX_PSET_NAME_LEN = 256
   type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)
   ! The sentinels: mpif.h's common blocks.
   integer :: MPI_BOTTOM, MPI_IN_PLACE, MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY

@@ -32,6 +32,8 @@ typedef int MPI_Info;
 typedef int MPI_Win;
 typedef int MPI_Message;
 typedef struct ADIOI_FileD *MPI_File;
+typedef int MPI_Session;
+enum { MPI_SESSION_NULL = 0x38000000 };
 
 /* ---- Status: 20 bytes; the count's high bits share a word with the cancelled flag ---- */
 typedef struct MPI_Status {
@@ -360,6 +362,10 @@ typedef struct MPI_Status {
 #define MPI_ERR_VALUE_TOO_LARGE       77
 #define MPI_T_ERR_NOT_SUPPORTED       78
 #define MPI_ERR_LASTCODE              0x3fffffff
+
+typedef void (MPI_Session_errhandler_function)(MPI_Session *session, int *errcode, ...);
+typedef MPI_Session_errhandler_function MPI_Session_errhandler_fn;
+#define MPI_MAX_PSET_NAME_LEN 256
 
 /* ---- The tools interface (MPI_T): MPICH's types and values ---- */
 struct MPIR_T_enum_s;
@@ -959,6 +965,19 @@ int MPI_File_get_errhandler(MPI_File file, MPI_Errhandler *errhandler);
 int MPI_File_call_errhandler(MPI_File fh, int errorcode);
 int MPI_Register_datarep(const char *datarep, MPI_Datarep_conversion_function *read_conversion_fn, MPI_Datarep_conversion_function *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state);
 
+/* Sessions (MPI 4.0, C only for now) */
+int MPI_Session_init(MPI_Info info, MPI_Errhandler errhandler, MPI_Session *session);
+int MPI_Session_finalize(MPI_Session *session);
+int MPI_Session_get_num_psets(MPI_Session session, MPI_Info info, int *npset_names);
+int MPI_Session_get_nth_pset(MPI_Session session, MPI_Info info, int n, int *pset_len, char *pset_name);
+int MPI_Session_get_pset_info(MPI_Session session, const char *pset_name, MPI_Info *info);
+int MPI_Session_get_info(MPI_Session session, MPI_Info *info_used);
+int MPI_Group_from_session_pset(MPI_Session session, const char *pset_name, MPI_Group *newgroup);
+int MPI_Session_create_errhandler(MPI_Session_errhandler_function *session_errhandler_fn, MPI_Errhandler *errhandler);
+int MPI_Session_set_errhandler(MPI_Session session, MPI_Errhandler errhandler);
+int MPI_Session_get_errhandler(MPI_Session session, MPI_Errhandler *errhandler);
+int MPI_Session_call_errhandler(MPI_Session session, int errorcode);
+
 /* Tools interface (MPI_T, C only) */
 int MPI_T_init_thread(int required, int *provided);
 int MPI_T_finalize(void);
@@ -1465,6 +1484,17 @@ int PMPI_File_set_errhandler(MPI_File file, MPI_Errhandler errhandler);
 int PMPI_File_get_errhandler(MPI_File file, MPI_Errhandler *errhandler);
 int PMPI_File_call_errhandler(MPI_File fh, int errorcode);
 int PMPI_Register_datarep(const char *datarep, MPI_Datarep_conversion_function *read_conversion_fn, MPI_Datarep_conversion_function *write_conversion_fn, MPI_Datarep_extent_function *dtype_file_extent_fn, void *extra_state);
+int PMPI_Session_init(MPI_Info info, MPI_Errhandler errhandler, MPI_Session *session);
+int PMPI_Session_finalize(MPI_Session *session);
+int PMPI_Session_get_num_psets(MPI_Session session, MPI_Info info, int *npset_names);
+int PMPI_Session_get_nth_pset(MPI_Session session, MPI_Info info, int n, int *pset_len, char *pset_name);
+int PMPI_Session_get_pset_info(MPI_Session session, const char *pset_name, MPI_Info *info);
+int PMPI_Session_get_info(MPI_Session session, MPI_Info *info_used);
+int PMPI_Group_from_session_pset(MPI_Session session, const char *pset_name, MPI_Group *newgroup);
+int PMPI_Session_create_errhandler(MPI_Session_errhandler_function *session_errhandler_fn, MPI_Errhandler *errhandler);
+int PMPI_Session_set_errhandler(MPI_Session session, MPI_Errhandler errhandler);
+int PMPI_Session_get_errhandler(MPI_Session session, MPI_Errhandler *errhandler);
+int PMPI_Session_call_errhandler(MPI_Session session, int errorcode);
 int PMPI_T_init_thread(int required, int *provided);
 int PMPI_T_finalize(void);
 int PMPI_T_enum_get_info(MPI_T_enum enumtype, int *num, char *name, int *name_len);

@@ -74,6 +74,30 @@ pub(crate) fn entry_win(
     }
 }
 
+/// Run the body of a sessions function (MPI 4.0): errors go through the error handler of
+/// `session` (MPI_COMM_WORLD's path when it is not a live session, as for MPI_Session_init).
+pub(crate) fn entry_session(
+    call: &'static str,
+    session: crate::ffi::MPI_Session,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
+    let mut e = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return 0,
+        Ok(Err(e)) => e,
+        Err(p) => MpiError::new(
+            ErrorClass::Intern,
+            format!("{call}: internal error: {}", panic_message(&*p)),
+        ),
+    };
+    if !e.message.starts_with("MPI_") {
+        e.message = format!("{call}: {}", e.message);
+    }
+    match crate::imp::session_error(session, &e) {
+        Some(code) => code,
+        None => raise(call, None, e),
+    }
+}
+
 /// Run the body of a tools-interface function (`MPI_T_*`): MPI_T calls have no error
 /// handler, so the error's class (an `MPI_T_ERR_*` or `MPI_ERR_ARG` code) is returned as is,
 /// also before MPI_Init and after MPI_Finalize.

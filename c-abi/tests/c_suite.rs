@@ -870,3 +870,23 @@ fn tools_interface_variables_counters_and_categories() {
     );
     assert!(out.contains("tools ok"), "{out}");
 }
+
+/// Sessions (issue 20): process sets, communicators from their groups, session info and
+/// error handlers, sessions and the world model in one process; both engines.
+#[test]
+fn sessions_psets_communicators_and_the_world_model() {
+    suite("sessions", &[1, 3], "sessions ok");
+    let exe = build_as("sessions", "test-sessions-threaded");
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "2", "--progress", "threaded", "--node-map", "1"])
+        .arg(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("sessions ok") && stderr.is_empty(),
+        "sessions (threaded, TCP) failed ({}):\n{stdout}{stderr}",
+        out.status
+    );
+}

@@ -101,7 +101,24 @@ impl Func {
     /// Whether Fortran has this function: the handle conversions and the C-only tools
     /// interface (`MPI_T_*`) do not.
     pub fn in_fortran(&self) -> bool {
-        !(self.name.ends_with("_c2f") || self.name.ends_with("_f2c") || self.is_tools())
+        !(self.name.ends_with("_c2f")
+            || self.name.ends_with("_f2c")
+            || self.is_tools()
+            || self.session_arg().is_some())
+    }
+
+    /// For the sessions calls (MPI 4.0), how the entry point finds the session whose
+    /// error handler reports its errors: `Some(Some(arg))` names the session argument
+    /// (by value or through a pointer), `Some(None)` for MPI_Session_init (none yet).
+    pub fn session_arg(&self) -> Option<Option<&Arg>> {
+        if !(self.name.starts_with("Session_") || self.name == "Group_from_session_pset") {
+            return None;
+        }
+        Some(
+            self.args
+                .iter()
+                .find(|a| a.base == "MPI_Session" && !a.varargs),
+        )
     }
 
     /// A function of the tools interface (`MPI_T_*`): it returns its error code without
