@@ -1122,6 +1122,17 @@ module mpi
       integer :: size
       integer :: ierror
     end subroutine MPI_Buffer_detach
+    subroutine MPI_Buffer_flush(ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: ierror
+    end subroutine MPI_Buffer_flush
+    subroutine MPI_Buffer_iflush(request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Buffer_iflush
     subroutine MPI_Probe(source, tag, comm, status, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1513,6 +1524,29 @@ module mpi
       integer :: datatype
       integer :: ierror
     end subroutine MPI_Type_match_size
+    subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: p
+      integer :: r
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_f90_real
+    subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: p
+      integer :: r
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_f90_complex
+    subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: r
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_f90_integer
     subroutine MPI_Type_commit(datatype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4971,28 +5005,5 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_darray
-    subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: p
-      integer :: r
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_f90_real
-    subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: p
-      integer :: r
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_f90_complex
-    subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: r
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_f90_integer
   end interface
 end module mpi

@@ -872,6 +872,15 @@ module mpi_f08
       integer :: size
       integer(c_int) :: ierror
     end subroutine tsunagi_buffer_detach
+    subroutine tsunagi_buffer_flush(ierror) bind(C, name="mpi_buffer_flush_")
+      import
+      integer(c_int) :: ierror
+    end subroutine tsunagi_buffer_flush
+    subroutine tsunagi_buffer_iflush(request, ierror) bind(C, name="mpi_buffer_iflush_")
+      import
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_buffer_iflush
     subroutine tsunagi_probe(source, tag, comm, status, ierror) bind(C, name="mpi_probe_")
       import
       integer :: source
@@ -1240,6 +1249,29 @@ module mpi_f08
       type(MPI_Datatype) :: datatype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_match_size
+    subroutine tsunagi_type_create_f90_real(p, r, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_f90_real_")
+      import
+      integer :: p
+      integer :: r
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_f90_real
+    subroutine tsunagi_type_create_f90_complex(p, r, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_f90_complex_")
+      import
+      integer :: p
+      integer :: r
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_f90_complex
+    subroutine tsunagi_type_create_f90_integer(r, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_f90_integer_")
+      import
+      integer :: r
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_f90_integer
     subroutine tsunagi_type_commit(datatype, ierror) bind(C, name="mpi_type_commit_")
       import
       type(MPI_Datatype) :: datatype
@@ -4361,29 +4393,6 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_darray
-    subroutine tsunagi_type_create_f90_real(p, r, newtype, ierror) bind(C,  &
-        & name="mpi_type_create_f90_real_")
-      import
-      integer :: p
-      integer :: r
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_f90_real
-    subroutine tsunagi_type_create_f90_complex(p, r, newtype, ierror) bind(C,  &
-        & name="mpi_type_create_f90_complex_")
-      import
-      integer :: p
-      integer :: r
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_f90_complex
-    subroutine tsunagi_type_create_f90_integer(r, newtype, ierror) bind(C,  &
-        & name="mpi_type_create_f90_integer_")
-      import
-      integer :: r
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_f90_integer
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -5055,6 +5064,19 @@ contains
     call tsunagi_buffer_detach(buffer_addr, size, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Buffer_detach
+  subroutine MPI_Buffer_flush(ierror)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_buffer_flush(ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Buffer_flush
+  subroutine MPI_Buffer_iflush(request, ierror)
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_buffer_iflush(request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Buffer_iflush
   subroutine MPI_Probe(source, tag, comm, status, ierror)
     integer, intent(in) :: source
     integer, intent(in) :: tag
@@ -5500,6 +5522,32 @@ contains
     call tsunagi_type_match_size(typeclass, size, datatype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_match_size
+  subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
+    integer, intent(in) :: p
+    integer, intent(in) :: r
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_f90_real(p, r, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_f90_real
+  subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
+    integer, intent(in) :: p
+    integer, intent(in) :: r
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_f90_complex(p, r, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_f90_complex
+  subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
+    integer, intent(in) :: r
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_f90_integer(r, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_f90_integer
   subroutine MPI_Type_commit(datatype, ierror)
     type(MPI_Datatype) :: datatype
     integer, optional, intent(out) :: ierror
@@ -9363,30 +9411,4 @@ contains
         & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_darray
-  subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
-    integer, intent(in) :: p
-    integer, intent(in) :: r
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_f90_real(p, r, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_f90_real
-  subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
-    integer, intent(in) :: p
-    integer, intent(in) :: r
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_f90_complex(p, r, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_f90_complex
-  subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
-    integer, intent(in) :: r
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_f90_integer(r, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_f90_integer
 end module mpi_f08

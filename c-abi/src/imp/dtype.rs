@@ -255,6 +255,67 @@ pub(crate) fn type_match_size(class: c_int, size: c_int, out: &mut MPI_Datatype)
     Ok(())
 }
 
+/// The Fortran kinds gfortran offers as (decimal precision, decimal exponent range) for
+/// REAL and COMPLEX (kinds 4, 8, 16), and the exponent range for INTEGER (kinds 1 to 8),
+/// with the MPI type of each (MPI_REAL4..., MPI_COMPLEX8..., MPI_INTEGER1...).
+const F90_REALS: [(c_int, c_int, MPI_Datatype, MPI_Datatype); 3] = [
+    (6, 37, 0x4c00_0427, 0x4c00_0828),
+    (15, 307, 0x4c00_0829, 0x4c00_102a),
+    (33, 4931, 0x4c00_102b, 0x4c00_202c),
+];
+const F90_INTEGERS: [(c_int, MPI_Datatype); 4] = [
+    (2, 0x4c00_012d),
+    (4, 0x4c00_022f),
+    (9, 0x4c00_0430),
+    (18, 0x4c00_0831),
+];
+
+/// SELECTED_REAL_KIND(p, r) as an MPI type: the smallest kind with at least `p` digits and
+/// range `r` (MPI_UNDEFINED: either). The result is the predefined type of that kind, as
+/// the standard allows (it must not be freed).
+fn f90_real(call: &str, p: c_int, r: c_int, complex: bool) -> MpiResult<MPI_Datatype> {
+    if p == MPI_UNDEFINED && r == MPI_UNDEFINED {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("{call}: p and r are both MPI_UNDEFINED"),
+        ));
+    }
+    F90_REALS
+        .iter()
+        .find(|(kp, kr, _, _)| (p == MPI_UNDEFINED || p <= *kp) && (r == MPI_UNDEFINED || r <= *kr))
+        .map(|&(_, _, real, cplx)| if complex { cplx } else { real })
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("{call}: no Fortran kind has precision p = {p} and range r = {r}"),
+            )
+        })
+}
+
+pub(crate) fn type_create_f90_real(p: c_int, r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
+    *new = f90_real("MPI_Type_create_f90_real", p, r, false)?;
+    Ok(())
+}
+
+pub(crate) fn type_create_f90_complex(p: c_int, r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
+    *new = f90_real("MPI_Type_create_f90_complex", p, r, true)?;
+    Ok(())
+}
+
+pub(crate) fn type_create_f90_integer(r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
+    *new = F90_INTEGERS
+        .iter()
+        .find(|(kr, _)| r <= *kr)
+        .map(|&(_, t)| t)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("MPI_Type_create_f90_integer: no integer kind has range r = {r}"),
+            )
+        })?;
+    Ok(())
+}
+
 pub(crate) fn type_commit(d: &mut MPI_Datatype) -> MpiResult<()> {
     h::dtype("datatype", *d)?.commit();
     Ok(())

@@ -19,6 +19,7 @@ use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router};
 use crate::boot::init_err;
 
 mod attrs;
+mod buffer;
 mod checks;
 mod comms;
 mod errors;
