@@ -1500,6 +1500,22 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_subarray
+    subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: size
+      integer :: rank
+      integer :: ndims
+      integer :: array_of_gsizes(*)
+      integer :: array_of_distribs(*)
+      integer :: array_of_dargs(*)
+      integer :: array_of_psizes(*)
+      integer :: order
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_darray
     subroutine MPI_Type_create_resized(oldtype, lb, extent, newtype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4989,21 +5005,5 @@ module mpi
       type(*), dimension(*) :: extra_state
       integer :: ierror
     end subroutine MPI_Register_datarep
-    subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
-        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: size
-      integer :: rank
-      integer :: ndims
-      integer :: array_of_gsizes(*)
-      integer :: array_of_distribs(*)
-      integer :: array_of_dargs(*)
-      integer :: array_of_psizes(*)
-      integer :: order
-      integer :: oldtype
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_darray
   end interface
 end module mpi

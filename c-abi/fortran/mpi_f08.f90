@@ -1226,6 +1226,22 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_subarray
+    subroutine tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes,  &
+        & array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)  &
+        & bind(C, name="mpi_type_create_darray_")
+      import
+      integer :: size
+      integer :: rank
+      integer :: ndims
+      integer :: array_of_gsizes(*)
+      integer :: array_of_distribs(*)
+      integer :: array_of_dargs(*)
+      integer :: array_of_psizes(*)
+      integer :: order
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_darray
     subroutine tsunagi_type_create_resized(oldtype, lb, extent, newtype, ierror) bind(C,  &
         & name="mpi_type_create_resized_")
       import
@@ -4377,22 +4393,6 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: datarep_len
     end subroutine tsunagi_register_datarep
-    subroutine tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes,  &
-        & array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)  &
-        & bind(C, name="mpi_type_create_darray_")
-      import
-      integer :: size
-      integer :: rank
-      integer :: ndims
-      integer :: array_of_gsizes(*)
-      integer :: array_of_distribs(*)
-      integer :: array_of_dargs(*)
-      integer :: array_of_psizes(*)
-      integer :: order
-      type(MPI_Datatype) :: oldtype
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_darray
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -5495,6 +5495,24 @@ contains
         & array_of_starts, order, oldtype, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_subarray
+  subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+      & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
+    integer, intent(in) :: size
+    integer, intent(in) :: rank
+    integer, intent(in) :: ndims
+    integer :: array_of_gsizes(*)
+    integer :: array_of_distribs(*)
+    integer :: array_of_dargs(*)
+    integer :: array_of_psizes(*)
+    integer, intent(in) :: order
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_darray
   subroutine MPI_Type_create_resized(oldtype, lb, extent, newtype, ierror)
     type(MPI_Datatype), intent(in) :: oldtype
     integer(kind=MPI_ADDRESS_KIND), intent(in) :: lb
@@ -9393,22 +9411,4 @@ contains
         & len(datarep, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Register_datarep
-  subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
-      & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
-    integer, intent(in) :: size
-    integer, intent(in) :: rank
-    integer, intent(in) :: ndims
-    integer :: array_of_gsizes(*)
-    integer :: array_of_distribs(*)
-    integer :: array_of_dargs(*)
-    integer :: array_of_psizes(*)
-    integer, intent(in) :: order
-    type(MPI_Datatype), intent(in) :: oldtype
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
-        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_darray
 end module mpi_f08

@@ -586,6 +586,7 @@ int MPI_Type_create_hindexed_block(int count, int blocklength, const MPI_Aint ar
 int MPI_Type_create_struct(int count, const int array_of_blocklengths[], const MPI_Aint array_of_displacements[], const MPI_Datatype array_of_types[], MPI_Datatype *newtype);
 int MPI_Type_struct(int count, const int array_of_blocklengths[], const MPI_Aint array_of_displacements[], const MPI_Datatype array_of_types[], MPI_Datatype *newtype);
 int MPI_Type_create_subarray(int ndims, const int array_of_sizes[], const int array_of_subsizes[], const int array_of_starts[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype);
+int MPI_Type_create_darray(int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype);
 int MPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent, MPI_Datatype *newtype);
 int MPI_Type_dup(MPI_Datatype oldtype, MPI_Datatype *newtype);
 int MPI_Type_match_size(int typeclass, int size, MPI_Datatype *datatype);
@@ -1036,9 +1037,6 @@ int MPI_T_event_copy(MPI_T_event_instance event_instance, void *buffer);
 int MPI_T_event_get_timestamp(MPI_T_event_instance event_instance, MPI_Count *event_timestamp);
 int MPI_T_event_get_source(MPI_T_event_instance event_instance, int *source_index);
 
-/* Not supported: datatype and error extras */
-int MPI_Type_create_darray(int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype);
-
 /* The profiling interface: every function above as PMPI_ */
 int PMPI_Init(int *argc, char ***argv);
 int PMPI_Init_thread(int *argc, char ***argv, int required, int *provided);
@@ -1138,6 +1136,7 @@ int PMPI_Type_create_hindexed_block(int count, int blocklength, const MPI_Aint a
 int PMPI_Type_create_struct(int count, const int array_of_blocklengths[], const MPI_Aint array_of_displacements[], const MPI_Datatype array_of_types[], MPI_Datatype *newtype);
 int PMPI_Type_struct(int count, const int array_of_blocklengths[], const MPI_Aint array_of_displacements[], const MPI_Datatype array_of_types[], MPI_Datatype *newtype);
 int PMPI_Type_create_subarray(int ndims, const int array_of_sizes[], const int array_of_subsizes[], const int array_of_starts[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype);
+int PMPI_Type_create_darray(int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype);
 int PMPI_Type_create_resized(MPI_Datatype oldtype, MPI_Aint lb, MPI_Aint extent, MPI_Datatype *newtype);
 int PMPI_Type_dup(MPI_Datatype oldtype, MPI_Datatype *newtype);
 int PMPI_Type_match_size(int typeclass, int size, MPI_Datatype *datatype);
@@ -1553,7 +1552,6 @@ int PMPI_T_event_read(MPI_T_event_instance event_instance, int element_index, vo
 int PMPI_T_event_copy(MPI_T_event_instance event_instance, void *buffer);
 int PMPI_T_event_get_timestamp(MPI_T_event_instance event_instance, MPI_Count *event_timestamp);
 int PMPI_T_event_get_source(MPI_T_event_instance event_instance, int *source_index);
-int PMPI_Type_create_darray(int size, int rank, int ndims, const int array_of_gsizes[], const int array_of_distribs[], const int array_of_dargs[], const int array_of_psizes[], int order, MPI_Datatype oldtype, MPI_Datatype *newtype);
 
 #ifdef __cplusplus
 }

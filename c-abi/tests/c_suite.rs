@@ -891,8 +891,9 @@ fn sessions_psets_communicators_and_the_world_model() {
     );
 }
 
-/// MPI_Buffer_flush/iflush (MPI 4.1) and the Fortran 90 type constructors (issue 20).
+/// MPI_Buffer_flush/iflush (MPI 4.1), MPI_Type_create_darray and the Fortran 90 type
+/// constructors (issue 20).
 #[test]
-fn buffer_flush_and_f90_types() {
+fn buffer_flush_darray_and_f90_types() {
     suite("mpi41", &[2, 3], "mpi41 ok");
 }

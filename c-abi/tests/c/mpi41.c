@@ -1,4 +1,5 @@
-/* MPI_Buffer_flush / MPI_Buffer_iflush (MPI 4.1) and the Fortran 90 type constructors
+/* MPI_Buffer_flush / MPI_Buffer_iflush (MPI 4.1), MPI_Type_create_darray and the Fortran 90
+ * type constructors
  * (2 ranks or more). */
 #include "check.h"
 
@@ -37,6 +38,44 @@ int main(int argc, char **argv) {
     CHECK_EQ(cls, MPI_ERR_ARG);
     OK(MPI_Type_match_size(MPI_TYPECLASS_REAL, 8, &t));
     CHECK(t == MPI_REAL8);
+
+    /* darray: a 4 x 6 array on a 2 x 2 grid, block rows and cyclic(1) / cyclic(2) columns,
+     * in C and Fortran order; checked element by element against the owner rule. */
+    int glob[24];
+    for (int i = 0; i < 24; i++) glob[i] = i;
+    for (int ord = 0; ord < 2; ord++)
+        for (int k = 1; k <= 2; k++)
+            for (int r = 0; r < 4; r++) {
+                int gs[2] = {4, 6}, ds[2] = {MPI_DISTRIBUTE_BLOCK, MPI_DISTRIBUTE_CYCLIC};
+                int da[2] = {MPI_DISTRIBUTE_DFLT_DARG, k}, ps[2] = {2, 2};
+                int order = ord ? MPI_ORDER_FORTRAN : MPI_ORDER_C;
+                OK(MPI_Type_create_darray(4, r, 2, gs, ds, da, ps, order, MPI_INT, &t));
+                OK(MPI_Type_commit(&t));
+                MPI_Aint lb, ext;
+                OK(MPI_Type_get_extent(t, &lb, &ext));
+                CHECK(lb == 0 && ext == 24 * (MPI_Aint)sizeof(int));
+                int packed[24], pos = 0;
+                OK(MPI_Pack(glob, 1, t, packed, sizeof packed, &pos, MPI_COMM_SELF));
+                /* Expected: the owned elements in memory order. */
+                int pr = r / 2, pc = r % 2, want[24], nw = 0;
+                for (int m = 0; m < 24; m++) {
+                    int i = ord ? m % 4 : m / 6, j = ord ? m / 4 : m % 6; /* (row, col) */
+                    if (i / 2 == pr && (j / k) % 2 == pc) want[nw++] = m;
+                }
+                CHECK_EQ(pos, nw * (int)sizeof(int));
+                for (int q = 0; q < nw; q++) CHECK_EQ(packed[q], want[q]);
+                OK(MPI_Type_free(&t));
+            }
+    {
+        int gs[1] = {5}, ds[1] = {MPI_DISTRIBUTE_BLOCK}, da[1] = {2}, ps[1] = {2};
+        OK(MPI_Error_class(MPI_Type_create_darray(2, 0, 1, gs, ds, da, ps, MPI_ORDER_C, MPI_INT, &t),
+                           &cls));
+        CHECK_EQ(cls, MPI_ERR_ARG); /* 2 x 2 does not cover 5 */
+        ps[0] = 3;
+        OK(MPI_Error_class(MPI_Type_create_darray(2, 0, 1, gs, ds, da, ps, MPI_ORDER_C, MPI_INT, &t),
+                           &cls));
+        CHECK_EQ(cls, MPI_ERR_ARG); /* a grid of 3 for 2 processes */
+    }
 
     /* Buffered sends, flushed with the buffer still attached. */
     int bufsize = 8 * (1000 * (int)sizeof(int) + MPI_BSEND_OVERHEAD);
