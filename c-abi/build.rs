@@ -206,6 +206,10 @@ fn gen_rust(funcs: &[Func]) -> String {
         )
         .unwrap();
         let args: Vec<&Arg> = f.args.iter().filter(|a| !a.varargs).collect();
+        if let Some(base) = &f.narrow_of {
+            gen_narrow(&mut out, f, funcs, base);
+            continue;
+        }
         if f.stub {
             let err_comm = args
                 .iter()
@@ -324,7 +328,70 @@ fn gen_rust(funcs: &[Func]) -> String {
         writeln!(out, "    \"MPI_{}\",", f.name).unwrap();
     }
     out.push_str("];\n");
+    out.push_str("\n/// The functions without a Fortran binding (see `Func::in_fortran`), by MPI name.\npub const C_ONLY: &[&str] = &[\n");
+    for f in funcs.iter().filter(|f| !f.in_fortran()) {
+        writeln!(out, "    \"MPI_{}\",", f.name).unwrap();
+    }
+    out.push_str("];\n");
     out
+}
+
+/// The body of a `narrow` function: its MPI_Count arguments must fit the base function's
+/// `int` ones (MPI_ERR_COUNT through the usual error handler otherwise); then it calls the
+/// base function's entry point, which checks and reports everything else.
+fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
+    let b = funcs
+        .iter()
+        .find(|g| g.name == base)
+        .unwrap_or_else(|| panic!("api.in: {} narrows unknown {base}", f.name));
+    assert_eq!(f.args.len(), b.args.len(), "{}: argument count", f.name);
+    let call = format!("MPI_{}", f.name);
+    let err_comm = b
+        .args
+        .iter()
+        .find(|a| a.base == "MPI_Comm" && a.depth == 0 && !a.ann.contains("raw"))
+        .map(|a| format!("h::err_comm({})", a.name));
+    let err_win = b
+        .args
+        .iter()
+        .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
+    let mut narrowed = Vec::new();
+    let mut pass = Vec::new();
+    for (a, ba) in f.args.iter().zip(&b.args) {
+        if a.base == "MPI_Count" && a.depth == 0 && ba.base == "int" && ba.depth == 0 {
+            narrowed.push(a.name.clone());
+            pass.push(a.name.clone());
+        } else if a.base == "MPI_Count" && a.depth == 0 && ba.base == "MPI_Aint" {
+            pass.push(format!("{} as MPI_Aint", a.name));
+        } else {
+            assert_eq!(
+                a.c.replace(' ', ""),
+                ba.c.replace(' ', ""),
+                "{}: {}",
+                f.name,
+                a.name
+            );
+            pass.push(a.name.clone());
+        }
+    }
+    let opener = match (&err_comm, err_win) {
+        (None, Some(w)) => format!("entry_win(\"{call}\", {}, ", w.name),
+        (c, _) => format!("entry(\"{call}\", {}, ", c.clone().unwrap_or("None".into())),
+    };
+    if narrowed.is_empty() {
+        writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
+        out.push_str("}\n\n");
+        return;
+    }
+    writeln!(out, "    let mut small = [0 as c_int; {}];", narrowed.len()).unwrap();
+    writeln!(out, "    let rc = {opener}|| {{").unwrap();
+    for (i, n) in narrowed.iter().enumerate() {
+        writeln!(out, "        small[{i}] = imp::small(\"{n}\", {n})?;").unwrap();
+    }
+    out.push_str("        Ok(())\n    });\n    if rc != 0 {\n        return rc;\n    }\n");
+    writeln!(out, "    let [{}] = small;", narrowed.join(", ")).unwrap();
+    writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
+    out.push_str("}\n\n");
 }
 
 fn c_proto(f: &Func, prefix: &str) -> String {
@@ -363,10 +430,10 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
     s.push_str("function is exported as `PMPI_X` with `MPI_X` as a weak alias and declared in\n");
     s.push_str("`c-abi/include/mpi.h`. Every function but the handle conversions (`_c2f`,\n");
     s.push_str(
-        "`_f2c`) and the tools interface (`MPI_T_*`, C only in the standard) also has its\n",
+        "`_f2c`), the tools interface (`MPI_T_*`, C only in the standard), the sessions calls\n",
     );
     s.push_str(
-        "Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated from the same table.\n\n",
+        "and the generated large-count forms also has its Fortran binding (mpif.h, `use mpi`,\n`use mpi_f08`), generated from the same table.\n\n",
     );
     let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
     let nstub = funcs.iter().filter(|f| f.stub).count();

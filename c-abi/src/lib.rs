@@ -48,4 +48,4 @@ mod generated {
 }
 
 pub use fortran::FORTRAN_NAMES;
-pub use generated::IMPLEMENTED;
+pub use generated::{C_ONLY, IMPLEMENTED};

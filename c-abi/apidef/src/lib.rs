@@ -95,6 +95,9 @@ pub struct Func {
     pub name: String,
     pub args: Vec<Arg>,
     pub section: String,
+    /// `narrow RET Name(...) = Base`: a large-count (`_c`) form whose entry point checks
+    /// that its MPI_Count arguments fit the `int` (or MPI_Aint) ones of `Base` and calls it.
+    pub narrow_of: Option<String>,
 }
 
 impl Func {
@@ -104,7 +107,8 @@ impl Func {
         !(self.name.ends_with("_c2f")
             || self.name.ends_with("_f2c")
             || self.is_tools()
-            || self.session_arg().is_some())
+            || self.session_arg().is_some()
+            || self.narrow_of.is_some())
     }
 
     /// For the sessions calls (MPI 4.0), how the entry point finds the session whose
@@ -319,6 +323,15 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
             Some(rest) => (true, rest),
             None => (false, line),
         };
+        let (narrow_of, line) = match line.strip_prefix("narrow ") {
+            Some(rest) => {
+                let (decl, base) = rest
+                    .rsplit_once(" = ")
+                    .unwrap_or_else(|| panic!("api.in:{}: narrow ... = Base", lineno + 1));
+                (Some(base.trim().to_string()), decl)
+            }
+            None => (None, line),
+        };
         let open = line
             .find('(')
             .unwrap_or_else(|| panic!("api.in:{}: no '('", lineno + 1));
@@ -339,6 +352,7 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
             name: name.to_string(),
             args,
             section: section.clone(),
+            narrow_of,
         });
     }
     let mut seen = BTreeSet::new();
