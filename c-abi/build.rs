@@ -27,7 +27,10 @@ use std::path::{Path, PathBuf};
 /// Whether a pointer to `base` becomes a reference in the C entry points: the table's
 /// handle and scalar types (`tsunagi_apidef`).
 fn by_reference(base: &str) -> bool {
-    tsunagi_apidef::HANDLES.contains(&base) || tsunagi_apidef::SCALARS.contains(&base)
+    tsunagi_apidef::HANDLES.contains(&base)
+        || tsunagi_apidef::SCALARS.contains(&base)
+        // The tools interface's handles (opaque pointers in the ABI).
+        || (base.starts_with("MPI_T_") && !base.ends_with("_function"))
 }
 /// Function-pointer typedefs (`X *f` in C is `X` in Rust, an `Option<fn>`).
 const FN_TYPES: &[&str] = &[
@@ -48,6 +51,10 @@ const FN_TYPES: &[&str] = &[
     "MPI_Comm_delete_attr_function",
     "MPI_Copy_function",
     "MPI_Delete_function",
+    "MPI_Session_errhandler_function",
+    "MPI_T_event_cb_function",
+    "MPI_T_event_free_cb_function",
+    "MPI_T_event_dropped_cb_function",
 ];
 
 fn rust_base(base: &str) -> String {
@@ -199,6 +206,10 @@ fn gen_rust(funcs: &[Func]) -> String {
         )
         .unwrap();
         let args: Vec<&Arg> = f.args.iter().filter(|a| !a.varargs).collect();
+        if let Some(base) = &f.narrow_of {
+            gen_narrow(&mut out, f, funcs, base);
+            continue;
+        }
         if f.stub {
             let err_comm = args
                 .iter()
@@ -276,6 +287,18 @@ fn gen_rust(funcs: &[Func]) -> String {
             }
         });
         match (err_win, err_file) {
+            _ if f.session_arg().is_some() => {
+                let session = match f.session_arg().flatten() {
+                    Some(a) if a.depth == 0 => a.name.clone(),
+                    Some(a) => format!(
+                        "if {0}.is_null() {{ MPI_SESSION_NULL }} else {{\n        // SAFETY: a non-NULL MPI_Session * is valid for the call (MPI's contract).\n        unsafe {{ *{0} }} }}",
+                        a.name
+                    ),
+                    None => "MPI_SESSION_NULL".into(),
+                };
+                writeln!(out, "    entry_session(\"{call}\", {session}, move || {{").unwrap()
+            }
+            _ if f.is_tools() => writeln!(out, "    entry_tools(\"{call}\", move || {{").unwrap(),
             (_, Some(fh)) if f.name.starts_with("File_") && f.name != "File_open" => {
                 writeln!(out, "    entry_file(\"{call}\", {fh}, move || {{").unwrap()
             }
@@ -329,7 +352,70 @@ fn gen_rust(funcs: &[Func]) -> String {
         writeln!(out, "    \"MPI_{}\",", f.name).unwrap();
     }
     out.push_str("];\n");
+    out.push_str("\n/// The functions without a Fortran binding (see `Func::in_fortran`), by MPI name.\npub const C_ONLY: &[&str] = &[\n");
+    for f in funcs.iter().filter(|f| !f.in_fortran()) {
+        writeln!(out, "    \"MPI_{}\",", f.name).unwrap();
+    }
+    out.push_str("];\n");
     out
+}
+
+/// The body of a `narrow` function: its MPI_Count arguments must fit the base function's
+/// `int` ones (MPI_ERR_COUNT through the usual error handler otherwise); then it calls the
+/// base function's entry point, which checks and reports everything else.
+fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
+    let b = funcs
+        .iter()
+        .find(|g| g.name == base)
+        .unwrap_or_else(|| panic!("api.in: {} narrows unknown {base}", f.name));
+    assert_eq!(f.args.len(), b.args.len(), "{}: argument count", f.name);
+    let call = format!("MPI_{}", f.name);
+    let err_comm = b
+        .args
+        .iter()
+        .find(|a| a.base == "MPI_Comm" && a.depth == 0 && !a.ann.contains("raw"))
+        .map(|a| format!("h::err_comm({})", a.name));
+    let err_win = b
+        .args
+        .iter()
+        .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
+    let mut narrowed = Vec::new();
+    let mut pass = Vec::new();
+    for (a, ba) in f.args.iter().zip(&b.args) {
+        if a.base == "MPI_Count" && a.depth == 0 && ba.base == "int" && ba.depth == 0 {
+            narrowed.push(a.name.clone());
+            pass.push(a.name.clone());
+        } else if a.base == "MPI_Count" && a.depth == 0 && ba.base == "MPI_Aint" {
+            pass.push(format!("{} as MPI_Aint", a.name));
+        } else {
+            assert_eq!(
+                a.c.replace(' ', ""),
+                ba.c.replace(' ', ""),
+                "{}: {}",
+                f.name,
+                a.name
+            );
+            pass.push(a.name.clone());
+        }
+    }
+    let opener = match (&err_comm, err_win) {
+        (None, Some(w)) => format!("entry_win(\"{call}\", {}, ", w.name),
+        (c, _) => format!("entry(\"{call}\", {}, ", c.clone().unwrap_or("None".into())),
+    };
+    if narrowed.is_empty() {
+        writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
+        out.push_str("}\n\n");
+        return;
+    }
+    writeln!(out, "    let mut small = [0 as c_int; {}];", narrowed.len()).unwrap();
+    writeln!(out, "    let rc = {opener}|| {{").unwrap();
+    for (i, n) in narrowed.iter().enumerate() {
+        writeln!(out, "        small[{i}] = imp::small(\"{n}\", {n})?;").unwrap();
+    }
+    out.push_str("        Ok(())\n    });\n    if rc != 0 {\n        return rc;\n    }\n");
+    writeln!(out, "    let [{}] = small;", narrowed.join(", ")).unwrap();
+    writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
+    out.push_str("}\n\n");
 }
 
 fn c_proto(f: &Func, prefix: &str) -> String {
@@ -368,9 +454,11 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
     s.push_str("function is exported as `PMPI_X` with `MPI_X` as a weak alias and declared in\n");
     s.push_str("`c-abi/include/mpi.h`. Every function but the handle conversions (`_c2f`,\n");
     s.push_str(
-        "`_f2c`) also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated\n",
+        "`_f2c`), the tools interface (`MPI_T_*`, C only in the standard), the sessions calls\n",
     );
-    s.push_str("from the same table.\n\n");
+    s.push_str(
+        "and the generated large-count forms also has its Fortran binding (mpif.h, `use mpi`,\n`use mpi_f08`), generated from the same table.\n\n",
+    );
     let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
     let nstub = funcs.iter().filter(|f| f.stub).count();
     writeln!(

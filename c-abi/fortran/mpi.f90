@@ -552,6 +552,8 @@ module mpi
       PARAMETER (MPI_T_ERR_NOT_SUPPORTED=78)
       INTEGER MPI_ERR_LASTCODE
       PARAMETER (MPI_ERR_LASTCODE=1073741823)
+      INTEGER MPI_MAX_PSET_NAME_LEN
+      PARAMETER (MPI_MAX_PSET_NAME_LEN=256)
       INTEGER MPI_SOURCE, MPI_TAG, MPI_ERROR, MPI_STATUS_SIZE
       PARAMETER (MPI_SOURCE=3, MPI_TAG=4, MPI_ERROR=5)
       PARAMETER (MPI_STATUS_SIZE=5)
@@ -1120,6 +1122,17 @@ module mpi
       integer :: size
       integer :: ierror
     end subroutine MPI_Buffer_detach
+    subroutine MPI_Buffer_flush(ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: ierror
+    end subroutine MPI_Buffer_flush
+    subroutine MPI_Buffer_iflush(request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Buffer_iflush
     subroutine MPI_Probe(source, tag, comm, status, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1487,6 +1500,22 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_subarray
+    subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: size
+      integer :: rank
+      integer :: ndims
+      integer :: array_of_gsizes(*)
+      integer :: array_of_distribs(*)
+      integer :: array_of_dargs(*)
+      integer :: array_of_psizes(*)
+      integer :: order
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_darray
     subroutine MPI_Type_create_resized(oldtype, lb, extent, newtype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1511,6 +1540,29 @@ module mpi
       integer :: datatype
       integer :: ierror
     end subroutine MPI_Type_match_size
+    subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: p
+      integer :: r
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_f90_real
+    subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: p
+      integer :: r
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_f90_complex
+    subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: r
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_f90_integer
     subroutine MPI_Type_commit(datatype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4953,44 +5005,5 @@ module mpi
       type(*), dimension(*) :: extra_state
       integer :: ierror
     end subroutine MPI_Register_datarep
-    subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
-        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: size
-      integer :: rank
-      integer :: ndims
-      integer :: array_of_gsizes(*)
-      integer :: array_of_distribs(*)
-      integer :: array_of_dargs(*)
-      integer :: array_of_psizes(*)
-      integer :: order
-      integer :: oldtype
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_darray
-    subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: p
-      integer :: r
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_f90_real
-    subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: p
-      integer :: r
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_f90_complex
-    subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
-      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
-      implicit none
-      integer :: r
-      integer :: newtype
-      integer :: ierror
-    end subroutine MPI_Type_create_f90_integer
   end interface
 end module mpi

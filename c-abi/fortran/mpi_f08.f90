@@ -313,6 +313,7 @@ module mpi_f08
   integer, parameter :: MPI_ERR_VALUE_TOO_LARGE = 77
   integer, parameter :: MPI_T_ERR_NOT_SUPPORTED = 78
   integer, parameter :: MPI_ERR_LASTCODE = 1073741823
+  integer, parameter :: MPI_MAX_PSET_NAME_LEN = 256
   type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)
   ! The sentinels: mpif.h's common blocks.
   integer :: MPI_BOTTOM, MPI_IN_PLACE, MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY
@@ -871,6 +872,15 @@ module mpi_f08
       integer :: size
       integer(c_int) :: ierror
     end subroutine tsunagi_buffer_detach
+    subroutine tsunagi_buffer_flush(ierror) bind(C, name="mpi_buffer_flush_")
+      import
+      integer(c_int) :: ierror
+    end subroutine tsunagi_buffer_flush
+    subroutine tsunagi_buffer_iflush(request, ierror) bind(C, name="mpi_buffer_iflush_")
+      import
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_buffer_iflush
     subroutine tsunagi_probe(source, tag, comm, status, ierror) bind(C, name="mpi_probe_")
       import
       integer :: source
@@ -1216,6 +1226,22 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_subarray
+    subroutine tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes,  &
+        & array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)  &
+        & bind(C, name="mpi_type_create_darray_")
+      import
+      integer :: size
+      integer :: rank
+      integer :: ndims
+      integer :: array_of_gsizes(*)
+      integer :: array_of_distribs(*)
+      integer :: array_of_dargs(*)
+      integer :: array_of_psizes(*)
+      integer :: order
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_darray
     subroutine tsunagi_type_create_resized(oldtype, lb, extent, newtype, ierror) bind(C,  &
         & name="mpi_type_create_resized_")
       import
@@ -1239,6 +1265,29 @@ module mpi_f08
       type(MPI_Datatype) :: datatype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_match_size
+    subroutine tsunagi_type_create_f90_real(p, r, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_f90_real_")
+      import
+      integer :: p
+      integer :: r
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_f90_real
+    subroutine tsunagi_type_create_f90_complex(p, r, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_f90_complex_")
+      import
+      integer :: p
+      integer :: r
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_f90_complex
+    subroutine tsunagi_type_create_f90_integer(r, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_f90_integer_")
+      import
+      integer :: r
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_f90_integer
     subroutine tsunagi_type_commit(datatype, ierror) bind(C, name="mpi_type_commit_")
       import
       type(MPI_Datatype) :: datatype
@@ -4344,45 +4393,6 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: datarep_len
     end subroutine tsunagi_register_datarep
-    subroutine tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes,  &
-        & array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)  &
-        & bind(C, name="mpi_type_create_darray_")
-      import
-      integer :: size
-      integer :: rank
-      integer :: ndims
-      integer :: array_of_gsizes(*)
-      integer :: array_of_distribs(*)
-      integer :: array_of_dargs(*)
-      integer :: array_of_psizes(*)
-      integer :: order
-      type(MPI_Datatype) :: oldtype
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_darray
-    subroutine tsunagi_type_create_f90_real(p, r, newtype, ierror) bind(C,  &
-        & name="mpi_type_create_f90_real_")
-      import
-      integer :: p
-      integer :: r
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_f90_real
-    subroutine tsunagi_type_create_f90_complex(p, r, newtype, ierror) bind(C,  &
-        & name="mpi_type_create_f90_complex_")
-      import
-      integer :: p
-      integer :: r
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_f90_complex
-    subroutine tsunagi_type_create_f90_integer(r, newtype, ierror) bind(C,  &
-        & name="mpi_type_create_f90_integer_")
-      import
-      integer :: r
-      type(MPI_Datatype) :: newtype
-      integer(c_int) :: ierror
-    end subroutine tsunagi_type_create_f90_integer
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -5054,6 +5064,19 @@ contains
     call tsunagi_buffer_detach(buffer_addr, size, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Buffer_detach
+  subroutine MPI_Buffer_flush(ierror)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_buffer_flush(ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Buffer_flush
+  subroutine MPI_Buffer_iflush(request, ierror)
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_buffer_iflush(request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Buffer_iflush
   subroutine MPI_Probe(source, tag, comm, status, ierror)
     integer, intent(in) :: source
     integer, intent(in) :: tag
@@ -5472,6 +5495,24 @@ contains
         & array_of_starts, order, oldtype, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_subarray
+  subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+      & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
+    integer, intent(in) :: size
+    integer, intent(in) :: rank
+    integer, intent(in) :: ndims
+    integer :: array_of_gsizes(*)
+    integer :: array_of_distribs(*)
+    integer :: array_of_dargs(*)
+    integer :: array_of_psizes(*)
+    integer, intent(in) :: order
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_darray
   subroutine MPI_Type_create_resized(oldtype, lb, extent, newtype, ierror)
     type(MPI_Datatype), intent(in) :: oldtype
     integer(kind=MPI_ADDRESS_KIND), intent(in) :: lb
@@ -5499,6 +5540,32 @@ contains
     call tsunagi_type_match_size(typeclass, size, datatype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_match_size
+  subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
+    integer, intent(in) :: p
+    integer, intent(in) :: r
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_f90_real(p, r, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_f90_real
+  subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
+    integer, intent(in) :: p
+    integer, intent(in) :: r
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_f90_complex(p, r, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_f90_complex
+  subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
+    integer, intent(in) :: r
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_f90_integer(r, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_f90_integer
   subroutine MPI_Type_commit(datatype, ierror)
     type(MPI_Datatype) :: datatype
     integer, optional, intent(out) :: ierror
@@ -9344,48 +9411,4 @@ contains
         & len(datarep, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Register_datarep
-  subroutine MPI_Type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
-      & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
-    integer, intent(in) :: size
-    integer, intent(in) :: rank
-    integer, intent(in) :: ndims
-    integer :: array_of_gsizes(*)
-    integer :: array_of_distribs(*)
-    integer :: array_of_dargs(*)
-    integer :: array_of_psizes(*)
-    integer, intent(in) :: order
-    type(MPI_Datatype), intent(in) :: oldtype
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_darray(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
-        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_darray
-  subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
-    integer, intent(in) :: p
-    integer, intent(in) :: r
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_f90_real(p, r, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_f90_real
-  subroutine MPI_Type_create_f90_complex(p, r, newtype, ierror)
-    integer, intent(in) :: p
-    integer, intent(in) :: r
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_f90_complex(p, r, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_f90_complex
-  subroutine MPI_Type_create_f90_integer(r, newtype, ierror)
-    integer, intent(in) :: r
-    type(MPI_Datatype) :: newtype
-    integer, optional, intent(out) :: ierror
-    integer(c_int) :: ierror_c
-    call tsunagi_type_create_f90_integer(r, newtype, ierror_c)
-    if (present(ierror)) ierror = ierror_c
-  end subroutine MPI_Type_create_f90_integer
 end module mpi_f08

@@ -96,6 +96,44 @@ pub(crate) fn entry_file(
     }
 }
 
+/// Run the body of a sessions function (MPI 4.0): errors go through the error handler of
+/// `session` (MPI_COMM_WORLD's path when it is not a live session, as for MPI_Session_init).
+pub(crate) fn entry_session(
+    call: &'static str,
+    session: crate::ffi::MPI_Session,
+    f: impl FnOnce() -> MpiResult<()>,
+) -> c_int {
+    let mut e = match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => return 0,
+        Ok(Err(e)) => e,
+        Err(p) => MpiError::new(
+            ErrorClass::Intern,
+            format!("{call}: internal error: {}", panic_message(&*p)),
+        ),
+    };
+    if !e.message.starts_with("MPI_") {
+        e.message = format!("{call}: {}", e.message);
+    }
+    match crate::imp::session_error(session, &e) {
+        Some(code) => code,
+        None => raise(call, None, e),
+    }
+}
+
+/// Run the body of a tools-interface function (`MPI_T_*`): MPI_T calls have no error
+/// handler, so the error's class (an `MPI_T_ERR_*` or `MPI_ERR_ARG` code) is returned as is,
+/// also before MPI_Init and after MPI_Finalize.
+pub(crate) fn entry_tools(call: &'static str, f: impl FnOnce() -> MpiResult<()>) -> c_int {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(())) => 0,
+        Ok(Err(e)) => e.class as c_int,
+        Err(p) => {
+            eprintln!("Tsunagi: {call}: internal error: {}", panic_message(&*p));
+            ErrorClass::Intern as c_int
+        }
+    }
+}
+
 /// Run a function that returns a value and has no error path (MPI_Wtime, conversions).
 pub(crate) fn entry_value<T>(call: &'static str, f: impl FnOnce() -> T) -> T {
     match catch_unwind(AssertUnwindSafe(f)) {

@@ -20,6 +20,20 @@ pub type MPI_Win = c_int;
 pub type MPI_Message = c_int;
 /// ROMIO's file handle (a pointer); Tsunagi has no MPI-IO yet.
 pub type MPI_File = *mut c_void;
+/// The tools interface's handles: opaque pointers in MPICH's ABI (Tsunagi stores a
+/// table index plus one in them, see `imp::tools`).
+pub type MPI_T_enum = *mut c_void;
+pub type MPI_T_cvar_handle = *mut c_void;
+pub type MPI_T_pvar_handle = *mut c_void;
+pub type MPI_T_pvar_session = *mut c_void;
+pub type MPI_T_event_registration = *mut c_void;
+pub type MPI_T_event_instance = *mut c_void;
+/// A session (MPI 4.0): an `int` handle, as in MPICH.
+pub type MPI_Session = c_int;
+pub const MPI_SESSION_NULL: MPI_Session = 0x3800_0000;
+/// C enums of the tools interface (an `int` in the ABI).
+pub type MPI_T_cb_safety = c_int;
+pub type MPI_T_source_order = c_int;
 
 /// MPICH's `MPI_Status` (20 bytes).
 #[repr(C)]
@@ -83,6 +97,11 @@ pub type MPI_Datarep_conversion_function = Option<
 >;
 pub type MPI_Datarep_extent_function =
     Option<unsafe extern "C" fn(MPI_Datatype, *mut MPI_Aint, *mut c_void) -> c_int>;
+pub type MPI_T_event_cb_function = OpaqueFn;
+/// Same C shape as the communicator's: (handle *, int *, ...).
+pub type MPI_Session_errhandler_function = MPI_Comm_errhandler_function;
+pub type MPI_T_event_free_cb_function = OpaqueFn;
+pub type MPI_T_event_dropped_cb_function = OpaqueFn;
 pub type MPI_Delete_function = MPI_Comm_delete_attr_function;
 
 pub const MPI_SUCCESS: c_int = 0;

@@ -37,7 +37,7 @@ pub use handles::{op, OpDef};
 /// The generated entry points (see `build.rs`).
 #[allow(non_snake_case, clippy::missing_safety_doc, clippy::too_many_arguments)]
 mod generated {
-    use crate::entry::{entry, entry_file, entry_value, entry_win};
+    use crate::entry::{entry, entry_file, entry_session, entry_tools, entry_value, entry_win};
     use crate::ffi::*;
     use crate::handles as h;
     use crate::imp;
@@ -48,4 +48,4 @@ mod generated {
 }
 
 pub use fortran::FORTRAN_NAMES;
-pub use generated::IMPLEMENTED;
+pub use generated::{C_ONLY, IMPLEMENTED};

@@ -848,3 +848,87 @@ fn persistent_collectives_isendrecv_generalized_requests() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// The tools interface (issue 20): control variables with live values (a written
+/// collective algorithm takes effect), performance variables counting real traffic and the
+/// matching queues, categories, enumerations, events' "none" answers, MPI_T before MPI_Init
+/// and after MPI_Finalize; both engines, shared memory and TCP.
+#[test]
+fn tools_interface_variables_counters_and_categories() {
+    suite("tools", &[2, 3], "tools ok");
+    let exe = build_as("tools", "test-tools-tcp-threaded");
+    for args in [
+        &[
+            "--progress",
+            "threaded",
+            "--env",
+            "TSUNAGI_SHM_EAGER=8192",
+            "--env",
+            "TSUNAGI_SPIN=77",
+        ][..],
+        &["--node-map", "1", "--env", "TSUNAGI_COLL_BCAST=auto"][..],
+    ] {
+        let out = run(Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "2"])
+            .args(args)
+            .arg(&exe));
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && stdout.contains("tools ok") && stderr.is_empty(),
+            "tools with {args:?} failed ({}):\n{stdout}{stderr}",
+            out.status
+        );
+    }
+    // Built with MPICH's mpi.h (its constants, MPI_T_PVAR_ALL_HANDLES as its data object),
+    // run on Tsunagi: the binary interface of MPI_T is MPICH's.
+    if !have("mpicc.mpich") {
+        tsunagi_testkit::missing("mpich", "Debian's mpich (mpicc.mpich) is not installed");
+        return;
+    }
+    let exe = prefix().join("test-tools-mpich");
+    check(
+        Command::new("mpicc.mpich")
+            .args(["-O1", "-o"])
+            .arg(&exe)
+            .arg(src_dir().join("tests/c/tools.c")),
+    );
+    let out = check(
+        Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "2"])
+            .arg(&exe)
+            .env("LD_LIBRARY_PATH", prefix().join("lib")),
+    );
+    assert!(out.contains("tools ok"), "{out}");
+}
+
+/// Sessions (issue 20): process sets, communicators from their groups, session info and
+/// error handlers, sessions and the world model in one process; both engines.
+#[test]
+fn sessions_psets_communicators_and_the_world_model() {
+    suite("sessions", &[1, 3], "sessions ok");
+    let exe = build_as("sessions", "test-sessions-threaded");
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "2", "--progress", "threaded", "--node-map", "1"])
+        .arg(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        out.status.success() && stdout.contains("sessions ok") && stderr.is_empty(),
+        "sessions (threaded, TCP) failed ({}):\n{stdout}{stderr}",
+        out.status
+    );
+}
+
+/// MPI_Buffer_flush/iflush (MPI 4.1), MPI_Type_create_darray and the Fortran 90 type
+/// constructors (issue 20).
+#[test]
+fn buffer_flush_darray_and_f90_types() {
+    suite("mpi41", &[2, 3], "mpi41 ok");
+}

@@ -325,7 +325,10 @@ pub(crate) fn start_transports(
     boot.fence().map_err(init_err)?;
     // Phase 3: ready.
     let mut router = Router::new(size);
-    router.add(Box::new(SelfTransport::new(rank)), &[rank]);
+    router.add(
+        crate::tools::counting(Box::new(SelfTransport::new(rank))),
+        &[rank],
+    );
     for (name, peers, s) in starting {
         let info = StartInfo {
             rank,
@@ -337,7 +340,7 @@ pub(crate) fn start_transports(
         let t = s
             .finish(&info)
             .map_err(|e| init_err(format!("{name}: {e}")))?;
-        router.add(t, &peers);
+        router.add(crate::tools::counting(t), &peers);
     }
     Ok(router)
 }

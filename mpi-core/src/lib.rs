@@ -20,6 +20,7 @@ pub mod runtime;
 #[cfg(test)]
 mod sim_tests;
 pub mod slab;
+pub mod tools;
 
 /// The matching queues of the request layer, public only so that `benches/matching.rs`
 /// times the engine's own search; not part of the API.

@@ -95,12 +95,40 @@ pub struct Func {
     pub name: String,
     pub args: Vec<Arg>,
     pub section: String,
+    /// `narrow RET Name(...) = Base`: a large-count (`_c`) form whose entry point checks
+    /// that its MPI_Count arguments fit the `int` (or MPI_Aint) ones of `Base` and calls it.
+    pub narrow_of: Option<String>,
 }
 
 impl Func {
-    /// Whether Fortran has this function: the handle conversions and C-only calls do not.
+    /// Whether Fortran has this function: the handle conversions and the C-only tools
+    /// interface (`MPI_T_*`) do not.
     pub fn in_fortran(&self) -> bool {
-        !(self.name.ends_with("_c2f") || self.name.ends_with("_f2c"))
+        !(self.name.ends_with("_c2f")
+            || self.name.ends_with("_f2c")
+            || self.is_tools()
+            || self.session_arg().is_some()
+            || self.narrow_of.is_some())
+    }
+
+    /// For the sessions calls (MPI 4.0), how the entry point finds the session whose
+    /// error handler reports its errors: `Some(Some(arg))` names the session argument
+    /// (by value or through a pointer), `Some(None)` for MPI_Session_init (none yet).
+    pub fn session_arg(&self) -> Option<Option<&Arg>> {
+        if !(self.name.starts_with("Session_") || self.name == "Group_from_session_pset") {
+            return None;
+        }
+        Some(
+            self.args
+                .iter()
+                .find(|a| a.base == "MPI_Session" && !a.varargs),
+        )
+    }
+
+    /// A function of the tools interface (`MPI_T_*`): it returns its error code without
+    /// calling an error handler, and works outside MPI_Init/MPI_Finalize.
+    pub fn is_tools(&self) -> bool {
+        self.name.starts_with("T_")
     }
 }
 
@@ -295,6 +323,15 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
             Some(rest) => (true, rest),
             None => (false, line),
         };
+        let (narrow_of, line) = match line.strip_prefix("narrow ") {
+            Some(rest) => {
+                let (decl, base) = rest
+                    .rsplit_once(" = ")
+                    .unwrap_or_else(|| panic!("api.in:{}: narrow ... = Base", lineno + 1));
+                (Some(base.trim().to_string()), decl)
+            }
+            None => (None, line),
+        };
         let open = line
             .find('(')
             .unwrap_or_else(|| panic!("api.in:{}: no '('", lineno + 1));
@@ -315,6 +352,7 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
             name: name.to_string(),
             args,
             section: section.clone(),
+            narrow_of,
         });
     }
     let mut seen = BTreeSet::new();

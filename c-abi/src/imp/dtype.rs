@@ -201,6 +201,174 @@ pub(crate) fn type_create_subarray(
     made(Datatype::subarray(&s, &ss, &st, order, old), new)
 }
 
+/// The global indices of one dimension that process coordinate `coord` of `psize` owns.
+fn darray_dim(
+    dim: usize,
+    gsize: Count,
+    distrib: c_int,
+    darg: c_int,
+    psize: Count,
+    coord: Count,
+) -> MpiResult<Vec<Count>> {
+    const BLOCK: c_int = 121;
+    const CYCLIC: c_int = 122;
+    const NONE: c_int = 123;
+    const DFLT: c_int = -49767;
+    let bad = |what: String| err(ErrorClass::Arg, format!("dimension {dim}: {what}"));
+    match distrib {
+        NONE => {
+            if psize != 1 {
+                return Err(bad(format!(
+                    "MPI_DISTRIBUTE_NONE needs array_of_psizes = 1, not {psize}"
+                )));
+            }
+            Ok((0..gsize).collect())
+        }
+        BLOCK => {
+            let b = if darg == DFLT {
+                (gsize + psize - 1) / psize
+            } else {
+                darg as Count
+            };
+            if b <= 0 || b * psize < gsize {
+                return Err(bad(format!(
+                    "block size {b} times {psize} processes does not cover {gsize} elements"
+                )));
+            }
+            Ok((coord * b..((coord + 1) * b).min(gsize)).collect())
+        }
+        CYCLIC => {
+            let k = if darg == DFLT { 1 } else { darg as Count };
+            if k <= 0 {
+                return Err(bad(format!("cyclic block size {k} is not positive")));
+            }
+            let mut out = Vec::new();
+            let mut start = coord * k;
+            while start < gsize {
+                out.extend(start..(start + k).min(gsize));
+                start += k * psize;
+            }
+            Ok(out)
+        }
+        other => Err(bad(format!(
+            "distribution {other} is not an MPI_DISTRIBUTE_*"
+        ))),
+    }
+}
+
+/// `MPI_Type_create_darray`: the elements of the global array (`gsizes`, in `order`) that
+/// process `rank` of a `psizes` grid (row-major) owns, in the array's memory order, as an
+/// hindexed type over runs of the fastest dimension, resized to the whole array's extent.
+pub(crate) fn type_create_darray(
+    size: c_int,
+    rank: c_int,
+    ndims: c_int,
+    gsizes: *const c_int,
+    distribs: *const c_int,
+    dargs: *const c_int,
+    psizes: *const c_int,
+    order: c_int,
+    old: &TypeRef,
+    new: &mut MPI_Datatype,
+) -> MpiResult<()> {
+    let order = Order::from_mpich(order).ok_or_else(|| {
+        err(
+            ErrorClass::Arg,
+            format!("order = {order} is neither MPI_ORDER_C nor MPI_ORDER_FORTRAN"),
+        )
+    })?;
+    let g = ints("array_of_gsizes", gsizes, ndims)?;
+    let p = ints("array_of_psizes", psizes, ndims)?;
+    // SAFETY: MPI requires arrays of `ndims` ints.
+    let d = unsafe { h::slice("array_of_distribs", distribs, ndims as usize)? }.to_vec();
+    // SAFETY: as above.
+    let a = unsafe { h::slice("array_of_dargs", dargs, ndims as usize)? }.to_vec();
+    if g.iter().any(|&x| x <= 0) || p.iter().any(|&x| x <= 0) {
+        return Err(err(
+            ErrorClass::Arg,
+            "array_of_gsizes and array_of_psizes must be positive",
+        ));
+    }
+    if p.iter().product::<Count>() != size as Count {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("the process grid {p:?} does not have size = {size} processes"),
+        ));
+    }
+    if rank < 0 || rank >= size {
+        return Err(err(
+            ErrorClass::Rank,
+            format!("rank = {rank} is not in 0..{size}"),
+        ));
+    }
+    // The process grid is row-major whatever the array order.
+    let n = ndims as usize;
+    let mut coords = vec![0; n];
+    let mut rest = rank as Count;
+    for i in (0..n).rev() {
+        coords[i] = rest % p[i];
+        rest /= p[i];
+    }
+    let owned: Vec<Vec<Count>> = (0..n)
+        .map(|i| darray_dim(i, g[i], d[i], a[i], p[i], coords[i]))
+        .collect::<MpiResult<_>>()?;
+    // Dimensions from the slowest to the fastest in memory, with their strides (elements).
+    let dims: Vec<usize> = match order {
+        Order::C => (0..n).collect(),
+        Order::Fortran => (0..n).rev().collect(),
+    };
+    let mut stride = vec![1 as Count; n];
+    for w in (0..n.saturating_sub(1)).rev() {
+        stride[dims[w]] = stride[dims[w + 1]] * g[dims[w + 1]];
+    }
+    let ext = old.extent() as Count;
+    let (mut lens, mut displs): (Vec<Count>, Vec<isize>) = (Vec::new(), Vec::new());
+    if n > 0 && owned.iter().all(|o| !o.is_empty()) {
+        let fast = dims[n - 1];
+        // Runs of consecutive indices in the fastest dimension.
+        let mut runs: Vec<(Count, Count)> = Vec::new();
+        for &x in &owned[fast] {
+            match runs.last_mut() {
+                Some((s, l)) if *s + *l == x => *l += 1,
+                _ => runs.push((x, 1)),
+            }
+        }
+        // Odometer over the slower dimensions, in memory order.
+        let mut idx = vec![0usize; n - 1];
+        loop {
+            let base: Count = (0..n - 1)
+                .map(|w| owned[dims[w]][idx[w]] * stride[dims[w]])
+                .sum();
+            for &(s, l) in &runs {
+                lens.push(l);
+                displs.push(((base + s) * ext) as isize);
+            }
+            let mut w = n - 1;
+            loop {
+                if w == 0 {
+                    break;
+                }
+                w -= 1;
+                idx[w] += 1;
+                if idx[w] < owned[dims[w]].len() {
+                    break;
+                }
+                idx[w] = 0;
+                if w == 0 {
+                    w = usize::MAX;
+                    break;
+                }
+            }
+            if w == usize::MAX || n == 1 {
+                break;
+            }
+        }
+    }
+    let total = g.iter().product::<Count>() * ext;
+    let inner: TypeRef = std::sync::Arc::new(Datatype::hindexed(&lens, &displs, old)?);
+    made(Datatype::resized(&inner, 0, total as isize), new)
+}
+
 pub(crate) fn type_create_resized(
     old: &TypeRef,
     lb: MPI_Aint,
@@ -250,6 +418,67 @@ pub(crate) fn type_match_size(class: c_int, size: c_int, out: &mut MPI_Datatype)
             err(
                 ErrorClass::Arg,
                 format!("no type of class {class} has size {size}"),
+            )
+        })?;
+    Ok(())
+}
+
+/// The Fortran kinds gfortran offers as (decimal precision, decimal exponent range) for
+/// REAL and COMPLEX (kinds 4, 8, 16), and the exponent range for INTEGER (kinds 1 to 8),
+/// with the MPI type of each (MPI_REAL4..., MPI_COMPLEX8..., MPI_INTEGER1...).
+const F90_REALS: [(c_int, c_int, MPI_Datatype, MPI_Datatype); 3] = [
+    (6, 37, 0x4c00_0427, 0x4c00_0828),
+    (15, 307, 0x4c00_0829, 0x4c00_102a),
+    (33, 4931, 0x4c00_102b, 0x4c00_202c),
+];
+const F90_INTEGERS: [(c_int, MPI_Datatype); 4] = [
+    (2, 0x4c00_012d),
+    (4, 0x4c00_022f),
+    (9, 0x4c00_0430),
+    (18, 0x4c00_0831),
+];
+
+/// SELECTED_REAL_KIND(p, r) as an MPI type: the smallest kind with at least `p` digits and
+/// range `r` (MPI_UNDEFINED: either). The result is the predefined type of that kind, as
+/// the standard allows (it must not be freed).
+fn f90_real(call: &str, p: c_int, r: c_int, complex: bool) -> MpiResult<MPI_Datatype> {
+    if p == MPI_UNDEFINED && r == MPI_UNDEFINED {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("{call}: p and r are both MPI_UNDEFINED"),
+        ));
+    }
+    F90_REALS
+        .iter()
+        .find(|(kp, kr, _, _)| (p == MPI_UNDEFINED || p <= *kp) && (r == MPI_UNDEFINED || r <= *kr))
+        .map(|&(_, _, real, cplx)| if complex { cplx } else { real })
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("{call}: no Fortran kind has precision p = {p} and range r = {r}"),
+            )
+        })
+}
+
+pub(crate) fn type_create_f90_real(p: c_int, r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
+    *new = f90_real("MPI_Type_create_f90_real", p, r, false)?;
+    Ok(())
+}
+
+pub(crate) fn type_create_f90_complex(p: c_int, r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
+    *new = f90_real("MPI_Type_create_f90_complex", p, r, true)?;
+    Ok(())
+}
+
+pub(crate) fn type_create_f90_integer(r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
+    *new = F90_INTEGERS
+        .iter()
+        .find(|(kr, _)| r <= *kr)
+        .map(|&(_, t)| t)
+        .ok_or_else(|| {
+            err(
+                ErrorClass::Arg,
+                format!("MPI_Type_create_f90_integer: no integer kind has range r = {r}"),
             )
         })?;
     Ok(())

@@ -1,6 +1,7 @@
 //! Start-up, shutdown and the environment queries.
 
 use std::ffi::{c_char, c_int, c_void};
+use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::OnceLock;
 
 use tsunagi_core::runtime::{library_version, VERSION};
@@ -25,9 +26,49 @@ fn level_from(v: c_int) -> MpiResult<ThreadLevel> {
     })
 }
 
+/// The world model's state (MPI_Init / MPI_Finalize): the runtime may be running for
+/// sessions without it (see `session.rs`).
+static WORLD: AtomicU8 = AtomicU8::new(0);
+const WORLD_NONE: u8 = 0;
+const WORLD_ON: u8 = 1;
+const WORLD_DONE: u8 = 2;
+
+/// Start the process's runtime, or find it running (started by the other model): the
+/// thread level it provides.
+pub(crate) fn start_runtime(call: &str, level: ThreadLevel) -> MpiResult<ThreadLevel> {
+    if tsunagi_core::initialized() && !tsunagi_core::finalized() {
+        return Ok(h::runtime(call)?.thread_level());
+    }
+    let l = tsunagi_core::init(level, &tsunagi_transports::REGISTRY)?;
+    h::set_running(Some(tsunagi_core::rt(call)?));
+    Ok(l)
+}
+
+/// End the runtime when neither the world model nor a session uses it any more.
+pub(crate) fn end_runtime_if_unused() -> MpiResult<()> {
+    if WORLD.load(Ordering::Acquire) != WORLD_ON && super::live_sessions() == 0 {
+        tsunagi_core::finalize()?;
+        h::set_running(None);
+    }
+    Ok(())
+}
+
+fn world_init(call: &str, level: ThreadLevel) -> MpiResult<ThreadLevel> {
+    if WORLD.load(Ordering::Acquire) != WORLD_NONE || tsunagi_core::finalized() {
+        // The core gives the error of a second MPI_Init (or one after MPI_Finalize).
+        tsunagi_core::init(level, &tsunagi_transports::REGISTRY)?;
+        return Err(err(
+            ErrorClass::Other,
+            format!("{call}: MPI was already initialized"),
+        ));
+    }
+    let l = start_runtime(call, level)?;
+    WORLD.store(WORLD_ON, Ordering::Release);
+    Ok(l)
+}
+
 pub(crate) fn init(_argc: Option<&mut c_int>, _argv: *mut *mut *mut c_char) -> MpiResult<()> {
-    tsunagi_core::init(ThreadLevel::Single, &tsunagi_transports::REGISTRY)?;
-    h::set_running(Some(tsunagi_core::rt("MPI_Init")?));
+    world_init("MPI_Init", ThreadLevel::Single)?;
     Ok(())
 }
 
@@ -37,8 +78,7 @@ pub(crate) fn init_thread(
     required: c_int,
     provided: &mut c_int,
 ) -> MpiResult<()> {
-    let l = tsunagi_core::init(level_from(required)?, &tsunagi_transports::REGISTRY)?;
-    h::set_running(Some(tsunagi_core::rt("MPI_Init_thread")?));
+    let l = world_init("MPI_Init_thread", level_from(required)?)?;
     *provided = l as c_int;
     Ok(())
 }
@@ -56,19 +96,25 @@ pub(crate) fn is_thread_main(f: &mut c_int) -> MpiResult<()> {
 pub(crate) fn finalize() -> MpiResult<()> {
     // First, as if MPI_COMM_SELF were freed: its attributes' delete callbacks, newest
     // first, while the whole library still works.
-    h::runtime("MPI_Finalize")?.delete_self_attrs()?;
-    tsunagi_core::finalize()?;
-    h::set_running(None);
-    Ok(())
+    let r = h::runtime("MPI_Finalize")?;
+    if WORLD.load(Ordering::Acquire) != WORLD_ON {
+        return Err(err(
+            ErrorClass::Other,
+            "MPI_Finalize: MPI_Init was not called (sessions end with MPI_Session_finalize)",
+        ));
+    }
+    r.delete_self_attrs()?;
+    WORLD.store(WORLD_DONE, Ordering::Release);
+    end_runtime_if_unused()
 }
 
 pub(crate) fn initialized(f: &mut c_int) -> MpiResult<()> {
-    *f = flag(tsunagi_core::initialized());
+    *f = flag(WORLD.load(Ordering::Acquire) != WORLD_NONE);
     Ok(())
 }
 
 pub(crate) fn finalized(f: &mut c_int) -> MpiResult<()> {
-    *f = flag(tsunagi_core::finalized());
+    *f = flag(WORLD.load(Ordering::Acquire) == WORLD_DONE);
     Ok(())
 }
 

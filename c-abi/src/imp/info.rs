@@ -132,6 +132,11 @@ pub(crate) fn info_delete(i: InfoId, key: &str) -> MpiResult<()> {
     Ok(())
 }
 
+/// The key/value pairs of an info object.
+pub(crate) fn info_pairs(i: InfoId) -> Vec<(String, String)> {
+    with(i, |kv| kv.to_vec())
+}
+
 pub(crate) fn info_dup(i: InfoId, new: &mut MPI_Info) -> MpiResult<()> {
     *new = h::new_info(with(i, |kv| kv.to_vec()));
     Ok(())

@@ -11,7 +11,7 @@ use crate::ffi::*;
 use crate::handles::{err, DtRef, OpDef};
 
 /// `v` as an `int` count, or MPI_ERR_COUNT.
-fn small(name: &str, v: MPI_Count) -> MpiResult<c_int> {
+pub(crate) fn small(name: &str, v: MPI_Count) -> MpiResult<c_int> {
     c_int::try_from(v).map_err(|_| {
         err(
             ErrorClass::Count,

@@ -20,7 +20,9 @@ mod misc;
 mod p2p;
 mod request;
 mod rma;
+mod session;
 mod tattr;
+mod tools;
 mod topo;
 
 pub(crate) use attr::*;
@@ -38,7 +40,9 @@ pub(crate) use misc::*;
 pub(crate) use p2p::*;
 pub(crate) use request::*;
 pub(crate) use rma::*;
+pub(crate) use session::*;
 pub(crate) use tattr::*;
+pub(crate) use tools::*;
 pub(crate) use topo::*;
 
 use std::ffi::c_int;

@@ -506,6 +506,16 @@ pub(crate) fn buffer_detach(addr: *mut c_void, size: &mut c_int) -> MpiResult<()
     Ok(())
 }
 
+pub(crate) fn buffer_flush() -> MpiResult<()> {
+    h::runtime("MPI_Buffer_flush")?.buffer_flush()
+}
+
+pub(crate) fn buffer_iflush(request: &mut MPI_Request) -> MpiResult<()> {
+    let id = h::runtime("MPI_Buffer_iflush")?.buffer_iflush()?;
+    *request = h::request_handle(id, false);
+    Ok(())
+}
+
 pub(crate) fn probe(
     source: c_int,
     tag: c_int,

@@ -71,6 +71,76 @@ int main(int argc, char **argv) {
     CHECK_EQ(sum, size);
     OK(MPI_Reduce_c(&one, &sum, 1, MPI_LONG, MPI_SUM, 0, MPI_COMM_WORLD));
     if (rank == 0) CHECK_EQ(sum, (long)size * (size + 1) / 2);
+
+    /* The generated large-count forms (issue 20): collectives, persistent and one-sided
+     * calls, datatype constructors, the buffer. */
+    {
+        int cls;
+        long mine[2] = {rank, -rank}, all[2 * 64], got = -1;
+        CHECK(size <= 64);
+        OK(MPI_Allgather_c(mine, 2, MPI_LONG, all, 2, MPI_LONG, MPI_COMM_WORLD));
+        for (int i = 0; i < size; i++) CHECK(all[2 * i] == i && all[2 * i + 1] == -i);
+        OK(MPI_Gather_c(mine, 1, MPI_LONG, all, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+        if (rank == 0)
+            for (int i = 0; i < size; i++) CHECK_EQ(all[i], i);
+        OK(MPI_Scatter_c(all, 1, MPI_LONG, &got, 1, MPI_LONG, 0, MPI_COMM_WORLD));
+        CHECK_EQ(got, rank);
+        OK(MPI_Scan_c(&one, &sum, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD));
+        CHECK_EQ(sum, (long)(rank + 1) * (rank + 2) / 2);
+        OK(MPI_Iallgather_c(mine, 1, MPI_LONG, all, 1, MPI_LONG, MPI_COMM_WORLD, &r[0]));
+        OK(MPI_Wait(&r[0], MPI_STATUS_IGNORE));
+        for (int i = 0; i < size; i++) CHECK_EQ(all[i], i);
+        v = rank == 0 ? 5 : 0;
+        OK(MPI_Bcast_init_c(&v, 1, MPI_LONG, 0, MPI_COMM_WORLD, MPI_INFO_NULL, &r[0]));
+        for (int k = 0; k < 3; k++) {
+            OK(MPI_Start(&r[0]));
+            OK(MPI_Wait(&r[0], MPI_STATUS_IGNORE));
+            CHECK_EQ(v, 5);
+        }
+        OK(MPI_Request_free(&r[0]));
+        OK(MPI_Error_class(MPI_Allgather_c(mine, (MPI_Count)1 << 40, MPI_LONG, all, 1, MPI_LONG,
+                                           MPI_COMM_WORLD),
+                           &cls));
+        CHECK_EQ(cls, MPI_ERR_COUNT);
+        /* Datatypes. */
+        MPI_Datatype c, vec, rs;
+        int sz;
+        OK(MPI_Type_contiguous_c(3, MPI_INT, &c));
+        OK(MPI_Type_size(c, &sz));
+        CHECK_EQ(sz, 12);
+        OK(MPI_Type_vector_c(2, 2, 5, MPI_INT, &vec));
+        OK(MPI_Type_size(vec, &sz));
+        CHECK_EQ(sz, 16);
+        OK(MPI_Type_create_resized_c(c, 0, 40, &rs));
+        MPI_Aint alb, aext;
+        OK(MPI_Type_get_extent(rs, &alb, &aext));
+        CHECK_EQ(aext, 40);
+        OK(MPI_Type_free(&c));
+        OK(MPI_Type_free(&vec));
+        OK(MPI_Type_free(&rs));
+        /* One-sided. */
+        long winbuf[2] = {0, 0}, fetched = -1;
+        MPI_Win w;
+        OK(MPI_Win_create(winbuf, sizeof winbuf, sizeof(long), MPI_INFO_NULL, MPI_COMM_WORLD, &w));
+        OK(MPI_Win_fence(0, w));
+        long val = 100 + rank;
+        OK(MPI_Put_c(&val, 1, MPI_LONG, (rank + 1) % size, 0, 1, MPI_LONG, w));
+        OK(MPI_Accumulate_c(&one, 1, MPI_LONG, 0, 1, 1, MPI_LONG, MPI_SUM, w));
+        OK(MPI_Win_fence(0, w));
+        CHECK_EQ(winbuf[0], 100 + (rank + size - 1) % size);
+        if (rank == 0) CHECK_EQ(winbuf[1], (long)size * (size + 1) / 2);
+        OK(MPI_Get_c(&fetched, 1, MPI_LONG, 0, 1, 1, MPI_LONG, w));
+        OK(MPI_Win_fence(0, w));
+        CHECK_EQ(fetched, (long)size * (size + 1) / 2);
+        OK(MPI_Win_free(&w));
+        /* The buffer. */
+        static char bbuf[4096];
+        void *back;
+        int bsz;
+        OK(MPI_Buffer_attach_c(bbuf, sizeof bbuf));
+        OK(MPI_Buffer_detach(&back, &bsz));
+        CHECK(back == bbuf && bsz == (int)sizeof bbuf);
+    }
     OK(MPI_Finalize());
     if (rank == 0) printf("large ok\n");
     return 0;

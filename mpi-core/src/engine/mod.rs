@@ -14,6 +14,7 @@ use tsunagi_p2p::device::DataRep;
 use tsunagi_p2p::{Header, P2pError, Rank, Router};
 
 mod device;
+mod tools_view;
 use device::{DeviceArrival, DeviceRecv};
 
 pub(crate) use crate::slab::Slab;
@@ -212,6 +213,7 @@ impl Queues {
     /// posted receive that accepts it.
     #[inline]
     pub fn take_posted(&mut self, src: Rank, tag: i32) -> Option<Posted> {
+        crate::tools::bump(&crate::tools::POSTED_MATCH_ATTEMPTS, 1);
         let pos = self
             .posted
             .iter()
@@ -229,6 +231,7 @@ impl Queues {
     /// (or [`ANY_WORLD`]) and `tag` (or [`ANY_TAG`]) accepts.
     #[inline]
     pub fn find_unexpected(&self, src: Rank, tag: i32) -> Option<usize> {
+        crate::tools::bump(&crate::tools::UNEXPECTED_MATCH_ATTEMPTS, 1);
         self.unexpected
             .iter()
             .position(|a| matches(src, tag, a.src, a.tag))

@@ -19,6 +19,7 @@ use tsunagi_p2p::{EventSource, ProgressMode, Rank, Router};
 use crate::boot::init_err;
 
 mod attrs;
+mod buffer;
 mod checks;
 mod comms;
 mod errors;
@@ -31,6 +32,7 @@ mod partitioned;
 mod persistent;
 mod progress;
 mod schedules;
+mod tools;
 
 use crate::comm::{self, CommData, CommId, ErrHandler, Keyval};
 use crate::datatype::TypeRef;
@@ -43,6 +45,7 @@ pub use grequest::GrequestHooks;
 pub use newcomm::NewCommDone;
 pub use persistent::ScheduleFactory;
 pub use schedules::{Requests, Schedule, Service};
+pub use tools::WaitPolicy;
 
 /// Largest tag a user may use (MPI_TAG_UB) when no device lowers it.
 pub const TAG_UB: i32 = i32::MAX;
