@@ -13,5 +13,7 @@
 //! rendezvous and collectives are the request layer's (`tsunagi-core`).
 
 pub mod lossy;
+pub mod nic;
+pub mod pm;
 pub mod reliable;
 pub mod wire;

@@ -14,7 +14,8 @@
 //! * **retransmission on timeout** with exponential back-off (the timeout adapts to the
 //!   measured round trip, Karn's rule: retransmitted packets give no sample) and **on
 //!   negative acknowledgement**: a receiver that sees a gap sends a NACK at once, and the
-//!   sender resends the holes below the highest selectively acknowledged packet;
+//!   sender resends the holes that at least three later packets overtook (fewer is more
+//!   likely reordering than loss);
 //! * **duplicate suppression** (below the cumulative point, or already buffered) and
 //!   **in-order delivery** through a reorder buffer of one window;
 //! * **acknowledgements on a separate path**: ACK/NACK packets are never queued behind data
@@ -102,6 +103,9 @@ struct Outstanding {
     resend: bool,
 }
 
+/// Packets overtaking a hole before a NACK makes it resent (TCP's duplicate threshold).
+const DUP_THRESH: u32 = 3;
+
 /// Signed distance from `b` to `a` in serial arithmetic.
 fn dist(a: u32, b: u32) -> i32 {
     a.wrapping_sub(b) as i32
@@ -167,6 +171,18 @@ impl Link {
     pub fn push(&mut self, frame: Vec<u8>) {
         debug_assert!(frame.len() <= wire::MAX_PACKET_PAYLOAD);
         self.backlog.push_back(frame);
+    }
+
+    /// Queue a frame ahead of every frame not yet sent: replies (PULL responses) take this
+    /// path so that they never wait behind a backlog of requests (seed 001).
+    pub fn push_urgent(&mut self, frame: Vec<u8>) {
+        debug_assert!(frame.len() <= wire::MAX_PACKET_PAYLOAD);
+        self.backlog.push_front(frame);
+    }
+
+    /// The next frame delivered in order, without taking it.
+    pub fn peek_delivered(&self) -> Option<&[u8]> {
+        self.delivered.front().map(Vec::as_slice)
     }
 
     /// Frames queued or in flight, not yet acknowledged.
@@ -436,20 +452,19 @@ impl Link {
         if dist(ack, self.next_seq) > 0 {
             return;
         }
+        // The round-trip sample comes from the newest packet acknowledged for the first
+        // time by this ACK that was sent once only (Karn): a packet acknowledged
+        // cumulatively after waiting for a hole was selectively acknowledged before, so
+        // the wait does not inflate the estimate.
+        let mut sample = None;
         let mut advanced = false;
         while let Some(o) = self.inflight.front() {
             if dist(o.seq, ack) >= 0 {
                 break;
             }
             let o = self.inflight.pop_front().unwrap();
-            if !o.retransmitted {
-                if let Some(t) = o.first_sent {
-                    let sample = now.saturating_duration_since(t);
-                    self.srtt = Some(match self.srtt {
-                        None => sample,
-                        Some(s) => (s * 7 + sample) / 8,
-                    });
-                }
+            if !o.retransmitted && !o.sacked {
+                sample = o.first_sent.map(|t| now.saturating_duration_since(t));
             }
             advanced = true;
         }
@@ -457,26 +472,34 @@ impl Link {
             self.backoff = 0;
             self.progress_at = Some(now);
         }
-        let mut highest = None;
         for o in self.inflight.iter_mut() {
             let d = dist(o.seq, ack) - 1;
             if (0..32).contains(&d) && sack & (1 << d) != 0 {
+                if !o.sacked && !o.retransmitted {
+                    sample = o.first_sent.map(|t| now.saturating_duration_since(t));
+                }
                 o.sacked = true;
                 o.resend = false;
                 o.frame = Vec::new();
-                highest = Some(o.seq);
             }
         }
+        if let Some(sample) = sample {
+            self.srtt = Some(match self.srtt {
+                None => sample,
+                Some(s) => (s * 7 + sample) / 8,
+            });
+        }
         if nack {
-            // Resend the holes below the highest packet that arrived, unless they were
-            // (re)sent too recently to have been lost.
-            let guard = self.rto() / 2;
-            let limit = highest.map_or(ack.wrapping_add(1), |h| h);
-            for o in self.inflight.iter_mut() {
-                if dist(o.seq, limit) >= 0 {
-                    break;
-                }
-                if !o.sacked && o.last_sent.is_none_or(|t| now.duration_since(t) >= guard) {
+            // Resend the holes that at least DUP_THRESH later packets overtook (fewer is
+            // likely reordering, not loss), unless they were (re)sent within one round trip.
+            let guard = self.srtt.unwrap_or(self.cfg.rto_min);
+            let mut later_sacked = 0;
+            for o in self.inflight.iter_mut().rev() {
+                if o.sacked {
+                    later_sacked += 1;
+                } else if later_sacked >= DUP_THRESH
+                    && o.last_sent.is_none_or(|t| now.duration_since(t) >= guard)
+                {
                     o.resend = true;
                 }
             }
