@@ -87,7 +87,11 @@ fn pm_across_namespaces_with_injected_loss() {
             faults(&mut c);
             c.arg(&check).arg("small");
             let (out, took) = run(c, Duration::from_secs(240));
-            assert_ok(&out, &["barrier", "allreduce", "alltoall", "nbc", "random"], &what);
+            assert_ok(
+                &out,
+                &["barrier", "allreduce", "alltoall", "nbc", "random"],
+                &what,
+            );
             eprintln!("{what}: collectives {took:?}");
             assert!(h.leftovers().is_empty(), "{what}: {:?}", h.leftovers());
         }

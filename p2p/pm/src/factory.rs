@@ -20,7 +20,7 @@ fn card_key(rank: Rank) -> String {
 }
 
 fn other(e: impl std::fmt::Display) -> P2pError {
-    P2pError::Other(format!("pm: {e}"))
+    P2pError::Other(e.to_string())
 }
 
 impl TransportFactory for PmFactory {

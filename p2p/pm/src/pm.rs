@@ -525,7 +525,7 @@ impl PmEndpoint {
             let bad = if total == 0 {
                 None
             } else if seq != p.rx.seq
-                || total % ALIGN != 0
+                || !total.is_multiple_of(ALIGN)
                 || total > ring_bytes - at
                 || (body != WRAP && REC_HEAD + body as usize + TRAILER > total)
             {

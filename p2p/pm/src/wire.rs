@@ -100,7 +100,11 @@ pub fn crc32(parts: &[&[u8]]) -> u32 {
             let mut c = i as u32;
             let mut k = 0;
             while k < 8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xEDB8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
                 k += 1;
             }
             t[0][i] = c;
@@ -247,14 +251,21 @@ mod tests {
             for &b in d {
                 c ^= b as u32;
                 for _ in 0..8 {
-                    c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
+                    c = if c & 1 != 0 {
+                        0xEDB8_8320 ^ (c >> 1)
+                    } else {
+                        c >> 1
+                    };
                 }
             }
             !c
         };
         for n in 0..data.len() {
             assert_eq!(crc32(&[&data[..n]]), bitwise(&data[..n]), "{n}");
-            assert_eq!(crc32(&[&data[..n / 3], &data[n / 3..n]]), bitwise(&data[..n]));
+            assert_eq!(
+                crc32(&[&data[..n / 3], &data[n / 3..n]]),
+                bitwise(&data[..n])
+            );
         }
     }
 

@@ -1,6 +1,9 @@
 //! PM endpoints (rings, shared receive queue, PUSH/PULL, checkpoint) through the simulated
 //! lossy network: every message arrives exactly once and in order per sender.
 
+// Ranks index several matrices at once (next[src][dst], got[dst][src]).
+#![allow(clippy::needless_range_loop)]
+
 use std::time::{Duration, Instant};
 
 use tsunagi_pm::lossy::{Impairments, LossyNet, Rng};

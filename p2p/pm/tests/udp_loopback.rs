@@ -70,7 +70,12 @@ fn exchange(faults: Faults, n: u64) -> [PmTransport; 2] {
 fn clean_loopback() {
     let t0 = Instant::now();
     let mut t = exchange(Faults::default(), 1500);
-    eprintln!("{:?} {:?} {:?}", t0.elapsed(), t[0].endpoint().link_stats(), t[0].endpoint().stats());
+    eprintln!(
+        "{:?} {:?} {:?}",
+        t0.elapsed(),
+        t[0].endpoint().link_stats(),
+        t[0].endpoint().stats()
+    );
 }
 
 #[test]
