@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # pm.sh — Tsunagi's PM/UDP transport beside its TCP transport between two network
 #   namespaces joined by a bridge (two "hosts" on this machine), 2 ranks, one per host;
-#   PM also with the checksum off and with 1 % and 5 % of its datagrams dropped.
+#   PM also with the checksum off, with 32 KiB datagrams, and with 1 % and 5 % of its
+#   datagrams dropped.
 #
 # Usage: bench/pm.sh [-r R] [-h]
 #   -r R   repetitions per configuration (default 3; env R works too); the table shows medians
@@ -54,13 +55,16 @@ for h in a b; do
     i=$((i + 1))
 done
 
-names=(tcp pm pm-nocsum pm-loss1 pm-loss5)
+# NAMES picks columns (default all below).
+read -r -a names <<< "${NAMES:-tcp pm pm-nocsum pm-pkt32k pm-loss1 pm-loss5}"
 run_one() {
     local extra=()
     case "$1" in
         tcp) extra=(--internode tcp) ;;
         pm) extra=(--internode pm) ;;
         pm-nocsum) extra=(--internode pm -x TSUNAGI_PM_CHECKSUM=0) ;;
+        pm-pkt32k) extra=(--internode pm -x TSUNAGI_PM_PACKET=32768) ;;
+        pm-pkt60k) extra=(--internode pm -x TSUNAGI_PM_PACKET=60000) ;;
         pm-loss1) extra=(--internode pm -x TSUNAGI_PM_DROP=0.01) ;;
         pm-loss5) extra=(--internode pm -x TSUNAGI_PM_DROP=0.05) ;;
     esac

@@ -61,7 +61,8 @@ pub struct PmTransportConfig {
 impl PmTransportConfig {
     /// From the environment (`getenv`): `TSUNAGI_PM_RECEIVE` (`rings`, the default, or
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
-    /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
+    /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
+    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1).
     pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
         let get = |k: &str| getenv(k).filter(|v| !v.trim().is_empty());
@@ -84,6 +85,9 @@ impl PmTransportConfig {
             }
         };
         let mut pm = PmConfig::default();
+        if let Some(b) = num("TSUNAGI_PM_PACKET", 1024, 60_000)? {
+            pm.wr_data = b;
+        }
         if let Some(w) = num("TSUNAGI_PM_WINDOW", 1, 32)? {
             pm.link.window = w as u32;
             pm.link.ack_every = (w as u32 / 4).max(1);
