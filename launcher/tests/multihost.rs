@@ -343,6 +343,24 @@ fn pretend_nodes_with_tcp_and_with_stream() {
         let (out, _) = run(c, Duration::from_secs(120));
         assert_ok(&out, &["order", "modes", "sizes"], internode);
     }
+    // PM with its shared receive queue (one pool of 16 buffers for all senders, so
+    // senders meet "receiver not ready" and retry) under 5 % loss.
+    let mut c = Command::new(mpirun());
+    c.args(["-n", "4", "--internode", "pm"])
+        .env("TSUNAGI_NODE_MAP", "2")
+        .env("TSUNAGI_PM_RECEIVE", "srq")
+        .env("TSUNAGI_PM_SRQ_BUFFERS", "16")
+        .env("TSUNAGI_PM_DROP", "0.05")
+        .env("TSUNAGI_SPIN", "50")
+        .env("TSUNAGI_YIELDS", "20")
+        .arg(p2p_check())
+        .args(["order", "modes", "sizes"]);
+    let (out, _) = run(c, Duration::from_secs(120));
+    assert_ok(
+        &out,
+        &["order", "modes", "sizes"],
+        "pm with a shared receive queue",
+    );
     let mut c = Command::new(mpirun());
     c.args(["-n", "2"])
         .env("TSUNAGI_NODE_MAP", "1")
