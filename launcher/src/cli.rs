@@ -20,7 +20,8 @@ pub struct Options {
     pub program: OsString,
     pub args: Vec<OsString>,
     /// Variables to set in every rank, in command-line order (later ones win): from
-    /// `--env VAR=VAL`, `-env VAR VAL`, `-x VAR[=VAL]`, `--progress` and `--node-map`.
+    /// `--env VAR=VAL`, `-env VAR VAL`, `-x VAR[=VAL]`, `--progress`, `--internode` and
+    /// `--node-map`.
     pub env: Vec<(OsString, OsString)>,
     /// `-n` was given (otherwise a multi-host job runs one rank per slot).
     pub np_given: bool,
@@ -63,6 +64,8 @@ pub fn usage(prog: &str) -> String {
            -x VAR[=VAL]          export VAR (from this environment, or set to VAL) to the ranks\n  \
            --env VAR=VAL         set VAR=VAL in the ranks (also: -env VAR VAL)\n  \
            --progress MODE       progress engine for the ranks: polling or threaded\n  \
+           --internode NAME      transport between hosts: tcp (default), stream, pm\n  \
+                                 (sets TSUNAGI_INTERNODE; the ranks check the name)\n  \
            --node-map SPEC       node map for the ranks (sets TSUNAGI_NODE_MAP)\n  \
            --sites FILE          run over the sites FILE lists (one line of mpirun options per\n  \
                                  site), joined by an IMPI server this mpirun starts\n  \
@@ -219,6 +222,10 @@ pub fn parse(
                 }
                 vendor = Some(v);
             }
+            "--internode" => {
+                let v = value("a transport name")?;
+                env.push(("TSUNAGI_INTERNODE".into(), v.into()));
+            }
             "--node-map" => {
                 let v = value("a node map")?;
                 env.push(("TSUNAGI_NODE_MAP".into(), v.into()));
@@ -372,6 +379,8 @@ mod tests {
             "--env=D=5",
             "--progress",
             "threaded",
+            "--internode",
+            "pm",
             "--node-map",
             "0,0,1,1",
             "prog",
@@ -385,6 +394,7 @@ mod tests {
                 ("C".into(), "4".into()),
                 ("D".into(), "5".into()),
                 ("TSUNAGI_PROGRESS".into(), "threaded".into()),
+                ("TSUNAGI_INTERNODE".into(), "pm".into()),
                 ("TSUNAGI_NODE_MAP".into(), "0,0,1,1".into()),
             ]
         );

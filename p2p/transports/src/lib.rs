@@ -18,6 +18,7 @@ pub static REGISTRY: Registry = Registry {
         // Between nodes.
         &tsunagi_tcp::FACTORY,
         &tsunagi_stream::FACTORY,
+        &tsunagi_pm::FACTORY,
         &tsunagi_vendor::REMOTE_FACTORY,
     ],
     // TSUNAGI_VENDOR: started by the vendor MPI's launcher.

@@ -1,0 +1,83 @@
+//! The per-message cost of PM's layers without the network: `n` small messages (64-byte
+//! bodies) from one endpoint to another through memory, timed at two levels:
+//!
+//! * `link`: the reliability layer alone (push, encode with/without CRC, decode, in-order
+//!   delivery, batched ACKs back);
+//! * `pm`: the whole endpoint (send buffer, ring record, PUSH work request, link, ring
+//!   poll, release).
+//!
+//! `cargo run --release -p tsunagi-pm --example pm_cost [n]`; prints ns per message.
+
+use std::time::Instant;
+
+use tsunagi_pm::pm::{PmConfig, PmEndpoint};
+use tsunagi_pm::reliable::{Link, LinkConfig};
+use tsunagi_pm::wire;
+
+fn link_cost(n: u64, checksum: bool) -> f64 {
+    let cfg = LinkConfig {
+        checksum,
+        ..Default::default()
+    };
+    let mut a = Link::new(0, 1, 1, cfg);
+    let mut b = Link::new(1, 0, 2, cfg);
+    let mut buf = Vec::new();
+    let frame = vec![7u8; 64];
+    let t0 = Instant::now();
+    let mut got = 0;
+    while got < n {
+        while a.queued() < 32 {
+            a.push(frame.clone());
+        }
+        let now = Instant::now();
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        while b.pop_delivered().is_some() {
+            got += 1;
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+    }
+    t0.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn pm_cost(n: u64) -> f64 {
+    let cfg = PmConfig::default();
+    let mut a = PmEndpoint::new(0, 2, 1, cfg);
+    let mut b = PmEndpoint::new(1, 2, 2, cfg);
+    a.add_peer(1, 2);
+    b.add_peer(0, 1);
+    let mut buf = Vec::new();
+    let t0 = Instant::now();
+    let mut got = 0;
+    while got < n {
+        while let Some(s) = a.get_send_buffer(1, 64).unwrap() {
+            s.fill(3);
+            a.send(1, 64).unwrap();
+        }
+        let now = Instant::now();
+        while a.poll_transmit(now, &mut buf).is_some() {
+            b.handle_datagram(now, &buf);
+        }
+        while b.receive().is_some() {
+            b.release();
+            got += 1;
+        }
+        while b.poll_transmit(now, &mut buf).is_some() {
+            a.handle_datagram(now, &buf);
+        }
+    }
+    t0.elapsed().as_nanos() as f64 / n as f64
+}
+
+fn main() {
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1_000_000);
+    println!("link, CRC-32 on:  {:.0} ns/message", link_cost(n, true));
+    println!("link, CRC-32 off: {:.0} ns/message", link_cost(n, false));
+    println!("pm endpoint:      {:.0} ns/message", pm_cost(n));
+}

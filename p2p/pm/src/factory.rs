@@ -1,0 +1,66 @@
+//! The PM transport's start-up, in the phases of [`tsunagi_p2p::boot`]: bind a UDP socket
+//! and publish `pm:<ip>:<port>:<epoch>` under `tsunagi-pm-<rank>` before the first fence,
+//! read the remote ranks' cards after it. UDP has no connections: the peers are known once
+//! their cards are read.
+
+use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
+use tsunagi_p2p::{P2pError, Rank, Transport};
+
+use crate::parse_card;
+use crate::transport::{PmTransport, PmTransportConfig};
+
+/// The PM transport's registration (`TSUNAGI_INTERNODE=pm`).
+pub struct PmFactory;
+
+/// The one instance to list in a registry.
+pub static FACTORY: PmFactory = PmFactory;
+
+fn card_key(rank: Rank) -> String {
+    format!("tsunagi-pm-{rank}")
+}
+
+fn other(e: impl std::fmt::Display) -> P2pError {
+    P2pError::Other(e.to_string())
+}
+
+impl TransportFactory for PmFactory {
+    fn name(&self) -> &'static str {
+        "pm"
+    }
+    fn reach(&self) -> Reach {
+        Reach::Remote
+    }
+    fn card_format(&self) -> &'static str {
+        "pm:<ip>:<port>:<epoch>"
+    }
+    fn start(
+        &self,
+        info: &StartInfo<'_>,
+        boot: &mut dyn Bootstrap,
+    ) -> Result<Box<dyn Starting>, P2pError> {
+        let cfg = PmTransportConfig::from_env(|k| std::env::var(k).ok()).map_err(other)?;
+        let t = PmTransport::bind(info.rank, info.size, &cfg)?;
+        boot.put(&card_key(info.rank), &t.card())?;
+        Ok(Box::new(StartingPm(Box::new(t))))
+    }
+}
+
+struct StartingPm(Box<PmTransport>);
+
+impl Starting for StartingPm {
+    fn connect(&mut self, info: &StartInfo<'_>, boot: &mut dyn Bootstrap) -> Result<(), P2pError> {
+        let mut peers = Vec::with_capacity(info.peers.len());
+        for &r in info.peers {
+            let card = boot
+                .get(&card_key(r))?
+                .ok_or_else(|| other(format!("rank {r} published no PM address")))?;
+            let (addr, epoch) = parse_card(&card).map_err(other)?;
+            peers.push((r, addr, epoch));
+        }
+        self.0.set_peers(&peers);
+        Ok(())
+    }
+    fn finish(self: Box<Self>, _: &StartInfo<'_>) -> Result<Box<dyn Transport>, P2pError> {
+        Ok(self.0)
+    }
+}

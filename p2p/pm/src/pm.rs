@@ -1,0 +1,1019 @@
+//! PM's message layer on the software NIC: a [`PmEndpoint`] per process, a state machine
+//! without I/O (datagrams and time in, datagrams and messages out).
+//!
+//! # Messages through rings written by PUSH (PM/RHiNET, seed 001)
+//!
+//! Every receiver registers one ring per sender (region `1 + sender`). The sender alone
+//! keeps the ring's head and a *cached* tail: it writes each message — record header, the
+//! body, a trailer — with PUSH work requests at its head and advances the head; only when
+//! the cached tail says the ring is full does it PULL the receiver's real tail (one word per
+//! sender in the receiver's control region 0), so in steady state no tail traffic flows.
+//! The receiver polls the record header at its tail, then the trailer (written last: the
+//! record is complete when the trailer carries the record's sequence number), hands the
+//! body out, and on release zeroes the record and advances its tail word. Records are
+//! [`ALIGN`]-byte aligned (Martini used 2 KiB slots; a cache line wastes less of a ring in
+//! software) and never wrap: a wrap record sends the receiver back to offset 0.
+//!
+//! # The shared receive queue (ASQP/SRQP, seed 000)
+//!
+//! With [`ReceiveMode::Shared`], no rings: senders use SEND work requests and the receiving
+//! NIC places each message into the next free buffer of one pool for all senders, so
+//! receive memory does not grow with the number of peers. A SEND that finds the pool empty
+//! is not taken from its link (the link drops it unacknowledged and it comes again: the
+//! receiver-not-ready retry).
+//!
+//! # Remote memory access
+//!
+//! [`PmEndpoint::register`] makes a region; [`PmEndpoint::push`] and [`PmEndpoint::pull`]
+//! write and read a peer's region by key. The pin-down cache
+//! ([`PmEndpoint::register_cached`]) reuses a registration for the same buffer.
+//!
+//! # Checkpoint (seed 000)
+//!
+//! [`PmEndpoint::quiesce`] stops new sends (pmSendStable waits until
+//! [`PmEndpoint::is_stable`]); [`PmEndpoint::save_context`] takes every queue context at
+//! once (sequence state, ring pointers, registered memory); [`PmEndpoint::restore_context`]
+//! puts them into a fresh endpoint; [`PmEndpoint::resume`] lets sends go again
+//! (pmControlSend).
+
+use std::collections::{HashMap, VecDeque};
+use std::fmt;
+use std::time::Instant;
+
+use crate::nic::{Access, Regions, Wr, WR_OVERHEAD};
+use crate::reliable::{Link, LinkConfig, LinkContext, LinkStats};
+use crate::wire::{self, MAX_PACKET_PAYLOAD};
+
+/// A world rank.
+pub type Rank = u32;
+
+/// Ring records start at multiples of this many bytes.
+pub const ALIGN: usize = 64;
+/// Record header: total bytes u32, sequence u32, body bytes u32 (`u32::MAX`: wrap), zero.
+const REC_HEAD: usize = 16;
+const TRAILER: usize = 8;
+const TRAILER_MAGIC: u64 = 0x504d_5452_0000_0000;
+const WRAP: u32 = u32::MAX;
+/// Region key of the control region (one tail word per sender).
+pub const CONTROL_REGION: u32 = 0;
+/// Region key of the shared receive pool (never remotely addressable).
+const POOL_REGION: u32 = 1;
+
+/// The ring region for messages from `sender`.
+pub fn ring_region(sender: Rank) -> u32 {
+    1 + sender
+}
+
+/// How messages are received.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiveMode {
+    /// One ring of this many bytes per sender, written by PUSH.
+    Rings { ring_bytes: usize },
+    /// One pool of `buffers` buffers of `buffer_bytes` each for all senders (SEND).
+    Shared { buffers: usize, buffer_bytes: usize },
+}
+
+/// Tunables of an endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PmConfig {
+    pub link: LinkConfig,
+    pub receive: ReceiveMode,
+    /// Data bytes per work request (one packet each).
+    pub wr_data: usize,
+    /// Frames queued per link, at most, before a send says "no room".
+    pub max_queued: usize,
+}
+
+impl Default for PmConfig {
+    fn default() -> PmConfig {
+        PmConfig {
+            link: LinkConfig::default(),
+            receive: ReceiveMode::Rings {
+                ring_bytes: 512 << 10,
+            },
+            wr_data: 8192,
+            max_queued: 256,
+        }
+    }
+}
+
+impl PmConfig {
+    /// The largest message body (32-byte header plus payload) a send may carry.
+    pub fn max_message(&self) -> usize {
+        match self.receive {
+            // A quarter ring, so that a full ring always drains into room for one.
+            ReceiveMode::Rings { ring_bytes } => ring_bytes / 4 - REC_HEAD - TRAILER - ALIGN,
+            ReceiveMode::Shared { buffer_bytes, .. } => buffer_bytes.min(self.wr_data),
+        }
+    }
+}
+
+/// What went wrong at an endpoint.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum PmError {
+    /// No acknowledgement from the peer for the link's give-up time.
+    PeerFailed(Rank),
+    /// The peer sent something that breaks the protocol (a bad record, a bad access).
+    Protocol(Rank, String),
+    /// The caller misused the API.
+    Usage(String),
+}
+
+impl fmt::Display for PmError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            PmError::PeerFailed(r) => write!(f, "rank {r} stopped acknowledging"),
+            PmError::Protocol(r, why) => write!(f, "protocol error from rank {r}: {why}"),
+            PmError::Usage(s) => f.write_str(s),
+        }
+    }
+}
+
+/// Counters of an endpoint.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PmStats {
+    pub messages_sent: u64,
+    pub messages_received: u64,
+    pub tail_pulls: u64,
+    pub ring_full: u64,
+    pub malformed_datagrams: u64,
+    pub stray_datagrams: u64,
+    pub pool_full: u64,
+    pub pin_hits: u64,
+    pub pin_misses: u64,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct TxRing {
+    head: u64,
+    tail: u64,
+    seq: u32,
+    pulling: bool,
+}
+
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+struct RxRing {
+    tail: u64,
+    seq: u32,
+}
+
+struct Peer {
+    link: Link,
+    epoch: u32,
+    tx: TxRing,
+    rx: RxRing,
+    dirty: bool,
+    failed: bool,
+}
+
+enum Pull {
+    Tail(Rank),
+    User(Option<Result<Vec<u8>, String>>),
+}
+
+/// A message handed out by [`PmEndpoint::receive`], valid until [`PmEndpoint::release`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Received {
+    pub peer: Rank,
+    region: u32,
+    start: usize,
+    len: usize,
+    /// Ring bytes of the record (rings) or the pool buffer index (shared queue).
+    total: usize,
+}
+
+struct Srq {
+    free: VecDeque<usize>,
+    done: VecDeque<Received>,
+    buffer_bytes: usize,
+}
+
+/// The saved queue contexts of an endpoint (see [`PmEndpoint::save_context`]).
+#[derive(Clone, Debug)]
+pub struct PmContext {
+    me: Rank,
+    peers: Vec<Option<(u32, LinkContext, TxRing, RxRing)>>,
+    regions: Vec<(u32, Vec<u8>, Access)>,
+}
+
+/// One process's PM: links, NIC regions, rings.
+pub struct PmEndpoint {
+    me: Rank,
+    epoch: u32,
+    cfg: PmConfig,
+    peers: Vec<Option<Peer>>,
+    regions: Regions,
+    dirty: VecDeque<Rank>,
+    srq: Option<Srq>,
+    pulls: HashMap<u64, Pull>,
+    next_tag: u64,
+    staging: Vec<u8>,
+    staged: Option<(Rank, usize)>,
+    held: Option<Received>,
+    wr_buf: Vec<u8>,
+    rr: usize,
+    errors: VecDeque<PmError>,
+    stopped: bool,
+    next_user_key: u32,
+    pins: HashMap<(usize, usize), u32>,
+    stats: PmStats,
+}
+
+fn u32_at(b: &[u8], i: usize) -> u32 {
+    u32::from_le_bytes(b[i..i + 4].try_into().unwrap())
+}
+
+impl PmEndpoint {
+    /// The endpoint of rank `me` in a job of `size` ranks; its packets carry `epoch`.
+    pub fn new(me: Rank, size: usize, epoch: u32, cfg: PmConfig) -> PmEndpoint {
+        assert!(cfg.wr_data >= ALIGN && cfg.wr_data + WR_OVERHEAD <= MAX_PACKET_PAYLOAD);
+        let mut regions = Regions::default();
+        let ro = Access {
+            remote_write: false,
+            remote_read: true,
+        };
+        regions.register(Some(CONTROL_REGION), 8 * size, ro);
+        let srq = match cfg.receive {
+            ReceiveMode::Rings { ring_bytes } => {
+                assert!(ring_bytes % ALIGN == 0 && ring_bytes >= 16 * ALIGN);
+                None
+            }
+            ReceiveMode::Shared {
+                buffers,
+                buffer_bytes,
+            } => {
+                let local = Access {
+                    remote_write: false,
+                    remote_read: false,
+                };
+                regions.register(Some(POOL_REGION), buffers * buffer_bytes, local);
+                Some(Srq {
+                    free: (0..buffers).collect(),
+                    done: VecDeque::new(),
+                    buffer_bytes,
+                })
+            }
+        };
+        PmEndpoint {
+            me,
+            epoch,
+            cfg,
+            peers: (0..size).map(|_| None).collect(),
+            regions,
+            dirty: VecDeque::new(),
+            srq,
+            pulls: HashMap::new(),
+            next_tag: 1,
+            staging: Vec::new(),
+            staged: None,
+            held: None,
+            wr_buf: Vec::new(),
+            rr: 0,
+            errors: VecDeque::new(),
+            stopped: false,
+            next_user_key: size as u32 + 2,
+            pins: HashMap::new(),
+            stats: PmStats::default(),
+        }
+    }
+
+    pub fn me(&self) -> Rank {
+        self.me
+    }
+
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    pub fn config(&self) -> &PmConfig {
+        &self.cfg
+    }
+
+    pub fn stats(&self) -> PmStats {
+        self.stats
+    }
+
+    /// The link counters summed over every peer.
+    pub fn link_stats(&self) -> LinkStats {
+        let mut t = LinkStats::default();
+        for p in self.peers.iter().flatten() {
+            let s = p.link.stats();
+            t.data_sent += s.data_sent;
+            t.retransmitted += s.retransmitted;
+            t.timeouts += s.timeouts;
+            t.acks_sent += s.acks_sent;
+            t.nacks_sent += s.nacks_sent;
+            t.data_received += s.data_received;
+            t.duplicates += s.duplicates;
+            t.not_ready_drops += s.not_ready_drops;
+        }
+        t
+    }
+
+    /// Bytes of registered receive memory (rings or pool, control region).
+    pub fn receive_memory(&self) -> usize {
+        self.regions.bytes()
+    }
+
+    /// Make `rank` (whose packets carry `epoch`) a peer.
+    pub fn add_peer(&mut self, rank: Rank, epoch: u32) {
+        self.insert_peer(rank, epoch);
+        if let ReceiveMode::Rings { ring_bytes } = self.cfg.receive {
+            let w = Access {
+                remote_write: true,
+                remote_read: false,
+            };
+            self.regions
+                .register(Some(ring_region(rank)), ring_bytes, w);
+        }
+    }
+
+    fn insert_peer(&mut self, rank: Rank, epoch: u32) {
+        assert!(rank != self.me && (rank as usize) < self.peers.len());
+        let mut link_cfg = self.cfg.link;
+        if self.srq.is_some() {
+            // The pool is the receive buffer: a link holds few frames it cannot place.
+            link_cfg.rx_limit = 4;
+        }
+        self.peers[rank as usize] = Some(Peer {
+            link: Link::new(self.me, rank, self.epoch, link_cfg),
+            epoch,
+            tx: TxRing::default(),
+            rx: RxRing::default(),
+            dirty: false,
+            failed: false,
+        });
+    }
+
+    fn peer(&mut self, rank: Rank) -> Result<&mut Peer, PmError> {
+        let me = self.me;
+        match self.peers.get_mut(rank as usize).and_then(Option::as_mut) {
+            Some(p) if p.failed => Err(PmError::PeerFailed(rank)),
+            Some(p) => Ok(p),
+            None => Err(PmError::Usage(format!("pm: rank {me} has no peer {rank}"))),
+        }
+    }
+
+    fn wr_to(&mut self, peer: Rank, wr: Wr<'_>, urgent: bool) {
+        let mut f = std::mem::take(&mut self.wr_buf);
+        wr.encode(&mut f);
+        let link = &mut self.peers[peer as usize].as_mut().unwrap().link;
+        if urgent {
+            link.push_urgent(f.clone());
+        } else {
+            link.push(f.clone());
+        }
+        self.wr_buf = f;
+    }
+
+    /// PM's "get send buffer": room for a message body of `len` bytes to `peer`, or
+    /// `Ok(None)` when there is none yet (the ring is full, the link's queue is long, or
+    /// sends are quiesced); write the body there and call [`PmEndpoint::send`].
+    pub fn get_send_buffer(
+        &mut self,
+        peer: Rank,
+        len: usize,
+    ) -> Result<Option<&mut [u8]>, PmError> {
+        let max = self.cfg.max_message();
+        if len > max {
+            return Err(PmError::Usage(format!(
+                "pm: message of {len} bytes exceeds the largest, {max}"
+            )));
+        }
+        let (max_queued, stopped, receive) = (self.cfg.max_queued, self.stopped, self.cfg.receive);
+        let p = self.peer(peer)?;
+        if stopped || p.link.queued() >= max_queued {
+            return Ok(None);
+        }
+        if let ReceiveMode::Rings { ring_bytes } = receive {
+            let total = (REC_HEAD + len + TRAILER).next_multiple_of(ALIGN) as u64;
+            let ring = ring_bytes as u64;
+            let at = p.tx.head % ring;
+            let skip = if at + total > ring { ring - at } else { 0 };
+            if p.tx.head + skip + total - p.tx.tail > ring {
+                // Out of room by the cached tail: refresh it lazily, once.
+                let pull = !p.tx.pulling;
+                p.tx.pulling = true;
+                self.stats.ring_full += 1;
+                if pull {
+                    let tag = self.next_tag;
+                    self.next_tag += 1;
+                    self.pulls.insert(tag, Pull::Tail(peer));
+                    self.stats.tail_pulls += 1;
+                    let me = self.me;
+                    self.wr_to(
+                        peer,
+                        Wr::PullReq {
+                            region: CONTROL_REGION,
+                            offset: 8 * me as u64,
+                            len: 8,
+                            tag,
+                        },
+                        true,
+                    );
+                }
+                return Ok(None);
+            }
+        }
+        self.staging.clear();
+        self.staging
+            .resize((REC_HEAD + len + TRAILER).next_multiple_of(ALIGN), 0);
+        self.staged = Some((peer, len));
+        Ok(Some(&mut self.staging[REC_HEAD..REC_HEAD + len]))
+    }
+
+    /// PM's "send": the body written into the buffer of the last
+    /// [`PmEndpoint::get_send_buffer`] goes to `peer`.
+    pub fn send(&mut self, peer: Rank, len: usize) -> Result<(), PmError> {
+        if self.staged != Some((peer, len)) {
+            return Err(PmError::Usage(format!(
+                "pm: send of {len} bytes to {peer} without its send buffer"
+            )));
+        }
+        self.staged = None;
+        let me = self.me;
+        let wr_data = self.cfg.wr_data;
+        let staging = std::mem::take(&mut self.staging);
+        match self.cfg.receive {
+            ReceiveMode::Shared { .. } => {
+                self.wr_to(
+                    peer,
+                    Wr::Send {
+                        data: &staging[REC_HEAD..REC_HEAD + len],
+                    },
+                    false,
+                );
+                self.staging = staging;
+            }
+            ReceiveMode::Rings { ring_bytes } => {
+                let ring = ring_bytes as u64;
+                let p = self.peers[peer as usize].as_mut().unwrap();
+                let total = staging.len() as u64;
+                let mut at = p.tx.head % ring;
+                if at + total > ring {
+                    let mut wrap = [0u8; REC_HEAD];
+                    wrap[0..4].copy_from_slice(&((ring - at) as u32).to_le_bytes());
+                    wrap[4..8].copy_from_slice(&p.tx.seq.to_le_bytes());
+                    wrap[8..12].copy_from_slice(&WRAP.to_le_bytes());
+                    p.tx.seq = p.tx.seq.wrapping_add(1);
+                    p.tx.head += ring - at;
+                    self.wr_to(
+                        peer,
+                        Wr::Push {
+                            region: ring_region(me),
+                            offset: at,
+                            data: &wrap,
+                        },
+                        false,
+                    );
+                    at = 0;
+                }
+                let p = self.peers[peer as usize].as_mut().unwrap();
+                let seq = p.tx.seq;
+                p.tx.seq = seq.wrapping_add(1);
+                p.tx.head += total;
+                let mut rec = staging;
+                rec[0..4].copy_from_slice(&(total as u32).to_le_bytes());
+                rec[4..8].copy_from_slice(&seq.to_le_bytes());
+                rec[8..12].copy_from_slice(&(len as u32).to_le_bytes());
+                let t = rec.len() - TRAILER;
+                rec[t..].copy_from_slice(&(TRAILER_MAGIC | seq as u64).to_le_bytes());
+                // One PUSH of header, body and trailer, cut into work requests that fit a
+                // packet; the trailer goes last.
+                for (k, chunk) in rec.chunks(wr_data).enumerate() {
+                    self.wr_to(
+                        peer,
+                        Wr::Push {
+                            region: ring_region(me),
+                            offset: at + (k * wr_data) as u64,
+                            data: chunk,
+                        },
+                        false,
+                    );
+                }
+                self.staging = rec;
+            }
+        }
+        self.stats.messages_sent += 1;
+        Ok(())
+    }
+
+    /// PM's "receive": the next complete message, its body readable with
+    /// [`PmEndpoint::message`] until [`PmEndpoint::release`]. The same message comes back
+    /// until it is released.
+    pub fn receive(&mut self) -> Option<Received> {
+        if let Some(h) = self.held {
+            return Some(h);
+        }
+        let got = match self.cfg.receive {
+            ReceiveMode::Shared { .. } => self.srq.as_mut().unwrap().done.pop_front(),
+            ReceiveMode::Rings { ring_bytes } => self.scan_rings(ring_bytes),
+        };
+        self.held = got;
+        got
+    }
+
+    fn scan_rings(&mut self, ring_bytes: usize) -> Option<Received> {
+        while let Some(&peer) = self.dirty.front() {
+            let region = ring_region(peer);
+            let p = self.peers[peer as usize].as_mut().unwrap();
+            let mem = self.regions.local(region);
+            let at = (p.rx.tail % ring_bytes as u64) as usize;
+            let total = u32_at(mem, at) as usize;
+            let seq = u32_at(mem, at + 4);
+            let body = u32_at(mem, at + 8);
+            let bad = if total == 0 {
+                None
+            } else if seq != p.rx.seq
+                || !total.is_multiple_of(ALIGN)
+                || total > ring_bytes - at
+                || (body != WRAP && REC_HEAD + body as usize + TRAILER > total)
+            {
+                Some(format!("bad ring record at {at}: {total} bytes, seq {seq}"))
+            } else if body == WRAP {
+                let mem = self.regions.local_mut(region);
+                mem[at..at + REC_HEAD].fill(0);
+                p.rx.tail += total as u64;
+                p.rx.seq = p.rx.seq.wrapping_add(1);
+                continue;
+            } else {
+                let t = at + total - TRAILER;
+                let trailer = u64::from_le_bytes(mem[t..t + 8].try_into().unwrap());
+                if trailer == TRAILER_MAGIC | seq as u64 {
+                    self.stats.messages_received += 1;
+                    return Some(Received {
+                        peer,
+                        region,
+                        start: at + REC_HEAD,
+                        len: body as usize,
+                        total,
+                    });
+                }
+                None
+            };
+            if let Some(why) = bad {
+                self.errors.push_back(PmError::Protocol(peer, why));
+                p.failed = true;
+            }
+            // Empty or incomplete: the next PUSH to this ring marks it again.
+            p.dirty = false;
+            self.dirty.pop_front();
+        }
+        None
+    }
+
+    /// The body of a received message.
+    pub fn message(&self, r: &Received) -> &[u8] {
+        &self.regions.local(r.region)[r.start..r.start + r.len]
+    }
+
+    /// PM's "release": the receive buffer of the held message is free again.
+    pub fn release(&mut self) {
+        let Some(r) = self.held.take() else { return };
+        match self.srq.as_mut() {
+            Some(srq) => srq.free.push_back(r.total),
+            None => {
+                let at = r.start - REC_HEAD;
+                self.regions.local_mut(r.region)[at..at + r.total].fill(0);
+                let p = self.peers[r.peer as usize].as_mut().unwrap();
+                p.rx.tail += r.total as u64;
+                p.rx.seq = p.rx.seq.wrapping_add(1);
+                let tail = p.rx.tail;
+                let off = 8 * r.peer as usize;
+                self.regions.local_mut(CONTROL_REGION)[off..off + 8]
+                    .copy_from_slice(&tail.to_le_bytes());
+            }
+        }
+        // Other peers' messages may wait: let the sink serve them in turn.
+        if self.srq.is_none() {
+            if let Some(p) = self.dirty.pop_front() {
+                self.dirty.push_back(p);
+            }
+        }
+    }
+
+    /// Feed one datagram that arrived at time `now`.
+    pub fn handle_datagram(&mut self, now: Instant, d: &[u8]) {
+        let Ok(pkt) = wire::decode(d) else {
+            self.stats.malformed_datagrams += 1;
+            return;
+        };
+        let src = pkt.src;
+        let ok = pkt.dst == self.me
+            && matches!(
+                self.peers.get(src as usize),
+                Some(Some(p)) if p.epoch == pkt.epoch && !p.failed
+            );
+        if !ok {
+            self.stats.stray_datagrams += 1;
+            return;
+        }
+        self.peers[src as usize]
+            .as_mut()
+            .unwrap()
+            .link
+            .on_packet(now, &pkt);
+        self.execute(src);
+    }
+
+    /// Execute the work requests that arrived in order from `src`.
+    fn execute(&mut self, src: Rank) {
+        loop {
+            let p = self.peers[src as usize].as_mut().unwrap();
+            let Some(f) = p.link.peek_delivered() else {
+                return;
+            };
+            let wr = match Wr::decode(f) {
+                Ok(wr) => wr,
+                Err(e) => {
+                    self.errors.push_back(PmError::Protocol(src, e.to_string()));
+                    p.failed = true;
+                    return;
+                }
+            };
+            if let Wr::Send { data } = wr {
+                let Some(srq) = self.srq.as_mut() else {
+                    self.errors
+                        .push_back(PmError::Protocol(src, "SEND without a shared queue".into()));
+                    p.failed = true;
+                    return;
+                };
+                if data.len() > srq.buffer_bytes {
+                    self.errors
+                        .push_back(PmError::Protocol(src, "SEND larger than a buffer".into()));
+                    p.failed = true;
+                    return;
+                }
+                let Some(b) = srq.free.pop_front() else {
+                    // Receiver not ready: leave it on the link.
+                    self.stats.pool_full += 1;
+                    return;
+                };
+                let start = b * srq.buffer_bytes;
+                let len = data.len();
+                self.regions.local_mut(POOL_REGION)[start..start + len].copy_from_slice(data);
+                srq.done.push_back(Received {
+                    peer: src,
+                    region: POOL_REGION,
+                    start,
+                    len,
+                    total: b,
+                });
+                self.stats.messages_received += 1;
+                p.link.pop_delivered();
+                continue;
+            }
+            let f = p.link.pop_delivered().unwrap();
+            match Wr::decode(&f).unwrap() {
+                Wr::Push {
+                    region,
+                    offset,
+                    data,
+                } => {
+                    let rings = 1..=self.peers.len() as u32;
+                    if rings.contains(&region) && region != ring_region(src) {
+                        // Each sender writes its own ring only (the NIC's protection).
+                        let why = format!("PUSH into another sender's ring {region}");
+                        self.errors.push_back(PmError::Protocol(src, why));
+                        continue;
+                    }
+                    match self.regions.remote_write(region, offset, data) {
+                        Ok(()) if region == ring_region(src) => {
+                            let w = self.peers[src as usize].as_mut().unwrap();
+                            if !w.dirty {
+                                w.dirty = true;
+                                self.dirty.push_back(src);
+                            }
+                        }
+                        Ok(()) => {}
+                        Err(e) => self.errors.push_back(PmError::Protocol(src, e.0)),
+                    }
+                }
+                Wr::PullReq {
+                    region,
+                    offset,
+                    len,
+                    tag,
+                } => {
+                    let resp = match self.regions.remote_read(region, offset, len as usize) {
+                        Ok(d) if d.len() + 10 <= self.cfg.wr_data + WR_OVERHEAD => {
+                            let mut f = Vec::new();
+                            Wr::PullResp {
+                                tag,
+                                ok: true,
+                                data: d,
+                            }
+                            .encode(&mut f);
+                            f
+                        }
+                        _ => {
+                            let mut f = Vec::new();
+                            Wr::PullResp {
+                                tag,
+                                ok: false,
+                                data: &[],
+                            }
+                            .encode(&mut f);
+                            f
+                        }
+                    };
+                    let p = self.peers[src as usize].as_mut().unwrap();
+                    p.link.push_urgent(resp);
+                }
+                Wr::PullResp { tag, ok, data } => match self.pulls.get_mut(&tag) {
+                    Some(Pull::Tail(r)) if *r == src && ok && data.len() == 8 => {
+                        let tail = u64::from_le_bytes(data.try_into().unwrap());
+                        let p = self.peers[src as usize].as_mut().unwrap();
+                        p.tx.tail = p.tx.tail.max(tail.min(p.tx.head));
+                        p.tx.pulling = false;
+                        self.pulls.remove(&tag);
+                    }
+                    Some(Pull::User(slot @ None)) => {
+                        *slot = Some(if ok {
+                            Ok(data.to_vec())
+                        } else {
+                            Err(format!("rank {src} refused the PULL"))
+                        });
+                    }
+                    _ => self.errors.push_back(PmError::Protocol(
+                        src,
+                        format!("unexpected PULL reply {tag}"),
+                    )),
+                },
+                Wr::Send { .. } => unreachable!("handled above"),
+            }
+        }
+    }
+
+    /// Take more SENDs off the links once the pool has room again.
+    fn refill_pool(&mut self) {
+        if self.srq.as_ref().is_some_and(|s| !s.free.is_empty()) {
+            for r in 0..self.peers.len() as Rank {
+                if self.peers[r as usize].as_ref().is_some_and(|p| !p.failed) {
+                    self.execute(r);
+                }
+            }
+        }
+    }
+
+    /// Encode the next datagram to send into `out`; returns its destination, or `None`
+    /// when nothing is due. Call until `None`.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> Option<Rank> {
+        self.refill_pool();
+        let n = self.peers.len();
+        for i in 0..n {
+            let r = (self.rr + i) % n;
+            let Some(p) = self.peers[r].as_mut() else {
+                continue;
+            };
+            if p.failed {
+                continue;
+            }
+            if p.link.poll_transmit(now, out) {
+                self.rr = r;
+                return Some(r as Rank);
+            }
+            if p.link.failed() {
+                p.failed = true;
+                self.errors.push_back(PmError::PeerFailed(r as Rank));
+            }
+        }
+        self.rr = (self.rr + 1) % n.max(1);
+        None
+    }
+
+    /// The next moment [`PmEndpoint::poll_transmit`] has work even without arrivals.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        self.peers
+            .iter()
+            .flatten()
+            .filter(|p| !p.failed)
+            .filter_map(|p| p.link.next_deadline())
+            .min()
+    }
+
+    /// Take the next error (a failed peer, a protocol violation).
+    pub fn take_error(&mut self) -> Option<PmError> {
+        self.errors.pop_front()
+    }
+
+    /// Messages are complete in a ring or the pool (a poll would find work).
+    pub fn has_received(&self) -> bool {
+        self.held.is_some()
+            || !self.dirty.is_empty()
+            || self.srq.as_ref().is_some_and(|s| !s.done.is_empty())
+    }
+
+    // -------------------------------------------------------------------------------
+    // Remote memory access.
+
+    /// Register a region of `len` zeroed bytes; returns its key.
+    pub fn register(&mut self, len: usize, access: Access) -> u32 {
+        let k = self.next_user_key;
+        self.next_user_key += 1;
+        self.regions.register(Some(k), len, access)
+    }
+
+    /// The pin-down cache: the region registered for buffer (`addr`, `len`) before, or a
+    /// new registration. Registrations are reused across messages to the same buffer.
+    pub fn register_cached(&mut self, addr: usize, len: usize, access: Access) -> u32 {
+        if let Some(&k) = self.pins.get(&(addr, len)) {
+            self.stats.pin_hits += 1;
+            return k;
+        }
+        self.stats.pin_misses += 1;
+        let k = self.register(len, access);
+        self.pins.insert((addr, len), k);
+        k
+    }
+
+    /// Drop a region (and its pin-down cache entry).
+    pub fn deregister(&mut self, key: u32) {
+        self.pins.retain(|_, k| *k != key);
+        self.regions.deregister(key);
+    }
+
+    /// A registered region's memory.
+    pub fn region(&self, key: u32) -> &[u8] {
+        self.regions.local(key)
+    }
+
+    /// A registered region's memory.
+    pub fn region_mut(&mut self, key: u32) -> &mut [u8] {
+        self.regions.local_mut(key)
+    }
+
+    /// PUSH `data` to `offset` in `peer`'s region `key`; `Ok(false)` when there is no room
+    /// yet. Completion is reliable delivery: a later message to `peer` arrives after it.
+    pub fn push(
+        &mut self,
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<bool, PmError> {
+        let (max_queued, stopped, wr_data) = (self.cfg.max_queued, self.stopped, self.cfg.wr_data);
+        let p = self.peer(peer)?;
+        if stopped || p.link.queued() >= max_queued {
+            return Ok(false);
+        }
+        for (k, chunk) in data.chunks(wr_data).enumerate() {
+            self.wr_to(
+                peer,
+                Wr::Push {
+                    region: key,
+                    offset: offset + (k * wr_data) as u64,
+                    data: chunk,
+                },
+                false,
+            );
+        }
+        Ok(true)
+    }
+
+    /// PULL `len` bytes (at most one work request's data) from `offset` in `peer`'s
+    /// region `key`; returns a tag for [`PmEndpoint::pull_result`], or `None` for no room.
+    pub fn pull(
+        &mut self,
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<u64>, PmError> {
+        if len > self.cfg.wr_data {
+            return Err(PmError::Usage(format!(
+                "pm: PULL of {len} bytes exceeds {}",
+                self.cfg.wr_data
+            )));
+        }
+        let (max_queued, stopped) = (self.cfg.max_queued, self.stopped);
+        let p = self.peer(peer)?;
+        if stopped || p.link.queued() >= max_queued {
+            return Ok(None);
+        }
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.pulls.insert(tag, Pull::User(None));
+        self.wr_to(
+            peer,
+            Wr::PullReq {
+                region: key,
+                offset,
+                len: len as u32,
+                tag,
+            },
+            false,
+        );
+        Ok(Some(tag))
+    }
+
+    /// The data of a finished PULL.
+    pub fn pull_result(&mut self, tag: u64) -> Option<Result<Vec<u8>, String>> {
+        match self.pulls.get_mut(&tag) {
+            Some(Pull::User(r)) if r.is_some() => {
+                let r = r.take();
+                self.pulls.remove(&tag);
+                r
+            }
+            _ => None,
+        }
+    }
+
+    // -------------------------------------------------------------------------------
+    // Checkpoint.
+
+    /// Stop new sends, pushes and pulls (they return "no room") until
+    /// [`PmEndpoint::resume`].
+    pub fn quiesce(&mut self) {
+        self.stopped = true;
+    }
+
+    /// pmSendStable: nothing of ours is in flight or unacknowledged, no PULL is pending and
+    /// every arrived work request was executed.
+    pub fn is_stable(&self) -> bool {
+        self.pulls.is_empty()
+            && self.staged.is_none()
+            && self
+                .peers
+                .iter()
+                .flatten()
+                .all(|p| p.link.is_stable() && p.link.peek_delivered().is_none())
+    }
+
+    /// pmSaveContext: every queue context at once — sequence numbers, ring pointers and
+    /// the registered memory (rings with their unreceived messages). Only when stable.
+    pub fn save_context(&self) -> Result<PmContext, PmError> {
+        if !self.is_stable() || self.held.is_some() {
+            return Err(PmError::Usage(
+                "pm: save_context needs a quiesced, stable endpoint with no held message".into(),
+            ));
+        }
+        if self.srq.is_some() {
+            return Err(PmError::Usage(
+                "pm: save_context supports the ring receive mode only".into(),
+            ));
+        }
+        let mut regions = Vec::new();
+        for k in 0..self.next_user_key {
+            if let Some((mem, access)) = self.regions.snapshot(k) {
+                regions.push((k, mem, access));
+            }
+        }
+        Ok(PmContext {
+            me: self.me,
+            peers: self
+                .peers
+                .iter()
+                .map(|p| p.as_ref().map(|p| (p.epoch, p.link.save(), p.tx, p.rx)))
+                .collect(),
+            regions,
+        })
+    }
+
+    /// pmRestoreContext: put a saved context into this endpoint (made with the same rank,
+    /// size and configuration); it stays quiesced until [`PmEndpoint::resume`].
+    pub fn restore_context(&mut self, ctx: &PmContext) -> Result<(), PmError> {
+        if ctx.me != self.me || ctx.peers.len() != self.peers.len() {
+            return Err(PmError::Usage("pm: context of another endpoint".into()));
+        }
+        for (k, mem, access) in &ctx.regions {
+            self.regions.deregister(*k);
+            self.regions.register(Some(*k), mem.len(), *access);
+            self.regions.local_mut(*k).copy_from_slice(mem);
+        }
+        self.dirty.clear();
+        for (r, saved) in ctx.peers.iter().enumerate() {
+            if let Some((epoch, link, tx, rx)) = saved {
+                if self.peers[r].is_none() {
+                    // Its ring came back with the regions above.
+                    self.insert_peer(r as Rank, *epoch);
+                }
+                let p = self.peers[r].as_mut().unwrap();
+                p.epoch = *epoch;
+                p.link.restore(*link);
+                p.tx = *tx;
+                p.rx = *rx;
+                // Messages may wait in the restored ring.
+                p.dirty = true;
+                self.dirty.push_back(r as Rank);
+            }
+        }
+        self.next_user_key = self
+            .next_user_key
+            .max(ctx.regions.iter().map(|r| r.0 + 1).max().unwrap_or(0));
+        self.stopped = true;
+        Ok(())
+    }
+
+    /// pmControlSend: let sends go again.
+    pub fn resume(&mut self) {
+        self.stopped = false;
+    }
+
+    /// A peer's packets now carry another epoch (it restarted from a checkpoint).
+    pub fn set_peer_epoch(&mut self, rank: Rank, epoch: u32) {
+        if let Some(Some(p)) = self.peers.get_mut(rank as usize) {
+            p.epoch = epoch;
+        }
+    }
+}

@@ -1,0 +1,508 @@
+//! Reliable, in-order, exactly-once delivery of frames over an unreliable datagram link:
+//! one [`Link`] per peer, a state machine without I/O (datagrams and time in, datagrams and
+//! frames out). The UDP driver (`transport`) and the simulated lossy link of the tests
+//! (`lossy`) drive the same code.
+//!
+//! What it does, after seed 001's lessons for PM over Ethernet/UDP:
+//!
+//! * **sequence numbers per peer**, 32-bit, compared in serial arithmetic;
+//! * a **send window** of [`LinkConfig::window`] packets in flight (PM/Ethernet: 8–32);
+//!   frames beyond it wait in a backlog;
+//! * **cumulative and batched acknowledgements**: the receiver acknowledges every
+//!   [`LinkConfig::ack_every`] packets or after [`LinkConfig::ack_delay`], whichever comes
+//!   first, with a 32-bit selective bitmap of what arrived beyond the cumulative point;
+//! * **retransmission on timeout** with exponential back-off (the timeout adapts to the
+//!   measured round trip, Karn's rule: retransmitted packets give no sample) and **on
+//!   negative acknowledgement**: a receiver that sees a gap sends a NACK at once, and the
+//!   sender resends the holes that at least three later packets overtook (fewer is more
+//!   likely reordering than loss);
+//! * **duplicate suppression** (below the cumulative point, or already buffered) and
+//!   **in-order delivery** through a reorder buffer of one window;
+//! * **acknowledgements on a separate path**: ACK/NACK packets are never queued behind data
+//!   nor limited by the window, so replies cannot be blocked by requests (no piggybacking);
+//! * a bounded delivery queue ([`LinkConfig::rx_limit`]): when the consumer (the NIC's
+//!   shared receive queue) has no room, an in-order packet is dropped unacknowledged and
+//!   comes again after a timeout (InfiniBand's receiver-not-ready retry);
+//! * **quiesce and context save/restore** for checkpointing ([`Link::is_stable`],
+//!   [`Link::save`], [`Link::restore`]).
+//!
+//! The payload checksum is the codec's ([`crate::wire`]); a datagram that fails it is
+//! dropped before it reaches a link, which then treats it as lost.
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use crate::wire::{self, Kind, Packet};
+
+/// Tunables of one link.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkConfig {
+    /// Packets in flight, at most (1..=32: the selective bitmap covers one window).
+    pub window: u32,
+    /// Retransmission timeout before the first round-trip sample.
+    pub rto_initial: Duration,
+    /// Lower and upper bounds of the adaptive timeout (back-off included).
+    pub rto_min: Duration,
+    pub rto_max: Duration,
+    /// An in-order packet is acknowledged at the latest this long after it arrived.
+    pub ack_delay: Duration,
+    /// ... or as soon as this many packets arrived unacknowledged.
+    pub ack_every: u32,
+    /// The peer is declared failed when packets are outstanding and nothing was
+    /// acknowledged for this long.
+    pub give_up_after: Duration,
+    /// Frames delivered but not yet taken, at most (see the module doc).
+    pub rx_limit: usize,
+    /// Add a CRC-32 to every packet this link sends.
+    pub checksum: bool,
+}
+
+impl Default for LinkConfig {
+    fn default() -> LinkConfig {
+        LinkConfig {
+            window: 32,
+            rto_initial: Duration::from_millis(5),
+            rto_min: Duration::from_millis(1),
+            rto_max: Duration::from_millis(200),
+            ack_delay: Duration::from_micros(200),
+            ack_every: 8,
+            give_up_after: Duration::from_secs(20),
+            rx_limit: usize::MAX,
+            checksum: true,
+        }
+    }
+}
+
+/// Counters of one link.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LinkStats {
+    pub data_sent: u64,
+    pub retransmitted: u64,
+    pub timeouts: u64,
+    pub acks_sent: u64,
+    pub nacks_sent: u64,
+    pub data_received: u64,
+    pub duplicates: u64,
+    pub not_ready_drops: u64,
+}
+
+/// The sequence state saved by a checkpoint ([`Link::save`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LinkContext {
+    pub next_seq: u32,
+    pub expected: u32,
+}
+
+struct Outstanding {
+    seq: u32,
+    frame: Vec<u8>,
+    first_sent: Option<Instant>,
+    last_sent: Option<Instant>,
+    retransmitted: bool,
+    sacked: bool,
+    resend: bool,
+}
+
+/// Packets overtaking a hole before a NACK makes it resent (TCP's duplicate threshold).
+const DUP_THRESH: u32 = 3;
+
+/// Signed distance from `b` to `a` in serial arithmetic.
+fn dist(a: u32, b: u32) -> i32 {
+    a.wrapping_sub(b) as i32
+}
+
+/// One direction pair to one peer: the sending and the receiving state.
+pub struct Link {
+    cfg: LinkConfig,
+    me: u32,
+    peer: u32,
+    epoch: u32,
+    // Sending.
+    next_seq: u32,
+    inflight: VecDeque<Outstanding>,
+    backlog: VecDeque<Vec<u8>>,
+    srtt: Option<Duration>,
+    backoff: u32,
+    progress_at: Option<Instant>,
+    // Receiving.
+    expected: u32,
+    reorder: VecDeque<Option<Vec<u8>>>,
+    delivered: VecDeque<Vec<u8>>,
+    rx_since_ack: u32,
+    ack_due: Option<Instant>,
+    ack_now: bool,
+    nack_now: bool,
+    failed: bool,
+    stats: LinkStats,
+    /// The latest time the owner gave us (for timers set while taking frames).
+    clock: Option<Instant>,
+}
+
+impl Link {
+    /// A link from rank `me` (whose packets carry `epoch`) to rank `peer`.
+    pub fn new(me: u32, peer: u32, epoch: u32, cfg: LinkConfig) -> Link {
+        assert!((1..=32).contains(&cfg.window), "window must be 1..=32");
+        Link {
+            cfg,
+            me,
+            peer,
+            epoch,
+            next_seq: 0,
+            inflight: VecDeque::new(),
+            backlog: VecDeque::new(),
+            srtt: None,
+            backoff: 0,
+            progress_at: None,
+            expected: 0,
+            reorder: (0..cfg.window).map(|_| None).collect(),
+            delivered: VecDeque::new(),
+            rx_since_ack: 0,
+            ack_due: None,
+            ack_now: false,
+            nack_now: false,
+            failed: false,
+            stats: LinkStats::default(),
+            clock: None,
+        }
+    }
+
+    /// Queue a frame for reliable delivery (at most [`wire::MAX_PACKET_PAYLOAD`] bytes).
+    /// The caller bounds the queue with [`Link::queued`].
+    pub fn push(&mut self, frame: Vec<u8>) {
+        debug_assert!(frame.len() <= wire::MAX_PACKET_PAYLOAD);
+        self.backlog.push_back(frame);
+    }
+
+    /// Queue a frame ahead of every frame not yet sent: replies (PULL responses) take this
+    /// path so that they never wait behind a backlog of requests (seed 001).
+    pub fn push_urgent(&mut self, frame: Vec<u8>) {
+        debug_assert!(frame.len() <= wire::MAX_PACKET_PAYLOAD);
+        self.backlog.push_front(frame);
+    }
+
+    /// The next frame delivered in order, without taking it.
+    pub fn peek_delivered(&self) -> Option<&[u8]> {
+        self.delivered.front().map(Vec::as_slice)
+    }
+
+    /// Frames queued or in flight, not yet acknowledged.
+    pub fn queued(&self) -> usize {
+        self.backlog.len() + self.inflight.len()
+    }
+
+    /// Take the next frame delivered in order.
+    pub fn pop_delivered(&mut self) -> Option<Vec<u8>> {
+        let f = self.delivered.pop_front();
+        if f.is_some() {
+            self.drain_reorder();
+        }
+        f
+    }
+
+    /// True once no acknowledgement came for [`LinkConfig::give_up_after`].
+    pub fn failed(&self) -> bool {
+        self.failed
+    }
+
+    pub fn stats(&self) -> LinkStats {
+        self.stats
+    }
+
+    /// Nothing of ours is queued or unacknowledged, and we owe the peer no ACK: the
+    /// sending side is quiescent (PM's pmSendStable per peer).
+    pub fn is_stable(&self) -> bool {
+        self.inflight.is_empty()
+            && self.backlog.is_empty()
+            && self.ack_due.is_none()
+            && !self.ack_now
+            && !self.nack_now
+    }
+
+    /// Save the sequence state (PM's pmSaveContext). Only meaningful when
+    /// [`Link::is_stable`] and every delivered frame was taken.
+    pub fn save(&self) -> LinkContext {
+        LinkContext {
+            next_seq: self.next_seq,
+            expected: self.expected,
+        }
+    }
+
+    /// Restore a saved state into a fresh or quiesced link (PM's pmRestoreContext).
+    pub fn restore(&mut self, ctx: LinkContext) {
+        self.next_seq = ctx.next_seq;
+        self.expected = ctx.expected;
+        self.inflight.clear();
+        self.reorder.iter_mut().for_each(|s| *s = None);
+        self.delivered.clear();
+        self.ack_due = None;
+        self.ack_now = false;
+        self.nack_now = false;
+        self.backoff = 0;
+        self.progress_at = None;
+        self.failed = false;
+    }
+
+    fn rto(&self) -> Duration {
+        let base = match self.srtt {
+            None => self.cfg.rto_initial,
+            Some(s) => s * 3,
+        };
+        let base = base.clamp(self.cfg.rto_min, self.cfg.rto_max);
+        (base * (1u32 << self.backoff.min(8))).min(self.cfg.rto_max)
+    }
+
+    /// The next moment [`Link::poll_transmit`] has something to do even if no packet
+    /// arrives.
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let retx = self
+            .inflight
+            .iter()
+            .find(|o| !o.sacked)
+            .and_then(|o| o.last_sent)
+            .map(|t| t + self.rto());
+        match (retx, self.ack_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Something is ready to go now (an ACK, a resend or a new packet in the window).
+    pub fn wants_transmit(&self) -> bool {
+        self.ack_now
+            || self.nack_now
+            || self.inflight.iter().any(|o| o.resend)
+            || (!self.backlog.is_empty() && self.inflight.len() < self.cfg.window as usize)
+    }
+
+    fn control(&mut self, kind: Kind, out: &mut Vec<u8>) {
+        let mut sack = 0u32;
+        for (i, s) in self.reorder.iter().enumerate().skip(1) {
+            if s.is_some() {
+                sack |= 1 << (i - 1);
+            }
+        }
+        let p = Packet {
+            kind,
+            src: self.me,
+            dst: self.peer,
+            epoch: self.epoch,
+            seq: 0,
+            ack: self.expected,
+            sack,
+            payload: &[],
+        };
+        wire::encode(&p, self.cfg.checksum, out).expect("control packets have no payload");
+        self.ack_due = None;
+        self.ack_now = false;
+        self.nack_now = false;
+        self.rx_since_ack = 0;
+        match kind {
+            Kind::Nack => self.stats.nacks_sent += 1,
+            _ => self.stats.acks_sent += 1,
+        }
+    }
+
+    fn data(&self, idx: usize, out: &mut Vec<u8>) {
+        let o = &self.inflight[idx];
+        let p = Packet {
+            kind: Kind::Data,
+            src: self.me,
+            dst: self.peer,
+            epoch: self.epoch,
+            seq: o.seq,
+            ack: 0,
+            sack: 0,
+            payload: &o.frame,
+        };
+        wire::encode(&p, self.cfg.checksum, out).expect("frames fit a packet");
+    }
+
+    /// Run the timers and encode the next packet to send into `out`; false when nothing
+    /// is to be sent now. Call until false.
+    pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
+        self.clock = Some(now);
+        self.run_timers(now);
+        // Acknowledgements first: they never wait behind data.
+        if self.nack_now {
+            self.control(Kind::Nack, out);
+            return true;
+        }
+        if self.ack_now || self.ack_due.is_some_and(|t| t <= now) {
+            self.control(Kind::Ack, out);
+            return true;
+        }
+        if let Some(i) = self.inflight.iter().position(|o| o.resend) {
+            let o = &mut self.inflight[i];
+            o.resend = false;
+            o.retransmitted = true;
+            o.last_sent = Some(now);
+            self.stats.retransmitted += 1;
+            self.data(i, out);
+            return true;
+        }
+        if self.inflight.len() < self.cfg.window as usize {
+            if let Some(frame) = self.backlog.pop_front() {
+                let seq = self.next_seq;
+                self.next_seq = seq.wrapping_add(1);
+                if self.inflight.is_empty() {
+                    self.progress_at = Some(now);
+                }
+                self.inflight.push_back(Outstanding {
+                    seq,
+                    frame,
+                    first_sent: Some(now),
+                    last_sent: Some(now),
+                    retransmitted: false,
+                    sacked: false,
+                    resend: false,
+                });
+                self.stats.data_sent += 1;
+                self.data(self.inflight.len() - 1, out);
+                return true;
+            }
+        }
+        false
+    }
+
+    fn run_timers(&mut self, now: Instant) {
+        if self.failed || self.inflight.is_empty() {
+            return;
+        }
+        if self
+            .progress_at
+            .is_some_and(|t| now.duration_since(t) >= self.cfg.give_up_after)
+        {
+            self.failed = true;
+            return;
+        }
+        let rto = self.rto();
+        if let Some(o) = self.inflight.iter_mut().find(|o| !o.sacked) {
+            if !o.resend && o.last_sent.is_some_and(|t| now.duration_since(t) >= rto) {
+                o.resend = true;
+                self.backoff += 1;
+                self.stats.timeouts += 1;
+            }
+        }
+    }
+
+    /// Feed a packet that [`wire::decode`] accepted and that the caller matched to this
+    /// link (source rank and epoch).
+    pub fn on_packet(&mut self, now: Instant, p: &Packet<'_>) {
+        self.clock = Some(now);
+        match p.kind {
+            Kind::Data => self.on_data(p.seq, p.payload),
+            Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
+        }
+    }
+
+    fn on_data(&mut self, seq: u32, payload: &[u8]) {
+        let d = dist(seq, self.expected);
+        if d < 0 || d >= self.cfg.window as i32 {
+            // Old (our ACK was lost) or impossible: say again where we are.
+            self.stats.duplicates += 1;
+            self.ack_now = true;
+            return;
+        }
+        let d = d as usize;
+        if self.reorder[d].is_some() {
+            self.stats.duplicates += 1;
+            return;
+        }
+        if d == 0 && self.delivered.len() >= self.cfg.rx_limit {
+            self.stats.not_ready_drops += 1;
+            return;
+        }
+        self.stats.data_received += 1;
+        self.reorder[d] = Some(payload.to_vec());
+        self.drain_reorder();
+        if self.reorder.iter().any(|s| s.is_some()) {
+            // A gap: ask for the holes now.
+            self.nack_now = true;
+        }
+    }
+
+    /// Move frames that are now in order from the reorder buffer to the delivery queue.
+    fn drain_reorder(&mut self) {
+        let mut moved = 0;
+        while self.delivered.len() < self.cfg.rx_limit {
+            match self.reorder.front_mut().and_then(Option::take) {
+                Some(f) => {
+                    self.delivered.push_back(f);
+                    self.reorder.pop_front();
+                    self.reorder.push_back(None);
+                    self.expected = self.expected.wrapping_add(1);
+                    moved += 1;
+                }
+                None => break,
+            }
+        }
+        if moved > 0 {
+            self.rx_since_ack += moved;
+            if self.rx_since_ack >= self.cfg.ack_every {
+                self.ack_now = true;
+            } else if self.ack_due.is_none() {
+                let now = self.clock.unwrap_or_else(Instant::now);
+                self.ack_due = Some(now + self.cfg.ack_delay);
+            }
+        }
+    }
+
+    fn on_ack(&mut self, now: Instant, ack: u32, sack: u32, nack: bool) {
+        // An acknowledgement of something never sent is bogus.
+        if dist(ack, self.next_seq) > 0 {
+            return;
+        }
+        // The round-trip sample comes from the newest packet acknowledged for the first
+        // time by this ACK that was sent once only (Karn): a packet acknowledged
+        // cumulatively after waiting for a hole was selectively acknowledged before, so
+        // the wait does not inflate the estimate.
+        let mut sample = None;
+        let mut advanced = false;
+        while let Some(o) = self.inflight.front() {
+            if dist(o.seq, ack) >= 0 {
+                break;
+            }
+            let o = self.inflight.pop_front().unwrap();
+            if !o.retransmitted && !o.sacked {
+                sample = o.first_sent.map(|t| now.saturating_duration_since(t));
+            }
+            advanced = true;
+        }
+        if advanced {
+            self.backoff = 0;
+            self.progress_at = Some(now);
+        }
+        for o in self.inflight.iter_mut() {
+            let d = dist(o.seq, ack) - 1;
+            if (0..32).contains(&d) && sack & (1 << d) != 0 {
+                if !o.sacked && !o.retransmitted {
+                    sample = o.first_sent.map(|t| now.saturating_duration_since(t));
+                }
+                o.sacked = true;
+                o.resend = false;
+                o.frame = Vec::new();
+            }
+        }
+        if let Some(sample) = sample {
+            self.srtt = Some(match self.srtt {
+                None => sample,
+                Some(s) => (s * 7 + sample) / 8,
+            });
+        }
+        if nack {
+            // Resend the holes that at least DUP_THRESH later packets overtook (fewer is
+            // likely reordering, not loss), unless they were (re)sent within one round trip.
+            let guard = self.srtt.unwrap_or(self.cfg.rto_min);
+            let mut later_sacked = 0;
+            for o in self.inflight.iter_mut().rev() {
+                if o.sacked {
+                    later_sacked += 1;
+                } else if later_sacked >= DUP_THRESH
+                    && o.last_sent.is_none_or(|t| now.duration_since(t) >= guard)
+                {
+                    o.resend = true;
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,552 @@
+//! The thin driver: a [`PmEndpoint`] over one non-blocking UDP socket, as a
+//! [`tsunagi_p2p::Transport`].
+//!
+//! A message of the request layer is one PM message whose body is the 32-byte
+//! [`Header`] followed by the payload. `try_send` gets a send buffer (no room: `Ok(false)`,
+//! the ring is full or the link's queue is long), copies, sends and flushes what the
+//! endpoint wants to transmit; `poll` reads every datagram waiting (up to a budget), feeds
+//! the endpoint, hands out every complete message, releases it and flushes again (ACKs,
+//! retransmissions, PULL replies). Timers are the endpoint's: the transport reports
+//! [`Transport::next_deadline`] and both progress engines bound their sleeps by it.
+//!
+//! The event source is the socket itself (readable while datagrams wait) and an eventfd
+//! for `notify`; `busy` makes a sleeper return at once while messages are complete but
+//! were not handed out yet.
+//!
+//! Fault injection for tests ([`Faults`], from `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`,
+//! `TSUNAGI_PM_REORDER`): fractions of outgoing datagrams dropped, sent twice, or held back
+//! behind the next one.
+
+use std::net::{IpAddr, SocketAddr, UdpSocket};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use socket2::{Domain, Protocol, Socket, Type};
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
+
+use crate::lossy::Rng;
+use crate::pm::{PmConfig, PmEndpoint, PmError, ReceiveMode};
+use crate::CARD_PREFIX;
+
+/// Datagrams read per poll at most, so that a flood cannot starve the caller.
+const READ_BUDGET: usize = 512;
+/// Messages handed out per poll at most.
+const DELIVER_BUDGET: usize = 256;
+/// How long a dropped transport keeps the network going for its unacknowledged data.
+pub const LINGER: Duration = Duration::from_secs(5);
+/// Socket buffer sizes asked for (the kernel may give less).
+const SOCKET_BUFFER: usize = 8 << 20;
+
+/// Fault injection on outgoing datagrams (tests only).
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Faults {
+    pub drop: f64,
+    pub duplicate: f64,
+    pub reorder: f64,
+}
+
+/// Everything the transport reads from the environment.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PmTransportConfig {
+    pub pm: PmConfig,
+    /// `TSUNAGI_PM_IF` (else `TSUNAGI_TCP_IF`): interface name or address.
+    pub interface: Option<String>,
+    pub faults: Faults,
+    /// Payload bytes up to which messages go eagerly.
+    pub eager_limit: usize,
+}
+
+impl PmTransportConfig {
+    /// From the environment (`getenv`): `TSUNAGI_PM_RECEIVE` (`rings`, the default, or
+    /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
+    /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
+    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
+    /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1).
+    pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let get = |k: &str| getenv(k).filter(|v| !v.trim().is_empty());
+        let num = |k: &str, lo: usize, hi: usize| -> Result<Option<usize>, String> {
+            match get(k) {
+                None => Ok(None),
+                Some(v) => match v.trim().parse::<usize>() {
+                    Ok(n) if (lo..=hi).contains(&n) => Ok(Some(n)),
+                    _ => Err(format!("{k}={v}: expected a whole number in {lo}..={hi}")),
+                },
+            }
+        };
+        let frac = |k: &str| -> Result<f64, String> {
+            match get(k) {
+                None => Ok(0.0),
+                Some(v) => match v.trim().parse::<f64>() {
+                    Ok(f) if (0.0..=1.0).contains(&f) => Ok(f),
+                    _ => Err(format!("{k}={v}: expected a fraction between 0 and 1")),
+                },
+            }
+        };
+        let mut pm = PmConfig::default();
+        if let Some(b) = num("TSUNAGI_PM_PACKET", 1024, 60_000)? {
+            pm.wr_data = b;
+        }
+        if let Some(w) = num("TSUNAGI_PM_WINDOW", 1, 32)? {
+            pm.link.window = w as u32;
+            pm.link.ack_every = (w as u32 / 4).max(1);
+        }
+        if let Some(c) = num("TSUNAGI_PM_CHECKSUM", 0, 1)? {
+            pm.link.checksum = c == 1;
+        }
+        let ring = num("TSUNAGI_PM_RING", 64 << 10, 1 << 30)?.unwrap_or(1 << 20);
+        if ring % crate::pm::ALIGN != 0 {
+            return Err(format!(
+                "TSUNAGI_PM_RING={ring}: expected a multiple of {}",
+                crate::pm::ALIGN
+            ));
+        }
+        pm.receive = match get("TSUNAGI_PM_RECEIVE").as_deref().map(str::trim) {
+            None | Some("rings") => ReceiveMode::Rings { ring_bytes: ring },
+            Some("srq") | Some("shared") => ReceiveMode::Shared {
+                buffers: num("TSUNAGI_PM_SRQ_BUFFERS", 4, 1 << 20)?.unwrap_or(256),
+                buffer_bytes: pm.wr_data,
+            },
+            Some(other) => {
+                return Err(format!(
+                    "TSUNAGI_PM_RECEIVE={other}: expected 'rings' or 'srq'"
+                ))
+            }
+        };
+        let max_payload = pm.max_message() - tsunagi_p2p::HEADER_BYTES;
+        Ok(PmTransportConfig {
+            pm,
+            interface: get("TSUNAGI_PM_IF").or_else(|| get("TSUNAGI_TCP_IF")),
+            faults: Faults {
+                drop: frac("TSUNAGI_PM_DROP")?,
+                duplicate: frac("TSUNAGI_PM_DUP")?,
+                reorder: frac("TSUNAGI_PM_REORDER")?,
+            },
+            eager_limit: max_payload.min(32 << 10),
+        })
+    }
+}
+
+/// What a progress engine sleeps on.
+struct Shared {
+    sock: UdpSocket,
+    wake: OwnedFd,
+    /// Complete messages wait to be handed out: a sleeper must not block.
+    busy: AtomicBool,
+}
+
+impl EventSource for Shared {
+    fn prepare(&self) -> u64 {
+        0
+    }
+
+    fn sleep(&self, _token: u64, timeout: Duration) {
+        if self.busy.load(Ordering::Acquire) {
+            return;
+        }
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        let mut fds = [
+            libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two valid pollfds; both descriptors live as long as `self`. A failure
+        // (EINTR) reads as a wake-up: callers poll again anyway.
+        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
+        if fds[1].revents != 0 {
+            let mut v = 0u64;
+            // SAFETY: reads 8 bytes into `v` from our own non-blocking eventfd.
+            unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        }
+    }
+
+    fn cancel(&self) {}
+
+    fn notify(&self) {
+        let v = 1u64;
+        // SAFETY: writes 8 bytes from `v` to our own eventfd; failure (counter full) means
+        // a wake-up is pending anyway.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&v as *const u64).cast(), 8) };
+    }
+}
+
+/// PM over UDP as a Tsunagi transport.
+pub struct PmTransport {
+    ep: PmEndpoint,
+    shared: Arc<Shared>,
+    addrs: Vec<Option<SocketAddr>>,
+    local: SocketAddr,
+    publish: IpAddr,
+    eager_limit: usize,
+    max_payload: usize,
+    faults: Faults,
+    rng: Rng,
+    held_back: Option<(SocketAddr, Vec<u8>)>,
+    out: Vec<u8>,
+    inbuf: Vec<u8>,
+    failed: Vec<bool>,
+}
+
+fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
+    P2pError::Os {
+        call,
+        errno: e.raw_os_error().unwrap_or(0),
+    }
+}
+
+fn random_u32() -> u32 {
+    let k = tsunagi_tcp::JobKey::random().0;
+    u32::from_le_bytes([k[0], k[1], k[2], k[3]])
+}
+
+impl PmTransport {
+    /// Bind a UDP socket for rank `me` of a job of `size` ranks.
+    pub fn bind(me: Rank, size: usize, cfg: &PmTransportConfig) -> Result<PmTransport, P2pError> {
+        let (bind_ip, publish) = tsunagi_tcp::config::choose_address(
+            cfg.interface.as_deref(),
+            &tsunagi_tcp::config::interfaces(),
+        )
+        .map_err(|e| {
+            P2pError::Other(format!(
+                "pm: {}",
+                e.replace("TSUNAGI_TCP_IF", "TSUNAGI_PM_IF")
+            ))
+        })?;
+        let sock = Socket::new(
+            Domain::for_address(SocketAddr::new(bind_ip, 0)),
+            Type::DGRAM,
+            Some(Protocol::UDP),
+        )
+        .map_err(|e| os_err("socket", e))?;
+        // Larger buffers absorb a window from every peer at once; the kernel caps them.
+        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+        sock.bind(&SocketAddr::new(bind_ip, 0).into())
+            .map_err(|e| os_err("bind", e))?;
+        sock.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
+        let sock: UdpSocket = sock.into();
+        let local = sock.local_addr().map_err(|e| os_err("getsockname", e))?;
+        // SAFETY: eventfd has no memory preconditions; the result is checked.
+        let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if efd < 0 {
+            return Err(P2pError::last_os("eventfd"));
+        }
+        // SAFETY: `efd` is a fresh descriptor that nothing else owns.
+        let wake = unsafe { OwnedFd::from_raw_fd(efd) };
+        let epoch = random_u32();
+        let max_payload = cfg.pm.max_message() - tsunagi_p2p::HEADER_BYTES;
+        Ok(PmTransport {
+            ep: PmEndpoint::new(me, size, epoch, cfg.pm),
+            shared: Arc::new(Shared {
+                sock,
+                wake,
+                busy: AtomicBool::new(false),
+            }),
+            addrs: vec![None; size],
+            local,
+            publish,
+            eager_limit: cfg.eager_limit.min(max_payload),
+            max_payload,
+            faults: cfg.faults,
+            rng: Rng::new(epoch as u64 ^ ((me as u64) << 32)),
+            held_back: None,
+            out: Vec::new(),
+            inbuf: vec![0; 65_536],
+            failed: vec![false; size],
+        })
+    }
+
+    /// This transport's card: `pm:<ip>:<port>:<epoch in hex>`.
+    pub fn card(&self) -> String {
+        format!(
+            "{CARD_PREFIX}{}:{:08x}",
+            SocketAddr::new(self.publish, self.local.port()),
+            self.ep.epoch()
+        )
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local
+    }
+
+    /// The peers: rank, address and epoch from their cards.
+    pub fn set_peers(&mut self, peers: &[(Rank, SocketAddr, u32)]) {
+        for &(r, addr, epoch) in peers {
+            self.addrs[r as usize] = Some(addr);
+            self.ep.add_peer(r, epoch);
+        }
+    }
+
+    /// The endpoint underneath (statistics, remote memory access, checkpoint).
+    pub fn endpoint(&mut self) -> &mut PmEndpoint {
+        &mut self.ep
+    }
+
+    fn send_datagram(&mut self, to: SocketAddr, d: &[u8]) {
+        // A datagram the kernel does not take (no buffer space) is a lost packet: the
+        // link resends it.
+        let _ = self.shared.sock.send_to(d, to);
+    }
+
+    /// Send everything the endpoint wants to send now.
+    fn flush(&mut self, now: Instant) {
+        let mut out = std::mem::take(&mut self.out);
+        while let Some(to) = self.ep.poll_transmit(now, &mut out) {
+            let Some(addr) = self.addrs[to as usize] else {
+                continue;
+            };
+            let f = self.faults;
+            if f.drop > 0.0 && self.rng.chance(f.drop) {
+                continue;
+            }
+            if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
+                self.held_back = Some((addr, out.clone()));
+                continue;
+            }
+            self.send_datagram(addr, &out);
+            if f.duplicate > 0.0 && self.rng.chance(f.duplicate) {
+                self.send_datagram(addr, &out);
+            }
+            if let Some((a, d)) = self.held_back.take() {
+                self.send_datagram(a, &d);
+            }
+        }
+        if let Some((a, d)) = self.held_back.take() {
+            self.send_datagram(a, &d);
+        }
+        self.out = out;
+    }
+
+    /// Read what the socket holds (up to the budget) into the endpoint.
+    fn receive_datagrams(&mut self, now: Instant) -> Result<(), P2pError> {
+        for _ in 0..READ_BUDGET {
+            match self.shared.sock.recv_from(&mut self.inbuf) {
+                Ok((n, from)) => {
+                    // Only from the address the source rank published.
+                    let d = &self.inbuf[..n];
+                    let src = (n >= 12).then(|| u32::from_le_bytes(d[8..12].try_into().unwrap()));
+                    let known = src.and_then(|s| self.addrs.get(s as usize).copied().flatten());
+                    if known == Some(from) {
+                        self.ep.handle_datagram(now, d);
+                    }
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                // ICMP errors reported on the socket (a peer's port closed): the link's
+                // timers decide whether the peer is gone.
+                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                Err(e) => return Err(os_err("recvfrom", e)),
+            }
+        }
+        Ok(())
+    }
+
+    fn map_err(&mut self, e: PmError) -> P2pError {
+        match e {
+            PmError::PeerFailed(r) => {
+                self.failed[r as usize] = true;
+                P2pError::PeerFailed {
+                    peer: r,
+                    why: "no acknowledgement over PM/UDP".into(),
+                }
+            }
+            PmError::Protocol(r, why) => {
+                self.failed[r as usize] = true;
+                P2pError::PeerFailed {
+                    peer: r,
+                    why: format!("PM protocol error: {why}"),
+                }
+            }
+            PmError::Usage(s) => P2pError::Other(s),
+        }
+    }
+}
+
+impl Drop for PmTransport {
+    fn drop(&mut self) {
+        // Keep the network going until our data is acknowledged (the peers may still need
+        // it to finish), then a little longer to answer retransmissions of theirs whose
+        // ACK was lost.
+        let start = Instant::now();
+        let mut stable_at = None;
+        while start.elapsed() < LINGER {
+            let now = Instant::now();
+            if self.receive_datagrams(now).is_err() {
+                break;
+            }
+            while self.ep.receive().is_some() {
+                self.ep.release();
+            }
+            self.flush(now);
+            if self.ep.is_stable() {
+                let t = *stable_at.get_or_insert(now);
+                if now - t > Duration::from_millis(20) {
+                    break;
+                }
+            } else {
+                stable_at = None;
+            }
+            if self.ep.take_error().is_some() {
+                break;
+            }
+            self.shared.sleep(0, Duration::from_millis(1));
+        }
+        self.shared.notify();
+    }
+}
+
+impl Transport for PmTransport {
+    fn name(&self) -> &'static str {
+        "pm"
+    }
+
+    fn eager_limit(&self) -> usize {
+        self.eager_limit
+    }
+
+    fn max_payload(&self) -> usize {
+        self.max_payload
+    }
+
+    fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        if payload.len() > self.max_payload {
+            return Err(P2pError::Other(format!(
+                "pm: payload of {} bytes exceeds max_payload {}",
+                payload.len(),
+                self.max_payload
+            )));
+        }
+        if self.addrs.get(peer as usize).copied().flatten().is_none() {
+            return Err(P2pError::Unsupported(format!(
+                "pm transport of rank {} does not reach rank {peer}",
+                self.ep.me()
+            )));
+        }
+        if self.failed[peer as usize] {
+            return Err(P2pError::PeerFailed {
+                peer,
+                why: "no acknowledgement over PM/UDP".into(),
+            });
+        }
+        let len = tsunagi_p2p::HEADER_BYTES + payload.len();
+        let sent = match self.ep.get_send_buffer(peer, len) {
+            Ok(Some(buf)) => {
+                buf[..tsunagi_p2p::HEADER_BYTES].copy_from_slice(&hdr.to_bytes());
+                buf[tsunagi_p2p::HEADER_BYTES..].copy_from_slice(payload);
+                self.ep.send(peer, len).map_err(|e| self.map_err(e))?;
+                true
+            }
+            Ok(None) => false,
+            Err(e) => return Err(self.map_err(e)),
+        };
+        self.flush(Instant::now());
+        Ok(sent)
+    }
+
+    fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        let now = Instant::now();
+        self.receive_datagrams(now)?;
+        let mut n = 0;
+        while n < DELIVER_BUDGET {
+            let Some(r) = self.ep.receive() else { break };
+            let body = self.ep.message(&r);
+            if body.len() < tsunagi_p2p::HEADER_BYTES {
+                let len = body.len();
+                self.ep.release();
+                self.failed[r.peer as usize] = true;
+                return Err(P2pError::PeerFailed {
+                    peer: r.peer,
+                    why: format!("PM message of {len} bytes has no header"),
+                });
+            }
+            let hdr = Header::from_bytes(body[..tsunagi_p2p::HEADER_BYTES].try_into().unwrap());
+            sink(r.peer, &hdr, &body[tsunagi_p2p::HEADER_BYTES..]);
+            self.ep.release();
+            n += 1;
+        }
+        // Releasing made ring room visible and may have queued ACKs: send them now.
+        self.flush(now);
+        self.shared
+            .busy
+            .store(self.ep.has_received(), Ordering::Release);
+        if let Some(e) = self.ep.take_error() {
+            return Err(self.map_err(e));
+        }
+        Ok(n)
+    }
+
+    fn event_source(&self) -> Arc<dyn EventSource> {
+        self.shared.clone()
+    }
+
+    fn caps(&self) -> TransportCaps {
+        TransportCaps {
+            eager_limit: self.eager_limit,
+            max_payload: self.max_payload,
+            rdma_read: false,
+            rdma_write: false,
+            needs_registration: false,
+            ordered: true,
+            timers: true,
+        }
+    }
+
+    fn next_deadline(&self) -> Option<Instant> {
+        self.ep.next_deadline()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn env<'a>(vars: &'a [(&'a str, &'a str)]) -> impl Fn(&str) -> Option<String> + 'a {
+        move |k| {
+            vars.iter()
+                .find(|(n, _)| *n == k)
+                .map(|(_, v)| v.to_string())
+        }
+    }
+
+    #[test]
+    fn config_from_env() {
+        let c = PmTransportConfig::from_env(env(&[])).unwrap();
+        assert_eq!(c.faults, Faults::default());
+        assert_eq!(
+            c.pm.receive,
+            ReceiveMode::Rings {
+                ring_bytes: 1 << 20
+            }
+        );
+        let c = PmTransportConfig::from_env(env(&[
+            ("TSUNAGI_PM_DROP", "0.05"),
+            ("TSUNAGI_PM_WINDOW", "8"),
+            ("TSUNAGI_PM_RECEIVE", "srq"),
+            ("TSUNAGI_TCP_IF", "lo"),
+        ]))
+        .unwrap();
+        assert_eq!(c.faults.drop, 0.05);
+        assert_eq!(c.pm.link.window, 8);
+        assert!(matches!(c.pm.receive, ReceiveMode::Shared { .. }));
+        assert_eq!(c.interface.as_deref(), Some("lo"));
+        for bad in [
+            ("TSUNAGI_PM_DROP", "2"),
+            ("TSUNAGI_PM_DROP", "lots"),
+            ("TSUNAGI_PM_WINDOW", "64"),
+            ("TSUNAGI_PM_RECEIVE", "magic"),
+            ("TSUNAGI_PM_RING", "100000"),
+        ] {
+            let e = PmTransportConfig::from_env(env(&[bad])).unwrap_err();
+            assert!(e.starts_with(bad.0), "{e}");
+        }
+    }
+}
