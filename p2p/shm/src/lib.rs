@@ -993,7 +993,7 @@ impl EventSource for ShmEvents {
     }
 
     /// A datagram socket in the abstract namespace, named after our slot: senders that see
-    /// a sleeper counted in [`FD_SLEEPER`]s send it a byte.
+    /// a sleeper counted in the upper half of `sleeping` send it a byte.
     fn wait_fd(&self) -> Option<RawFd> {
         self.wake_sock
             .get_or_init(|| {
