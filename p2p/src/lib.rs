@@ -18,6 +18,7 @@ pub mod boot;
 pub mod device;
 pub mod framing;
 pub mod futex;
+pub mod registry;
 pub mod self_transport;
 pub mod sim;
 pub mod sim_device;
@@ -243,6 +244,29 @@ pub trait EventSource: Send + Sync {
     fn cancel(&self);
     /// Wake a sleeper (used to stop progress threads and for in-process events).
     fn notify(&self);
+
+    /// A descriptor that polls readable when this source may have an event, so that one
+    /// wait covers several sources ([`registry::EventRegistry`]); `None` (the default): the
+    /// source can only be slept on alone, and waiters take turns.
+    ///
+    /// Waiting through the descriptor follows the same protocol as `prepare`/`sleep`:
+    /// [`EventSource::prepare_wait`], poll the transport once more, then wait on the
+    /// descriptor for at most the duration `prepare_wait` returned, then
+    /// [`EventSource::end_wait`] (also when the wait was skipped).
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        None
+    }
+
+    /// Announce a wait on [`EventSource::wait_fd`]: from now on an event makes the
+    /// descriptor readable. Returns the longest such a wait may last
+    /// (`Duration::ZERO`: something is pending that no descriptor will announce).
+    fn prepare_wait(&self) -> Duration {
+        Duration::MAX
+    }
+
+    /// End a wait announced by [`EventSource::prepare_wait`]: withdraw the announcement and
+    /// consume the descriptor's readiness, so that the next wait blocks again.
+    fn end_wait(&self) {}
 }
 
 /// Which progress engine drives the transports (chosen at run time).

@@ -98,6 +98,9 @@ pub struct Runtime {
     mode: ProgressMode,
     /// Event sources of the transports that can wake us (all but the self path).
     sources: Vec<(usize, Arc<dyn EventSource>)>,
+    /// All of `sources` behind one wait, when there are several and each has a descriptor
+    /// (`tsunagi_p2p::registry`); `None`: one source, or waiters take turns.
+    registry: Option<tsunagi_p2p::registry::EventRegistry>,
     /// Which event source the polling engine sleeps on next (several transports).
     sleep_turn: std::sync::atomic::AtomicUsize,
     /// Rung by progress threads when requests complete (threaded engine).
@@ -267,6 +270,7 @@ impl Runtime {
             rank,
             size,
             mode,
+            registry: event_registry(&sources),
             sources,
             sleep_turn: std::sync::atomic::AtomicUsize::new(0),
             completion_bell: LocalDoorbell::new(),
@@ -434,4 +438,17 @@ pub fn library_version() -> String {
 /// A transport's name for each peer (diagnostics).
 pub fn transport_names(router: &mut Router) -> Vec<&'static str> {
     router.transports().iter().map(|t| t.name()).collect()
+}
+
+/// One wait over several event sources (shared memory and TCP, say), unless
+/// `TSUNAGI_EVENT_REGISTRY=0` asks for the turn-taking sleeps (for comparisons) or a
+/// source cannot join. A single source is slept on directly: its own wait (a futex for
+/// shared memory) is the cheapest.
+fn event_registry(
+    sources: &[(usize, Arc<dyn EventSource>)],
+) -> Option<tsunagi_p2p::registry::EventRegistry> {
+    if sources.len() < 2 || std::env::var("TSUNAGI_EVENT_REGISTRY").is_ok_and(|v| v.trim() == "0") {
+        return None;
+    }
+    tsunagi_p2p::registry::EventRegistry::new(sources.iter().map(|(_, s)| s.clone()).collect())
 }

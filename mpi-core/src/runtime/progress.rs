@@ -3,6 +3,7 @@
 //! completion doorbell).
 
 use super::*;
+use tsunagi_p2p::registry::EventRegistry;
 
 impl Runtime {
     pub(super) fn start_progress_threads(&'static self) {
@@ -10,45 +11,49 @@ impl Runtime {
             return;
         }
         let mut threads = self.threads.lock().expect("threads lock");
+        if let Some(registry) = &self.registry {
+            // One thread waits on every transport at once and polls them all.
+            let stop = self.stop_threads.clone();
+            let h = std::thread::Builder::new()
+                .name("tsunagi-progress".into())
+                .spawn(move || self.progress_thread(Waiter::All(registry), stop))
+                .expect("spawn progress thread");
+            threads.push(h);
+            return;
+        }
         for (idx, src) in self.sources.iter().cloned() {
             let stop = self.stop_threads.clone();
             let h = std::thread::Builder::new()
                 .name(format!("tsunagi-progress-{idx}"))
-                .spawn(move || self.progress_thread(idx, src, stop))
+                .spawn(move || self.progress_thread(Waiter::One(idx, src), stop))
                 .expect("spawn progress thread");
             threads.push(h);
         }
     }
 
-    /// Threaded engine: block on this transport's event source, then handle its events
-    /// under the engine lock.
-    pub(super) fn progress_thread(
-        &self,
-        idx: usize,
-        src: Arc<dyn EventSource>,
-        stop: Arc<AtomicBool>,
-    ) {
+    /// Threaded engine: block on this transport's event source (or on the registry of all
+    /// of them), then handle the events under the engine lock.
+    fn progress_thread(&self, src: Waiter<'_>, stop: Arc<AtomicBool>) {
         // Poll, then spin and yield for a while before sleeping: a futex wake-up costs tens
         // of microseconds (far more in a VM), which is the whole latency budget.
         let mut idle: u32 = 0;
         while !stop.load(Ordering::Acquire) {
             let sleeping = idle >= self.thread_spin.saturating_add(self.thread_yields);
-            let token = if sleeping { src.prepare() } else { 0 };
+            let token = if sleeping {
+                src.prepare()
+            } else {
+                (0, Duration::MAX)
+            };
             let (n, busy, completed, deadline) = {
                 let mut e = self.lock();
                 let before = e.core.completions;
-                let n = e.progress_one(idx).unwrap_or(0);
+                let n = src.poll(&mut e).unwrap_or(0);
                 let completed = e.core.completions != before;
                 if completed || e.core.fault.is_some() {
                     self.completed.store(e.core.completions, Ordering::Release);
                     self.completion_bell.ring();
                 }
-                (
-                    n,
-                    e.core_has_outgoing(),
-                    completed,
-                    e.router.deadline_of(idx),
-                )
+                (n, e.core_has_outgoing(), completed, src.deadline(&e))
             };
             if n > 0 {
                 idle = 0;
@@ -186,6 +191,33 @@ impl Runtime {
                 std::thread::yield_now();
                 continue;
             }
+            if let Some(registry) = &self.registry {
+                // One wait over every transport.
+                let limit = registry.prepare();
+                let n = e.progress()?;
+                let finished = done(&mut e)?;
+                if n > 0 || finished {
+                    registry.cancel();
+                    if finished {
+                        return Ok(());
+                    }
+                    continue;
+                }
+                if self.nschedules.load(Ordering::Acquire) > 0 && e.core.completions != advanced_at
+                {
+                    registry.cancel();
+                    continue;
+                }
+                let timeout = if e.core_has_outgoing() {
+                    Duration::from_micros(50)
+                } else {
+                    Duration::from_millis(20)
+                };
+                let deadline = e.router.next_deadline();
+                drop(e);
+                registry.sleep(until_deadline(timeout, deadline).min(limit));
+                continue;
+            }
             let tokens: Vec<u64> = self.sources.iter().map(|(_, s)| s.prepare()).collect();
             let n = e.progress()?;
             // Ask `done` once: it may collect what it finds (waitall does), so a second
@@ -238,5 +270,52 @@ fn until_deadline(timeout: Duration, deadline: Option<Instant>) -> Duration {
     match deadline {
         None => timeout,
         Some(d) => timeout.min(d.saturating_duration_since(Instant::now())),
+    }
+}
+
+/// What a progress thread waits on and polls: one transport (or device) by its index in
+/// the router's event sources, or every one of them through the registry.
+enum Waiter<'a> {
+    One(usize, Arc<dyn EventSource>),
+    All(&'a EventRegistry),
+}
+
+impl Waiter<'_> {
+    /// Announce the wait: a token for `sleep` and the longest it may last.
+    fn prepare(&self) -> (u64, Duration) {
+        match self {
+            Waiter::One(_, s) => (s.prepare(), Duration::MAX),
+            Waiter::All(r) => (0, r.prepare()),
+        }
+    }
+
+    fn cancel(&self) {
+        match self {
+            Waiter::One(_, s) => s.cancel(),
+            Waiter::All(r) => r.cancel(),
+        }
+    }
+
+    fn sleep(&self, (token, limit): (u64, Duration), timeout: Duration) {
+        match self {
+            Waiter::One(_, s) => s.sleep(token, timeout),
+            Waiter::All(r) => r.sleep(timeout.min(limit)),
+        }
+    }
+
+    /// Poll what this thread serves, then do the deferred work.
+    fn poll(&self, e: &mut Engine) -> MpiResult<usize> {
+        match self {
+            Waiter::One(idx, _) => e.progress_one(*idx),
+            Waiter::All(_) => e.progress(),
+        }
+    }
+
+    /// The next timer deadline of what this thread serves.
+    fn deadline(&self, e: &Engine) -> Option<Instant> {
+        match self {
+            Waiter::One(idx, _) => e.router.deadline_of(*idx),
+            Waiter::All(_) => e.router.next_deadline(),
+        }
     }
 }

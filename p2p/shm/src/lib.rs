@@ -27,6 +27,7 @@
 //! before `prepare` is otherwise only noticed at the sleep's timeout.
 
 use std::cell::Cell;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
@@ -207,8 +208,10 @@ struct Tx {
     prod: Producer,
     /// The receiver's doorbell.
     bell: NonNull<DoorbellWords>,
-    /// The receiver's identity line (pid for failure checks).
+    /// The receiver's identity line (pid for failure checks, its wake-up socket).
     info: NonNull<InfoLine>,
+    /// The receiver's local index.
+    idx: usize,
     peer: Rank,
     /// Consecutive `try_send` calls that found this ring full.
     full_tries: u32,
@@ -219,6 +222,10 @@ struct Rx {
     cons: Consumer,
     /// The sender's doorbell (rung when it waits for room).
     bell: NonNull<DoorbellWords>,
+    /// The sender's identity line (where its wake-up socket is).
+    info: NonNull<InfoLine>,
+    /// The sender's local index.
+    idx: usize,
     peer: Rank,
 }
 
@@ -251,6 +258,9 @@ pub struct ShmTransport {
     spin_iters: u32,
     cma_enabled: bool,
     cma: Vec<Cell<u8>>,
+    /// An unbound datagram socket for waking peers that wait through their wake-up socket
+    /// (made on first need).
+    waker: Waker,
 }
 
 // SAFETY: the raw pointers point into `map`, which the transport keeps alive; the shared
@@ -489,12 +499,15 @@ impl ShmTransport {
                 prod: Producer::new(ring(my_idx, i)),
                 bell,
                 info,
+                idx: i,
                 peer,
                 full_tries: 0,
             });
             rx.push(Rx {
                 cons: Consumer::new(ring(i, my_idx)),
                 bell,
+                info,
+                idx: i,
                 peer,
             });
         }
@@ -524,6 +537,7 @@ impl ShmTransport {
             spin_iters: cfg.spin_iters,
             cma_enabled: cfg.cma,
             cma: (0..n).map(|_| Cell::new(CMA_UNKNOWN)).collect(),
+            waker: Waker::default(),
         })
     }
 
@@ -674,14 +688,95 @@ fn check_ranks(local_ranks: &[Rank], me: Rank) -> Result<usize, P2pError> {
 ///
 /// The SeqCst fence sits between our Release of the stamp and the load of `sleeping`; the
 /// sleeper has SeqCst on `sleeping.fetch_add` and a SeqCst fence before its final poll
-/// (see [`ShmEvents::prepare`]). Either we see `sleeping != 0` and ring (bumping `count`,
-/// which makes its futex wait return), or its final poll sees our message. Skipping the
-/// atomic add when nobody sleeps keeps the doorbell line shared-clean among many senders.
+/// (see [`ShmEvents::prepare`] and [`ShmEvents::prepare_wait`]). Either we see
+/// `sleeping != 0` and ring (bumping `count`, which makes a futex wait return, and sending
+/// a datagram to the wake-up socket of a sleeper that waits through it), or its final poll
+/// sees our message. Skipping the atomic add when nobody sleeps keeps the doorbell line
+/// shared-clean among many senders.
 #[inline]
-fn notify(bell: &DoorbellWords) {
+fn notify(bell: &DoorbellWords, info: &InfoLine, idx: usize, waker: &Waker) {
     fence(Ordering::SeqCst);
     if bell.sleeping.load(Ordering::Relaxed) != 0 {
-        bell.ring();
+        ring(bell, info, idx, waker);
+    }
+}
+
+/// Sleepers that wait through the wake-up socket ([`EventSource::wait_fd`], one wait over
+/// several transports) count in the upper half of the doorbell's `sleeping` word, futex
+/// sleepers in the lower half.
+const FD_SLEEPER: u32 = 1 << 16;
+
+/// Ring a doorbell: wake its futex sleepers and, if its owner waits through its wake-up
+/// socket, send that a datagram.
+#[cold]
+fn ring(bell: &DoorbellWords, info: &InfoLine, idx: usize, waker: &Waker) {
+    bell.count.fetch_add(1, Ordering::SeqCst);
+    let sleeping = bell.sleeping.load(Ordering::SeqCst);
+    if !sleeping.is_multiple_of(FD_SLEEPER) {
+        tsunagi_p2p::futex::futex_wake(&bell.count, i32::MAX);
+    }
+    if sleeping >= FD_SLEEPER {
+        waker.wake(info, idx);
+    }
+}
+
+/// The abstract Unix socket name of a rank's wake-up socket: its pid, where it mapped the
+/// segment (two segments in one process differ) and its slot. Abstract names vanish with
+/// their socket: nothing is left behind.
+fn wake_addr(pid: i32, base: u64, idx: usize) -> (libc::sockaddr_un, libc::socklen_t) {
+    // SAFETY: sockaddr_un is plain data; all zeroes is a valid value.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let name = format!("tsunagi-shm-wake-{pid}-{base:x}-{idx}");
+    // sun_path[0] stays 0: the abstract namespace.
+    for (d, b) in addr.sun_path[1..].iter_mut().zip(name.bytes()) {
+        *d = b as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + 1 + name.len();
+    (addr, len as libc::socklen_t)
+}
+
+fn dgram_socket() -> Option<OwnedFd> {
+    // SAFETY: plain system call, checked.
+    let fd = unsafe {
+        libc::socket(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC,
+            0,
+        )
+    };
+    // SAFETY: a fresh descriptor that nothing else owns.
+    (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// The sending half of wake-up sockets: one unbound datagram socket per transport.
+#[derive(Default)]
+struct Waker {
+    sock: std::sync::OnceLock<Option<OwnedFd>>,
+}
+
+impl Waker {
+    /// Send one byte to the wake-up socket of the rank in slot `idx` (described by `info`).
+    /// A full socket buffer or a socket not there (yet, or any more) is fine: a full one is
+    /// readable already, and a rank without one does not wait through it.
+    fn wake(&self, info: &InfoLine, idx: usize) {
+        let Some(sock) = self.sock.get_or_init(dgram_socket) else {
+            return;
+        };
+        let pid = info.pid.load(Ordering::Acquire);
+        let base = info.base_addr.load(Ordering::Relaxed);
+        let (addr, len) = wake_addr(pid, base, idx);
+        // SAFETY: a one-byte buffer on our stack and a valid address of `len` bytes.
+        unsafe {
+            libc::sendto(
+                sock.as_raw_fd(),
+                [1u8].as_ptr().cast(),
+                1,
+                libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                (&addr as *const libc::sockaddr_un).cast(),
+                len,
+            )
+        };
     }
 }
 
@@ -745,8 +840,13 @@ impl Transport for ShmTransport {
             return self.on_full(pi);
         }
         tx.full_tries = 0;
-        // SAFETY: bell points to the receiver's doorbell inside our live mapping.
-        notify(unsafe { tx.bell.as_ref() });
+        // SAFETY: bell and info point into the receiver's slot inside our live mapping.
+        notify(
+            unsafe { tx.bell.as_ref() },
+            unsafe { tx.info.as_ref() },
+            tx.idx,
+            &self.waker,
+        );
         Ok(true)
     }
 
@@ -769,8 +869,9 @@ impl Transport for ShmTransport {
             let peer = rx.peer;
             let got = rx.cons.pop(self.poll_batch, |h, p| sink(peer, h, p));
             if got.wake_producer {
-                // SAFETY: the sender's doorbell inside our live mapping.
-                unsafe { rx.bell.as_ref() }.ring();
+                // SAFETY: the sender's slot inside our live mapping.
+                let (bell, info) = unsafe { (rx.bell.as_ref(), rx.info.as_ref()) };
+                ring(bell, info, rx.idx, &self.waker);
             }
             total += got.count;
         }
@@ -810,10 +911,20 @@ impl Transport for ShmTransport {
                     .words,
             )
         };
+        // SAFETY: as above.
+        let info = unsafe {
+            NonNull::from(
+                &(*(self.map.base().add(self.layout.slot_offset(self.my_idx)) as *const Slot)).info,
+            )
+        };
         Arc::new(ShmEvents {
             _map: self.map.clone(),
             words,
+            info,
+            idx: self.my_idx,
             spin_iters: self.spin_iters,
+            wake_sock: std::sync::OnceLock::new(),
+            waker: Waker::default(),
         })
     }
 }
@@ -822,7 +933,15 @@ impl Transport for ShmTransport {
 pub struct ShmEvents {
     _map: Arc<Mapping>,
     words: NonNull<DoorbellWords>,
+    /// Our identity line (its pid and base address name the wake-up socket).
+    info: NonNull<InfoLine>,
+    idx: usize,
     spin_iters: u32,
+    /// Our wake-up socket, bound on the first [`EventSource::wait_fd`]; `None` if that
+    /// failed (then this source cannot join a registry).
+    wake_sock: std::sync::OnceLock<Option<OwnedFd>>,
+    /// For `notify` of a sleeper that waits through the socket.
+    waker: Waker,
 }
 
 // SAFETY: `words` points into the mapping `_map` keeps alive; DoorbellWords is all atomics.
@@ -864,6 +983,73 @@ impl EventSource for ShmEvents {
     }
 
     fn notify(&self) {
-        self.words().ring()
+        // SAFETY: our slot inside the mapping `_map` keeps alive.
+        ring(
+            self.words(),
+            unsafe { self.info.as_ref() },
+            self.idx,
+            &self.waker,
+        )
+    }
+
+    /// A datagram socket in the abstract namespace, named after our slot: senders that see
+    /// a sleeper counted in the upper half of `sleeping` send it a byte.
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.wake_sock
+            .get_or_init(|| {
+                // SAFETY: our slot inside the mapping `_map` keeps alive.
+                let info = unsafe { self.info.as_ref() };
+                let pid = info.pid.load(Ordering::Acquire);
+                if pid == 0 {
+                    return None;
+                }
+                let sock = dgram_socket()?;
+                let (addr, len) = wake_addr(pid, info.base_addr.load(Ordering::Relaxed), self.idx);
+                // SAFETY: a valid socket and an address of `len` bytes.
+                let r = unsafe {
+                    libc::bind(
+                        sock.as_raw_fd(),
+                        (&addr as *const libc::sockaddr_un).cast(),
+                        len,
+                    )
+                };
+                (r == 0).then_some(sock)
+            })
+            .as_ref()
+            .map(|s| s.as_raw_fd())
+    }
+
+    fn prepare_wait(&self) -> Duration {
+        self.words()
+            .sleeping
+            .fetch_add(FD_SLEEPER, Ordering::SeqCst);
+        // Pairs with the fence in `notify`, as in `prepare`.
+        fence(Ordering::SeqCst);
+        Duration::MAX
+    }
+
+    fn end_wait(&self) {
+        self.words()
+            .sleeping
+            .fetch_sub(FD_SLEEPER, Ordering::SeqCst);
+        let Some(Some(sock)) = self.wake_sock.get() else {
+            return;
+        };
+        // Consume the wake-ups, so that the next wait blocks again.
+        let mut buf = [0u8; 64];
+        loop {
+            // SAFETY: reads at most 64 bytes into `buf`; non-blocking.
+            let n = unsafe {
+                libc::recv(
+                    sock.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            if n <= 0 {
+                break;
+            }
+        }
     }
 }

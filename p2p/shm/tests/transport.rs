@@ -418,3 +418,49 @@ fn private_segment_has_no_name_and_closes_its_way_in() {
     assert_eq!((got[0].0, got[0].2.as_slice()), (1, &b"abc"[..]));
     drop(leader);
 }
+
+/// Waiting through the wake-up socket (one wait over several transports, the event
+/// registry): a send after `prepare` wakes the waiter, before or during its sleep, and the
+/// wake-up is consumed so that the next wait blocks.
+#[test]
+fn registry_wait_is_woken_by_a_send() {
+    use std::time::Instant;
+    use tsunagi_p2p::registry::EventRegistry;
+    let name = unique("registry");
+    let mut v = node(&name, &[0, 1], &ShmConfig::default());
+    let mut t1 = v.pop().unwrap();
+    let mut t0 = v.pop().unwrap();
+    let reg = EventRegistry::new(vec![t1.event_source()]).expect("shm joins a registry");
+    let hdr = Header {
+        kind: 3,
+        ..Header::default()
+    };
+    // Sent between prepare and sleep: the sleep returns at once.
+    assert_eq!(reg.prepare(), Duration::MAX);
+    assert!(drain(&mut t1).is_empty());
+    assert!(t0.try_send(1, &hdr, b"early").unwrap());
+    let t = Instant::now();
+    reg.sleep(Duration::from_secs(10));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert_eq!(drain(&mut t1).len(), 1);
+    // Consumed: an idle wait times out.
+    reg.prepare();
+    let t = Instant::now();
+    reg.sleep(Duration::from_millis(30));
+    assert!(t.elapsed() >= Duration::from_millis(25));
+    // Sent while the waiter sleeps.
+    reg.prepare();
+    let h = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(t0.try_send(1, &hdr, b"late").unwrap());
+        t0
+    });
+    let t = Instant::now();
+    reg.sleep(Duration::from_secs(10));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    let _t0 = h.join().unwrap();
+    let got = drain(&mut t1);
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].2, b"late");
+    let _ = std::fs::remove_file(path(&name));
+}

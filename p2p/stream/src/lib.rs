@@ -265,6 +265,27 @@ impl EventSource for Epoll {
         // still leaves it readable, which is all a wake-up needs.
         unsafe { libc::write(self.evfd.as_raw_fd(), (&one as *const u64).cast(), 8) };
     }
+
+    /// The epoll set (sockets and the eventfd), nested in a registry's.
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        Some(self.epfd.as_raw_fd())
+    }
+
+    fn prepare_wait(&self) -> Duration {
+        if self.retry_soon.load(Ordering::Relaxed) {
+            Duration::from_millis(2)
+        } else {
+            Duration::MAX
+        }
+    }
+
+    fn end_wait(&self) {
+        // A notification is consumed here (the sockets' readiness by the transport's
+        // poll), so that the next wait blocks again.
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into `v`; the eventfd is non-blocking.
+        unsafe { libc::read(self.evfd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+    }
 }
 
 // ---------------------------------------------------------------------------------------

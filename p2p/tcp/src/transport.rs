@@ -131,6 +131,22 @@ impl EventSource for Shared {
         // collects it, which wakes every sleeper meanwhile.
         let _ = self.waker.wake();
     }
+
+    /// The epoll set itself: it polls readable while it holds an event the transport's
+    /// next poll will collect, so it nests in an [`tsunagi_p2p::registry::EventRegistry`].
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.epfd)
+    }
+
+    fn prepare_wait(&self) -> Duration {
+        if self.busy.load(Ordering::Acquire) {
+            Duration::ZERO
+        } else if self.retry_soon.load(Ordering::Relaxed) {
+            Duration::from_millis(2)
+        } else {
+            Duration::MAX
+        }
+    }
 }
 
 // ---------------------------------------------------------------------------------------
