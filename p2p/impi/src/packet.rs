@@ -297,64 +297,164 @@ impl Header {
     }
 }
 
-/// Splits a byte stream into packets: feed bytes with [`PacketDecoder::push`], take whole
-/// packets with [`PacketDecoder::next_packet`]. Data of a packet is returned only once
-/// complete, so memory per packet is bounded by DATALEN.
+/// Bytes of the decoder's staging buffer: many small packets come in per read.
+const STAGING: usize = 64 * 1024;
+/// A packet with at least this many data bytes that is not yet whole in the staging buffer
+/// gets a buffer of its own, and the rest of its data is read straight into it.
+const DIRECT_MIN: usize = 4 * 1024;
+
+/// Splits a byte stream into packets. Bytes come in either by [`PacketDecoder::push`] or by
+/// reading straight into the decoder: [`PacketDecoder::read_buffers`] names where the next
+/// bytes go (the rest of a large packet's data, then the staging buffer) and
+/// [`PacketDecoder::filled`] says how many arrived. Whole packets are then taken with
+/// [`PacketDecoder::next_packet`].
+///
+/// The data of a large packet lands in the `Vec` that [`PacketDecoder::next_packet`] returns
+/// (no copy after the read); small packets are parsed out of one staging buffer. Memory is
+/// bounded: the staging buffer, one packet's data (at most DATALEN) and the packets parsed
+/// and not yet taken.
 #[derive(Debug)]
 pub struct PacketDecoder {
-    buf: Vec<u8>,
+    staging: Vec<u8>,
     start: usize,
+    end: usize,
     datalen: u32,
+    /// A large packet whose data is being filled in place.
+    body: Option<(Header, Vec<u8>, usize)>,
+    /// Whole packets not yet taken.
+    ready: std::collections::VecDeque<(Header, Vec<u8>)>,
+    ready_bytes: usize,
+    /// The stream broke here (after the packets in `ready`).
+    error: Option<PacketError>,
 }
 
 impl PacketDecoder {
     /// A decoder that rejects data packets longer than `datalen`.
     pub fn new(datalen: u32) -> PacketDecoder {
         PacketDecoder {
-            buf: Vec::new(),
+            staging: vec![0; STAGING],
             start: 0,
+            end: 0,
             datalen,
+            body: None,
+            ready: std::collections::VecDeque::new(),
+            ready_bytes: 0,
+            error: None,
         }
     }
 
     /// Append received bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.error.is_none() {
+            let (a, b) = self.read_buffers();
+            let na = a.len().min(bytes.len());
+            a[..na].copy_from_slice(&bytes[..na]);
+            let nb = b.len().min(bytes.len() - na);
+            b[..nb].copy_from_slice(&bytes[na..na + nb]);
+            self.filled(na + nb);
+            bytes = &bytes[na + nb..];
+        }
+    }
+
+    /// Where the next received bytes go, in order: the rest of the data of a large packet
+    /// (empty if none is being filled), then the free part of the staging buffer. Both are
+    /// empty once the stream broke. Fill a prefix of their concatenation and call
+    /// [`PacketDecoder::filled`].
+    pub fn read_buffers(&mut self) -> (&mut [u8], &mut [u8]) {
+        if self.error.is_some() {
+            return (&mut [], &mut []);
+        }
+        let body: &mut [u8] = match &mut self.body {
+            Some((_, data, at)) => &mut data[*at..],
+            None => &mut [],
+        };
+        (body, &mut self.staging[self.end..])
+    }
+
+    /// `n` bytes were written at the start of [`PacketDecoder::read_buffers`].
+    pub fn filled(&mut self, mut n: usize) {
+        if let Some((h, data, at)) = &mut self.body {
+            let k = n.min(data.len() - *at);
+            *at += k;
+            n -= k;
+            if *at == data.len() {
+                let h = *h;
+                let data = std::mem::take(data);
+                self.body = None;
+                self.ready_bytes += HEADER_LEN + data.len();
+                self.ready.push_back((h, data));
+            }
+        }
+        assert!(
+            n <= self.staging.len() - self.end,
+            "PacketDecoder::filled: more bytes than read_buffers offered"
+        );
+        self.end += n;
+        self.parse();
+    }
+
+    /// Move whole packets out of the staging buffer; start the in-place fill of a large
+    /// one; keep a partial small one at the front.
+    fn parse(&mut self) {
+        while self.error.is_none() && self.body.is_none() {
+            let avail = &self.staging[self.start..self.end];
+            if avail.len() < HEADER_LEN {
+                break;
+            }
+            let h = match Header::decode(avail)
+                .and_then(|h| h.check_datalen(self.datalen).map(|_| h))
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
+            };
+            let n = h.data_len();
+            let have = avail.len() - HEADER_LEN;
+            if have >= n {
+                let data = avail[HEADER_LEN..HEADER_LEN + n].to_vec();
+                self.start += HEADER_LEN + n;
+                self.ready_bytes += HEADER_LEN + n;
+                self.ready.push_back((h, data));
+            } else if n >= DIRECT_MIN {
+                let mut data = vec![0u8; n];
+                data[..have].copy_from_slice(&avail[HEADER_LEN..]);
+                self.start = self.end;
+                self.body = Some((h, data, have));
+            } else {
+                break;
+            }
+        }
+        // Keep the free part of the staging buffer large: a partial packet left at the
+        // front is at most a header and DIRECT_MIN bytes.
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.start > 0 && self.staging.len() - self.end < HEADER_LEN + DIRECT_MIN {
+            self.staging.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes received but not yet returned as packets.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.end - self.start
+            + self.body.as_ref().map_or(0, |(_, _, at)| HEADER_LEN + at)
+            + self.ready_bytes
     }
 
     /// The next whole packet, `Ok(None)` if more bytes are needed. After an error the
     /// stream cannot be resynchronised; the connection must be dropped.
     pub fn next_packet(&mut self) -> Result<Option<(Header, Vec<u8>)>, PacketError> {
-        let avail = &self.buf[self.start..];
-        if avail.len() < HEADER_LEN {
-            self.compact();
-            return Ok(None);
+        if let Some(p) = self.ready.pop_front() {
+            self.ready_bytes -= HEADER_LEN + p.1.len();
+            return Ok(Some(p));
         }
-        let h = Header::decode(avail)?;
-        h.check_datalen(self.datalen)?;
-        let n = h.data_len();
-        if avail.len() < HEADER_LEN + n {
-            self.compact();
-            return Ok(None);
-        }
-        let data = avail[HEADER_LEN..HEADER_LEN + n].to_vec();
-        self.start += HEADER_LEN + n;
-        Ok(Some((h, data)))
-    }
-
-    fn compact(&mut self) {
-        if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
+        match &self.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(None),
         }
     }
 }
