@@ -25,6 +25,7 @@
 //! never `pk_len` alone.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 /// Size of the packet header on the wire.
 pub const HEADER_LEN: usize = 128;
@@ -319,8 +320,13 @@ pub struct PacketDecoder {
     start: usize,
     end: usize,
     datalen: u32,
-    /// A large packet whose data is being filled in place.
-    body: Option<(Header, Vec<u8>, usize)>,
+    /// A large packet whose data is being filled in place: its header, and its data as a
+    /// `Vec` whose length is the bytes filled so far (capacity: the whole data).
+    body: Option<(Header, Vec<u8>)>,
+    /// The last packet was large: read only a header's worth into the staging buffer
+    /// next, so that the following packet's data is read in place too rather than into
+    /// the staging buffer (and copied out of it).
+    streaming: bool,
     /// Whole packets not yet taken.
     ready: std::collections::VecDeque<(Header, Vec<u8>)>,
     ready_bytes: usize,
@@ -337,6 +343,7 @@ impl PacketDecoder {
             end: 0,
             datalen,
             body: None,
+            streaming: false,
             ready: std::collections::VecDeque::new(),
             ready_bytes: 0,
             error: None,
@@ -348,7 +355,9 @@ impl PacketDecoder {
         while !bytes.is_empty() && self.error.is_none() {
             let (a, b) = self.read_buffers();
             let na = a.len().min(bytes.len());
-            a[..na].copy_from_slice(&bytes[..na]);
+            for (d, s) in a[..na].iter_mut().zip(&bytes[..na]) {
+                d.write(*s);
+            }
             let nb = b.len().min(bytes.len() - na);
             b[..nb].copy_from_slice(&bytes[na..na + nb]);
             self.filled(na + nb);
@@ -357,27 +366,34 @@ impl PacketDecoder {
     }
 
     /// Where the next received bytes go, in order: the rest of the data of a large packet
-    /// (empty if none is being filled), then the free part of the staging buffer. Both are
-    /// empty once the stream broke. Fill a prefix of their concatenation and call
-    /// [`PacketDecoder::filled`].
-    pub fn read_buffers(&mut self) -> (&mut [u8], &mut [u8]) {
+    /// (uninitialised memory; empty if none is being filled), then free room in the
+    /// staging buffer (only a header's worth while large packets stream in). Both are
+    /// empty once the stream broke. Fill a prefix of their concatenation (the first part
+    /// only with bytes written, e.g. by `readv`) and call [`PacketDecoder::filled`].
+    pub fn read_buffers(&mut self) -> (&mut [MaybeUninit<u8>], &mut [u8]) {
         if self.error.is_some() {
             return (&mut [], &mut []);
         }
-        let body: &mut [u8] = match &mut self.body {
-            Some((_, data, at)) => &mut data[*at..],
+        let body: &mut [MaybeUninit<u8>] = match &mut self.body {
+            Some((_, data)) => data.spare_capacity_mut(),
             None => &mut [],
         };
-        (body, &mut self.staging[self.end..])
+        let mut room = self.staging.len() - self.end;
+        if self.streaming {
+            room = room.min(HEADER_LEN.saturating_sub(self.end - self.start).max(1));
+        }
+        (body, &mut self.staging[self.end..self.end + room])
     }
 
     /// `n` bytes were written at the start of [`PacketDecoder::read_buffers`].
     pub fn filled(&mut self, mut n: usize) {
-        if let Some((h, data, at)) = &mut self.body {
-            let k = n.min(data.len() - *at);
-            *at += k;
+        if let Some((h, data)) = &mut self.body {
+            let k = n.min(data.capacity() - data.len());
+            // SAFETY: the caller wrote the first `n` bytes of `read_buffers`, whose first
+            // part is this spare capacity: its first `k` bytes are initialised now.
+            unsafe { data.set_len(data.len() + k) };
             n -= k;
-            if *at == data.len() {
+            if data.len() == data.capacity() {
                 let h = *h;
                 let data = std::mem::take(data);
                 self.body = None;
@@ -417,12 +433,16 @@ impl PacketDecoder {
                 self.start += HEADER_LEN + n;
                 self.ready_bytes += HEADER_LEN + n;
                 self.ready.push_back((h, data));
+                self.streaming = false;
             } else if n >= DIRECT_MIN {
-                let mut data = vec![0u8; n];
-                data[..have].copy_from_slice(&avail[HEADER_LEN..]);
+                let mut data = Vec::with_capacity(n);
+                data.extend_from_slice(&avail[HEADER_LEN..]);
                 self.start = self.end;
-                self.body = Some((h, data, have));
+                self.body = Some((h, data));
+                self.streaming = true;
             } else {
+                // A small packet in part: the next read may bring many of them.
+                self.streaming = false;
                 break;
             }
         }
@@ -441,7 +461,7 @@ impl PacketDecoder {
     /// Bytes received but not yet returned as packets.
     pub fn buffered(&self) -> usize {
         self.end - self.start
-            + self.body.as_ref().map_or(0, |(_, _, at)| HEADER_LEN + at)
+            + self.body.as_ref().map_or(0, |(_, d)| HEADER_LEN + d.len())
             + self.ready_bytes
     }
 

@@ -226,9 +226,9 @@ impl Link {
     }
 
     /// Where to read the next bytes from the peer, in order (the rest of a large packet's
-    /// data, read in place, then a staging buffer); fill a prefix and call
-    /// [`Link::input_filled`]. Both are empty once the link is broken.
-    pub fn input_buffers(&mut self) -> (&mut [u8], &mut [u8]) {
+    /// data, read in place into uninitialised memory, then a staging buffer); fill a
+    /// prefix and call [`Link::input_filled`]. Both are empty once the link is broken.
+    pub fn input_buffers(&mut self) -> (&mut [std::mem::MaybeUninit<u8>], &mut [u8]) {
         if self.broken.is_some() {
             return (&mut [], &mut []);
         }
