@@ -478,3 +478,119 @@ impl PacketDecoder {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(t: PacketType, len: usize, fill: u8) -> (Header, Vec<u8>) {
+        let mut h = Header::new(t);
+        let data: Vec<u8> = if t.carries_data() {
+            (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
+        } else {
+            Vec::new()
+        };
+        h.pk_len = data.len() as u32;
+        h.pk_msglen = data.len() as u64 + 7;
+        (h, data)
+    }
+
+    fn stream() -> (Vec<(Header, Vec<u8>)>, Vec<u8>) {
+        let ps = vec![
+            packet(PacketType::Data, 10, 1),
+            packet(PacketType::DataSync, 60000, 2),
+            packet(PacketType::ProtoAck, 0, 0),
+            packet(PacketType::Data, 65536, 3),
+            packet(PacketType::Data, DIRECT_MIN, 4),
+            packet(PacketType::Data, DIRECT_MIN - 1, 5),
+            packet(PacketType::Data, 0, 6),
+            packet(PacketType::Data, 70000, 7),
+        ];
+        let mut bytes = Vec::new();
+        for (h, d) in &ps {
+            bytes.extend_from_slice(&h.encode());
+            bytes.extend_from_slice(d);
+        }
+        (ps, bytes)
+    }
+
+    fn take(dec: &mut PacketDecoder, got: &mut Vec<(Header, Vec<u8>)>) {
+        while let Some(p) = dec.next_packet().unwrap() {
+            got.push(p);
+        }
+    }
+
+    /// Reads into `read_buffers` in uneven pieces (as `readv` would) give the same packets
+    /// as one `push`; a large packet's data goes into its own buffer, and while large
+    /// packets stream the staging part offered is at most a header.
+    #[test]
+    fn reads_in_place_give_the_packets_of_the_stream() {
+        let (ps, bytes) = stream();
+        for step in [1usize, 7, 128, 1000, 4096, 70001, usize::MAX] {
+            let mut dec = PacketDecoder::new(70000);
+            let mut got = Vec::new();
+            let mut at = 0;
+            let mut in_place = 0;
+            while at < bytes.len() {
+                let (body, staging) = dec.read_buffers();
+                let n = step.min(bytes.len() - at).min(body.len() + staging.len());
+                assert!(n > 0, "the decoder always offers room");
+                let nb = n.min(body.len());
+                for (d, s) in body[..nb].iter_mut().zip(&bytes[at..at + nb]) {
+                    d.write(*s);
+                }
+                staging[..n - nb].copy_from_slice(&bytes[at + nb..at + n]);
+                in_place += nb;
+                at += n;
+                dec.filled(n);
+                take(&mut dec, &mut got);
+            }
+            assert_eq!(got, ps, "step {step}");
+            assert_eq!(dec.buffered(), 0);
+            if step >= 128 {
+                assert!(
+                    in_place > 60_000,
+                    "step {step}: only {in_place} bytes in place"
+                );
+            }
+        }
+        let mut dec = PacketDecoder::new(70000);
+        dec.push(&bytes);
+        let mut got = Vec::new();
+        take(&mut dec, &mut got);
+        assert_eq!(got, ps);
+    }
+
+    #[test]
+    fn staging_offers_a_header_while_large_packets_stream() {
+        let (_, bytes) = stream();
+        let mut dec = PacketDecoder::new(70000);
+        // The first two packets' headers and the small one's data, then the large one's
+        // header: its data is then offered in place, and the staging part is one header.
+        let head = 2 * HEADER_LEN + 10;
+        dec.push(&bytes[..head]);
+        let (body, staging) = dec.read_buffers();
+        assert_eq!(body.len(), 60000);
+        assert_eq!(staging.len(), HEADER_LEN);
+    }
+
+    #[test]
+    fn a_bad_header_after_good_packets_is_reported_after_them() {
+        let (ps, mut bytes) = stream();
+        bytes.extend_from_slice(&[0xff; HEADER_LEN]);
+        let mut dec = PacketDecoder::new(70000);
+        dec.push(&bytes);
+        for p in &ps {
+            assert_eq!(dec.next_packet().unwrap().as_ref(), Some(p));
+        }
+        assert!(matches!(
+            dec.next_packet(),
+            Err(PacketError::UnknownType(0xffff_ffff))
+        ));
+        let (a, b) = dec.read_buffers();
+        assert!(
+            a.is_empty() && b.is_empty(),
+            "a broken stream takes no more bytes"
+        );
+    }
+}
