@@ -16,9 +16,10 @@
 //! phases inside a site run on packed bytes with Tsunagi's own tags, which are multiples
 //! of 256 and never equal an IMPI tag (110 to 230).
 //!
-//! LAM has no IMPI algorithms for the other collectives. Here: gather(v), scatter(v) and
-//! alltoall(v) take their linear algorithms (each rank exchanges its typed blocks directly
-//! with the root / every rank: the IMPI "long" protocol, whatever the size), allgather is
+//! LAM has no IMPI algorithms for the other collectives. Here: gather and scatter are
+//! hierarchical (blocks meet at each site's master, one typed message per site crosses to
+//! or from the root); gatherv, scatterv and alltoall(v) take their linear algorithms (each
+//! rank exchanges its typed blocks directly with the root / every rank), allgather is
 //! gather to rank 0 then bcast (as LAM's basic module), reduce_scatter is reduce to rank 0
 //! then scatterv, and scan is a chain in rank order (tag 200) so that non-commutative ops
 //! combine in order.
@@ -52,6 +53,8 @@ pub mod itag {
 const LOCAL_BARRIER: i32 = tag::BARRIER + 96;
 const LOCAL_BCAST: i32 = tag::BCAST + 96;
 const LOCAL_REDUCE: i32 = tag::REDUCE + 96;
+const LOCAL_GATHER: i32 = tag::GATHER + 96;
+const LOCAL_SCATTER: i32 = tag::SCATTER + 96;
 
 /// The site structure of the call's communicator when it spans several sites: sites in
 /// the order of their lowest rank (the master order), each site's ranks ascending.
@@ -521,6 +524,264 @@ pub(crate) unsafe fn reduce(
         }
         Ok(())
     }
+}
+
+/// IMPI-style gather across sites: the blocks of each site meet, packed, at the site's
+/// master (the root itself in the root's site) over the site's own transports; then each
+/// other site's master sends its site's blocks to the root as one typed message (tag 130
+/// on the collective context), so the wide-area link is crossed once per site instead of
+/// once per rank. `send` is `None` for MPI_IN_PLACE at the root.
+///
+/// # Safety
+/// `send` holds `sc` elements of `sendtype` (every rank but an in-place root); at the root
+/// `recvbuf` has room for `size * rc` elements of `recvtype`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gather(
+    ctx: &Ctx,
+    h: &Hier,
+    send: Option<*const u8>,
+    sc: usize,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    rc: usize,
+    recvtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let me = ctx.rank;
+    let is_root = me == root;
+    let site = h.my_node;
+    let root_site = h.node_of[root];
+    let members = &h.members[site];
+    let local_root = if site == root_site {
+        root
+    } else {
+        h.leaders[site]
+    };
+    // Bytes per rank: the same everywhere (matching type signatures).
+    let block = if is_root {
+        rc * recvtype.size()
+    } else {
+        sc * sendtype.size()
+    };
+    let rext = recvtype.extent();
+    let rblock = |r: usize| recvbuf.wrapping_offset(r as isize * rc as isize * rext);
+    let mut mine = vec![0u8; block];
+    match send {
+        // SAFETY: caller contract: `s` holds `sc` elements of `sendtype`, and `block` is
+        // their packed size (checked at the root against its receive size).
+        Some(s) if sc * sendtype.size() == block => unsafe {
+            sendtype.pack_range(s, sc, 0, &mut mine)
+        },
+        Some(_) => {
+            return Err(crate::util::err(
+                tsunagi_core::ErrorClass::Truncate,
+                "MPI_Gather: send and receive sizes differ at the root".into(),
+            ))
+        }
+        // SAFETY: in place at the root: its block is already in `recvbuf`.
+        None => unsafe { recvtype.pack_range(rblock(root), rc, 0, &mut mine) },
+    }
+    if me != local_root {
+        // SAFETY: `mine` holds `block` bytes and outlives the blocking send.
+        return unsafe { ctx.send(mine.as_ptr(), block, local_root, LOCAL_GATHER) };
+    }
+    // This site's blocks, in its rank order.
+    let n = members.len();
+    let mut site_blocks = vec![0u8; n * block];
+    let mut reqs = Vec::new();
+    for (j, &r) in members.iter().enumerate() {
+        if r == me {
+            site_blocks[j * block..(j + 1) * block].copy_from_slice(&mine);
+        } else {
+            // SAFETY: slot j of `site_blocks`, alive until the waitall below.
+            reqs.push(unsafe {
+                ctx.irecv(
+                    site_blocks.as_mut_ptr().add(j * block),
+                    block,
+                    r,
+                    LOCAL_GATHER,
+                )?
+            });
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    let wire = Wire { ctx, pt2pt: false };
+    if !is_root {
+        // SAFETY: `site_blocks` holds `n * sc` packed elements of `sendtype`.
+        return unsafe {
+            wire.send_packed(site_blocks.as_ptr(), n * sc, sendtype, root, itag::GATHER)
+        };
+    }
+    let place = |blocks: &[u8], ranks: &[usize]| {
+        for (j, &r) in ranks.iter().enumerate() {
+            if r == root && send.is_none() {
+                continue;
+            }
+            // SAFETY: the root's receive buffer has room for block r.
+            unsafe { recvtype.unpack_range(rblock(r), rc, 0, &blocks[j * block..(j + 1) * block]) };
+        }
+    };
+    place(&site_blocks, members);
+    for (s, ranks) in h.members.iter().enumerate() {
+        if s == site {
+            continue;
+        }
+        let mut blocks = vec![0u8; ranks.len() * block];
+        // SAFETY: `blocks` has room for `ranks.len() * rc` packed elements.
+        unsafe {
+            wire.recv_packed(
+                blocks.as_mut_ptr(),
+                ranks.len() * rc,
+                recvtype,
+                h.leaders[s],
+                itag::GATHER,
+            )?
+        };
+        place(&blocks, ranks);
+    }
+    Ok(())
+}
+
+/// IMPI-style scatter across sites, the mirror of [`gather`]: the root sends each other
+/// site's blocks to its master as one typed message (tag 150, collective context), and the
+/// blocks go on to their ranks inside each site. `recv` is `None` for MPI_IN_PLACE at the
+/// root.
+///
+/// # Safety
+/// At the root `sendbuf` holds `size * sc` elements of `sendtype`; `recv` has room for
+/// `rc` elements of `recvtype`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn scatter(
+    ctx: &Ctx,
+    h: &Hier,
+    sendbuf: *const u8,
+    sc: usize,
+    sendtype: &TypeRef,
+    recv: Option<*mut u8>,
+    rc: usize,
+    recvtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let me = ctx.rank;
+    let is_root = me == root;
+    let site = h.my_node;
+    let root_site = h.node_of[root];
+    let members = &h.members[site];
+    let local_root = if site == root_site {
+        root
+    } else {
+        h.leaders[site]
+    };
+    let block = if is_root {
+        sc * sendtype.size()
+    } else {
+        rc * recvtype.size()
+    };
+    let deliver = |bytes: &[u8]| -> MpiResult<()> {
+        if let Some(r) = recv {
+            if rc * recvtype.size() != bytes.len() {
+                return Err(crate::util::err(
+                    tsunagi_core::ErrorClass::Truncate,
+                    "MPI_Scatter: send and receive sizes differ at the root".into(),
+                ));
+            }
+            // SAFETY: caller contract: `r` has room for `rc` elements.
+            unsafe { recvtype.unpack_range(r, rc, 0, bytes) };
+        }
+        Ok(())
+    };
+    if me != local_root {
+        let mut mine = vec![0u8; block];
+        // SAFETY: `mine` has `block` bytes.
+        unsafe { ctx.recv(mine.as_mut_ptr(), block, local_root, LOCAL_SCATTER)? };
+        return deliver(&mine);
+    }
+    let wire = Wire { ctx, pt2pt: false };
+    let n = members.len();
+    let mut site_blocks = vec![0u8; n * block];
+    if is_root {
+        let sext = sendtype.extent();
+        let sblock = |r: usize| sendbuf.wrapping_offset(r as isize * sc as isize * sext);
+        let pack = |ranks: &[usize], out: &mut [u8]| {
+            for (j, &r) in ranks.iter().enumerate() {
+                // SAFETY: the root's send buffer holds every rank's block.
+                unsafe {
+                    sendtype.pack_range(sblock(r), sc, 0, &mut out[j * block..(j + 1) * block])
+                };
+            }
+        };
+        let mut bufs = Vec::new();
+        let mut reqs = Vec::new();
+        for (s, ranks) in h.members.iter().enumerate() {
+            if s == site {
+                continue;
+            }
+            let mut blocks = vec![0u8; ranks.len() * block];
+            pack(ranks, &mut blocks);
+            bufs.push(blocks);
+        }
+        let mut k = 0;
+        for (s, ranks) in h.members.iter().enumerate() {
+            if s == site {
+                continue;
+            }
+            let data = &bufs[k];
+            k += 1;
+            let base = match sendtype.contiguous_offset() {
+                Some(off) => data.as_ptr().wrapping_offset(-off),
+                None => {
+                    // A non-contiguous type goes blocking, through a scratch of its layout.
+                    // SAFETY: `data` holds `ranks.len() * sc` packed elements.
+                    unsafe {
+                        wire.send_packed(
+                            data.as_ptr(),
+                            ranks.len() * sc,
+                            sendtype,
+                            h.leaders[s],
+                            itag::SCATTER,
+                        )?
+                    };
+                    continue;
+                }
+            };
+            // SAFETY: `base` is the type map over `data`, which outlives the waitall.
+            reqs.push(unsafe {
+                wire.isend(
+                    base,
+                    ranks.len() * sc,
+                    sendtype,
+                    h.leaders[s],
+                    itag::SCATTER,
+                )?
+            });
+        }
+        pack(members, &mut site_blocks);
+        ctx.waitall(&mut reqs)?;
+    } else {
+        // SAFETY: `site_blocks` has room for `n * rc` packed elements.
+        unsafe {
+            wire.recv_packed(
+                site_blocks.as_mut_ptr(),
+                n * rc,
+                recvtype,
+                root,
+                itag::SCATTER,
+            )?
+        };
+    }
+    let mut reqs = Vec::new();
+    for (j, &r) in members.iter().enumerate() {
+        if r != me {
+            // SAFETY: slot j of `site_blocks`, alive until the waitall below.
+            reqs.push(unsafe {
+                ctx.isend(site_blocks.as_ptr().add(j * block), block, r, LOCAL_SCATTER)?
+            });
+        }
+    }
+    let j = h.my_local;
+    let r = deliver(&site_blocks[j * block..(j + 1) * block]);
+    ctx.waitall(&mut reqs)?;
+    r
 }
 
 /// Inclusive scan across sites: a chain in rank order (rank r receives the prefix of ranks
