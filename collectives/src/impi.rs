@@ -18,8 +18,10 @@
 //!
 //! LAM has no IMPI algorithms for the other collectives. Here: gather and scatter are
 //! hierarchical (blocks meet at each site's master, one typed message per site crosses to
-//! or from the root); gatherv, scatterv and alltoall(v) take their linear algorithms (each
-//! rank exchanges its typed blocks directly with the root / every rank), allgather is
+//! or from the root), and so is alltoall (one message per pair of sites and direction,
+//! between their masters); gatherv, scatterv, alltoallv and alltoallw take their linear
+//! algorithms (each rank exchanges its typed blocks directly with the root / every rank,
+//! since their blocks' types and sizes are known only at their two ends), allgather is
 //! gather to rank 0 then bcast (as LAM's basic module), reduce_scatter is reduce to rank 0
 //! then scatterv, and scan is a chain in rank order (tag 200) so that non-commutative ops
 //! combine in order.
@@ -55,6 +57,7 @@ const LOCAL_BCAST: i32 = tag::BCAST + 96;
 const LOCAL_REDUCE: i32 = tag::REDUCE + 96;
 const LOCAL_GATHER: i32 = tag::GATHER + 96;
 const LOCAL_SCATTER: i32 = tag::SCATTER + 96;
+const LOCAL_ALLTOALL: i32 = tag::ALLTOALL + 96;
 
 /// The site structure of the call's communicator when it spans several sites: sites in
 /// the order of their lowest rank (the master order), each site's ranks ascending.
@@ -782,6 +785,158 @@ pub(crate) unsafe fn scatter(
     let r = deliver(&site_blocks[j * block..(j + 1) * block]);
     ctx.waitall(&mut reqs)?;
     r
+}
+
+/// IMPI-style all-to-all across sites for equal blocks of `b` bytes (one send type and
+/// count, one receive type and count): each rank hands its packed blocks to its site's
+/// master; masters exchange, per pair of sites, one typed message with the blocks from
+/// the one site's ranks to the other's (tag 170, collective context; pairs in a fixed
+/// order, so blocking transfers cannot wait on each other in a cycle); each master hands
+/// every rank of its site its `p` blocks. The wide-area link carries one message per
+/// pair of sites and direction instead of one per pair of ranks.
+///
+/// `send[j]` and `recv[j]` are block `j` as (address, count, type).
+///
+/// # Safety
+/// Every send block is readable and every receive block writable for its elements.
+pub(crate) unsafe fn alltoall(
+    ctx: &Ctx,
+    h: &Hier,
+    send: &[(*mut u8, usize, TypeRef)],
+    recv: &[(*mut u8, usize, TypeRef)],
+    b: usize,
+) -> MpiResult<()> {
+    let p = ctx.size;
+    let me = ctx.rank;
+    let site = h.my_node;
+    let members = &h.members[site];
+    let master = h.leaders[site];
+    let n = members.len();
+    let mut mine = vec![0u8; p * b];
+    for (j, (ptr, c, t)) in send.iter().enumerate() {
+        // SAFETY: caller contract: send block j is readable; its packed size is `b`.
+        unsafe { t.pack_range(*ptr, *c, 0, &mut mine[j * b..(j + 1) * b]) };
+    }
+    let unpack_all = |blocks: &[u8]| {
+        for (i, (ptr, c, t)) in recv.iter().enumerate() {
+            // SAFETY: caller contract: receive block i is writable.
+            unsafe { t.unpack_range(*ptr, *c, 0, &blocks[i * b..(i + 1) * b]) };
+        }
+    };
+    if me != master {
+        let mut got = vec![0u8; p * b];
+        // SAFETY: both buffers hold `p * b` bytes and outlive the waitall.
+        let mut reqs = unsafe {
+            vec![
+                ctx.irecv(got.as_mut_ptr(), p * b, master, LOCAL_ALLTOALL + 1)?,
+                ctx.isend(mine.as_ptr(), p * b, master, LOCAL_ALLTOALL)?,
+            ]
+        };
+        ctx.waitall(&mut reqs)?;
+        unpack_all(&got);
+        return Ok(());
+    }
+    // The site's blocks: member k's p blocks at k * p * b.
+    let mut site_blocks = vec![0u8; n * p * b];
+    let mut reqs = Vec::new();
+    for (k, &r) in members.iter().enumerate() {
+        if r == me {
+            site_blocks[k * p * b..(k + 1) * p * b].copy_from_slice(&mine);
+        } else {
+            // SAFETY: member k's slot, alive until the waitall.
+            reqs.push(unsafe {
+                ctx.irecv(
+                    site_blocks.as_mut_ptr().add(k * p * b),
+                    p * b,
+                    r,
+                    LOCAL_ALLTOALL,
+                )?
+            });
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    let (_, sc, sendtype) = &send[0];
+    let (_, rc, recvtype) = &recv[0];
+    let wire = Wire { ctx, pt2pt: false };
+    // From every other site: its ranks' blocks for this site's ranks, source-major.
+    let mut from: Vec<Vec<u8>> = vec![Vec::new(); h.members.len()];
+    for (s, theirs) in h.members.iter().enumerate() {
+        if s == site {
+            continue;
+        }
+        let mut out = Vec::with_capacity(n * theirs.len() * b);
+        for k in 0..n {
+            for &j in theirs {
+                let at = k * p * b + j * b;
+                out.extend_from_slice(&site_blocks[at..at + b]);
+            }
+        }
+        let mut inb = vec![0u8; theirs.len() * n * b];
+        let peer = h.leaders[s];
+        // SAFETY: `out` holds `n * |theirs| * sc` packed elements of the send type, `inb`
+        // has room for `|theirs| * n * rc` of the receive type.
+        unsafe {
+            if site < s {
+                wire.send_packed(
+                    out.as_ptr(),
+                    n * theirs.len() * sc,
+                    sendtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+                wire.recv_packed(
+                    inb.as_mut_ptr(),
+                    theirs.len() * n * rc,
+                    recvtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+            } else {
+                wire.recv_packed(
+                    inb.as_mut_ptr(),
+                    theirs.len() * n * rc,
+                    recvtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+                wire.send_packed(
+                    out.as_ptr(),
+                    n * theirs.len() * sc,
+                    sendtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+            }
+        }
+        from[s] = inb;
+    }
+    // Every member's p blocks, in source rank order.
+    let mut outs: Vec<Vec<u8>> = Vec::with_capacity(n);
+    for l in 0..n {
+        let j = members[l];
+        let mut v = vec![0u8; p * b];
+        for i in 0..p {
+            let s = h.node_of[i];
+            let src = if s == site {
+                let k = members.iter().position(|&r| r == i).expect("member");
+                &site_blocks[k * p * b + j * b..k * p * b + (j + 1) * b]
+            } else {
+                let ii = h.members[s].iter().position(|&r| r == i).expect("member");
+                &from[s][(ii * n + l) * b..(ii * n + l + 1) * b]
+            };
+            v[i * b..(i + 1) * b].copy_from_slice(src);
+        }
+        outs.push(v);
+    }
+    let mut reqs = Vec::new();
+    for (l, &r) in members.iter().enumerate() {
+        if r != me {
+            // SAFETY: `outs[l]` holds `p * b` bytes and outlives the waitall.
+            reqs.push(unsafe { ctx.isend(outs[l].as_ptr(), p * b, r, LOCAL_ALLTOALL + 1)? });
+        }
+    }
+    unpack_all(&outs[h.my_local]);
+    ctx.waitall(&mut reqs)
 }
 
 /// Inclusive scan across sites: a chain in rank order (rank r receives the prefix of ranks
