@@ -383,10 +383,17 @@ unsafe fn alltoall_impl(
     // size only when all blocks are equal (alltoall); the v/w forms use placement alone.
     let block = recv[0].1 * recv[0].2.size();
     let hier = ctx.is_hierarchical()?;
-    // Across sites: linear (typed, every pair directly).
-    let across_sites = p > 1 && crate::impi::spans_sites(&ctx)?;
+    // Across sites: equal blocks through the sites' masters (one message per pair of
+    // sites); the v/w forms linear (typed, every pair directly).
+    let sites = if p > 1 {
+        crate::impi::sites(&ctx)?
+    } else {
+        None
+    };
     let alg = choose(Coll::Alltoall, || {
-        if across_sites {
+        if sites.is_some() && uniform {
+            "sites"
+        } else if sites.is_some() {
             "linear"
         } else if uniform && block <= 256 && p >= 8 {
             "bruck"
@@ -398,6 +405,13 @@ unsafe fn alltoall_impl(
             "pairwise"
         }
     });
+    if let (Some(h), "sites", true) = (&sites, alg, uniform) {
+        record("sites");
+        // SAFETY: forwarded caller contract (in place: `send` points into `keep`).
+        let r = unsafe { crate::impi::alltoall(&ctx, h, &send, &recv, block) };
+        drop(keep);
+        return r;
+    }
     if alg == "bruck" && uniform && p > 1 {
         record("bruck");
         let r = bruck(&ctx, &send, &recv, block);

@@ -63,17 +63,31 @@ pub unsafe fn gather(
     } else {
         sc * sendtype.size()
     };
-    // Across sites: the linear algorithm (typed, straight between each rank and the root).
-    let across_sites = p > 1 && crate::impi::spans_sites(&ctx)?;
+    // Across sites: the IMPI-style algorithm (one message per site to the root).
+    let sites = if p > 1 {
+        crate::impi::sites(&ctx)?
+    } else {
+        None
+    };
     let alg = choose(Coll::Gather, || {
-        if across_sites {
-            "linear"
+        if sites.is_some() {
+            "sites"
         } else if block * p < 64 * 1024 && p > 2 {
             "binomial"
         } else {
             "linear"
         }
     });
+    if let (Some(h), "sites") = (&sites, alg) {
+        let send = match sendbuf {
+            SendBuf::Ptr(s) => Some(s),
+            SendBuf::InPlace => None,
+        };
+        // SAFETY: caller contract (checked above).
+        return unsafe {
+            crate::impi::gather(&ctx, h, send, sc, sendtype, recvbuf, rc, recvtype, root)
+        };
+    }
     let rext = recvtype.extent();
     let rblock = |r: usize| recvbuf.wrapping_offset(r as isize * rc as isize * rext);
     if alg == "binomial" && p > 1 {
@@ -345,17 +359,31 @@ pub unsafe fn scatter(
     } else {
         rc * recvtype.size()
     };
-    // Across sites: the linear algorithm (typed, straight between each rank and the root).
-    let across_sites = p > 1 && crate::impi::spans_sites(&ctx)?;
+    // Across sites: the IMPI-style algorithm (one message per site from the root).
+    let sites = if p > 1 {
+        crate::impi::sites(&ctx)?
+    } else {
+        None
+    };
     let alg = choose(Coll::Scatter, || {
-        if across_sites {
-            "linear"
+        if sites.is_some() {
+            "sites"
         } else if block * p < 64 * 1024 && p > 2 {
             "binomial"
         } else {
             "linear"
         }
     });
+    if let (Some(h), "sites") = (&sites, alg) {
+        let recv = match recvbuf {
+            RecvBuf::Ptr(r) => Some(r),
+            RecvBuf::InPlace => None,
+        };
+        // SAFETY: caller contract (checked above).
+        return unsafe {
+            crate::impi::scatter(&ctx, h, sendbuf, sc, sendtype, recv, rc, recvtype, root)
+        };
+    }
     let sext = sendtype.extent();
     let sblock = |r: usize| sendbuf.wrapping_offset(r as isize * sc as isize * sext);
     if alg == "binomial" && p > 1 {

@@ -16,9 +16,12 @@
 //! phases inside a site run on packed bytes with Tsunagi's own tags, which are multiples
 //! of 256 and never equal an IMPI tag (110 to 230).
 //!
-//! LAM has no IMPI algorithms for the other collectives. Here: gather(v), scatter(v) and
-//! alltoall(v) take their linear algorithms (each rank exchanges its typed blocks directly
-//! with the root / every rank: the IMPI "long" protocol, whatever the size), allgather is
+//! LAM has no IMPI algorithms for the other collectives. Here: gather and scatter are
+//! hierarchical (blocks meet at each site's master, one typed message per site crosses to
+//! or from the root), and so is alltoall (one message per pair of sites and direction,
+//! between their masters); gatherv, scatterv, alltoallv and alltoallw take their linear
+//! algorithms (each rank exchanges its typed blocks directly with the root / every rank,
+//! since their blocks' types and sizes are known only at their two ends), allgather is
 //! gather to rank 0 then bcast (as LAM's basic module), reduce_scatter is reduce to rank 0
 //! then scatterv, and scan is a chain in rank order (tag 200) so that non-commutative ops
 //! combine in order.
@@ -52,6 +55,9 @@ pub mod itag {
 const LOCAL_BARRIER: i32 = tag::BARRIER + 96;
 const LOCAL_BCAST: i32 = tag::BCAST + 96;
 const LOCAL_REDUCE: i32 = tag::REDUCE + 96;
+const LOCAL_GATHER: i32 = tag::GATHER + 96;
+const LOCAL_SCATTER: i32 = tag::SCATTER + 96;
+const LOCAL_ALLTOALL: i32 = tag::ALLTOALL + 96;
 
 /// The site structure of the call's communicator when it spans several sites: sites in
 /// the order of their lowest rank (the master order), each site's ranks ascending.
@@ -524,6 +530,416 @@ pub(crate) unsafe fn reduce(
         }
         Ok(())
     }
+}
+
+/// IMPI-style gather across sites: the blocks of each site meet, packed, at the site's
+/// master (the root itself in the root's site) over the site's own transports; then each
+/// other site's master sends its site's blocks to the root as one typed message (tag 130
+/// on the collective context), so the wide-area link is crossed once per site instead of
+/// once per rank. `send` is `None` for MPI_IN_PLACE at the root.
+///
+/// # Safety
+/// `send` holds `sc` elements of `sendtype` (every rank but an in-place root); at the root
+/// `recvbuf` has room for `size * rc` elements of `recvtype`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn gather(
+    ctx: &Ctx,
+    h: &Hier,
+    send: Option<*const u8>,
+    sc: usize,
+    sendtype: &TypeRef,
+    recvbuf: *mut u8,
+    rc: usize,
+    recvtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let me = ctx.rank;
+    let is_root = me == root;
+    let site = h.my_node;
+    let root_site = h.node_of[root];
+    let members = &h.members[site];
+    let local_root = if site == root_site {
+        root
+    } else {
+        h.leaders[site]
+    };
+    // Bytes per rank: the same everywhere (matching type signatures).
+    let block = if is_root {
+        rc * recvtype.size()
+    } else {
+        sc * sendtype.size()
+    };
+    let rext = recvtype.extent();
+    let rblock = |r: usize| recvbuf.wrapping_offset(r as isize * rc as isize * rext);
+    let mut mine = vec![0u8; block];
+    match send {
+        // SAFETY: caller contract: `s` holds `sc` elements of `sendtype`, and `block` is
+        // their packed size (checked at the root against its receive size).
+        Some(s) if sc * sendtype.size() == block => unsafe {
+            sendtype.pack_range(s, sc, 0, &mut mine)
+        },
+        Some(_) => {
+            return Err(crate::util::err(
+                tsunagi_core::ErrorClass::Truncate,
+                "MPI_Gather: send and receive sizes differ at the root".into(),
+            ))
+        }
+        // SAFETY: in place at the root: its block is already in `recvbuf`.
+        None => unsafe { recvtype.pack_range(rblock(root), rc, 0, &mut mine) },
+    }
+    if me != local_root {
+        // SAFETY: `mine` holds `block` bytes and outlives the blocking send.
+        return unsafe { ctx.send(mine.as_ptr(), block, local_root, LOCAL_GATHER) };
+    }
+    // This site's blocks, in its rank order.
+    let n = members.len();
+    let mut site_blocks = vec![0u8; n * block];
+    let mut reqs = Vec::new();
+    for (j, &r) in members.iter().enumerate() {
+        if r == me {
+            site_blocks[j * block..(j + 1) * block].copy_from_slice(&mine);
+        } else {
+            // SAFETY: slot j of `site_blocks`, alive until the waitall below.
+            reqs.push(unsafe {
+                ctx.irecv(
+                    site_blocks.as_mut_ptr().add(j * block),
+                    block,
+                    r,
+                    LOCAL_GATHER,
+                )?
+            });
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    let wire = Wire { ctx, pt2pt: false };
+    if !is_root {
+        // SAFETY: `site_blocks` holds `n * sc` packed elements of `sendtype`.
+        return unsafe {
+            wire.send_packed(site_blocks.as_ptr(), n * sc, sendtype, root, itag::GATHER)
+        };
+    }
+    let place = |blocks: &[u8], ranks: &[usize]| {
+        for (j, &r) in ranks.iter().enumerate() {
+            if r == root && send.is_none() {
+                continue;
+            }
+            // SAFETY: the root's receive buffer has room for block r.
+            unsafe { recvtype.unpack_range(rblock(r), rc, 0, &blocks[j * block..(j + 1) * block]) };
+        }
+    };
+    place(&site_blocks, members);
+    for (s, ranks) in h.members.iter().enumerate() {
+        if s == site {
+            continue;
+        }
+        let mut blocks = vec![0u8; ranks.len() * block];
+        // SAFETY: `blocks` has room for `ranks.len() * rc` packed elements.
+        unsafe {
+            wire.recv_packed(
+                blocks.as_mut_ptr(),
+                ranks.len() * rc,
+                recvtype,
+                h.leaders[s],
+                itag::GATHER,
+            )?
+        };
+        place(&blocks, ranks);
+    }
+    Ok(())
+}
+
+/// IMPI-style scatter across sites, the mirror of [`gather`]: the root sends each other
+/// site's blocks to its master as one typed message (tag 150, collective context), and the
+/// blocks go on to their ranks inside each site. `recv` is `None` for MPI_IN_PLACE at the
+/// root.
+///
+/// # Safety
+/// At the root `sendbuf` holds `size * sc` elements of `sendtype`; `recv` has room for
+/// `rc` elements of `recvtype`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn scatter(
+    ctx: &Ctx,
+    h: &Hier,
+    sendbuf: *const u8,
+    sc: usize,
+    sendtype: &TypeRef,
+    recv: Option<*mut u8>,
+    rc: usize,
+    recvtype: &TypeRef,
+    root: usize,
+) -> MpiResult<()> {
+    let me = ctx.rank;
+    let is_root = me == root;
+    let site = h.my_node;
+    let root_site = h.node_of[root];
+    let members = &h.members[site];
+    let local_root = if site == root_site {
+        root
+    } else {
+        h.leaders[site]
+    };
+    let block = if is_root {
+        sc * sendtype.size()
+    } else {
+        rc * recvtype.size()
+    };
+    let deliver = |bytes: &[u8]| -> MpiResult<()> {
+        if let Some(r) = recv {
+            if rc * recvtype.size() != bytes.len() {
+                return Err(crate::util::err(
+                    tsunagi_core::ErrorClass::Truncate,
+                    "MPI_Scatter: send and receive sizes differ at the root".into(),
+                ));
+            }
+            // SAFETY: caller contract: `r` has room for `rc` elements.
+            unsafe { recvtype.unpack_range(r, rc, 0, bytes) };
+        }
+        Ok(())
+    };
+    if me != local_root {
+        let mut mine = vec![0u8; block];
+        // SAFETY: `mine` has `block` bytes.
+        unsafe { ctx.recv(mine.as_mut_ptr(), block, local_root, LOCAL_SCATTER)? };
+        return deliver(&mine);
+    }
+    let wire = Wire { ctx, pt2pt: false };
+    let n = members.len();
+    let mut site_blocks = vec![0u8; n * block];
+    if is_root {
+        let sext = sendtype.extent();
+        let sblock = |r: usize| sendbuf.wrapping_offset(r as isize * sc as isize * sext);
+        let pack = |ranks: &[usize], out: &mut [u8]| {
+            for (j, &r) in ranks.iter().enumerate() {
+                // SAFETY: the root's send buffer holds every rank's block.
+                unsafe {
+                    sendtype.pack_range(sblock(r), sc, 0, &mut out[j * block..(j + 1) * block])
+                };
+            }
+        };
+        let mut bufs = Vec::new();
+        let mut reqs = Vec::new();
+        for (s, ranks) in h.members.iter().enumerate() {
+            if s == site {
+                continue;
+            }
+            let mut blocks = vec![0u8; ranks.len() * block];
+            pack(ranks, &mut blocks);
+            bufs.push(blocks);
+        }
+        let mut k = 0;
+        for (s, ranks) in h.members.iter().enumerate() {
+            if s == site {
+                continue;
+            }
+            let data = &bufs[k];
+            k += 1;
+            let base = match sendtype.contiguous_offset() {
+                Some(off) => data.as_ptr().wrapping_offset(-off),
+                None => {
+                    // A non-contiguous type goes blocking, through a scratch of its layout.
+                    // SAFETY: `data` holds `ranks.len() * sc` packed elements.
+                    unsafe {
+                        wire.send_packed(
+                            data.as_ptr(),
+                            ranks.len() * sc,
+                            sendtype,
+                            h.leaders[s],
+                            itag::SCATTER,
+                        )?
+                    };
+                    continue;
+                }
+            };
+            // SAFETY: `base` is the type map over `data`, which outlives the waitall.
+            reqs.push(unsafe {
+                wire.isend(
+                    base,
+                    ranks.len() * sc,
+                    sendtype,
+                    h.leaders[s],
+                    itag::SCATTER,
+                )?
+            });
+        }
+        pack(members, &mut site_blocks);
+        ctx.waitall(&mut reqs)?;
+    } else {
+        // SAFETY: `site_blocks` has room for `n * rc` packed elements.
+        unsafe {
+            wire.recv_packed(
+                site_blocks.as_mut_ptr(),
+                n * rc,
+                recvtype,
+                root,
+                itag::SCATTER,
+            )?
+        };
+    }
+    let mut reqs = Vec::new();
+    for (j, &r) in members.iter().enumerate() {
+        if r != me {
+            // SAFETY: slot j of `site_blocks`, alive until the waitall below.
+            reqs.push(unsafe {
+                ctx.isend(site_blocks.as_ptr().add(j * block), block, r, LOCAL_SCATTER)?
+            });
+        }
+    }
+    let j = h.my_local;
+    let r = deliver(&site_blocks[j * block..(j + 1) * block]);
+    ctx.waitall(&mut reqs)?;
+    r
+}
+
+/// IMPI-style all-to-all across sites for equal blocks of `b` bytes (one send type and
+/// count, one receive type and count): each rank hands its packed blocks to its site's
+/// master; masters exchange, per pair of sites, one typed message with the blocks from
+/// the one site's ranks to the other's (tag 170, collective context; pairs in a fixed
+/// order, so blocking transfers cannot wait on each other in a cycle); each master hands
+/// every rank of its site its `p` blocks. The wide-area link carries one message per
+/// pair of sites and direction instead of one per pair of ranks.
+///
+/// `send[j]` and `recv[j]` are block `j` as (address, count, type).
+///
+/// # Safety
+/// Every send block is readable and every receive block writable for its elements.
+pub(crate) unsafe fn alltoall(
+    ctx: &Ctx,
+    h: &Hier,
+    send: &[(*mut u8, usize, TypeRef)],
+    recv: &[(*mut u8, usize, TypeRef)],
+    b: usize,
+) -> MpiResult<()> {
+    let p = ctx.size;
+    let me = ctx.rank;
+    let site = h.my_node;
+    let members = &h.members[site];
+    let master = h.leaders[site];
+    let n = members.len();
+    let mut mine = vec![0u8; p * b];
+    for (j, (ptr, c, t)) in send.iter().enumerate() {
+        // SAFETY: caller contract: send block j is readable; its packed size is `b`.
+        unsafe { t.pack_range(*ptr, *c, 0, &mut mine[j * b..(j + 1) * b]) };
+    }
+    let unpack_all = |blocks: &[u8]| {
+        for (i, (ptr, c, t)) in recv.iter().enumerate() {
+            // SAFETY: caller contract: receive block i is writable.
+            unsafe { t.unpack_range(*ptr, *c, 0, &blocks[i * b..(i + 1) * b]) };
+        }
+    };
+    if me != master {
+        let mut got = vec![0u8; p * b];
+        // SAFETY: both buffers hold `p * b` bytes and outlive the waitall.
+        let mut reqs = unsafe {
+            vec![
+                ctx.irecv(got.as_mut_ptr(), p * b, master, LOCAL_ALLTOALL + 1)?,
+                ctx.isend(mine.as_ptr(), p * b, master, LOCAL_ALLTOALL)?,
+            ]
+        };
+        ctx.waitall(&mut reqs)?;
+        unpack_all(&got);
+        return Ok(());
+    }
+    // The site's blocks: member k's p blocks at k * p * b.
+    let mut site_blocks = vec![0u8; n * p * b];
+    let mut reqs = Vec::new();
+    for (k, &r) in members.iter().enumerate() {
+        if r == me {
+            site_blocks[k * p * b..(k + 1) * p * b].copy_from_slice(&mine);
+        } else {
+            // SAFETY: member k's slot, alive until the waitall.
+            reqs.push(unsafe {
+                ctx.irecv(
+                    site_blocks.as_mut_ptr().add(k * p * b),
+                    p * b,
+                    r,
+                    LOCAL_ALLTOALL,
+                )?
+            });
+        }
+    }
+    ctx.waitall(&mut reqs)?;
+    let (_, sc, sendtype) = &send[0];
+    let (_, rc, recvtype) = &recv[0];
+    let wire = Wire { ctx, pt2pt: false };
+    // From every other site: its ranks' blocks for this site's ranks, source-major.
+    let mut from: Vec<Vec<u8>> = vec![Vec::new(); h.members.len()];
+    for (s, theirs) in h.members.iter().enumerate() {
+        if s == site {
+            continue;
+        }
+        let mut out = Vec::with_capacity(n * theirs.len() * b);
+        for k in 0..n {
+            for &j in theirs {
+                let at = k * p * b + j * b;
+                out.extend_from_slice(&site_blocks[at..at + b]);
+            }
+        }
+        let mut inb = vec![0u8; theirs.len() * n * b];
+        let peer = h.leaders[s];
+        // SAFETY: `out` holds `n * |theirs| * sc` packed elements of the send type, `inb`
+        // has room for `|theirs| * n * rc` of the receive type.
+        unsafe {
+            if site < s {
+                wire.send_packed(
+                    out.as_ptr(),
+                    n * theirs.len() * sc,
+                    sendtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+                wire.recv_packed(
+                    inb.as_mut_ptr(),
+                    theirs.len() * n * rc,
+                    recvtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+            } else {
+                wire.recv_packed(
+                    inb.as_mut_ptr(),
+                    theirs.len() * n * rc,
+                    recvtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+                wire.send_packed(
+                    out.as_ptr(),
+                    n * theirs.len() * sc,
+                    sendtype,
+                    peer,
+                    itag::ALLTOALL,
+                )?;
+            }
+        }
+        from[s] = inb;
+    }
+    // Every member's p blocks, in source rank order.
+    let mut outs: Vec<Vec<u8>> = Vec::with_capacity(n);
+    for l in 0..n {
+        let j = members[l];
+        let mut v = vec![0u8; p * b];
+        for i in 0..p {
+            let s = h.node_of[i];
+            let src = if s == site {
+                let k = members.iter().position(|&r| r == i).expect("member");
+                &site_blocks[k * p * b + j * b..k * p * b + (j + 1) * b]
+            } else {
+                let ii = h.members[s].iter().position(|&r| r == i).expect("member");
+                &from[s][(ii * n + l) * b..(ii * n + l + 1) * b]
+            };
+            v[i * b..(i + 1) * b].copy_from_slice(src);
+        }
+        outs.push(v);
+    }
+    let mut reqs = Vec::new();
+    for (l, &r) in members.iter().enumerate() {
+        if r != me {
+            // SAFETY: `outs[l]` holds `p * b` bytes and outlives the waitall.
+            reqs.push(unsafe { ctx.isend(outs[l].as_ptr(), p * b, r, LOCAL_ALLTOALL + 1)? });
+        }
+    }
+    unpack_all(&outs[h.my_local]);
+    ctx.waitall(&mut reqs)
 }
 
 /// Inclusive scan across sites: a chain in rank order (rank r receives the prefix of ranks

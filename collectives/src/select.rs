@@ -67,7 +67,7 @@ impl Coll {
             Coll::Gather => &["binomial", "linear"],
             Coll::Scatter => &["binomial", "linear"],
             Coll::Allgather => &["recursive_doubling", "bruck", "ring", "hierarchical"],
-            Coll::Alltoall => &["bruck", "pairwise", "two_level_ring", "linear"],
+            Coll::Alltoall => &["bruck", "pairwise", "two_level_ring", "linear", "sites"],
             Coll::Reduce => &["binomial", "rabenseifner", "hierarchical"],
             Coll::Allreduce => &[
                 "recursive_doubling",

@@ -9,11 +9,20 @@
 //! Checks: the `hello` and `ring` examples on 2 and 4 ranks, node locality taken from the
 //! `PMI_process_mapping` Slurm publishes (no host-id exchange), a key-value exchange with
 //! long values (`pmi_rank exchange`: PMI-1 requests must fit Slurm's 1024-byte reads), and
-//! a C program built with our `mpicc`.
+//! a C program built with our `mpicc`; and a site started by Slurm joining a site started by
+//! our mpirun over IMPI (`mpirun --client` on one side, the same client settings in the
+//! environment of `srun` on the other).
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
+
+/// One test at a time: each may start (and then stop) the private cluster.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
 
 /// Longest any one job or command may take.
 const TIMEOUT: Duration = Duration::from_secs(120);
@@ -326,6 +335,7 @@ fn c_program() -> Option<PathBuf> {
 
 #[test]
 fn programs_start_under_srun_mpi_pmi2() {
+    let _s = serial();
     let Some(slurm) = Slurm::get() else {
         return;
     };
@@ -375,4 +385,88 @@ fn programs_start_under_srun_mpi_pmi2() {
             check(&format!("c_hello -n {n}"), &o, "c_hello:", n, Some(n));
         }
     }
+}
+
+/// One IMPI job of two sites: site 0 started by `mpirun --client 0 --server`, site 1 by
+/// `srun --mpi=pmi2` with `TSUNAGI_IMPI_SERVER`/`TSUNAGI_IMPI_CLIENT` (what `mpirun
+/// --client` sets), joined through `tsunagi-impi-server`. The ring runs over all 4 ranks and
+/// the server sees both clients finish.
+#[test]
+fn a_site_started_by_slurm_joins_a_site_started_by_mpirun_over_impi() {
+    use std::io::{BufRead, BufReader};
+    let _s = serial();
+    let Some(slurm) = Slurm::get() else {
+        return;
+    };
+    let ring = example("tsunagi", "ring");
+    let server_bin = profile_dir().join("tsunagi-impi-server");
+    if !server_bin.exists() {
+        cargo_build(&["-p", "tsunagi-impi", "--bin", "tsunagi-impi-server"]);
+    }
+    let mut server = Command::new(&server_bin)
+        .args(["-server", "2"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start tsunagi-impi-server");
+    let mut first = String::new();
+    BufReader::new(server.stdout.take().expect("piped"))
+        .read_line(&mut first)
+        .expect("the server's first line");
+    let addr = first.trim().to_string();
+    assert!(
+        addr.contains(':'),
+        "the server printed {first:?}, not HOST:PORT"
+    );
+
+    let mut site0 = Command::new(env!("CARGO_BIN_EXE_mpirun"));
+    site0
+        .args(["--client", "0", "--server", &addr, "-n", "2"])
+        .arg(&ring);
+    for v in [
+        "TSUNAGI_NODE_MAP",
+        "TSUNAGI_IMPI_SERVER",
+        "TSUNAGI_IMPI_CLIENT",
+    ] {
+        site0.env_remove(v);
+    }
+    let site0 = std::thread::spawn(move || run(site0, TIMEOUT));
+    let slurm_site = slurm.srun(
+        2,
+        &ring,
+        &[],
+        &[("TSUNAGI_IMPI_SERVER", &addr), ("TSUNAGI_IMPI_CLIENT", "1")],
+    );
+    let site0 = site0.join().expect("site 0 thread").expect("run mpirun");
+
+    // The server ends once both clients sent FINI (or is stopped after a failure).
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(st) = server.try_wait().expect("wait for the server") {
+            break Some(st);
+        }
+        if Instant::now() > deadline {
+            let _ = server.kill();
+            let _ = server.wait();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut server_err = String::new();
+    if let Some(mut e) = server.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut server_err);
+    }
+    let report = format!(
+        "site 0 (mpirun): exit {:?}\n{}{}\nsite 1 (srun): exit {:?}\n{}{}\nserver: {status:?}\n{server_err}",
+        site0.code, site0.stdout, site0.stderr, slurm_site.code, slurm_site.stdout, slurm_site.stderr
+    );
+    assert!(site0.ok() && slurm_site.ok(), "a site failed:\n{report}");
+    assert!(
+        site0.stdout.contains("ring: 4 ranks") && site0.stdout.contains("OK"),
+        "the ring did not run over both sites:\n{report}"
+    );
+    assert!(
+        status.is_some_and(|s| s.success()) && server_err.contains("every client sent FINI"),
+        "the server did not see both sites finish:\n{report}"
+    );
 }

@@ -9,10 +9,9 @@
 //! `pk_lsrank` carries the sender's world rank (as LAM does), the context id is `pk_cid`.
 
 use std::collections::HashMap;
-use std::io::{ErrorKind, Read, Write};
+use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,17 +20,19 @@ use tsunagi_p2p::{EventSource, P2pError, Rank};
 
 use crate::link::{CancelStatus, Event, Link, LinkError, SendRequest};
 
+/// Most slices handed to one `writev`.
+const MAX_IOV: usize = 64;
+
 /// One peer host: its connection and its link.
 pub struct HostConn {
     /// The peer host's index (IMPI's host order).
     pub host: u32,
     stream: TcpStream,
     link: Link,
-    /// Bytes the link produced that the socket did not take yet.
-    out: Vec<u8>,
-    out_pos: usize,
     /// The peer closed the connection (after FINI).
     eof: bool,
+    /// Write readiness is registered with the device's epoll set (output is waiting).
+    watching_out: bool,
     /// The lowest world rank on the peer host (for failure reports).
     peer_rank: Rank,
 }
@@ -45,30 +46,24 @@ impl HostConn {
             host,
             stream,
             link,
-            out: Vec::new(),
-            out_pos: 0,
             eof: false,
+            watching_out: false,
             peer_rank: 0,
         })
     }
 
-    /// Move the link's output to the socket as far as it takes it.
+    /// Move the link's output to the socket as far as it takes it: headers and message
+    /// data in one `writev`, straight from the buffers the link holds.
     fn write_out(&mut self) -> Result<(), P2pError> {
-        if self.out_pos == self.out.len() {
-            self.out.clear();
-            self.out_pos = 0;
-            if !self.link.has_output() {
-                return Ok(());
-            }
-            self.out = self.link.transmit();
-        } else if self.link.has_output() {
-            let more = self.link.transmit();
-            self.out.extend_from_slice(&more);
-        }
-        while self.out_pos < self.out.len() {
-            match self.stream.write(&self.out[self.out_pos..]) {
+        while self.link.has_output() {
+            let r = {
+                let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
+                self.link.output_slices(&mut iov, MAX_IOV);
+                self.stream.write_vectored(&iov)
+            };
+            match r {
                 Ok(0) => return Err(self.lost("the connection accepts no more data")),
-                Ok(n) => self.out_pos += n,
+                Ok(n) => self.link.output_written(n),
                 Err(e) if e.kind() == ErrorKind::WouldBlock => break,
                 Err(e) if e.kind() == ErrorKind::Interrupted => {}
                 Err(e) => return Err(self.lost(&e.to_string())),
@@ -77,11 +72,37 @@ impl HostConn {
         Ok(())
     }
 
-    /// Read what the socket has into the link. Returns bytes read.
-    fn read_in(&mut self, buf: &mut [u8]) -> Result<usize, P2pError> {
+    /// Read what the socket has into the link (large packets' data straight into their
+    /// own buffers). Returns bytes read.
+    fn read_in(&mut self) -> Result<usize, P2pError> {
         let mut total = 0;
         while !self.eof {
-            match self.stream.read(buf) {
+            let (body, staging) = self.link.input_buffers();
+            let room = body.len() + staging.len();
+            if room == 0 {
+                break;
+            }
+            let iov = [
+                libc::iovec {
+                    iov_base: body.as_mut_ptr().cast(),
+                    iov_len: body.len(),
+                },
+                libc::iovec {
+                    iov_base: staging.as_mut_ptr().cast(),
+                    iov_len: staging.len(),
+                },
+            ];
+            // SAFETY: both iovecs describe memory the link lent us for this call (a
+            // packet's uninitialised spare capacity, then its staging buffer), writable
+            // for their lengths and disjoint; readv writes at most their total and reports
+            // how much, which is all `input_filled` treats as initialised.
+            let r = unsafe { libc::readv(self.stream.as_raw_fd(), iov.as_ptr(), 2) };
+            let r = if r < 0 {
+                Err(std::io::Error::last_os_error())
+            } else {
+                Ok(r as usize)
+            };
+            match r {
                 Ok(0) => {
                     self.eof = true;
                     self.link
@@ -90,10 +111,8 @@ impl HostConn {
                 }
                 Ok(n) => {
                     total += n;
-                    self.link
-                        .handle_input(&buf[..n])
-                        .map_err(|e| self.broken(e))?;
-                    if n < buf.len() {
+                    self.link.input_filled(n).map_err(|e| self.broken(e))?;
+                    if n < room {
                         break;
                     }
                 }
@@ -106,7 +125,7 @@ impl HostConn {
     }
 
     fn wants_write(&self) -> bool {
-        self.out_pos < self.out.len() || self.link.has_output()
+        self.link.has_output()
     }
 
     fn lost(&self, why: &str) -> P2pError {
@@ -132,7 +151,8 @@ pub struct ImpiDevice {
     tokens: HashMap<(u32, u64), u64>,
     sends: HashMap<u64, (u32, u64)>,
     source: Arc<SocketsSource>,
-    buf: Vec<u8>,
+    /// Readiness reported by the last `epoll_wait`.
+    ready: Vec<libc::epoll_event>,
 }
 
 const NO_CONN: u32 = u32::MAX;
@@ -150,6 +170,7 @@ impl ImpiDevice {
         tag_ub: i32,
         data_rep: DataRep,
     ) -> Result<ImpiDevice, P2pError> {
+        keep_freed_memory();
         let mut conn_of = vec![NO_CONN; size];
         let mut list = Vec::with_capacity(conns.len());
         for (i, (mut c, ranks)) in conns.into_iter().enumerate() {
@@ -160,7 +181,10 @@ impl ImpiDevice {
             list.push(c);
         }
         let source = Arc::new(SocketsSource::new(
-            list.iter().map(|c| c.stream.as_raw_fd()).collect(),
+            &list
+                .iter()
+                .map(|c| c.stream.as_raw_fd())
+                .collect::<Vec<_>>(),
         )?);
         Ok(ImpiDevice {
             me,
@@ -174,7 +198,7 @@ impl ImpiDevice {
             tokens: HashMap::new(),
             sends: HashMap::new(),
             source,
-            buf: vec![0u8; 256 * 1024],
+            ready: Vec::with_capacity(64),
         })
     }
 
@@ -194,14 +218,44 @@ impl ImpiDevice {
         }
     }
 
-    /// Write pending output of every connection; note whether some remains.
-    fn flush_all(&mut self) -> Result<(), P2pError> {
-        let mut pending = false;
-        for c in self.conns.iter_mut() {
-            c.write_out()?;
-            pending |= c.wants_write();
+    /// Write the pending output of connection `c`, and watch for room in its socket
+    /// while some remains (and only then, so that sleepers do not wake for nothing).
+    fn flush(&mut self, c: usize) -> Result<(), P2pError> {
+        let conn = &mut self.conns[c];
+        conn.write_out()?;
+        let want = conn.wants_write() && !conn.eof;
+        if want != conn.watching_out {
+            conn.watching_out = want;
+            self.source
+                .watch(conn.stream.as_raw_fd(), c, want)
+                .map_err(|e| self.conns[c].lost(&e.to_string()))?;
         }
-        self.source.pending_out.store(pending, Ordering::Release);
+        Ok(())
+    }
+
+    /// Write pending output of every connection whose socket may take it: new output at
+    /// once, output that waited for room only once the socket reported some.
+    fn flush_all(&mut self, writable: &[usize]) -> Result<(), P2pError> {
+        for c in 0..self.conns.len() {
+            let conn = &self.conns[c];
+            if conn.wants_write() && (!conn.watching_out || writable.contains(&c)) {
+                self.flush(c)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Read what connection `c` has; once the peer closed it, stop watching its socket
+    /// (a closed socket is always "readable" and would wake every sleep).
+    fn read_conn(&mut self, c: usize) -> Result<(), P2pError> {
+        let was_eof = self.conns[c].eof;
+        self.conns[c].read_in()?;
+        if self.conns[c].eof && !was_eof {
+            self.conns[c].watching_out = false;
+            self.source
+                .forget(self.conns[c].stream.as_raw_fd())
+                .map_err(|e| self.conns[c].lost(&e.to_string()))?;
+        }
         Ok(())
     }
 
@@ -242,9 +296,8 @@ impl Device for ImpiDevice {
             .map_err(|e| self.link_err(c, e))?;
         self.tokens.insert((c as u32, sid), token);
         self.sends.insert(token, (c as u32, sid));
-        self.conns[c].write_out()?;
-        if self.conns[c].wants_write() {
-            self.source.pending_out.store(true, Ordering::Release);
+        if !self.conns[c].watching_out {
+            self.flush(c)?;
         }
         Ok(())
     }
@@ -259,7 +312,10 @@ impl Device for ImpiDevice {
             .link
             .accept(aid)
             .map_err(|e| self.link_err(c, e))?;
-        self.conns[c].write_out()
+        if !self.conns[c].watching_out {
+            self.flush(c)?;
+        }
+        Ok(())
     }
 
     fn cancel_send(&mut self, token: u64) -> Result<DeviceCancel, P2pError> {
@@ -271,7 +327,9 @@ impl Device for ImpiDevice {
             .link
             .cancel(sid)
             .map_err(|e| self.link_err(c, e))?;
-        self.conns[c].write_out()?;
+        if !self.conns[c].watching_out {
+            self.flush(c)?;
+        }
         Ok(match st {
             CancelStatus::Cancelled => {
                 self.sends.remove(&token);
@@ -285,13 +343,30 @@ impl Device for ImpiDevice {
 
     fn poll(&mut self, sink: &mut dyn FnMut(DeviceEvent)) -> Result<usize, P2pError> {
         let mut n = 0;
-        let mut buf = std::mem::take(&mut self.buf);
-        for c in 0..self.conns.len() {
-            let r = self.conns[c].read_in(&mut buf);
-            if let Err(e) = r {
-                self.buf = buf;
-                return Err(e);
+        // One epoll_wait tells which sockets have bytes (or room): no read per peer host
+        // per progress step.
+        let mut ready = std::mem::take(&mut self.ready);
+        let r = self.source.ready(&mut ready);
+        let mut writable = Vec::new();
+        for ev in &ready {
+            let c = ev.u64 as usize;
+            let bits = ev.events as i32;
+            if c >= self.conns.len() {
+                continue;
             }
+            if bits & libc::EPOLLOUT != 0 {
+                writable.push(c);
+            }
+            if bits & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) != 0 {
+                if let Err(e) = self.read_conn(c) {
+                    self.ready = ready;
+                    return Err(e);
+                }
+            }
+        }
+        self.ready = ready;
+        r?;
+        for c in 0..self.conns.len() {
             while let Some(ev) = self.conns[c].link.poll_event() {
                 n += 1;
                 let base = (c as u64) << CONN_SHIFT;
@@ -340,9 +415,8 @@ impl Device for ImpiDevice {
                 sink(ev);
             }
         }
-        self.buf = buf;
-        // Accepting and acknowledging may have produced output.
-        self.flush_all()?;
+        // Acknowledging and the window opening may have produced output.
+        self.flush_all(&writable)?;
         Ok(n)
     }
 
@@ -358,57 +432,141 @@ impl Device for ImpiDevice {
                 .map_err(|e| self.link_err(c, e))?;
         }
         let deadline = Instant::now() + timeout;
-        let mut buf = std::mem::take(&mut self.buf);
-        let result = loop {
+        loop {
             let mut all_closed = true;
             let mut failed = None;
-            for c in self.conns.iter_mut() {
-                if let Err(e) = c.write_out().and_then(|_| c.read_in(&mut buf).map(|_| ())) {
+            for c in 0..self.conns.len() {
+                if let Err(e) = self.flush(c).and_then(|_| self.read_conn(c)) {
                     failed = Some(e);
                     break;
                 }
+                let c = &mut self.conns[c];
                 while c.link.poll_event().is_some() {}
                 all_closed &= c.link.is_closed() && !c.wants_write();
             }
             if let Some(e) = failed {
-                break Err(e);
+                return Err(e);
             }
             if all_closed {
-                break Ok(());
+                return Ok(());
             }
             if Instant::now() >= deadline {
-                break Err(P2pError::Other(format!(
+                return Err(P2pError::Other(format!(
                     "IMPI: the other sites did not finish within {timeout:?}"
                 )));
             }
             self.source.sleep(0, Duration::from_millis(5));
-        };
-        self.buf = buf;
-        result
+        }
     }
 }
 
-/// Sleep on the device's sockets: readable data (or writable room while output waits), or
-/// a [`EventSource::notify`].
+/// Let the C library keep freed memory for the next message instead of giving it back to
+/// the kernel after each one.
+///
+/// Every message crosses the device interface as an owned buffer: the core allocates one
+/// per send, the device one per received packet of a long message. With glibc's dynamic
+/// thresholds a freed buffer of a MiB ends up trimmed from the top of the heap (or
+/// unmapped), and the next one faults its pages in and zeroes them again: measured at more
+/// than half of the sender's CPU time when streaming 1 MiB messages across sites. So keep
+/// up to 64 MiB freed at the top of the heap and serve allocations up to 32 MiB (glibc's
+/// maximum threshold) from the heap. A user's own `MALLOC_TRIM_THRESHOLD_` or
+/// `MALLOC_MMAP_THRESHOLD_` (glibc's environment tunables) wins.
+fn keep_freed_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        if std::env::var_os("MALLOC_TRIM_THRESHOLD_").is_none() {
+            // SAFETY: mallopt only sets a glibc tunable; it takes no pointers.
+            unsafe { libc::mallopt(libc::M_TRIM_THRESHOLD, 64 << 20) };
+        }
+        if std::env::var_os("MALLOC_MMAP_THRESHOLD_").is_none() {
+            // SAFETY: as above.
+            unsafe { libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20) };
+        }
+    }
+}
+
+/// The device's readiness: one level-triggered epoll set over its sockets (read interest
+/// always, write interest only while output waits), and an eventfd for
+/// [`EventSource::notify`]. The device asks the set what is ready with a zero timeout; a
+/// sleeper waits on the set's descriptor and the eventfd with `poll(2)` (an epoll
+/// descriptor is readable while its set has ready events), from any thread.
 struct SocketsSource {
-    fds: Vec<RawFd>,
+    epoll: OwnedFd,
     wake: OwnedFd,
-    pending_out: AtomicBool,
 }
 
 impl SocketsSource {
-    fn new(fds: Vec<RawFd>) -> Result<SocketsSource, P2pError> {
+    fn new(fds: &[RawFd]) -> Result<SocketsSource, P2pError> {
+        // SAFETY: epoll_create1 has no memory arguments; a negative return is checked.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(P2pError::last_os("epoll_create1"));
+        }
+        // SAFETY: `ep` was just returned by epoll_create1 and is owned by nothing else.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
         // SAFETY: eventfd has no memory arguments; a negative return is checked.
         let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if fd < 0 {
             return Err(P2pError::last_os("eventfd"));
         }
-        Ok(SocketsSource {
-            fds,
+        let source = SocketsSource {
+            epoll,
             // SAFETY: `fd` was just returned by eventfd and is owned by nothing else.
             wake: unsafe { OwnedFd::from_raw_fd(fd) },
-            pending_out: AtomicBool::new(false),
-        })
+        };
+        for (i, &fd) in fds.iter().enumerate() {
+            source
+                .ctl(libc::EPOLL_CTL_ADD, fd, i, false)
+                .map_err(|e| P2pError::Other(format!("IMPI: epoll_ctl: {e}")))?;
+        }
+        Ok(source)
+    }
+
+    fn ctl(&self, op: i32, fd: RawFd, conn: usize, out: bool) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event {
+            events: (libc::EPOLLIN | libc::EPOLLRDHUP | if out { libc::EPOLLOUT } else { 0 })
+                as u32,
+            u64: conn as u64,
+        };
+        // SAFETY: `ev` is a valid epoll_event for the duration of the call; the kernel
+        // copies it. `fd` is a socket the device owns (an invalid one only makes the call
+        // fail, which is checked).
+        let r = unsafe { libc::epoll_ctl(self.epoll.as_raw_fd(), op, fd, &mut ev) };
+        if r < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Watch connection `conn`'s socket for room to write too, or no longer.
+    fn watch(&self, fd: RawFd, conn: usize, out: bool) -> std::io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_MOD, fd, conn, out)
+    }
+
+    /// Stop watching a socket (its peer closed it).
+    fn forget(&self, fd: RawFd) -> std::io::Result<()> {
+        self.ctl(libc::EPOLL_CTL_DEL, fd, 0, false)
+    }
+
+    /// What is ready now (no waiting), into `events`.
+    fn ready(&self, events: &mut Vec<libc::epoll_event>) -> Result<(), P2pError> {
+        events.clear();
+        let cap = events.capacity().max(16);
+        events.reserve(cap);
+        // SAFETY: `events` has room for `cap` epoll_event structs, which the kernel fills
+        // (at most `cap`); `set_len` below covers only the `n` it reported.
+        let n =
+            unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), events.as_mut_ptr(), cap as i32, 0) };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == ErrorKind::Interrupted {
+                return Ok(());
+            }
+            return Err(P2pError::Other(format!("IMPI: epoll_wait: {e}")));
+        }
+        // SAFETY: the kernel initialised the first `n <= cap` entries.
+        unsafe { events.set_len(n as usize) };
+        Ok(())
     }
 }
 
@@ -418,30 +576,23 @@ impl EventSource for SocketsSource {
     }
 
     fn sleep(&self, _token: u64, timeout: Duration) {
-        let out = self.pending_out.load(Ordering::Acquire);
-        let events = libc::POLLIN | if out { libc::POLLOUT } else { 0 };
-        let mut pfds: Vec<libc::pollfd> = self
-            .fds
-            .iter()
-            .map(|&fd| libc::pollfd {
-                fd,
-                events,
+        let mut pfds = [
+            libc::pollfd {
+                fd: self.epoll.as_raw_fd(),
+                events: libc::POLLIN,
                 revents: 0,
-            })
-            .collect();
-        pfds.push(libc::pollfd {
-            fd: self.wake.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        });
+            },
+            libc::pollfd {
+                fd: self.wake.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: `pfds` is a valid array of `pfds.len()` pollfd structs for the duration of
-        // the call. The socket descriptors belong to the device's streams, which the runtime
-        // drops only after its progress threads stopped sleeping here; a descriptor closed
-        // meanwhile reports POLLNVAL, which only ends the sleep early.
+        // SAFETY: `pfds` is a valid array of two pollfd structs for the duration of the
+        // call; both descriptors are owned by this source, which the caller holds.
         unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
-        let last = pfds.last().expect("the wake descriptor");
-        if last.revents & libc::POLLIN != 0 {
+        if pfds[1].revents & libc::POLLIN != 0 {
             let mut v = 0u64;
             // SAFETY: reads 8 bytes into a local u64 from our own non-blocking eventfd.
             unsafe {

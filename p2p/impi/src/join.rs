@@ -362,9 +362,11 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
         .map_err(|e| err(e.to_string()))?
         .port();
     let pid = i64::from(std::process::id());
+    // No spaces in key-value space values: PMI-1's wire protocol (Slurm's pmi2 plugin
+    // speaks it) splits on them.
     site.put(
         &format!("tsunagi-impi-host-{lr}"),
-        &format!("{addr} {port} {pid}"),
+        &format!("{addr},{port},{pid}"),
     )?;
     site.fence()?;
 
@@ -376,7 +378,7 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
             let v = site
                 .get(&format!("tsunagi-impi-host-{r}"))?
                 .ok_or_else(|| err(format!("site rank {r} published no IMPI host")))?;
-            let f: Vec<&str> = v.split(' ').collect();
+            let f: Vec<&str> = v.split(',').collect();
             let card = match f[..] {
                 [a, p, pid] => HostCard {
                     addr: a.parse().map_err(|_| err(format!("bad host card {v}")))?,
@@ -398,15 +400,24 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
             }
             Err(e) => {
                 // Tell the site why, so that every rank reports the same cause.
-                site.put("tsunagi-impi-error", &e.to_string())?;
+                // Hex: the message has spaces, which PMI-1 values cannot carry.
+                put_chunked(
+                    site.as_mut(),
+                    "tsunagi-impi-error",
+                    &hex(e.to_string().as_bytes()),
+                )?;
                 site.fence()?;
                 return Err(e);
             }
         }
     }
     site.fence()?;
-    if let Some(e) = site.get("tsunagi-impi-error")? {
-        return Err(err(format!("site rank 0: {e}")));
+    if let Some(e) = get_chunked(site.as_mut(), "tsunagi-impi-error")? {
+        let e = unhex(&e).map(|b| String::from_utf8_lossy(&b).into_owned());
+        return Err(err(format!(
+            "site rank 0: {}",
+            e.as_deref().unwrap_or("(an unreadable error)")
+        )));
     }
     let text = get_chunked(site.as_mut(), "tsunagi-impi-answers")?
         .ok_or_else(|| err("the site's rank 0 published no IMPI answers"))?;

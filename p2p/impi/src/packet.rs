@@ -25,6 +25,7 @@
 //! never `pk_len` alone.
 
 use std::fmt;
+use std::mem::MaybeUninit;
 
 /// Size of the packet header on the wire.
 pub const HEADER_LEN: usize = 128;
@@ -297,64 +298,299 @@ impl Header {
     }
 }
 
-/// Splits a byte stream into packets: feed bytes with [`PacketDecoder::push`], take whole
-/// packets with [`PacketDecoder::next_packet`]. Data of a packet is returned only once
-/// complete, so memory per packet is bounded by DATALEN.
+/// Bytes of the decoder's staging buffer: many small packets come in per read.
+const STAGING: usize = 64 * 1024;
+/// A packet with at least this many data bytes that is not yet whole in the staging buffer
+/// gets a buffer of its own, and the rest of its data is read straight into it.
+const DIRECT_MIN: usize = 4 * 1024;
+
+/// Splits a byte stream into packets. Bytes come in either by [`PacketDecoder::push`] or by
+/// reading straight into the decoder: [`PacketDecoder::read_buffers`] names where the next
+/// bytes go (the rest of a large packet's data, then the staging buffer) and
+/// [`PacketDecoder::filled`] says how many arrived. Whole packets are then taken with
+/// [`PacketDecoder::next_packet`].
+///
+/// The data of a large packet lands in the `Vec` that [`PacketDecoder::next_packet`] returns
+/// (no copy after the read); small packets are parsed out of one staging buffer. Memory is
+/// bounded: the staging buffer, one packet's data (at most DATALEN) and the packets parsed
+/// and not yet taken.
 #[derive(Debug)]
 pub struct PacketDecoder {
-    buf: Vec<u8>,
+    staging: Vec<u8>,
     start: usize,
+    end: usize,
     datalen: u32,
+    /// A large packet whose data is being filled in place: its header, and its data as a
+    /// `Vec` whose length is the bytes filled so far (capacity: the whole data).
+    body: Option<(Header, Vec<u8>)>,
+    /// The last packet was large: read only a header's worth into the staging buffer
+    /// next, so that the following packet's data is read in place too rather than into
+    /// the staging buffer (and copied out of it).
+    streaming: bool,
+    /// Whole packets not yet taken.
+    ready: std::collections::VecDeque<(Header, Vec<u8>)>,
+    ready_bytes: usize,
+    /// The stream broke here (after the packets in `ready`).
+    error: Option<PacketError>,
 }
 
 impl PacketDecoder {
     /// A decoder that rejects data packets longer than `datalen`.
     pub fn new(datalen: u32) -> PacketDecoder {
         PacketDecoder {
-            buf: Vec::new(),
+            staging: vec![0; STAGING],
             start: 0,
+            end: 0,
             datalen,
+            body: None,
+            streaming: false,
+            ready: std::collections::VecDeque::new(),
+            ready_bytes: 0,
+            error: None,
         }
     }
 
     /// Append received bytes.
-    pub fn push(&mut self, bytes: &[u8]) {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() && self.error.is_none() {
+            let (a, b) = self.read_buffers();
+            let na = a.len().min(bytes.len());
+            for (d, s) in a[..na].iter_mut().zip(&bytes[..na]) {
+                d.write(*s);
+            }
+            let nb = b.len().min(bytes.len() - na);
+            b[..nb].copy_from_slice(&bytes[na..na + nb]);
+            self.filled(na + nb);
+            bytes = &bytes[na + nb..];
+        }
+    }
+
+    /// Where the next received bytes go, in order: the rest of the data of a large packet
+    /// (uninitialised memory; empty if none is being filled), then free room in the
+    /// staging buffer (only a header's worth while large packets stream in). Both are
+    /// empty once the stream broke. Fill a prefix of their concatenation (the first part
+    /// only with bytes written, e.g. by `readv`) and call [`PacketDecoder::filled`].
+    pub fn read_buffers(&mut self) -> (&mut [MaybeUninit<u8>], &mut [u8]) {
+        if self.error.is_some() {
+            return (&mut [], &mut []);
+        }
+        let body: &mut [MaybeUninit<u8>] = match &mut self.body {
+            Some((_, data)) => data.spare_capacity_mut(),
+            None => &mut [],
+        };
+        let mut room = self.staging.len() - self.end;
+        if self.streaming {
+            room = room.min(HEADER_LEN.saturating_sub(self.end - self.start).max(1));
+        }
+        (body, &mut self.staging[self.end..self.end + room])
+    }
+
+    /// `n` bytes were written at the start of [`PacketDecoder::read_buffers`].
+    pub fn filled(&mut self, mut n: usize) {
+        if let Some((h, data)) = &mut self.body {
+            let k = n.min(data.capacity() - data.len());
+            // SAFETY: the caller wrote the first `n` bytes of `read_buffers`, whose first
+            // part is this spare capacity: its first `k` bytes are initialised now.
+            unsafe { data.set_len(data.len() + k) };
+            n -= k;
+            if data.len() == data.capacity() {
+                let h = *h;
+                let data = std::mem::take(data);
+                self.body = None;
+                self.ready_bytes += HEADER_LEN + data.len();
+                self.ready.push_back((h, data));
+            }
+        }
+        assert!(
+            n <= self.staging.len() - self.end,
+            "PacketDecoder::filled: more bytes than read_buffers offered"
+        );
+        self.end += n;
+        self.parse();
+    }
+
+    /// Move whole packets out of the staging buffer; start the in-place fill of a large
+    /// one; keep a partial small one at the front.
+    fn parse(&mut self) {
+        while self.error.is_none() && self.body.is_none() {
+            let avail = &self.staging[self.start..self.end];
+            if avail.len() < HEADER_LEN {
+                break;
+            }
+            let h = match Header::decode(avail)
+                .and_then(|h| h.check_datalen(self.datalen).map(|_| h))
+            {
+                Ok(h) => h,
+                Err(e) => {
+                    self.error = Some(e);
+                    break;
+                }
+            };
+            let n = h.data_len();
+            let have = avail.len() - HEADER_LEN;
+            if have >= n {
+                let data = avail[HEADER_LEN..HEADER_LEN + n].to_vec();
+                self.start += HEADER_LEN + n;
+                self.ready_bytes += HEADER_LEN + n;
+                self.ready.push_back((h, data));
+                self.streaming = false;
+            } else if n >= DIRECT_MIN {
+                let mut data = Vec::with_capacity(n);
+                data.extend_from_slice(&avail[HEADER_LEN..]);
+                self.start = self.end;
+                self.body = Some((h, data));
+                self.streaming = true;
+            } else {
+                // A small packet in part: the next read may bring many of them.
+                self.streaming = false;
+                break;
+            }
+        }
+        // Keep the free part of the staging buffer large: a partial packet left at the
+        // front is at most a header and DIRECT_MIN bytes.
+        if self.start == self.end {
+            self.start = 0;
+            self.end = 0;
+        } else if self.start > 0 && self.staging.len() - self.end < HEADER_LEN + DIRECT_MIN {
+            self.staging.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
             self.start = 0;
         }
-        self.buf.extend_from_slice(bytes);
     }
 
     /// Bytes received but not yet returned as packets.
     pub fn buffered(&self) -> usize {
-        self.buf.len() - self.start
+        self.end - self.start
+            + self.body.as_ref().map_or(0, |(_, d)| HEADER_LEN + d.len())
+            + self.ready_bytes
     }
 
     /// The next whole packet, `Ok(None)` if more bytes are needed. After an error the
     /// stream cannot be resynchronised; the connection must be dropped.
     pub fn next_packet(&mut self) -> Result<Option<(Header, Vec<u8>)>, PacketError> {
-        let avail = &self.buf[self.start..];
-        if avail.len() < HEADER_LEN {
-            self.compact();
-            return Ok(None);
+        if let Some(p) = self.ready.pop_front() {
+            self.ready_bytes -= HEADER_LEN + p.1.len();
+            return Ok(Some(p));
         }
-        let h = Header::decode(avail)?;
-        h.check_datalen(self.datalen)?;
-        let n = h.data_len();
-        if avail.len() < HEADER_LEN + n {
-            self.compact();
-            return Ok(None);
+        match &self.error {
+            Some(e) => Err(e.clone()),
+            None => Ok(None),
         }
-        let data = avail[HEADER_LEN..HEADER_LEN + n].to_vec();
-        self.start += HEADER_LEN + n;
-        Ok(Some((h, data)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn packet(t: PacketType, len: usize, fill: u8) -> (Header, Vec<u8>) {
+        let mut h = Header::new(t);
+        let data: Vec<u8> = if t.carries_data() {
+            (0..len).map(|i| fill.wrapping_add(i as u8)).collect()
+        } else {
+            Vec::new()
+        };
+        h.pk_len = data.len() as u32;
+        h.pk_msglen = data.len() as u64 + 7;
+        (h, data)
     }
 
-    fn compact(&mut self) {
-        if self.start > 0 {
-            self.buf.drain(..self.start);
-            self.start = 0;
+    fn stream() -> (Vec<(Header, Vec<u8>)>, Vec<u8>) {
+        let ps = vec![
+            packet(PacketType::Data, 10, 1),
+            packet(PacketType::DataSync, 60000, 2),
+            packet(PacketType::ProtoAck, 0, 0),
+            packet(PacketType::Data, 65536, 3),
+            packet(PacketType::Data, DIRECT_MIN, 4),
+            packet(PacketType::Data, DIRECT_MIN - 1, 5),
+            packet(PacketType::Data, 0, 6),
+            packet(PacketType::Data, 70000, 7),
+        ];
+        let mut bytes = Vec::new();
+        for (h, d) in &ps {
+            bytes.extend_from_slice(&h.encode());
+            bytes.extend_from_slice(d);
         }
+        (ps, bytes)
+    }
+
+    fn take(dec: &mut PacketDecoder, got: &mut Vec<(Header, Vec<u8>)>) {
+        while let Some(p) = dec.next_packet().unwrap() {
+            got.push(p);
+        }
+    }
+
+    /// Reads into `read_buffers` in uneven pieces (as `readv` would) give the same packets
+    /// as one `push`; a large packet's data goes into its own buffer, and while large
+    /// packets stream the staging part offered is at most a header.
+    #[test]
+    fn reads_in_place_give_the_packets_of_the_stream() {
+        let (ps, bytes) = stream();
+        for step in [1usize, 7, 128, 1000, 4096, 70001, usize::MAX] {
+            let mut dec = PacketDecoder::new(70000);
+            let mut got = Vec::new();
+            let mut at = 0;
+            let mut in_place = 0;
+            while at < bytes.len() {
+                let (body, staging) = dec.read_buffers();
+                let n = step.min(bytes.len() - at).min(body.len() + staging.len());
+                assert!(n > 0, "the decoder always offers room");
+                let nb = n.min(body.len());
+                for (d, s) in body[..nb].iter_mut().zip(&bytes[at..at + nb]) {
+                    d.write(*s);
+                }
+                staging[..n - nb].copy_from_slice(&bytes[at + nb..at + n]);
+                in_place += nb;
+                at += n;
+                dec.filled(n);
+                take(&mut dec, &mut got);
+            }
+            assert_eq!(got, ps, "step {step}");
+            assert_eq!(dec.buffered(), 0);
+            if step >= 128 {
+                assert!(
+                    in_place > 60_000,
+                    "step {step}: only {in_place} bytes in place"
+                );
+            }
+        }
+        let mut dec = PacketDecoder::new(70000);
+        dec.push(&bytes);
+        let mut got = Vec::new();
+        take(&mut dec, &mut got);
+        assert_eq!(got, ps);
+    }
+
+    #[test]
+    fn staging_offers_a_header_while_large_packets_stream() {
+        let (_, bytes) = stream();
+        let mut dec = PacketDecoder::new(70000);
+        // The first two packets' headers and the small one's data, then the large one's
+        // header: its data is then offered in place, and the staging part is one header.
+        let head = 2 * HEADER_LEN + 10;
+        dec.push(&bytes[..head]);
+        let (body, staging) = dec.read_buffers();
+        assert_eq!(body.len(), 60000);
+        assert_eq!(staging.len(), HEADER_LEN);
+    }
+
+    #[test]
+    fn a_bad_header_after_good_packets_is_reported_after_them() {
+        let (ps, mut bytes) = stream();
+        bytes.extend_from_slice(&[0xff; HEADER_LEN]);
+        let mut dec = PacketDecoder::new(70000);
+        dec.push(&bytes);
+        for p in &ps {
+            assert_eq!(dec.next_packet().unwrap().as_ref(), Some(p));
+        }
+        assert!(matches!(
+            dec.next_packet(),
+            Err(PacketError::UnknownType(0xffff_ffff))
+        ));
+        let (a, b) = dec.read_buffers();
+        assert!(
+            a.is_empty() && b.is_empty(),
+            "a broken stream takes no more bytes"
+        );
     }
 }

@@ -35,11 +35,14 @@
 //! IMPI has no timers (TCP is reliable), so no time goes in: timeouts are the driver's.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::io::IoSlice;
 use std::sync::Arc;
 
 use crate::packet::{Header, PacketDecoder, PacketType, ProcId};
 
+mod out;
 mod types;
+use out::{OutQueue, Payload};
 pub use types::{
     Arrival, ArrivalId, CancelStatus, Event, LinkConfig, LinkError, ProcTable, SendId, SendRequest,
 };
@@ -65,9 +68,10 @@ struct SendState {
     long: bool,
     phase: SendPhase,
     cancel_pending: bool,
-    /// A long message's template header and the bytes after the first packet.
+    /// A long message's template header and its whole data (the first packet's share
+    /// included), shared with its queued packets.
     template: Header,
-    rest: Vec<u8>,
+    whole: Option<Arc<Vec<u8>>>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,7 +89,7 @@ enum Role {
 #[derive(Debug)]
 struct Queued {
     header: Header,
-    data: Vec<u8>,
+    data: Payload,
     role: Role,
 }
 
@@ -116,7 +120,7 @@ pub struct Link {
     local: Vec<bool>,
     remote: Vec<bool>,
     decoder: PacketDecoder,
-    out: Vec<u8>,
+    out: OutQueue,
     events: VecDeque<Event>,
     /// Send queues per ordered (src, dst) pair, src local.
     pairs: BTreeMap<(u32, u32), OutPair>,
@@ -173,7 +177,7 @@ impl Link {
             local: lmask,
             remote: rmask,
             decoder: PacketDecoder::new(cfg.datalen),
-            out: Vec::new(),
+            out: OutQueue::default(),
             events: VecDeque::new(),
             pairs: BTreeMap::new(),
             in_counts: HashMap::new(),
@@ -194,14 +198,51 @@ impl Link {
         self.cfg
     }
 
-    /// Take the bytes to write to the connection (in order).
+    /// Take the bytes to write to the connection (in order), all in one buffer.
     pub fn transmit(&mut self) -> Vec<u8> {
-        std::mem::take(&mut self.out)
+        self.out.take_all()
     }
 
-    /// Whether [`Link::transmit`] has bytes.
+    /// Whether there are bytes to write.
     pub fn has_output(&self) -> bool {
         !self.out.is_empty()
+    }
+
+    /// Bytes waiting to be written.
+    pub fn output_len(&self) -> usize {
+        self.out.len()
+    }
+
+    /// The bytes to write, in order, as up to `max` slices appended to `out` (for one
+    /// `writev`; message data is not copied). Report what was written with
+    /// [`Link::output_written`].
+    pub fn output_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>, max: usize) {
+        self.out.slices(out, max);
+    }
+
+    /// The first `n` bytes of [`Link::output_slices`] were written.
+    pub fn output_written(&mut self, n: usize) {
+        self.out.advance(n);
+    }
+
+    /// Where to read the next bytes from the peer, in order (the rest of a large packet's
+    /// data, read in place into uninitialised memory, then a staging buffer); fill a
+    /// prefix and call [`Link::input_filled`]. Both are empty once the link is broken.
+    pub fn input_buffers(&mut self) -> (&mut [std::mem::MaybeUninit<u8>], &mut [u8]) {
+        if self.broken.is_some() {
+            return (&mut [], &mut []);
+        }
+        self.decoder.read_buffers()
+    }
+
+    /// `n` bytes were read into [`Link::input_buffers`]: handle the packets completed, as
+    /// [`Link::handle_input`] does.
+    pub fn input_filled(&mut self, n: usize) -> Result<(), LinkError> {
+        if let Some(e) = &self.broken {
+            return Err(e.clone());
+        }
+        self.decoder.filled(n);
+        self.drain_decoder()
     }
 
     /// The next event.
@@ -302,11 +343,13 @@ impl Link {
         h.pk_lsrank = req.lsrank;
         h.pk_tag = req.tag;
         h.pk_cid = req.cid;
-        let mut data = req.data;
-        let rest = if long {
-            data.split_off(self.cfg.datalen as usize)
+        // A long message's packets all refer to one shared buffer: no copy per packet.
+        let (data, whole) = if long {
+            let whole = Arc::new(req.data);
+            let first = Payload::Shared(whole.clone(), 0, self.cfg.datalen as usize);
+            (first, Some(whole))
         } else {
-            Vec::new()
+            (Payload::Owned(req.data), None)
         };
         h.pk_len = data.len() as u32;
         self.sends.insert(
@@ -319,7 +362,7 @@ impl Link {
                 phase: SendPhase::Queued,
                 cancel_pending: false,
                 template: h,
-                rest,
+                whole,
             },
         );
         self.enqueue(
@@ -375,7 +418,7 @@ impl Link {
                 src,
                 Queued {
                     header: h,
-                    data: Vec::new(),
+                    data: Payload::Empty,
                     role: Role::Control,
                 },
             );
@@ -417,7 +460,7 @@ impl Link {
                     dst,
                     Queued {
                         header: h,
-                        data: Vec::new(),
+                        data: Payload::Empty,
                         role: Role::Control,
                     },
                 );
@@ -455,7 +498,7 @@ impl Link {
         h.pk_tag = -1;
         h.pk_count = -1;
         h.pk_seqnum = self.next_seq();
-        self.out.extend_from_slice(&h.encode());
+        self.out.copy(&h.encode());
         self.fini_sent = true;
     }
 
@@ -480,8 +523,8 @@ impl Link {
             p.in_flight += 1;
             q.header.pk_seqnum = self.seqnum;
             self.seqnum += 1;
-            self.out.extend_from_slice(&q.header.encode());
-            self.out.extend_from_slice(&q.data);
+            self.out.copy(&q.header.encode());
+            self.out.payload(q.data);
             match q.role {
                 Role::Control | Role::Middle => {}
                 Role::First(id) => {
@@ -501,7 +544,7 @@ impl Link {
     fn complete_send(&mut self, id: SendId) {
         let s = self.sends.get_mut(&id).expect("send exists");
         s.phase = SendPhase::Done;
-        s.rest = Vec::new();
+        s.whole = None;
         if !s.cancel_pending {
             self.sends.remove(&id);
         }
@@ -515,6 +558,11 @@ impl Link {
             return Err(e.clone());
         }
         self.decoder.push(bytes);
+        self.drain_decoder()
+    }
+
+    /// Handle every whole packet the decoder has.
+    fn drain_decoder(&mut self) -> Result<(), LinkError> {
         loop {
             let next = match self.decoder.next_packet() {
                 Ok(Some(p)) => p,
@@ -607,7 +655,7 @@ impl Link {
             h.pk_tag = -1;
             h.pk_seqnum = self.next_seq();
             // Not counted, not queued: the peer's window depends on it.
-            self.out.extend_from_slice(&h.encode());
+            self.out.copy(&h.encode());
         }
     }
 
@@ -736,32 +784,37 @@ impl Link {
             return Ok(());
         }
         s.phase = SendPhase::Streaming;
-        let rest = std::mem::take(&mut s.rest);
+        let whole = s
+            .whole
+            .take()
+            .expect("a long send keeps its data until streamed");
         let mut t = s.template;
         t.pk_type = PacketType::Data;
         t.pk_drqid = h.pk_drqid;
         let (ssrc, sdst) = (s.src, s.dst);
-        let chunks: Vec<&[u8]> = rest.chunks(datalen).collect();
-        let n = chunks.len();
-        if n == 0 {
+        let total = whole.len();
+        if total <= datalen {
             // The first packet carried everything (cannot happen with pk_len < msglen).
             self.complete_send(id);
             return Ok(());
         }
         let pair = self.pairs.entry((ssrc, sdst)).or_default();
-        for (i, c) in chunks.into_iter().enumerate() {
+        let mut at = datalen;
+        while at < total {
+            let end = (at + datalen).min(total);
             let mut hh = t;
-            hh.pk_len = c.len() as u32;
-            let role = if i + 1 == n {
+            hh.pk_len = (end - at) as u32;
+            let role = if end == total {
                 Role::Last(id)
             } else {
                 Role::Middle
             };
             pair.queue.push_back(Queued {
                 header: hh,
-                data: c.to_vec(),
+                data: Payload::Shared(whole.clone(), at, end),
                 role,
             });
+            at = end;
         }
         self.pump(ssrc, sdst);
         Ok(())
@@ -802,7 +855,7 @@ impl Link {
             src,
             Queued {
                 header: r,
-                data: Vec::new(),
+                data: Payload::Empty,
                 role: Role::Control,
             },
         );
