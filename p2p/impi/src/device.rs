@@ -495,6 +495,9 @@ struct SocketsSource {
     wake: OwnedFd,
 }
 
+/// The epoll entry of the source's eventfd (connections are numbered from 0 up).
+const WAKE_ENTRY: usize = usize::MAX;
+
 impl SocketsSource {
     fn new(fds: &[RawFd]) -> Result<SocketsSource, P2pError> {
         // SAFETY: epoll_create1 has no memory arguments; a negative return is checked.
@@ -519,7 +522,28 @@ impl SocketsSource {
                 .ctl(libc::EPOLL_CTL_ADD, fd, i, false)
                 .map_err(|e| P2pError::Other(format!("IMPI: epoll_ctl: {e}")))?;
         }
+        // The eventfd joins the set too, so that the set's descriptor alone announces every
+        // event: the runtime's event registry waits on it beside the other transports'
+        // (`wait_fd`). Its entry carries `WAKE_ENTRY`, which no connection index reaches.
+        source
+            .ctl(libc::EPOLL_CTL_ADD, source.wake.as_raw_fd(), WAKE_ENTRY, false)
+            .map_err(|e| P2pError::Other(format!("IMPI: epoll_ctl: {e}")))?;
         Ok(source)
+    }
+
+    /// Consume a notification (the eventfd is level-triggered in the set: left unread it
+    /// would keep every later wait from sleeping).
+    fn drain_wake(&self) {
+        let mut v = 0u64;
+        // SAFETY: reads 8 bytes into a local u64 from our own non-blocking eventfd; EAGAIN
+        // (nothing to consume) is the expected idle answer and needs no handling.
+        unsafe {
+            libc::read(
+                self.wake.as_raw_fd(),
+                (&mut v as *mut u64).cast(),
+                std::mem::size_of::<u64>(),
+            )
+        };
     }
 
     fn ctl(&self, op: i32, fd: RawFd, conn: usize, out: bool) -> std::io::Result<()> {
@@ -593,19 +617,27 @@ impl EventSource for SocketsSource {
         // call; both descriptors are owned by this source, which the caller holds.
         unsafe { libc::poll(pfds.as_mut_ptr(), pfds.len() as libc::nfds_t, ms) };
         if pfds[1].revents & libc::POLLIN != 0 {
-            let mut v = 0u64;
-            // SAFETY: reads 8 bytes into a local u64 from our own non-blocking eventfd.
-            unsafe {
-                libc::read(
-                    self.wake.as_raw_fd(),
-                    (&mut v as *mut u64).cast(),
-                    std::mem::size_of::<u64>(),
-                )
-            };
+            self.drain_wake();
         }
     }
 
     fn cancel(&self) {}
+
+    /// The epoll set: readable while a socket has bytes (or room, when output waits) or a
+    /// notification is unread.
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.epoll.as_raw_fd())
+    }
+
+    /// Everything the device waits for is a socket or the eventfd, both in the set, and it
+    /// keeps no timers: nothing pending goes unannounced.
+    fn prepare_wait(&self) -> Duration {
+        Duration::MAX
+    }
+
+    fn end_wait(&self) {
+        self.drain_wake();
+    }
 
     fn notify(&self) {
         let v = 1u64;
