@@ -526,7 +526,12 @@ impl SocketsSource {
         // event: the runtime's event registry waits on it beside the other transports'
         // (`wait_fd`). Its entry carries `WAKE_ENTRY`, which no connection index reaches.
         source
-            .ctl(libc::EPOLL_CTL_ADD, source.wake.as_raw_fd(), WAKE_ENTRY, false)
+            .ctl(
+                libc::EPOLL_CTL_ADD,
+                source.wake.as_raw_fd(),
+                WAKE_ENTRY,
+                false,
+            )
             .map_err(|e| P2pError::Other(format!("IMPI: epoll_ctl: {e}")))?;
         Ok(source)
     }
