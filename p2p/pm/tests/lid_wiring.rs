@@ -78,12 +78,12 @@ fn destinations_are_the_planners_and_every_lid_delivers_once_in_order() {
         .collect();
     // The destination of every connection is the peer's port at the planner's index.
     let mut used = [false; 2];
-    for me in 0..n {
+    for (me, x) in t.iter().enumerate() {
         for peer in (0..n).filter(|&p| p != me) {
             let index = planned(me, peer);
             used[index] = true;
             assert_eq!(
-                t[me].destination(peer as u32),
+                x.destination(peer as u32),
                 Some(cards[peer].addr(index)),
                 "{me} -> {peer}"
             );
