@@ -327,7 +327,7 @@ fn localhost_runs_without_agents_and_oversubscribes_on_request() {
 
 /// Pretend nodes on one host still work with either inter-node transport: TCP (the
 /// default), the Unix-socket stream transport (`TSUNAGI_INTERNODE=stream`) and PM over UDP
-/// (`TSUNAGI_INTERNODE=pm`).
+/// (`TSUNAGI_INTERNODE=pm`), also with two LIDs per endpoint planned on a fat tree.
 #[test]
 fn pretend_nodes_with_tcp_and_with_stream() {
     let _s = serial();
@@ -361,6 +361,35 @@ fn pretend_nodes_with_tcp_and_with_stream() {
         &["order", "modes", "sizes"],
         "pm with a shared receive queue",
     );
+    // PM with two ports (LIDs) per endpoint and the fat-tree planner's choice per
+    // connection: 3 pretend hosts on fabric nodes 0, 2, 3 of a 2-root, 2-leaf tree.
+    let mut c = Command::new(mpirun());
+    c.args(["-n", "6", "--internode", "pm"])
+        .env("TSUNAGI_NODE_MAP", "2")
+        .env("TSUNAGI_PM_LIDS", "2")
+        .env("TSUNAGI_FATTREE", "k=2,leaves=2")
+        .env("TSUNAGI_FATTREE_NODES", "0,2,3")
+        .env("TSUNAGI_SPIN", "50")
+        .env("TSUNAGI_YIELDS", "20")
+        .arg(p2p_check())
+        .args(["order", "modes", "sizes"]);
+    let (out, _) = run(c, Duration::from_secs(120));
+    assert_ok(
+        &out,
+        &["order", "modes", "sizes"],
+        "pm with two LIDs planned on a fat tree",
+    );
+    // A fabric without the hosts' places is refused with one message naming the knob.
+    let mut c = Command::new(mpirun());
+    c.args(["-n", "4", "--internode", "pm"])
+        .env("TSUNAGI_NODE_MAP", "2")
+        .env("TSUNAGI_FATTREE", "k=2")
+        .arg(p2p_check())
+        .arg("order");
+    let (out, _) = run(c, Duration::from_secs(60));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("TSUNAGI_FATTREE_NODES"), "{err}");
     let mut c = Command::new(mpirun());
     c.args(["-n", "2"])
         .env("TSUNAGI_NODE_MAP", "1")

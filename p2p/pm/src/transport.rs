@@ -1,5 +1,5 @@
-//! The thin driver: a [`PmEndpoint`] over one non-blocking UDP socket, as a
-//! [`tsunagi_p2p::Transport`].
+//! The thin driver: a [`PmEndpoint`] over non-blocking UDP sockets (one, or one per LID
+//! with `TSUNAGI_PM_LIDS`, see [`crate::lids`]), as a [`tsunagi_p2p::Transport`].
 //!
 //! A message of the request layer is one PM message whose body is the 32-byte
 //! [`Header`] followed by the payload. `try_send` gets a send buffer (no room: `Ok(false)`,
@@ -9,7 +9,7 @@
 //! retransmissions, PULL replies). Timers are the endpoint's: the transport reports
 //! [`Transport::next_deadline`] and both progress engines bound their sleeps by it.
 //!
-//! The event source is the socket itself (readable while datagrams wait) and an eventfd
+//! The event source is the sockets themselves (readable while datagrams wait) and an eventfd
 //! for `notify`; `busy` makes a sleeper return at once while messages are complete but
 //! were not handed out yet.
 //!
@@ -26,9 +26,10 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
 
+use crate::lids::{LidConfig, LidWiring};
 use crate::lossy::Rng;
 use crate::pm::{PmConfig, PmEndpoint, PmError, ReceiveMode};
-use crate::CARD_PREFIX;
+use crate::Card;
 
 /// Datagrams read per poll at most, so that a flood cannot starve the caller.
 const READ_BUDGET: usize = 512;
@@ -56,6 +57,9 @@ pub struct PmTransportConfig {
     pub faults: Faults,
     /// Payload bytes up to which messages go eagerly.
     pub eager_limit: usize,
+    /// Ports per endpoint and the fat-tree planner's input (`TSUNAGI_PM_LIDS`,
+    /// `TSUNAGI_FATTREE`, `TSUNAGI_FATTREE_NODES`).
+    pub lids: LidConfig,
 }
 
 impl PmTransportConfig {
@@ -63,8 +67,10 @@ impl PmTransportConfig {
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
     /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
-    /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1).
+    /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
+    /// knobs of [`LidConfig::from_env`].
     pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
+        let lids = LidConfig::from_env(&getenv)?;
         let get = |k: &str| getenv(k).filter(|v| !v.trim().is_empty());
         let num = |k: &str, lo: usize, hi: usize| -> Result<Option<usize>, String> {
             match get(k) {
@@ -124,13 +130,15 @@ impl PmTransportConfig {
                 reorder: frac("TSUNAGI_PM_REORDER")?,
             },
             eager_limit: max_payload.min(32 << 10),
+            lids,
         })
     }
 }
 
 /// What a progress engine sleeps on.
 struct Shared {
-    sock: UdpSocket,
+    /// One socket per LID; the first is also the one sent from.
+    socks: Vec<UdpSocket>,
     wake: OwnedFd,
     /// Complete messages wait to be handed out: a sleeper must not block.
     busy: AtomicBool,
@@ -146,22 +154,18 @@ impl EventSource for Shared {
             return;
         }
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        let mut fds = [
-            libc::pollfd {
-                fd: self.sock.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: self.wake.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // SAFETY: two valid pollfds; both descriptors live as long as `self`. A failure
-        // (EINTR) reads as a wake-up: callers poll again anyway.
-        unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
-        if fds[1].revents != 0 {
+        let pollfd = |fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        let mut fds: Vec<libc::pollfd> = std::iter::once(pollfd(self.wake.as_raw_fd()))
+            .chain(self.socks.iter().map(|s| pollfd(s.as_raw_fd())))
+            .collect();
+        // SAFETY: `fds.len()` valid pollfds; all descriptors live as long as `self`. A
+        // failure (EINTR) reads as a wake-up: callers poll again anyway.
+        unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if fds[0].revents != 0 {
             let mut v = 0u64;
             // SAFETY: reads 8 bytes into `v` from our own non-blocking eventfd.
             unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
@@ -182,8 +186,14 @@ impl EventSource for Shared {
 pub struct PmTransport {
     ep: PmEndpoint,
     shared: Arc<Shared>,
+    /// Where each peer is sent to: its port at the planner's LID index.
     addrs: Vec<Option<SocketAddr>>,
-    local: SocketAddr,
+    /// Where each peer sends from (its first port): datagrams from elsewhere are dropped.
+    sources: Vec<Option<SocketAddr>>,
+    /// The bound addresses, one per LID.
+    local: Vec<SocketAddr>,
+    /// Datagrams accepted per LID (statistics, and the tests' proof of the wiring).
+    received_per_lid: Vec<u64>,
     publish: IpAddr,
     eager_limit: usize,
     max_payload: usize,
@@ -208,7 +218,7 @@ fn random_u32() -> u32 {
 }
 
 impl PmTransport {
-    /// Bind a UDP socket for rank `me` of a job of `size` ranks.
+    /// Bind `cfg.lids.lids` UDP sockets for rank `me` of a job of `size` ranks.
     pub fn bind(me: Rank, size: usize, cfg: &PmTransportConfig) -> Result<PmTransport, P2pError> {
         let (bind_ip, publish) = tsunagi_tcp::config::choose_address(
             cfg.interface.as_deref(),
@@ -220,20 +230,27 @@ impl PmTransport {
                 e.replace("TSUNAGI_TCP_IF", "TSUNAGI_PM_IF")
             ))
         })?;
-        let sock = Socket::new(
-            Domain::for_address(SocketAddr::new(bind_ip, 0)),
-            Type::DGRAM,
-            Some(Protocol::UDP),
-        )
-        .map_err(|e| os_err("socket", e))?;
-        // Larger buffers absorb a window from every peer at once; the kernel caps them.
-        let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
-        let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
-        sock.bind(&SocketAddr::new(bind_ip, 0).into())
-            .map_err(|e| os_err("bind", e))?;
-        sock.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
-        let sock: UdpSocket = sock.into();
-        let local = sock.local_addr().map_err(|e| os_err("getsockname", e))?;
+        let lids = cfg.lids.lids.max(1);
+        let mut socks = Vec::with_capacity(lids);
+        let mut local = Vec::with_capacity(lids);
+        for _ in 0..lids {
+            let sock = Socket::new(
+                Domain::for_address(SocketAddr::new(bind_ip, 0)),
+                Type::DGRAM,
+                Some(Protocol::UDP),
+            )
+            .map_err(|e| os_err("socket", e))?;
+            // Larger buffers absorb a window from every peer at once; the kernel caps
+            // them.
+            let _ = sock.set_recv_buffer_size(SOCKET_BUFFER);
+            let _ = sock.set_send_buffer_size(SOCKET_BUFFER);
+            sock.bind(&SocketAddr::new(bind_ip, 0).into())
+                .map_err(|e| os_err("bind", e))?;
+            sock.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
+            let sock: UdpSocket = sock.into();
+            local.push(sock.local_addr().map_err(|e| os_err("getsockname", e))?);
+            socks.push(sock);
+        }
         // SAFETY: eventfd has no memory preconditions; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -246,11 +263,13 @@ impl PmTransport {
         Ok(PmTransport {
             ep: PmEndpoint::new(me, size, epoch, cfg.pm),
             shared: Arc::new(Shared {
-                sock,
+                socks,
                 wake,
                 busy: AtomicBool::new(false),
             }),
             addrs: vec![None; size],
+            sources: vec![None; size],
+            received_per_lid: vec![0; local.len()],
             local,
             publish,
             eager_limit: cfg.eager_limit.min(max_payload),
@@ -264,26 +283,57 @@ impl PmTransport {
         })
     }
 
-    /// This transport's card: `pm:<ip>:<port>:<epoch in hex>`.
+    /// This transport's card: `pm:<ip>:<port0>[,<port1>...]:<epoch in hex>`.
     pub fn card(&self) -> String {
-        format!(
-            "{CARD_PREFIX}{}:{:08x}",
-            SocketAddr::new(self.publish, self.local.port()),
-            self.ep.epoch()
-        )
-    }
-
-    /// The bound address.
-    pub fn local_addr(&self) -> SocketAddr {
-        self.local
-    }
-
-    /// The peers: rank, address and epoch from their cards.
-    pub fn set_peers(&mut self, peers: &[(Rank, SocketAddr, u32)]) {
-        for &(r, addr, epoch) in peers {
-            self.addrs[r as usize] = Some(addr);
-            self.ep.add_peer(r, epoch);
+        Card {
+            ip: self.publish,
+            ports: self.local.iter().map(|a| a.port()).collect(),
+            epoch: self.ep.epoch(),
         }
+        .to_string()
+    }
+
+    /// The bound address of the first LID (the one sent from).
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local[0]
+    }
+
+    /// The bound addresses, one per LID.
+    pub fn local_addrs(&self) -> &[SocketAddr] {
+        &self.local
+    }
+
+    /// The peers with their cards; each is addressed at its port `wiring` chooses.
+    /// Refused if a card has fewer ports than the chosen index needs.
+    pub fn set_peers(
+        &mut self,
+        peers: &[(Rank, Card)],
+        wiring: &LidWiring,
+    ) -> Result<(), P2pError> {
+        for (r, card) in peers {
+            let index = wiring.destination_index(*r as usize);
+            if index >= card.ports.len() {
+                return Err(P2pError::Other(format!(
+                    "pm: rank {r} publishes {} port(s) but the fat-tree plan addresses its \
+                     LID {index}: set the same TSUNAGI_PM_LIDS/TSUNAGI_FATTREE everywhere",
+                    card.ports.len()
+                )));
+            }
+            self.addrs[*r as usize] = Some(card.addr(index));
+            self.sources[*r as usize] = Some(card.addr(0));
+            self.ep.add_peer(*r, card.epoch);
+        }
+        Ok(())
+    }
+
+    /// Where `peer` is sent to (its port at the planner's LID index), once known.
+    pub fn destination(&self, peer: Rank) -> Option<SocketAddr> {
+        self.addrs.get(peer as usize).copied().flatten()
+    }
+
+    /// Datagrams accepted on each LID's socket so far.
+    pub fn received_per_lid(&self) -> &[u64] {
+        &self.received_per_lid
     }
 
     /// The endpoint underneath (statistics, remote memory access, checkpoint).
@@ -293,8 +343,9 @@ impl PmTransport {
 
     fn send_datagram(&mut self, to: SocketAddr, d: &[u8]) {
         // A datagram the kernel does not take (no buffer space) is a lost packet: the
-        // link resends it.
-        let _ = self.shared.sock.send_to(d, to);
+        // link resends it. Always from the first socket: on a fat tree the path follows
+        // the destination LID, and peers know this one address as ours.
+        let _ = self.shared.socks[0].send_to(d, to);
     }
 
     /// Send everything the endpoint wants to send now.
@@ -326,25 +377,32 @@ impl PmTransport {
         self.out = out;
     }
 
-    /// Read what the socket holds (up to the budget) into the endpoint.
+    /// Read what the sockets hold (up to the budget, shared among them) into the endpoint.
     fn receive_datagrams(&mut self, now: Instant) -> Result<(), P2pError> {
-        for _ in 0..READ_BUDGET {
-            match self.shared.sock.recv_from(&mut self.inbuf) {
-                Ok((n, from)) => {
-                    // Only from the address the source rank published.
-                    let d = &self.inbuf[..n];
-                    let src = (n >= 12).then(|| u32::from_le_bytes(d[8..12].try_into().unwrap()));
-                    let known = src.and_then(|s| self.addrs.get(s as usize).copied().flatten());
-                    if known == Some(from) {
-                        self.ep.handle_datagram(now, d);
+        let per_socket = READ_BUDGET.div_ceil(self.shared.socks.len());
+        for lid in 0..self.shared.socks.len() {
+            for _ in 0..per_socket {
+                match self.shared.socks[lid].recv_from(&mut self.inbuf) {
+                    Ok((n, from)) => {
+                        // Only from the address the source rank published (its first
+                        // port), on whichever of our LIDs it chose.
+                        let d = &self.inbuf[..n];
+                        let src =
+                            (n >= 12).then(|| u32::from_le_bytes(d[8..12].try_into().unwrap()));
+                        let known =
+                            src.and_then(|s| self.sources.get(s as usize).copied().flatten());
+                        if known == Some(from) {
+                            self.received_per_lid[lid] += 1;
+                            self.ep.handle_datagram(now, d);
+                        }
                     }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    // ICMP errors reported on the socket (a peer's port closed): the
+                    // link's timers decide whether the peer is gone.
+                    Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
+                    Err(e) => return Err(os_err("recvfrom", e)),
                 }
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => return Ok(()),
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                // ICMP errors reported on the socket (a peer's port closed): the link's
-                // timers decide whether the peer is gone.
-                Err(e) if e.kind() == std::io::ErrorKind::ConnectionRefused => {}
-                Err(e) => return Err(os_err("recvfrom", e)),
             }
         }
         Ok(())

@@ -14,8 +14,9 @@ fn pair(faults: Faults) -> (PmTransport, PmTransport) {
     let mut b = PmTransport::bind(1, 2, &cfg).unwrap();
     let ca = tsunagi_pm::parse_card(&a.card()).unwrap();
     let cb = tsunagi_pm::parse_card(&b.card()).unwrap();
-    a.set_peers(&[(1, cb.0, cb.1)]);
-    b.set_peers(&[(0, ca.0, ca.1)]);
+    let one = tsunagi_pm::lids::LidWiring::single(2);
+    a.set_peers(&[(1, cb)], &one).unwrap();
+    b.set_peers(&[(0, ca)], &one).unwrap();
     (a, b)
 }
 
