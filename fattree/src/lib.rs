@@ -16,9 +16,9 @@
 //! each of the job's nodes, then [`Plan::lid_index`]`(my_node, peer_node)` per connection,
 //! and must run its all-to-all ring over the nodes in [`Plan::order`];
 //! [`connection_lid_indices`]`(tree, allocation, me)` gives all of one node's connections
-//! in one call. (The PM transport of issue 18 is not built yet; this is the call it will
-//! make.) The schedules
-//! simulated here are those of `tsunagi-collectives` (checked by the tests against
+//! in one call: the PM transport (`tsunagi-pm`, `TSUNAGI_PM_LIDS` / `TSUNAGI_FATTREE`)
+//! makes that call at start-up and sends to each peer on the port the plan names. The
+//! schedules simulated here are those of `tsunagi-collectives` (checked by the tests against
 //! `two_level_ring_schedule` and `plain_ring_schedule`).
 
 pub mod experiment;
