@@ -20,7 +20,13 @@ pub(super) struct DeviceArrival {
     /// The first part of the data (the whole message when `complete`).
     pub data: Vec<u8>,
     pub complete: bool,
+    /// The whole message's length on the wire (what the envelope announced).
+    pub wire_len: usize,
 }
+
+/// The most a staging buffer reserves up front from an announced length: a peer's claim is
+/// not trusted with more (the buffer still grows to whatever really arrives).
+const STAGING_RESERVE_MAX: usize = 256 << 20;
 
 /// A matched receive whose data streams in from a device.
 pub(super) struct DeviceRecv {
@@ -47,6 +53,14 @@ impl Engine {
         let data = match (rep, req.packed.take()) {
             (DataRep::Native, Some(packed)) => packed,
             (DataRep::External32, Some(packed)) => to_external32(&req.dtype, &packed)?,
+            (DataRep::Native, None) if req.dtype.contiguous_offset().is_some() => {
+                let off = req.dtype.contiguous_offset().expect("contiguous");
+                // SAFETY: a contiguous type's `count` elements are the `bytes` bytes from
+                // `buf + off`, readable per the MPI contract; one copy, no zero-fill.
+                // `wrapping_offset`, as in pack_range: buf may be MPI_BOTTOM.
+                unsafe { std::slice::from_raw_parts(req.buf.0.wrapping_offset(off), bytes) }
+                    .to_vec()
+            }
             (DataRep::Native, None) => {
                 let mut native = vec![0u8; bytes];
                 // SAFETY: the send buffer holds `count` elements of `dtype` (MPI
@@ -159,6 +173,7 @@ impl Core {
                         id,
                         data,
                         complete,
+                        wire_len: env.len as usize,
                     }),
                 };
                 match self.queue(env.context).take_posted(env.src, env.tag) {
@@ -222,14 +237,29 @@ impl Core {
             cancelled: false,
         };
         req.received = 0;
-        let staging = (rep != DataRep::Native).then(Vec::new);
-        let r = DeviceRecv { req: id, staging };
-        if a.complete {
-            let mut r = r;
-            r.staging = Some(a.data);
-            self.device_received(r);
+        if rep != DataRep::Native {
+            // The first part starts the staging buffer, reserved at the announced length
+            // so that the rest appends without reallocating (or zero-filling) per packet.
+            let mut staging = a.data;
+            if !a.complete {
+                let want = a.wire_len.min(STAGING_RESERVE_MAX);
+                staging.reserve(want.saturating_sub(staging.len()));
+            }
+            let r = DeviceRecv {
+                req: id,
+                staging: Some(staging),
+            };
+            if a.complete {
+                self.device_received(r);
+            } else {
+                self.dev_recvs.insert((a.dev, a.id), r);
+            }
             return;
         }
+        let r = DeviceRecv {
+            req: id,
+            staging: None,
+        };
         self.dev_recvs.insert((a.dev, a.id), r);
         self.device_data(a.dev, a.id, 0, &a.data);
     }
@@ -244,10 +274,16 @@ impl Core {
         };
         let offset = offset as usize;
         if let Some(st) = r.staging.as_mut() {
-            if st.len() < offset + data.len() {
-                st.resize(offset + data.len(), 0);
+            if offset == st.len() {
+                // In order (devices deliver a message's parts in order): one copy, into
+                // capacity reserved when the receive matched.
+                st.extend_from_slice(data);
+            } else {
+                if st.len() < offset + data.len() {
+                    st.resize(offset + data.len(), 0);
+                }
+                st[offset..offset + data.len()].copy_from_slice(data);
             }
-            st[offset..offset + data.len()].copy_from_slice(data);
             return;
         }
         let req = self.reqs.get_mut(r.req.0).expect("live receive");
