@@ -61,6 +61,11 @@ fn exchange(job: &Job, world: &[Rank], cfg: &ShmConfig, per_pair: u64) {
         bytes += size as u64;
     };
     loop {
+        // After a run of idle rounds, announce the sleep *before* this round's sends and
+        // receives: a ring full at our last try may have been drained since (its consumer
+        // rang our doorbell then), so the last look before sleeping must retry the sends
+        // too, not only poll.
+        let sleep_token = (idle >= 20).then(|| events.prepare());
         let mut progress = false;
         for k in 0..np {
             // Send a few per peer per round so rings of all peers fill concurrently.
@@ -96,27 +101,23 @@ fn exchange(job: &Job, world: &[Rank], cfg: &ShmConfig, per_pair: u64) {
             progress = true;
         }
         let done = sent.iter().all(|&s| s == per_pair) && total_recv == per_pair * np as u64;
-        if done {
-            break;
-        }
-        if progress {
+        if done || progress {
+            if sleep_token.is_some() {
+                events.cancel();
+            }
+            if done {
+                break;
+            }
             idle = 0;
             continue;
         }
-        idle += 1;
-        if idle < 20 {
-            std::thread::yield_now();
+        let Some(tok) = sleep_token else {
+            idle += 1;
+            if idle < 20 {
+                std::thread::yield_now();
+            }
             continue;
-        }
-        // Sleep protocol: prepare, one more poll, sleep only if nothing arrived.
-        let tok = events.prepare();
-        let n = t.poll(&mut sink_check).expect("poll");
-        total_recv += n as u64;
-        if n > 0 {
-            events.cancel();
-            idle = 0;
-            continue;
-        }
+        };
         let s = Instant::now();
         events.sleep(tok, Duration::from_secs(1));
         sleeps += 1;
