@@ -101,14 +101,13 @@ pub struct Func {
 }
 
 impl Func {
-    /// Whether Fortran has this function: the handle conversions and the C-only tools
-    /// interface (`MPI_T_*`) do not.
+    /// Whether Fortran has this function: the handle conversions, the C-only tools
+    /// interface (`MPI_T_*`) and (not bound yet) the sessions calls do not.
     pub fn in_fortran(&self) -> bool {
         !(self.name.ends_with("_c2f")
             || self.name.ends_with("_f2c")
             || self.is_tools()
-            || self.session_arg().is_some()
-            || self.narrow_of.is_some())
+            || self.session_arg().is_some())
     }
 
     /// For the sessions calls (MPI 4.0), how the entry point finds the session whose
