@@ -188,6 +188,13 @@ fn gen_rust(funcs: &[Func]) -> String {
                 "/// `{call}`: exported stub; returns MPI_ERR_UNSUPPORTED_OPERATION."
             )
             .unwrap();
+        } else if let Some(base) = &f.persistent_of {
+            writeln!(
+                out,
+                "/// `{call}`: C entry point (generated; each start runs `imp::{}`).",
+                snake(base)
+            )
+            .unwrap();
         } else {
             writeln!(
                 out,
@@ -208,6 +215,10 @@ fn gen_rust(funcs: &[Func]) -> String {
         let args: Vec<&Arg> = f.args.iter().filter(|a| !a.varargs).collect();
         if let Some(base) = &f.narrow_of {
             gen_narrow(&mut out, f, funcs, base);
+            continue;
+        }
+        if let Some(base) = &f.persistent_of {
+            gen_persistent(&mut out, f, funcs, base);
             continue;
         }
         if f.stub {
@@ -416,6 +427,80 @@ fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
     writeln!(out, "    let [{}] = small;", narrowed.join(", ")).unwrap();
     writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
     out.push_str("}\n\n");
+}
+
+/// The body of a persistent collective (`persistent ... = Iname`): the initialization
+/// checks its own arguments as annotated and keeps the C arguments as given; every start
+/// decodes them again and calls the non-blocking `Iname`'s implementation, whose schedule
+/// `imp::persistent` takes as the work of the request. MPI forbids changing the buffers,
+/// count arrays and datatypes until the request is freed, so decoding again gives what
+/// initialization would have.
+fn gen_persistent(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
+    let b = funcs
+        .iter()
+        .find(|g| g.name == base)
+        .unwrap_or_else(|| panic!("api.in: {} is persistent of unknown {base}", f.name));
+    let call = format!("MPI_{}", f.name);
+    let kept: Vec<&Arg> = b.args.iter().filter(|a| a.name != "request").collect();
+    let own: Vec<&str> = f.args.iter().map(|a| a.name.as_str()).collect();
+    let expected: Vec<&str> = kept
+        .iter()
+        .map(|a| a.name.as_str())
+        .chain(["info", "request"])
+        .collect();
+    assert_eq!(own, expected, "api.in: {} against {base}", f.name);
+    let names: Vec<&str> = kept.iter().map(|a| a.name.as_str()).collect();
+    let err_comm = f
+        .args
+        .iter()
+        .find(|a| a.base == "MPI_Comm" && a.depth == 0)
+        .map(|a| format!("h::err_comm({})", a.name))
+        .unwrap_or_else(|| "None".into());
+    writeln!(out, "    entry(\"{call}\", {err_comm}, move || {{").unwrap();
+    writeln!(
+        out,
+        "        let kept = imp::Captured(({},));",
+        names.join(", ")
+    )
+    .unwrap();
+    // The initialization's own checks, the communicator first (as everywhere); only the
+    // request is used here.
+    let mut lines = Vec::new();
+    for a in &f.args {
+        if let (Some(l), _) = convert(a) {
+            let l = if a.name == "request" {
+                l
+            } else {
+                l.replacen(
+                    &format!("let {} = ", a.name),
+                    &format!("let _{} = ", a.name),
+                    1,
+                )
+            };
+            lines.push((!(a.base == "MPI_Comm" && a.depth == 0), l));
+        }
+    }
+    lines.sort_by_key(|(later, _)| *later);
+    for (_, l) in lines {
+        writeln!(out, "        {l}").unwrap();
+    }
+    writeln!(
+        out,
+        "        imp::persistent(\"{call}\", request, move |request| {{"
+    )
+    .unwrap();
+    writeln!(out, "            let ({},) = kept.get();", names.join(", ")).unwrap();
+    let mut pass = Vec::new();
+    for a in &kept {
+        let (line, p) = convert(a);
+        if let Some(l) = line {
+            writeln!(out, "            {l}").unwrap();
+        }
+        pass.push(p);
+    }
+    pass.push("request".into());
+    writeln!(out, "            imp::{}({})", snake(base), pass.join(", ")).unwrap();
+    out.push_str("        })\n    })\n}\n\n");
 }
 
 fn c_proto(f: &Func, prefix: &str) -> String {

@@ -98,6 +98,10 @@ pub struct Func {
     /// `narrow RET Name(...) = Base`: a large-count (`_c`) form whose entry point checks
     /// that its MPI_Count arguments fit the `int` (or MPI_Aint) ones of `Base` and calls it.
     pub narrow_of: Option<String>,
+    /// `persistent RET Name_init(..., MPI_Info info, MPI_Request *request) = Base`: a
+    /// persistent collective whose every start runs the non-blocking `Base` (`Ibcast`) on
+    /// the arguments given at initialization.
+    pub persistent_of: Option<String>,
 }
 
 impl Func {
@@ -331,6 +335,15 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
             }
             None => (None, line),
         };
+        let (persistent_of, line) = match line.strip_prefix("persistent ") {
+            Some(rest) => {
+                let (decl, base) = rest
+                    .rsplit_once(" = ")
+                    .unwrap_or_else(|| panic!("api.in:{}: persistent ... = Base", lineno + 1));
+                (Some(base.trim().to_string()), decl)
+            }
+            None => (None, line),
+        };
         let open = line
             .find('(')
             .unwrap_or_else(|| panic!("api.in:{}: no '('", lineno + 1));
@@ -352,6 +365,7 @@ pub fn parse(table: &str) -> (Vec<Func>, Vec<Missing>) {
             args,
             section: section.clone(),
             narrow_of,
+            persistent_of,
         });
     }
     let mut seen = BTreeSet::new();

@@ -94,6 +94,48 @@ static void persistent_collectives(void) {
         OK(MPI_Request_free(&q[k]));
 }
 
+/* Persistent neighbourhood collectives on a periodic ring, and the checks made at
+ * initialization (a negative count, a freed communicator's handle is not tried: MPI leaves
+ * that undefined). */
+static void persistent_neighbors(void) {
+    MPI_Comm ring;
+    int dims[1] = {size}, periods[1] = {1};
+    OK(MPI_Cart_create(MPI_COMM_WORLD, 1, dims, periods, 0, &ring));
+    int left, right;
+    OK(MPI_Cart_shift(ring, 0, 1, &left, &right));
+    int s[2], r[4], g[4];
+    MPI_Request q[2];
+    OK(MPI_Neighbor_alltoall_init(s, 1, MPI_INT, r, 1, MPI_INT, ring, MPI_INFO_NULL, &q[0]));
+    OK(MPI_Neighbor_allgather_init(&s[0], 1, MPI_INT, g, 1, MPI_INT, ring, MPI_INFO_NULL,
+                                   &q[1]));
+    for (int run = 0; run < RUNS; run++) {
+        /* To the left neighbour s[0], to the right s[1]. */
+        s[0] = rank * 10 + run;
+        s[1] = rank * 10 + run + 5;
+        OK(MPI_Startall(2, q));
+        OK(MPI_Waitall(2, q, MPI_STATUSES_IGNORE));
+        /* From the left neighbour its right block, from the right one its left block. */
+        CHECK_EQ(r[0], left * 10 + run + 5);
+        CHECK_EQ(r[1], right * 10 + run);
+        CHECK_EQ(g[0], left * 10 + run);
+        CHECK_EQ(g[1], right * 10 + run);
+    }
+    OK(MPI_Request_free(&q[0]));
+    OK(MPI_Request_free(&q[1]));
+    OK(MPI_Comm_set_errhandler(ring, MPI_ERRORS_RETURN));
+    MPI_Request bad = MPI_REQUEST_NULL;
+    int cls;
+    MPI_Error_class(MPI_Bcast_init(s, -1, MPI_INT, 0, ring, MPI_INFO_NULL, &bad), &cls);
+    CHECK_EQ(cls, MPI_ERR_COUNT);
+    CHECK(bad == MPI_REQUEST_NULL);
+    /* An invalid communicator reports through MPI_COMM_WORLD's handler. */
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+    MPI_Error_class(MPI_Barrier_init(MPI_COMM_NULL, MPI_INFO_NULL, &bad), &cls);
+    CHECK_EQ(cls, MPI_ERR_COMM);
+    OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+    OK(MPI_Comm_free(&ring));
+}
+
 /* A persistent collective on an intercommunicator (even and odd world ranks). */
 static void persistent_inter(void) {
     if (size < 2)
@@ -382,6 +424,7 @@ int main(int argc, char **argv) {
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     CHECK(size <= 8);
     persistent_collectives();
+    persistent_neighbors();
     persistent_inter();
     isendrecv();
     grequests();
