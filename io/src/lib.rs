@@ -16,9 +16,10 @@
 //! pack/unpack, external32) and `tsunagi-collectives` (all-to-all-v, broadcast, barrier on
 //! a private duplicate of the file's communicator, so file traffic never matches the
 //! program's). Above is the C ABI: it keeps the handle table, the file error handlers and
-//! the requests (a non-blocking access is done at once and its request completes through
-//! the core's one request table: [`done_request`]). Functions return `MpiResult`; error
-//! handlers are the caller's business.
+//! the requests. Non-blocking and split collective accesses run on the file's I/O thread
+//! (module `worker`) as generalized requests of the core's one request table, so they
+//! progress in the background. Functions return `MpiResult`; error handlers are the
+//! caller's business.
 
 pub mod access;
 pub mod hints;
@@ -26,6 +27,7 @@ mod posix;
 mod shared;
 pub mod twophase;
 pub mod view;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
@@ -99,6 +101,11 @@ pub struct File {
     amode: i32,
     shared: SharedPointer,
     state: Mutex<State>,
+    /// Two-phase buffers kept between collective accesses.
+    buffers: Mutex<Vec<Vec<u8>>>,
+    /// The I/O thread of non-blocking accesses (started with the first).
+    worker: Mutex<Option<worker::Worker>>,
+    pending: worker::Pending,
 }
 
 /// Check an access mode (MPI 4.0 §14.2.1): exactly one of RDONLY / RDWR / WRONLY; no
@@ -286,6 +293,9 @@ impl File {
                 hints,
                 info: info.to_vec(),
             }),
+            buffers: Mutex::new(Vec::new()),
+            worker: Mutex::new(None),
+            pending: worker::Pending::default(),
         }))
     }
 
@@ -330,6 +340,8 @@ impl File {
     /// MPI_File_close (collective): everything written is in the file system; the
     /// shared pointer's file goes, and the file too with MPI_MODE_DELETE_ON_CLOSE.
     pub fn close(&self) -> MpiResult<()> {
+        self.quiesce()?;
+        self.stop_worker();
         tsunagi_collectives::barrier(self.rt, self.comm)?;
         if self.rank == 0 {
             self.shared.remove();
@@ -406,6 +418,7 @@ impl File {
 
     /// MPI_File_set_size (collective): truncate or extend.
     pub fn set_size(&self, size: i64) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_set_size";
         if size < 0 {
             return Err(err(
@@ -427,6 +440,7 @@ impl File {
 
     /// MPI_File_preallocate (collective): storage for at least `size` bytes.
     pub fn preallocate(&self, size: i64) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_preallocate";
         if size < 0 {
             return Err(err(
@@ -461,6 +475,7 @@ impl File {
 
     /// MPI_File_sync (collective): data on storage, and visible to every rank after.
     pub fn sync(&self) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_sync";
         let r = if self.amode & mode::RDONLY != 0 {
             Ok(())
@@ -483,6 +498,7 @@ impl File {
 
     /// MPI_File_set_info (collective): hints apply, the info is kept.
     pub fn set_info(&self, info: &[(String, String)]) -> MpiResult<()> {
+        self.quiesce()?;
         let mut st = self.state();
         st.hints.apply(info, self.size);
         for (k, v) in info {
@@ -520,6 +536,7 @@ impl File {
         info: &[(String, String)],
     ) -> MpiResult<()> {
         let call = "MPI_File_set_view";
+        self.quiesce()?;
         const DISPLACEMENT_CURRENT: i64 = -54278278;
         let disp = if disp == DISPLACEMENT_CURRENT && self.amode & mode::SEQUENTIAL != 0 {
             self.shared.get()? * self.state().view.esize()
@@ -587,6 +604,7 @@ impl File {
 
     /// MPI_File_set_atomicity (collective).
     pub fn set_atomicity(&self, atomic: bool) -> MpiResult<()> {
+        self.quiesce()?;
         self.state().atomic = atomic;
         tsunagi_collectives::barrier(self.rt, self.comm)
     }
@@ -654,6 +672,7 @@ impl File {
 
     /// MPI_File_seek_shared (collective).
     pub fn seek_shared(&self, offset: i64, whence: i32) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_seek_shared";
         // Every rank's earlier use of the pointer comes first.
         tsunagi_collectives::barrier(self.rt, self.comm)?;
@@ -705,19 +724,18 @@ impl File {
         count: usize,
         dtype: &TypeRef,
     ) -> MpiResult<Status> {
+        if collective {
+            // Collective accesses run in call order: the background ones first.
+            self.quiesce()?;
+        }
         self.check_readable(call)?;
-        let (view, pos, nbytes, st) = self.start_access(call, at, collective, count, dtype)?;
-        let mut data = vec![0u8; nbytes];
-        let got = if collective && !st.atomic {
-            twophase::read_all(self, &view, &st.hints, pos, &mut data)?
-        } else {
-            access::read(self, &view, &st.hints, st.atomic, pos, &mut data)?
-        };
-        // A short read (end of file) delivers whole etypes only.
-        let got = got - got % view.esize() as usize;
-        self.after_access(at, nbytes, got, &view);
+        let acc = self.start_access(call, at, count, dtype)?;
+        let pos = self.resolve(call, &acc, collective)?;
         // SAFETY: forwarded contract.
-        unsafe { access::to_memory(call, &view, &data[..got], buf, count, dtype)? };
+        let got = unsafe { self.read_into(call, &acc, collective, pos, buf, count, dtype)? };
+        if at == Position::Individual {
+            self.state().pos += got as u64 / acc.view.esize();
+        }
         Ok(Status {
             bytes: got,
             ..Status::EMPTY
@@ -737,33 +755,174 @@ impl File {
         count: usize,
         dtype: &TypeRef,
     ) -> MpiResult<Status> {
-        self.check_writable(call)?;
-        let (view, pos, nbytes, st) = self.start_access(call, at, collective, count, dtype)?;
-        // SAFETY: forwarded contract.
-        let data = unsafe { access::from_memory(call, &view, buf, count, dtype)? };
-        debug_assert_eq!(data.len(), nbytes);
-        if collective && !st.atomic {
-            twophase::write_all(self, &view, &st.hints, pos, &data)?;
-        } else {
-            access::write(self, &view, &st.hints, st.atomic, pos, &data)?;
+        if collective {
+            self.quiesce()?;
         }
-        self.after_access(at, nbytes, nbytes, &view);
+        self.check_writable(call)?;
+        let acc = self.start_access(call, at, count, dtype)?;
+        let pos = self.resolve(call, &acc, collective)?;
+        // SAFETY: forwarded contract.
+        let data = unsafe { access::from_memory(call, &acc.view, buf, count, dtype)? };
+        debug_assert_eq!(data.len(), acc.nbytes);
+        self.write_from(call, &acc, collective, pos, &data)?;
+        if at == Position::Individual {
+            self.state().pos += acc.n_etypes;
+        }
         Ok(Status {
-            bytes: nbytes,
+            bytes: acc.nbytes,
             ..Status::EMPTY
         })
     }
 
-    /// Common checks and the stream position of an access; the individual pointer is
-    /// advanced by `after_access`, the shared one here (its update must be atomic).
+    /// Start a non-blocking read (MPI_File_iread*, and the split collectives' begin): the
+    /// positions are taken now (the individual pointer moves past the whole request, as
+    /// MPI says), the access itself runs on the file's I/O thread, and the request
+    /// completes when it is done.
+    ///
+    /// # Safety
+    /// `buf` has room for `count` elements of `dtype` and is neither read nor written by
+    /// the program until the request completes (MPI's rule for non-blocking accesses).
+    pub unsafe fn iread(
+        self: &Arc<Self>,
+        call: &'static str,
+        at: Position,
+        collective: bool,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+    ) -> MpiResult<ReqId> {
+        self.check_readable(call)?;
+        let acc = self.start_access(call, at, count, dtype)?;
+        if at == Position::Individual {
+            self.state().pos += acc.n_etypes;
+        }
+        let target = worker::SendPtr(buf);
+        let dtype = dtype.clone();
+        self.submit(move |f| {
+            let buf = target;
+            let pos = f.resolve(call, &acc, collective)?;
+            // SAFETY: the caller's contract holds until the request completes, which is
+            // after this job.
+            let got = unsafe { f.read_into(call, &acc, collective, pos, buf.0, count, &dtype)? };
+            Ok(Status {
+                bytes: got,
+                ..Status::EMPTY
+            })
+        })
+    }
+
+    /// Start a non-blocking write (see [`File::iread`]). Data that is not contiguous in
+    /// memory (or is converted) is packed now; contiguous native data is written from the
+    /// program's buffer.
+    ///
+    /// # Safety
+    /// `buf` holds `count` elements of `dtype` and is not modified by the program until
+    /// the request completes.
+    pub unsafe fn iwrite(
+        self: &Arc<Self>,
+        call: &'static str,
+        at: Position,
+        collective: bool,
+        buf: *const u8,
+        count: usize,
+        dtype: &TypeRef,
+    ) -> MpiResult<ReqId> {
+        self.check_writable(call)?;
+        let acc = self.start_access(call, at, count, dtype)?;
+        if at == Position::Individual {
+            self.state().pos += acc.n_etypes;
+        }
+        // SAFETY: forwarded contract.
+        let data = match unsafe { access::from_memory(call, &acc.view, buf, count, dtype)? } {
+            std::borrow::Cow::Borrowed(s) => worker::Bytes::Program(worker::SendPtr(s.as_ptr() as *mut u8), s.len()),
+            std::borrow::Cow::Owned(v) => worker::Bytes::Packed(v),
+        };
+        self.submit(move |f| {
+            let data = data;
+            let pos = f.resolve(call, &acc, collective)?;
+            // SAFETY: the program's buffer stays valid and unmodified until the request
+            // completes (the caller's contract), which is after this job.
+            let bytes = unsafe { data.as_slice() };
+            f.write_from(call, &acc, collective, pos, bytes)?;
+            Ok(Status {
+                bytes: acc.nbytes,
+                ..Status::EMPTY
+            })
+        })
+    }
+
+    /// Read stream bytes `[pos, pos + nbytes)` of the access into `count` elements of
+    /// `dtype` at `buf`: the bytes read. Native data contiguous in memory is read in
+    /// place; anything else through a staging buffer.
+    ///
+    /// # Safety
+    /// `buf` has room for `count` elements of `dtype`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn read_into(
+        &self,
+        call: &str,
+        acc: &Access,
+        collective: bool,
+        pos: u64,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+    ) -> MpiResult<usize> {
+        let in_place = matches!(acc.view.datarep, Datarep::Native)
+            .then(|| dtype.contiguous_offset())
+            .flatten();
+        let mut staged;
+        let data: &mut [u8] = match in_place {
+            // SAFETY: the `count` elements are exactly these bytes (contiguous_offset), and
+            // `buf` has room for them (caller contract).
+            Some(off) if acc.nbytes > 0 => unsafe {
+                std::slice::from_raw_parts_mut(buf.offset(off), acc.nbytes)
+            },
+            _ => {
+                staged = vec![0u8; acc.nbytes];
+                &mut staged
+            }
+        };
+        let got = if collective && !acc.atomic {
+            twophase::read_all(self, call, &acc.view, &acc.hints, pos, data)?
+        } else {
+            access::read(self, &acc.view, &acc.hints, acc.atomic, pos, data)?
+        };
+        // A short read (end of file) delivers whole etypes only.
+        let got = got - got % acc.view.esize() as usize;
+        if in_place.is_none() || acc.nbytes == 0 {
+            // SAFETY: forwarded contract.
+            unsafe { access::to_memory(call, &acc.view, &data[..got], buf, count, dtype)? };
+        }
+        Ok(got)
+    }
+
+    fn write_from(
+        &self,
+        call: &str,
+        acc: &Access,
+        collective: bool,
+        pos: u64,
+        data: &[u8],
+    ) -> MpiResult<()> {
+        if collective && !acc.atomic {
+            twophase::write_all(self, call, &acc.view, &acc.hints, pos, data)
+        } else {
+            access::write(self, &acc.view, &acc.hints, acc.atomic, pos, data)
+        }
+    }
+
+    /// Common checks of an access and its position, taken now: an explicit offset, the
+    /// individual pointer, or the shared one (moved now: its update must be atomic).
+    /// Ordered positions need every rank, so [`File::resolve`] takes them when the
+    /// access runs.
     fn start_access(
         &self,
         call: &str,
         at: Position,
-        collective: bool,
         count: usize,
         dtype: &TypeRef,
-    ) -> MpiResult<(View, u64, usize, Snapshot)> {
+    ) -> MpiResult<Access> {
         if !dtype.is_committed() {
             return Err(err(
                 ErrorClass::Type,
@@ -773,16 +932,9 @@ impl File {
         if matches!(at, Position::At(_) | Position::Individual) {
             self.check_not_sequential(call)?;
         }
-        let (view, st) = {
+        let (view, atomic, hints, cur) = {
             let s = self.state();
-            (
-                s.view.clone(),
-                Snapshot {
-                    atomic: s.atomic,
-                    hints: s.hints.clone(),
-                    pos: s.pos,
-                },
-            )
+            (s.view.clone(), s.atomic, s.hints.clone(), s.pos)
         };
         let nbytes = count.checked_mul(dtype.size()).ok_or_else(|| {
             err(
@@ -801,27 +953,45 @@ impl File {
         }
         let n_etypes = nbytes as u64 / esize;
         let offset = match at {
-            Position::At(o) => o,
-            Position::Individual => st.pos,
-            Position::Shared => self.shared.fetch_add(n_etypes)?,
-            Position::Ordered => {
+            Position::At(o) => Some(o),
+            Position::Individual => Some(cur),
+            Position::Shared => Some(self.shared.fetch_add(n_etypes)?),
+            Position::Ordered => None,
+        };
+        if let Some(o) = offset {
+            o.checked_mul(esize).ok_or_else(|| {
+                err(
+                    ErrorClass::Arg,
+                    format!("{call}: offset {o} is too large"),
+                )
+            })?;
+        }
+        Ok(Access {
+            view,
+            atomic,
+            hints,
+            nbytes,
+            n_etypes,
+            offset,
+        })
+    }
+
+    /// The stream position (bytes) of an access; ordered ones agree on theirs here
+    /// (collective).
+    fn resolve(&self, call: &str, acc: &Access, collective: bool) -> MpiResult<u64> {
+        let offset = match acc.offset {
+            Some(o) => o,
+            None => {
                 debug_assert!(collective);
-                self.ordered_offset(call, n_etypes)?
+                self.ordered_offset(call, acc.n_etypes)?
             }
         };
-        let pos = offset.checked_mul(esize).ok_or_else(|| {
+        offset.checked_mul(acc.view.esize()).ok_or_else(|| {
             err(
                 ErrorClass::Arg,
                 format!("{call}: offset {offset} is too large"),
             )
-        })?;
-        Ok((view, pos, nbytes, st))
-    }
-
-    fn after_access(&self, at: Position, _asked: usize, done: usize, view: &View) {
-        if at == Position::Individual {
-            self.state().pos += done as u64 / view.esize();
-        }
+        })
     }
 
     /// Ordered access: the ranks' pieces follow each other in rank order from the shared
@@ -865,13 +1035,38 @@ impl File {
     pub(crate) fn rank_and_size(&self) -> (usize, usize) {
         (self.rank, self.size)
     }
+
+    /// A buffer of at least `len` bytes for two-phase I/O, from the file's pool (kept
+    /// between calls: a collective access does not fault in fresh pages every time).
+    pub(crate) fn take_buffer(&self, len: usize) -> Vec<u8> {
+        let mut pool = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        match pool.iter().position(|b| b.len() >= len) {
+            Some(i) => pool.swap_remove(i),
+            None => {
+                drop(pool);
+                vec![0u8; len]
+            }
+        }
+    }
+
+    /// Give a buffer back to the pool (which keeps the two largest).
+    pub(crate) fn give_buffer(&self, b: Vec<u8>) {
+        let mut pool = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        pool.push(b);
+        pool.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        pool.truncate(2);
+    }
 }
 
-struct Snapshot {
+/// An access as its call fixed it.
+struct Access {
+    view: View,
     atomic: bool,
     hints: Hints,
-    #[allow(dead_code)]
-    pos: u64,
+    nbytes: usize,
+    n_etypes: u64,
+    /// Etypes from the view's start; None for an ordered access (taken when it runs).
+    offset: Option<u64>,
 }
 
 fn path_hash(p: &Path) -> u64 {
@@ -879,22 +1074,6 @@ fn path_hash(p: &Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     p.hash(&mut h);
     h.finish()
-}
-
-/// A request that is already complete with `status`: a non-blocking file access is done
-/// when it is started (allowed: MPI only promises it may proceed in the background) and
-/// completes through the core's one request table like every other request.
-pub fn done_request(rt: &Runtime, status: Status) -> MpiResult<ReqId> {
-    struct Done(Status);
-    impl tsunagi_core::runtime::Schedule for Done {
-        fn advance(&mut self, _rt: &Runtime) -> MpiResult<bool> {
-            Ok(true)
-        }
-        fn final_status(&mut self) -> Option<Status> {
-            Some(self.0)
-        }
-    }
-    rt.start_schedule(Box::new(Done(status)))
 }
 
 #[cfg(test)]

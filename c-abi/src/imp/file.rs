@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
 
 use tsunagi_core::datatype::TypeRef;
-use tsunagi_core::{CommId, ErrHandler, ErrorClass, MpiError, MpiResult, Status};
+use tsunagi_core::{CommId, ErrHandler, ErrorClass, MpiError, MpiResult, ReqId, Status};
 use tsunagi_io::{Datarep, File, Position};
 
 use super::request::put_status;
@@ -24,8 +24,9 @@ const MAX_DATAREP_STRING: usize = 128;
 struct FileEntry {
     file: Arc<File>,
     errhandler: MPI_Errhandler,
-    /// The status of a split collective begun and not yet ended.
-    split: Option<MpiResult<Status>>,
+    /// The request of a split collective begun and not yet ended (or why it failed to
+    /// start).
+    split: Option<MpiResult<ReqId>>,
 }
 
 static FILES: Mutex<Table<FileEntry>> = Mutex::new(Table::new());
@@ -433,10 +434,38 @@ fn done(st: MpiResult<Status>, out: Option<&mut MPI_Status>) -> MpiResult<()> {
     Ok(())
 }
 
-fn request(call: &str, st: MpiResult<Status>, req: &mut MPI_Request) -> MpiResult<()> {
-    let st = st?;
-    let id = tsunagi_io::done_request(h::runtime(call)?, st)?;
-    *req = h::request_handle(id, false);
+fn iread_op(
+    call: &'static str,
+    f: &Arc<File>,
+    at: Position,
+    coll: bool,
+    buf: *mut c_void,
+    count: c_int,
+    dt: &TypeRef,
+) -> MpiResult<ReqId> {
+    let count = check_buf(call, buf, count, dt)?;
+    // SAFETY: MPI requires `buf` to have room for `count` elements of `dt` and leaves it
+    // to the library until the request completes.
+    unsafe { f.iread(call, at, coll, buf as *mut u8, count, dt) }
+}
+
+fn iwrite_op(
+    call: &'static str,
+    f: &Arc<File>,
+    at: Position,
+    coll: bool,
+    buf: *const c_void,
+    count: c_int,
+    dt: &TypeRef,
+) -> MpiResult<ReqId> {
+    let count = check_buf(call, buf, count, dt)?;
+    // SAFETY: MPI requires `buf` to hold `count` elements of `dt`, unmodified until the
+    // request completes.
+    unsafe { f.iwrite(call, at, coll, buf as *const u8, count, dt) }
+}
+
+fn request(id: MpiResult<ReqId>, req: &mut MPI_Request) -> MpiResult<()> {
+    *req = h::request_handle(id?, false);
     Ok(())
 }
 
@@ -481,7 +510,7 @@ macro_rules! nonblocking_read {
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
-            request($call, read_op($call, f, $pos, $coll, buf, count, dt), req)
+            request(iread_op($call, f, $pos, $coll, buf, count, dt), req)
         }
     };
 }
@@ -495,7 +524,7 @@ macro_rules! nonblocking_write {
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
-            request($call, write_op($call, f, $pos, $coll, buf, count, dt), req)
+            request(iwrite_op($call, f, $pos, $coll, buf, count, dt), req)
         }
     };
 }
@@ -541,8 +570,7 @@ macro_rules! explicit {
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
             request(
-                $call,
-                read_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
+                iread_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
                 req,
             )
         }
@@ -557,8 +585,7 @@ macro_rules! explicit {
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
             request(
-                $call,
-                write_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
+                iwrite_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
                 req,
             )
         }
@@ -640,9 +667,9 @@ blocking_write!(
     Position::Ordered
 );
 
-// ----- split collectives: the work is done by _begin (MPI 4.0 §14.4.5 allows it) -----
+// ----- split collectives: _begin starts the access in the background, _end waits -----
 
-fn begin(call: &str, f: &Arc<File>, st: impl FnOnce() -> MpiResult<Status>) -> MpiResult<()> {
+fn begin(call: &str, f: &Arc<File>, st: impl FnOnce() -> MpiResult<ReqId>) -> MpiResult<()> {
     if with_entry(f, |e| e.split.is_some())? {
         return Err(err(
             ErrorClass::Other,
@@ -660,7 +687,8 @@ fn end(call: &str, f: &Arc<File>, status: Option<&mut MPI_Status>) -> MpiResult<
             format!("{call}: no split collective was begun on this file"),
         )
     })?;
-    done(r, status)
+    let st = h::runtime(call)?.wait(call, r?);
+    done(st, status)
 }
 
 pub(crate) fn file_read_at_all_begin(
@@ -672,7 +700,7 @@ pub(crate) fn file_read_at_all_begin(
 ) -> MpiResult<()> {
     let c = "MPI_File_read_at_all_begin";
     let p = at("offset", offset)?;
-    begin(c, f, || read_op(c, f, p, true, buf, count, dt))
+    begin(c, f, || iread_op(c, f, p, true, buf, count, dt))
 }
 
 pub(crate) fn file_write_at_all_begin(
@@ -684,7 +712,7 @@ pub(crate) fn file_write_at_all_begin(
 ) -> MpiResult<()> {
     let c = "MPI_File_write_at_all_begin";
     let p = at("offset", offset)?;
-    begin(c, f, || write_op(c, f, p, true, buf, count, dt))
+    begin(c, f, || iwrite_op(c, f, p, true, buf, count, dt))
 }
 
 macro_rules! split_begin {
@@ -695,7 +723,7 @@ macro_rules! split_begin {
             count: c_int,
             dt: &TypeRef,
         ) -> MpiResult<()> {
-            begin($call, f, || read_op($call, f, $pos, true, buf, count, dt))
+            begin($call, f, || iread_op($call, f, $pos, true, buf, count, dt))
         }
     };
     ($name:ident, $call:literal, write, $pos:expr) => {
@@ -705,7 +733,7 @@ macro_rules! split_begin {
             count: c_int,
             dt: &TypeRef,
         ) -> MpiResult<()> {
-            begin($call, f, || write_op($call, f, $pos, true, buf, count, dt))
+            begin($call, f, || iwrite_op($call, f, $pos, true, buf, count, dt))
         }
     };
 }
