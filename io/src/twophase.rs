@@ -15,7 +15,8 @@
 //! Layout: domains start on `striping_unit` boundaries (default 1 MiB) when they are at
 //! least that large, so no two aggregators share a file system block. Without a
 //! `cb_nodes` hint the aggregator count grows with the data: one per 4 MiB of span, at
-//! least one per node, at most every rank.
+//! least one per node, at most one per two cores of a node (an aggregator and its file
+//! thread keep two busy; the fewest cores of any rank's host count) and one per rank.
 //!
 //! Otherwise every rank accesses the file independently (with sieving).
 
@@ -135,10 +136,12 @@ pub fn choose_aggregators(nodes: &[u32], n: usize) -> Vec<usize> {
 }
 
 /// The aggregator count without a `cb_nodes` hint: one per [`BYTES_PER_AGGREGATOR`] of
-/// the span, at least one per node, at most one per rank.
-pub fn default_aggregators(span: u64, nodes: usize, ranks: usize) -> usize {
+/// the span, at least one per node, at most one per two `cores` per node and one per rank.
+pub fn default_aggregators(span: u64, nodes: usize, ranks: usize, cores: usize) -> usize {
     let want = span.div_ceil(BYTES_PER_AGGREGATOR) as usize;
-    want.clamp(nodes.max(1), ranks.max(1))
+    let nodes = nodes.max(1);
+    let cap = (nodes * (cores / 2).max(1)).min(ranks.max(1)).max(nodes.min(ranks.max(1)));
+    want.clamp(nodes.min(cap), cap)
 }
 
 /// Clip `(off, len)` to `[s, e)`: the offset and length inside, if any.
@@ -165,9 +168,17 @@ fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResul
         let hi = runs.iter().map(|r| r.0 + r.1 as u64).max().unwrap_or(0);
         (lo, hi)
     };
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     let mut mine = lo.to_le_bytes().to_vec();
     mine.extend(hi.to_le_bytes());
+    mine.extend(cores.to_le_bytes());
     let all = rt.allgather_bytes(call, comm, &mine)?;
+    // Every rank decides alike: on the fewest cores any rank sees.
+    let cores = all
+        .iter()
+        .map(|b| u64::from_le_bytes(b[16..24].try_into().expect("8 bytes")))
+        .min()
+        .unwrap_or(1) as usize;
     let mut spans: Vec<(u64, u64)> = all
         .iter()
         .map(|b| {
@@ -195,7 +206,7 @@ fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResul
         let mut distinct = nodes.as_ref().clone();
         distinct.sort_unstable();
         distinct.dedup();
-        default_aggregators(ghi - glo, distinct.len(), nodes.len())
+        default_aggregators(ghi - glo, distinct.len(), nodes.len(), cores)
     };
     let aggs = choose_aggregators(&nodes, n);
     Ok(Setup {
@@ -326,6 +337,58 @@ fn alltoallv(
         )?
     };
     Ok((recv, rdispls))
+}
+
+/// Phase times of one collective access, printed to stderr when `TSUNAGI_IO_TRACE` is
+/// set (where the time of a collective access goes: agreeing, exchanging, file access).
+struct Trace {
+    on: bool,
+    call: String,
+    last: std::time::Instant,
+    phases: Vec<(&'static str, f64)>,
+}
+
+impl Trace {
+    fn new(call: &str) -> Trace {
+        Trace {
+            on: std::env::var_os("TSUNAGI_IO_TRACE").is_some(),
+            call: call.to_string(),
+            last: std::time::Instant::now(),
+            phases: Vec::new(),
+        }
+    }
+
+    fn mark(&mut self, phase: &'static str) {
+        if !self.on {
+            return;
+        }
+        let now = std::time::Instant::now();
+        let ms = (now - self.last).as_secs_f64() * 1e3;
+        self.last = now;
+        match self.phases.iter_mut().find(|p| p.0 == phase) {
+            Some(p) => p.1 += ms,
+            None => self.phases.push((phase, ms)),
+        }
+    }
+
+    fn report(&self, f: &File, plan: &Plan) {
+        if !self.on {
+            return;
+        }
+        let phases: Vec<String> = self
+            .phases
+            .iter()
+            .map(|(p, ms)| format!("{p} {ms:.2} ms"))
+            .collect();
+        eprintln!(
+            "tsunagi-io: rank {} {}: {} aggregators, {} rounds: {}",
+            f.rank_and_size().0,
+            self.call,
+            plan.aggs.len(),
+            plan.rounds(),
+            phases.join(", ")
+        );
+    }
 }
 
 /// How one message's bytes lie in a buffer: pieces `(position, len)` in message order.
@@ -483,13 +546,16 @@ pub(crate) fn write_all(
     pos: u64,
     data: &[u8],
 ) -> MpiResult<()> {
+    let mut trace = Trace::new(call);
     let runs = view.runs(pos, data.len());
     let s = setup(f, call, hints, &runs)?;
+    trace.mark("setup");
     if !use_cb(hints.cb_write, &s) {
         return access::write_runs(f, hints, false, &runs, data);
     }
     let plan = s.plan.expect("use_cb");
     let (mine, theirs) = exchange_ranges(f, &plan, &runs)?;
+    trace.mark("ranges");
     let (rank, _) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);
     let file = f.os_file();
@@ -589,6 +655,7 @@ pub(crate) fn write_all(
                         .map(|id| reqs.push(id));
                 }
                 finish(f, call, reqs, posted)?;
+                trace.mark("exchange");
                 if let Some((buf, lo, len, lock)) = stage {
                     if pipelined && lock.is_none() {
                         to_writer
@@ -600,6 +667,7 @@ pub(crate) fn write_all(
                         drop(lock);
                         free.push(buf);
                         w.map_err(|e| os_err(call, e))?;
+                        trace.mark("write");
                     }
                 }
             }
@@ -618,6 +686,8 @@ pub(crate) fn write_all(
         for b in free {
             f.give_buffer(b);
         }
+        trace.mark("drain");
+        trace.report(f, &plan);
         result.and(written)
     })
 }
@@ -842,10 +912,13 @@ mod tests {
 
     #[test]
     fn the_default_aggregator_count_grows_with_the_data() {
-        assert_eq!(default_aggregators(1 << 20, 1, 4), 1);
-        assert_eq!(default_aggregators(9 << 20, 1, 4), 3);
-        assert_eq!(default_aggregators(1 << 30, 1, 4), 4);
-        assert_eq!(default_aggregators(1 << 20, 2, 8), 2, "one per node at least");
+        assert_eq!(default_aggregators(1 << 20, 1, 4, 16), 1);
+        assert_eq!(default_aggregators(9 << 20, 1, 4, 16), 3);
+        assert_eq!(default_aggregators(1 << 30, 1, 4, 16), 4);
+        assert_eq!(default_aggregators(1 << 30, 1, 16, 8), 4, "two cores each");
+        assert_eq!(default_aggregators(1 << 30, 1, 4, 2), 1, "a two-core host: one");
+        assert_eq!(default_aggregators(1 << 20, 2, 8, 2), 2, "one per node at least");
+        assert_eq!(default_aggregators(1 << 30, 3, 2, 2), 2, "never more than the ranks");
     }
 
     #[test]

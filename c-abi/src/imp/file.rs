@@ -388,7 +388,7 @@ pub(crate) fn file_get_view(
 
 // ----- data access -----
 
-fn check_buf(call: &str, buf: *const c_void, count: c_int, dt: &TypeRef) -> MpiResult<usize> {
+fn check_buf(call: &str, buf: *const c_void, count: i64, dt: &TypeRef) -> MpiResult<usize> {
     let count = usize::try_from(count).map_err(|_| {
         err(
             ErrorClass::Count,
@@ -407,10 +407,10 @@ fn read_op(
     at: Position,
     coll: bool,
     buf: *mut c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<Status> {
-    let count = check_buf(call, buf, count, dt)?;
+    let count = check_buf(call, buf, count.into(), dt)?;
     // SAFETY: MPI requires `buf` to have room for `count` elements of `dt`.
     unsafe { f.read(call, at, coll, buf as *mut u8, count, dt) }
 }
@@ -421,10 +421,10 @@ fn write_op(
     at: Position,
     coll: bool,
     buf: *const c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<Status> {
-    let count = check_buf(call, buf, count, dt)?;
+    let count = check_buf(call, buf, count.into(), dt)?;
     // SAFETY: MPI requires `buf` to hold `count` elements of `dt`.
     unsafe { f.write(call, at, coll, buf as *const u8, count, dt) }
 }
@@ -440,10 +440,10 @@ fn iread_op(
     at: Position,
     coll: bool,
     buf: *mut c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<ReqId> {
-    let count = check_buf(call, buf, count, dt)?;
+    let count = check_buf(call, buf, count.into(), dt)?;
     // SAFETY: MPI requires `buf` to have room for `count` elements of `dt` and leaves it
     // to the library until the request completes.
     unsafe { f.iread(call, at, coll, buf as *mut u8, count, dt) }
@@ -455,10 +455,10 @@ fn iwrite_op(
     at: Position,
     coll: bool,
     buf: *const c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<ReqId> {
-    let count = check_buf(call, buf, count, dt)?;
+    let count = check_buf(call, buf, count.into(), dt)?;
     // SAFETY: MPI requires `buf` to hold `count` elements of `dt`, unmodified until the
     // request completes.
     unsafe { f.iwrite(call, at, coll, buf as *const u8, count, dt) }
@@ -478,7 +478,7 @@ macro_rules! blocking_read {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -492,7 +492,7 @@ macro_rules! blocking_write {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -506,7 +506,7 @@ macro_rules! nonblocking_read {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
@@ -520,7 +520,7 @@ macro_rules! nonblocking_write {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
@@ -535,7 +535,7 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -550,7 +550,7 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -565,7 +565,7 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
@@ -580,7 +580,7 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
@@ -695,7 +695,7 @@ pub(crate) fn file_read_at_all_begin(
     f: &Arc<File>,
     offset: MPI_Offset,
     buf: *mut c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<()> {
     let c = "MPI_File_read_at_all_begin";
@@ -707,7 +707,7 @@ pub(crate) fn file_write_at_all_begin(
     f: &Arc<File>,
     offset: MPI_Offset,
     buf: *const c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<()> {
     let c = "MPI_File_write_at_all_begin";
@@ -720,7 +720,7 @@ macro_rules! split_begin {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
         ) -> MpiResult<()> {
             begin($call, f, || iread_op($call, f, $pos, true, buf, count, dt))
@@ -730,7 +730,7 @@ macro_rules! split_begin {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
         ) -> MpiResult<()> {
             begin($call, f, || iwrite_op($call, f, $pos, true, buf, count, dt))
@@ -904,5 +904,37 @@ pub(crate) fn file_call_errhandler(f: &Arc<File>, code: c_int) -> MpiResult<()> 
     );
     // The handler runs (or the job ends); the call itself succeeds.
     file_error("MPI_File_call_errhandler", handle_for(f), e);
+    Ok(())
+}
+
+// ----- large counts: the same functions (their count is any integer up to MPI_Count) -----
+
+pub(crate) use {
+    file_iread as file_iread_c, file_iread_all as file_iread_all_c,
+    file_iread_at as file_iread_at_c, file_iread_at_all as file_iread_at_all_c,
+    file_iread_shared as file_iread_shared_c, file_iwrite as file_iwrite_c,
+    file_iwrite_all as file_iwrite_all_c, file_iwrite_at as file_iwrite_at_c,
+    file_iwrite_at_all as file_iwrite_at_all_c, file_iwrite_shared as file_iwrite_shared_c,
+    file_read as file_read_c, file_read_all as file_read_all_c,
+    file_read_all_begin as file_read_all_begin_c, file_read_at as file_read_at_c,
+    file_read_at_all as file_read_at_all_c, file_read_at_all_begin as file_read_at_all_begin_c,
+    file_read_ordered as file_read_ordered_c,
+    file_read_ordered_begin as file_read_ordered_begin_c, file_read_shared as file_read_shared_c,
+    file_write as file_write_c, file_write_all as file_write_all_c,
+    file_write_all_begin as file_write_all_begin_c, file_write_at as file_write_at_c,
+    file_write_at_all as file_write_at_all_c,
+    file_write_at_all_begin as file_write_at_all_begin_c,
+    file_write_ordered as file_write_ordered_c,
+    file_write_ordered_begin as file_write_ordered_begin_c,
+    file_write_shared as file_write_shared_c,
+};
+
+/// MPI_File_get_type_extent_c.
+pub(crate) fn file_get_type_extent_c(
+    f: &Arc<File>,
+    dt: &TypeRef,
+    extent: &mut MPI_Count,
+) -> MpiResult<()> {
+    *extent = f.type_extent(dt)? as MPI_Count;
     Ok(())
 }

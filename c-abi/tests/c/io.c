@@ -614,6 +614,38 @@ static void background(void) {
     MPI_Type_free(&ft);
 }
 
+/* The large-count (_c) forms: MPI_Count counts and extents. */
+static void large_counts(void) {
+    MPI_File fh;
+    MPI_Status s;
+    MPI_Request rq;
+    MPI_Count n = 100, cnt;
+    int v[100], back[100];
+    for (int i = 0; i < 100; i++) v[i] = rank * 1000 + i;
+    make_name("large");
+    OK(MPI_File_open(MPI_COMM_WORLD, name,
+                     MPI_MODE_RDWR | MPI_MODE_CREATE | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL,
+                     &fh));
+    OK(MPI_File_write_at_all_c(fh, (MPI_Offset)rank * 400, v, n, MPI_INT, &s));
+    OK(MPI_Get_count_c(&s, MPI_INT, &cnt));
+    CHECK_EQ(cnt, 100);
+    OK(MPI_File_iread_at_c(fh, (MPI_Offset)rank * 400, back, n, MPI_INT, &rq));
+    OK(MPI_Wait(&rq, &s));
+    for (int i = 0; i < 100; i++) CHECK_EQ(back[i], v[i]);
+    OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "native", MPI_INFO_NULL));
+    OK(MPI_File_seek(fh, 100 * rank, MPI_SEEK_SET));
+    OK(MPI_File_read_c(fh, back, 50, MPI_INT, &s));
+    for (int i = 0; i < 50; i++) CHECK_EQ(back[i], v[i]);
+    OK(MPI_File_read_all_begin_c(fh, back, 50, MPI_INT));
+    OK(MPI_File_read_all_end(fh, back, &s));
+    for (int i = 0; i < 50; i++) CHECK_EQ(back[i], v[50 + i]);
+    MPI_Count ext;
+    OK(MPI_File_get_type_extent_c(fh, MPI_DOUBLE, &ext));
+    CHECK_EQ(ext, 8);
+    CHECK_EQ(cls(MPI_File_write_at_c(fh, 0, v, -1, MPI_INT, &s)), MPI_ERR_COUNT);
+    OK(MPI_File_close(&fh));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -629,6 +661,7 @@ int main(int argc, char **argv) {
     misc();
     modes();
     background();
+    large_counts();
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("io ok\n");
     MPI_Finalize();
