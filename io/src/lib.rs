@@ -834,7 +834,9 @@ impl File {
         }
         // SAFETY: forwarded contract.
         let data = match unsafe { access::from_memory(call, &acc.view, buf, count, dtype)? } {
-            std::borrow::Cow::Borrowed(s) => worker::Bytes::Program(worker::SendPtr(s.as_ptr() as *mut u8), s.len()),
+            std::borrow::Cow::Borrowed(s) => {
+                worker::Bytes::Program(worker::SendPtr(s.as_ptr() as *mut u8), s.len())
+            }
             std::borrow::Cow::Owned(v) => worker::Bytes::Packed(v),
         };
         self.submit(move |f| {
@@ -959,12 +961,8 @@ impl File {
             Position::Ordered => None,
         };
         if let Some(o) = offset {
-            o.checked_mul(esize).ok_or_else(|| {
-                err(
-                    ErrorClass::Arg,
-                    format!("{call}: offset {o} is too large"),
-                )
-            })?;
+            o.checked_mul(esize)
+                .ok_or_else(|| err(ErrorClass::Arg, format!("{call}: offset {o} is too large")))?;
         }
         Ok(Access {
             view,

@@ -140,7 +140,9 @@ pub fn choose_aggregators(nodes: &[u32], n: usize) -> Vec<usize> {
 pub fn default_aggregators(span: u64, nodes: usize, ranks: usize, cores: usize) -> usize {
     let want = span.div_ceil(BYTES_PER_AGGREGATOR) as usize;
     let nodes = nodes.max(1);
-    let cap = (nodes * (cores / 2).max(1)).min(ranks.max(1)).max(nodes.min(ranks.max(1)));
+    let cap = (nodes * (cores / 2).max(1))
+        .min(ranks.max(1))
+        .max(nodes.min(ranks.max(1)));
     want.clamp(nodes.min(cap), cap)
 }
 
@@ -437,7 +439,13 @@ fn layout(pieces: impl Iterator<Item = (usize, usize)>) -> MpiResult<Layout> {
 /// # Safety
 /// The layout lies within the buffer at `base`, which stays valid and unmodified until
 /// the request completes.
-unsafe fn isend(f: &File, call: &str, base: *const u8, lay: &Layout, dest: usize) -> MpiResult<ReqId> {
+unsafe fn isend(
+    f: &File,
+    call: &str,
+    base: *const u8,
+    lay: &Layout,
+    dest: usize,
+) -> MpiResult<ReqId> {
     let byte = Datatype::builtin(Builtin::Byte);
     let (ptr, count, t) = match &lay.dtype {
         // SAFETY: `first` lies within the buffer (caller contract).
@@ -472,7 +480,10 @@ unsafe fn irecv(f: &File, call: &str, base: *mut u8, lay: &Layout, src: usize) -
         Some(t) => (base, 1, t),
     };
     // SAFETY: forwarded contract.
-    unsafe { f.runtime().irecv(call, ptr, count, t, src as i32, DATA_TAG, f.comm()) }
+    unsafe {
+        f.runtime()
+            .irecv(call, ptr, count, t, src as i32, DATA_TAG, f.comm())
+    }
 }
 
 /// Wait for every request started; the first error of the posting or of the wait.
@@ -701,13 +712,16 @@ pub(crate) fn read_all(
     pos: u64,
     out: &mut [u8],
 ) -> MpiResult<usize> {
+    let mut trace = Trace::new(call);
     let runs = view.runs(pos, out.len());
     let s = setup(f, call, hints, &runs)?;
+    trace.mark("setup");
     if !use_cb(hints.cb_read, &s) {
         return access::read_runs(f, hints, false, &runs, out);
     }
     let plan = s.plan.expect("use_cb");
     let (mine, theirs) = exchange_ranges(f, &plan, &runs)?;
+    trace.mark("ranges");
     let (rank, size) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);
     let file = f.os_file();
@@ -783,6 +797,7 @@ pub(crate) fn read_all(
                     b
                 };
                 stage = Some((buf, lo));
+                trace.mark("read");
             }
             let mut reqs = Vec::new();
             let mut posted = Ok(());
@@ -832,6 +847,7 @@ pub(crate) fn read_all(
                 }
             }
             finish(f, call, reqs, posted)?;
+            trace.mark("exchange");
             if let Some((buf, _)) = stage {
                 if pipelined {
                     let _ = to_reader.send(buf);
@@ -842,6 +858,7 @@ pub(crate) fn read_all(
         }
         Ok(())
     })?;
+    trace.report(f, &plan);
     // Bytes before the end of the file, in stream order, up to the first piece the file
     // does not hold entirely.
     let eof = f.size()?;
@@ -879,7 +896,13 @@ mod tests {
     fn large_domains_start_on_aligned_boundaries() {
         // 10 MiB from 100 bytes in over 3 aggregators, 1 MiB alignment, 1.5 MiB rounds.
         let mib = 1u64 << 20;
-        let p = Plan::new(vec![0, 1, 2], 100, 100 + 10 * mib, 3 * (mib as usize) / 2, mib);
+        let p = Plan::new(
+            vec![0, 1, 2],
+            100,
+            100 + 10 * mib,
+            3 * (mib as usize) / 2,
+            mib,
+        );
         assert_eq!(p.base, 0);
         assert_eq!(p.domain % mib, 0);
         assert_eq!(p.cb, mib, "rounds are aligned too");
@@ -916,9 +939,21 @@ mod tests {
         assert_eq!(default_aggregators(9 << 20, 1, 4, 16), 3);
         assert_eq!(default_aggregators(1 << 30, 1, 4, 16), 4);
         assert_eq!(default_aggregators(1 << 30, 1, 16, 8), 4, "two cores each");
-        assert_eq!(default_aggregators(1 << 30, 1, 4, 2), 1, "a two-core host: one");
-        assert_eq!(default_aggregators(1 << 20, 2, 8, 2), 2, "one per node at least");
-        assert_eq!(default_aggregators(1 << 30, 3, 2, 2), 2, "never more than the ranks");
+        assert_eq!(
+            default_aggregators(1 << 30, 1, 4, 2),
+            1,
+            "a two-core host: one"
+        );
+        assert_eq!(
+            default_aggregators(1 << 20, 2, 8, 2),
+            2,
+            "one per node at least"
+        );
+        assert_eq!(
+            default_aggregators(1 << 30, 3, 2, 2),
+            2,
+            "never more than the ranks"
+        );
     }
 
     #[test]

@@ -144,9 +144,10 @@ impl File {
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut w = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if w.is_none() {
-            *w = Some(Worker::spawn().map_err(|e| {
-                crate::posix::os_err("starting the file's I/O thread", e)
-            })?);
+            *w = Some(
+                Worker::spawn()
+                    .map_err(|e| crate::posix::os_err("starting the file's I/O thread", e))?,
+            );
         }
         let id = self.rt.grequest_start(Box::new(Hooks(slot.clone())))?;
         self.pending.add();
