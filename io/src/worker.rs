@@ -153,7 +153,15 @@ impl File {
         self.pending.add();
         let me = self.clone();
         let run: Job = Box::new(move || {
-            let r = job(&me);
+            // A panic must not leave the request (and every later collective call on the
+            // file) waiting forever: it becomes the request's error.
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job(&me)))
+                .unwrap_or_else(|_| {
+                    Err(tsunagi_core::MpiError::new(
+                        tsunagi_core::ErrorClass::Intern,
+                        "internal error in a background file access",
+                    ))
+                });
             *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
             me.pending.done();
             // Completing cannot fail for a live generalized request of ours.
