@@ -135,7 +135,7 @@ pub fn choose_aggregators(nodes: &[u32], n: usize) -> Vec<usize> {
     aggs
 }
 
-/// The aggregator count without a `cb_nodes` hint: one per [`BYTES_PER_AGGREGATOR`] of
+/// The aggregator count without a `cb_nodes` hint: one per 4 MiB of
 /// the span, at least one per node, at most one per two `cores` per node and one per rank.
 pub fn default_aggregators(span: u64, nodes: usize, ranks: usize, cores: usize) -> usize {
     let want = span.div_ceil(BYTES_PER_AGGREGATOR) as usize;
