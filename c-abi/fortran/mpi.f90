@@ -5680,6 +5680,326 @@ module mpi
       integer :: errorcode
       integer :: ierror
     end subroutine MPI_File_call_errhandler
+    subroutine MPI_File_get_type_extent_c(fh, datatype, extent, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: extent
+      integer :: ierror
+    end subroutine MPI_File_get_type_extent_c
+    subroutine MPI_File_iread_all_c(fh, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iread_all_c
+    subroutine MPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iread_at_all_c
+    subroutine MPI_File_iread_at_c(fh, offset, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iread_at_c
+    subroutine MPI_File_iread_c(fh, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iread_c
+    subroutine MPI_File_iread_shared_c(fh, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iread_shared_c
+    subroutine MPI_File_iwrite_all_c(fh, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iwrite_all_c
+    subroutine MPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iwrite_at_all_c
+    subroutine MPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iwrite_at_c
+    subroutine MPI_File_iwrite_c(fh, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iwrite_c
+    subroutine MPI_File_iwrite_shared_c(fh, buf, count, datatype, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_File_iwrite_shared_c
+    subroutine MPI_File_read_all_begin_c(fh, buf, count, datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_File_read_all_begin_c
+    subroutine MPI_File_read_all_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_read_all_c
+    subroutine MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_File_read_at_all_begin_c
+    subroutine MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_read_at_all_c
+    subroutine MPI_File_read_at_c(fh, offset, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_read_at_c
+    subroutine MPI_File_read_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_read_c
+    subroutine MPI_File_read_ordered_begin_c(fh, buf, count, datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_File_read_ordered_begin_c
+    subroutine MPI_File_read_ordered_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_read_ordered_c
+    subroutine MPI_File_read_shared_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_read_shared_c
+    subroutine MPI_File_write_all_begin_c(fh, buf, count, datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_File_write_all_begin_c
+    subroutine MPI_File_write_all_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_write_all_c
+    subroutine MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_File_write_at_all_begin_c
+    subroutine MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_write_at_all_c
+    subroutine MPI_File_write_at_c(fh, offset, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_write_at_c
+    subroutine MPI_File_write_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_write_c
+    subroutine MPI_File_write_ordered_begin_c(fh, buf, count, datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_File_write_ordered_begin_c
+    subroutine MPI_File_write_ordered_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_write_ordered_c
+    subroutine MPI_File_write_shared_c(fh, buf, count, datatype, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: fh
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_File_write_shared_c
     subroutine MPI_Register_datarep(datarep, read_conversion_fn, write_conversion_fn,  &
         & dtype_file_extent_fn, extra_state, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE

@@ -4969,6 +4969,298 @@ module mpi_f08
       integer :: errorcode
       integer(c_int) :: ierror
     end subroutine tsunagi_file_call_errhandler
+    subroutine tsunagi_file_get_type_extent_c(fh, datatype, extent, ierror) bind(C,  &
+        & name="mpi_file_get_type_extent_c_")
+      import
+      type(MPI_File) :: fh
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: extent
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_get_type_extent_c
+    subroutine tsunagi_file_iread_all_c(fh, buf, count, datatype, request, ierror) bind(C,  &
+        & name="mpi_file_iread_all_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iread_all_c
+    subroutine tsunagi_file_iread_at_all_c(fh, offset, buf, count, datatype, request, ierror)  &
+        & bind(C, name="mpi_file_iread_at_all_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iread_at_all_c
+    subroutine tsunagi_file_iread_at_c(fh, offset, buf, count, datatype, request, ierror)  &
+        & bind(C, name="mpi_file_iread_at_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iread_at_c
+    subroutine tsunagi_file_iread_c(fh, buf, count, datatype, request, ierror) bind(C,  &
+        & name="mpi_file_iread_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iread_c
+    subroutine tsunagi_file_iread_shared_c(fh, buf, count, datatype, request, ierror) bind(C,  &
+        & name="mpi_file_iread_shared_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iread_shared_c
+    subroutine tsunagi_file_iwrite_all_c(fh, buf, count, datatype, request, ierror) bind(C,  &
+        & name="mpi_file_iwrite_all_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iwrite_all_c
+    subroutine tsunagi_file_iwrite_at_all_c(fh, offset, buf, count, datatype, request, ierror)  &
+        & bind(C, name="mpi_file_iwrite_at_all_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iwrite_at_all_c
+    subroutine tsunagi_file_iwrite_at_c(fh, offset, buf, count, datatype, request, ierror)  &
+        & bind(C, name="mpi_file_iwrite_at_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iwrite_at_c
+    subroutine tsunagi_file_iwrite_c(fh, buf, count, datatype, request, ierror) bind(C,  &
+        & name="mpi_file_iwrite_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iwrite_c
+    subroutine tsunagi_file_iwrite_shared_c(fh, buf, count, datatype, request, ierror) bind(C,  &
+        & name="mpi_file_iwrite_shared_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_iwrite_shared_c
+    subroutine tsunagi_file_read_all_begin_c(fh, buf, count, datatype, ierror) bind(C,  &
+        & name="mpi_file_read_all_begin_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_all_begin_c
+    subroutine tsunagi_file_read_all_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_read_all_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_all_c
+    subroutine tsunagi_file_read_at_all_begin_c(fh, offset, buf, count, datatype, ierror)  &
+        & bind(C, name="mpi_file_read_at_all_begin_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_at_all_begin_c
+    subroutine tsunagi_file_read_at_all_c(fh, offset, buf, count, datatype, status, ierror)  &
+        & bind(C, name="mpi_file_read_at_all_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_at_all_c
+    subroutine tsunagi_file_read_at_c(fh, offset, buf, count, datatype, status, ierror) bind(C, &
+        & name="mpi_file_read_at_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_at_c
+    subroutine tsunagi_file_read_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_read_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_c
+    subroutine tsunagi_file_read_ordered_begin_c(fh, buf, count, datatype, ierror) bind(C,  &
+        & name="mpi_file_read_ordered_begin_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_ordered_begin_c
+    subroutine tsunagi_file_read_ordered_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_read_ordered_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_ordered_c
+    subroutine tsunagi_file_read_shared_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_read_shared_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_read_shared_c
+    subroutine tsunagi_file_write_all_begin_c(fh, buf, count, datatype, ierror) bind(C,  &
+        & name="mpi_file_write_all_begin_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_all_begin_c
+    subroutine tsunagi_file_write_all_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_write_all_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_all_c
+    subroutine tsunagi_file_write_at_all_begin_c(fh, offset, buf, count, datatype, ierror)  &
+        & bind(C, name="mpi_file_write_at_all_begin_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_at_all_begin_c
+    subroutine tsunagi_file_write_at_all_c(fh, offset, buf, count, datatype, status, ierror)  &
+        & bind(C, name="mpi_file_write_at_all_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_at_all_c
+    subroutine tsunagi_file_write_at_c(fh, offset, buf, count, datatype, status, ierror)  &
+        & bind(C, name="mpi_file_write_at_c_")
+      import
+      type(MPI_File) :: fh
+      integer(kind=MPI_OFFSET_KIND) :: offset
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_at_c
+    subroutine tsunagi_file_write_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_write_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_c
+    subroutine tsunagi_file_write_ordered_begin_c(fh, buf, count, datatype, ierror) bind(C,  &
+        & name="mpi_file_write_ordered_begin_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_ordered_begin_c
+    subroutine tsunagi_file_write_ordered_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_write_ordered_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_ordered_c
+    subroutine tsunagi_file_write_shared_c(fh, buf, count, datatype, status, ierror) bind(C,  &
+        & name="mpi_file_write_shared_c_")
+      import
+      type(MPI_File) :: fh
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_file_write_shared_c
     subroutine tsunagi_register_datarep(datarep, read_conversion_fn, write_conversion_fn,  &
         & dtype_file_extent_fn, extra_state, ierror, datarep_len) bind(C,  &
         & name="mpi_register_datarep_")
@@ -10750,6 +11042,355 @@ contains
     call tsunagi_file_call_errhandler(fh, errorcode, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_File_call_errhandler
+  subroutine MPI_File_get_type_extent_c(fh, datatype, extent, ierror)
+    type(MPI_File), intent(in) :: fh
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: extent
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_get_type_extent_c(fh, datatype, extent, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_get_type_extent_c
+  subroutine MPI_File_iread_all_c(fh, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iread_all_c(fh, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iread_all_c
+  subroutine MPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iread_at_all_c(fh, offset, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iread_at_all_c
+  subroutine MPI_File_iread_at_c(fh, offset, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iread_at_c(fh, offset, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iread_at_c
+  subroutine MPI_File_iread_c(fh, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iread_c(fh, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iread_c
+  subroutine MPI_File_iread_shared_c(fh, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iread_shared_c(fh, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iread_shared_c
+  subroutine MPI_File_iwrite_all_c(fh, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iwrite_all_c(fh, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iwrite_all_c
+  subroutine MPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iwrite_at_all_c(fh, offset, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iwrite_at_all_c
+  subroutine MPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iwrite_at_c(fh, offset, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iwrite_at_c
+  subroutine MPI_File_iwrite_c(fh, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iwrite_c(fh, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iwrite_c
+  subroutine MPI_File_iwrite_shared_c(fh, buf, count, datatype, request, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_iwrite_shared_c(fh, buf, count, datatype, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_iwrite_shared_c
+  subroutine MPI_File_read_all_begin_c(fh, buf, count, datatype, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_all_begin_c(fh, buf, count, datatype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_all_begin_c
+  subroutine MPI_File_read_all_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_all_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_all_c
+  subroutine MPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_at_all_begin_c(fh, offset, buf, count, datatype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_at_all_begin_c
+  subroutine MPI_File_read_at_all_c(fh, offset, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_at_all_c(fh, offset, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_at_all_c
+  subroutine MPI_File_read_at_c(fh, offset, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_at_c(fh, offset, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_at_c
+  subroutine MPI_File_read_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_c
+  subroutine MPI_File_read_ordered_begin_c(fh, buf, count, datatype, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_ordered_begin_c(fh, buf, count, datatype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_ordered_begin_c
+  subroutine MPI_File_read_ordered_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_ordered_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_ordered_c
+  subroutine MPI_File_read_shared_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_read_shared_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_read_shared_c
+  subroutine MPI_File_write_all_begin_c(fh, buf, count, datatype, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_all_begin_c(fh, buf, count, datatype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_all_begin_c
+  subroutine MPI_File_write_all_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_all_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_all_c
+  subroutine MPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_at_all_begin_c(fh, offset, buf, count, datatype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_at_all_begin_c
+  subroutine MPI_File_write_at_all_c(fh, offset, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_at_all_c(fh, offset, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_at_all_c
+  subroutine MPI_File_write_at_c(fh, offset, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    integer(kind=MPI_OFFSET_KIND), intent(in) :: offset
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_at_c(fh, offset, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_at_c
+  subroutine MPI_File_write_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_c
+  subroutine MPI_File_write_ordered_begin_c(fh, buf, count, datatype, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_ordered_begin_c(fh, buf, count, datatype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_ordered_begin_c
+  subroutine MPI_File_write_ordered_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_ordered_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_ordered_c
+  subroutine MPI_File_write_shared_c(fh, buf, count, datatype, status, ierror)
+    type(MPI_File), intent(in) :: fh
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_file_write_shared_c(fh, buf, count, datatype, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_File_write_shared_c
   subroutine MPI_Register_datarep(datarep, read_conversion_fn, write_conversion_fn,  &
       & dtype_file_extent_fn, extra_state, ierror)
     character(len=*) :: datarep

@@ -4,6 +4,8 @@
 //! that holds several small pieces, and for writes a read-modify-write of that span under
 //! a record lock, so that concurrent sieving writers do not undo each other).
 
+use std::borrow::Cow;
+
 use tsunagi_core::datatype::{pack_external32, unpack_external32, TypeRef};
 use tsunagi_core::{ErrorClass, MpiError, MpiResult};
 
@@ -13,26 +15,36 @@ use crate::view::{Datarep, View};
 use crate::File;
 
 /// The data stream bytes of `count` elements of `dtype` at `buf`, in the view's
-/// representation.
+/// representation: the program's own bytes when they are contiguous and native (no copy),
+/// else packed.
 ///
 /// # Safety
-/// `buf` holds `count` elements of `dtype`.
-pub(crate) unsafe fn from_memory(
+/// `buf` holds `count` elements of `dtype`, unmodified while the result lives.
+pub(crate) unsafe fn from_memory<'a>(
     call: &str,
     view: &View,
     buf: *const u8,
     count: usize,
     dtype: &TypeRef,
-) -> MpiResult<Vec<u8>> {
+) -> MpiResult<Cow<'a, [u8]>> {
     match &view.datarep {
-        // SAFETY: forwarded contract.
-        Datarep::Native => Ok(unsafe { dtype.pack(buf, count) }),
+        Datarep::Native => match dtype.contiguous_offset() {
+            Some(off) if count > 0 && dtype.size() > 0 => {
+                // SAFETY: the `count` elements are exactly these bytes (contiguous_offset)
+                // and the caller keeps them valid and unmodified while the slice lives.
+                Ok(Cow::Borrowed(unsafe {
+                    std::slice::from_raw_parts(buf.offset(off), count * dtype.size())
+                }))
+            }
+            // SAFETY: forwarded contract.
+            _ => Ok(Cow::Owned(unsafe { dtype.pack(buf, count) })),
+        },
         Datarep::External32 => {
             let mut out = Vec::with_capacity(dtype.size() * count);
             // SAFETY: forwarded contract.
             unsafe { pack_external32(dtype, buf, count, &mut out)? };
             same_size(call, &out, dtype.size() * count)?;
-            Ok(out)
+            Ok(Cow::Owned(out))
         }
         Datarep::User(u) => {
             let mut out = vec![0u8; dtype.size() * count];
@@ -42,7 +54,7 @@ pub(crate) unsafe fn from_memory(
                 // SAFETY: forwarded contract.
                 None => out = unsafe { dtype.pack(buf, count) },
             }
-            Ok(out)
+            Ok(Cow::Owned(out))
         }
     }
 }

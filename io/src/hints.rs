@@ -1,6 +1,7 @@
 //! Info hints of a file, under the names ROMIO users know: `cb_nodes`, `cb_buffer_size`,
 //! `romio_cb_read` / `romio_cb_write` (`enable` / `disable` / `automatic`),
-//! `romio_ds_read` / `romio_ds_write`, `ind_rd_buffer_size`, `ind_wr_buffer_size`.
+//! `romio_ds_read` / `romio_ds_write`, `ind_rd_buffer_size`, `ind_wr_buffer_size`,
+//! `striping_unit` (the alignment of the aggregators' file domains).
 //! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
 
 /// Whether an optimisation runs.
@@ -35,8 +36,15 @@ impl Switch {
 /// The hints in effect for a file.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Hints {
-    /// Aggregators of two-phase I/O (default: one per node of the communicator).
+    /// Aggregators of two-phase I/O (default: one per node of the communicator; unless
+    /// the program set it, a collective access with much data uses more, see
+    /// [`crate::twophase::default_aggregators`]).
     pub cb_nodes: usize,
+    /// Whether the program gave `cb_nodes`.
+    pub cb_nodes_set: bool,
+    /// File domains of two-phase I/O start on multiples of this (when they are at least
+    /// this large).
+    pub striping_unit: usize,
     /// Bytes an aggregator handles per round.
     pub cb_buffer_size: usize,
     pub cb_read: Switch,
@@ -54,6 +62,8 @@ impl Hints {
     pub fn defaults(size: usize, nodes: usize) -> Hints {
         Hints {
             cb_nodes: nodes.clamp(1, size.max(1)),
+            cb_nodes_set: false,
+            striping_unit: 1 << 20,
             cb_buffer_size: 16 << 20,
             cb_read: Switch::Automatic,
             cb_write: Switch::Automatic,
@@ -72,11 +82,17 @@ impl Hints {
                 "cb_nodes" => {
                     if let Some(n) = bytes(v) {
                         self.cb_nodes = n.min(size.max(1));
+                        self.cb_nodes_set = true;
                     }
                 }
                 "cb_buffer_size" => {
                     if let Some(n) = bytes(v) {
                         self.cb_buffer_size = n;
+                    }
+                }
+                "striping_unit" => {
+                    if let Some(n) = bytes(v) {
+                        self.striping_unit = n;
                     }
                 }
                 "ind_rd_buffer_size" => {
@@ -103,6 +119,7 @@ impl Hints {
         vec![
             ("cb_nodes".into(), self.cb_nodes.to_string()),
             ("cb_buffer_size".into(), self.cb_buffer_size.to_string()),
+            ("striping_unit".into(), self.striping_unit.to_string()),
             ("romio_cb_read".into(), self.cb_read.name().into()),
             ("romio_cb_write".into(), self.cb_write.name().into()),
             ("romio_ds_read".into(), self.ds_read.name().into()),
@@ -135,6 +152,7 @@ mod tests {
     fn known_keys_apply_and_bad_values_are_ignored() {
         let mut h = Hints::defaults(4, 2);
         assert_eq!(h.cb_nodes, 2);
+        assert!(!h.cb_nodes_set);
         let kv = |k: &str, v: &str| (k.to_string(), v.to_string());
         h.apply(
             &[
@@ -147,6 +165,7 @@ mod tests {
             4,
         );
         assert_eq!(h.cb_nodes, 4, "bounded by the communicator");
+        assert!(h.cb_nodes_set);
         assert_eq!(h.cb_buffer_size, 4096);
         assert_eq!(h.cb_write, Switch::Disable);
         assert_eq!(h.ds_read, Switch::Automatic);

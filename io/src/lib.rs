@@ -16,22 +16,25 @@
 //! pack/unpack, external32) and `tsunagi-collectives` (all-to-all-v, broadcast, barrier on
 //! a private duplicate of the file's communicator, so file traffic never matches the
 //! program's). Above is the C ABI: it keeps the handle table, the file error handlers and
-//! the requests (a non-blocking access is done at once and its request completes through
-//! the core's one request table: [`done_request`]). Functions return `MpiResult`; error
-//! handlers are the caller's business.
+//! the requests. Non-blocking and split collective accesses run on the file's I/O thread
+//! (module `worker`) as generalized requests of the core's one request table, so they
+//! progress in the background. Functions return `MpiResult`; error handlers are the
+//! caller's business.
 
 pub mod access;
+mod data;
 pub mod hints;
 mod posix;
 mod shared;
 pub mod twophase;
 pub mod view;
+mod worker;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
-use tsunagi_core::datatype::{Builtin, Datatype, TypeRef};
-use tsunagi_core::{CommId, ErrorClass, MpiError, MpiResult, ReqId, Runtime, Status};
+use tsunagi_core::datatype::TypeRef;
+use tsunagi_core::{CommId, ErrorClass, MpiError, MpiResult, Runtime};
 
 pub use hints::{Hints, Switch};
 pub use view::{Datarep, UserDatarep, View};
@@ -99,6 +102,11 @@ pub struct File {
     amode: i32,
     shared: SharedPointer,
     state: Mutex<State>,
+    /// Two-phase buffers kept between collective accesses.
+    buffers: Mutex<Vec<Vec<u8>>>,
+    /// The I/O thread of non-blocking accesses (started with the first).
+    worker: Mutex<Option<worker::Worker>>,
+    pending: worker::Pending,
 }
 
 /// Check an access mode (MPI 4.0 §14.2.1): exactly one of RDONLY / RDWR / WRONLY; no
@@ -286,6 +294,9 @@ impl File {
                 hints,
                 info: info.to_vec(),
             }),
+            buffers: Mutex::new(Vec::new()),
+            worker: Mutex::new(None),
+            pending: worker::Pending::default(),
         }))
     }
 
@@ -330,6 +341,8 @@ impl File {
     /// MPI_File_close (collective): everything written is in the file system; the
     /// shared pointer's file goes, and the file too with MPI_MODE_DELETE_ON_CLOSE.
     pub fn close(&self) -> MpiResult<()> {
+        self.quiesce()?;
+        self.stop_worker();
         tsunagi_collectives::barrier(self.rt, self.comm)?;
         if self.rank == 0 {
             self.shared.remove();
@@ -406,6 +419,7 @@ impl File {
 
     /// MPI_File_set_size (collective): truncate or extend.
     pub fn set_size(&self, size: i64) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_set_size";
         if size < 0 {
             return Err(err(
@@ -427,6 +441,7 @@ impl File {
 
     /// MPI_File_preallocate (collective): storage for at least `size` bytes.
     pub fn preallocate(&self, size: i64) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_preallocate";
         if size < 0 {
             return Err(err(
@@ -461,6 +476,7 @@ impl File {
 
     /// MPI_File_sync (collective): data on storage, and visible to every rank after.
     pub fn sync(&self) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_sync";
         let r = if self.amode & mode::RDONLY != 0 {
             Ok(())
@@ -483,6 +499,7 @@ impl File {
 
     /// MPI_File_set_info (collective): hints apply, the info is kept.
     pub fn set_info(&self, info: &[(String, String)]) -> MpiResult<()> {
+        self.quiesce()?;
         let mut st = self.state();
         st.hints.apply(info, self.size);
         for (k, v) in info {
@@ -520,6 +537,7 @@ impl File {
         info: &[(String, String)],
     ) -> MpiResult<()> {
         let call = "MPI_File_set_view";
+        self.quiesce()?;
         const DISPLACEMENT_CURRENT: i64 = -54278278;
         let disp = if disp == DISPLACEMENT_CURRENT && self.amode & mode::SEQUENTIAL != 0 {
             self.shared.get()? * self.state().view.esize()
@@ -587,6 +605,7 @@ impl File {
 
     /// MPI_File_set_atomicity (collective).
     pub fn set_atomicity(&self, atomic: bool) -> MpiResult<()> {
+        self.quiesce()?;
         self.state().atomic = atomic;
         tsunagi_collectives::barrier(self.rt, self.comm)
     }
@@ -654,6 +673,7 @@ impl File {
 
     /// MPI_File_seek_shared (collective).
     pub fn seek_shared(&self, offset: i64, whence: i32) -> MpiResult<()> {
+        self.quiesce()?;
         let call = "MPI_File_seek_shared";
         // Every rank's earlier use of the pointer comes first.
         tsunagi_collectives::barrier(self.rt, self.comm)?;
@@ -690,170 +710,6 @@ impl File {
         })
     }
 
-    /// Read `count` elements of `dtype` into `buf` from `at`; `collective` for the `_all`
-    /// forms (every rank of the file calls it) and required for [`Position::Ordered`].
-    ///
-    /// # Safety
-    /// `buf` has room for `count` elements of `dtype` (the contract of
-    /// [`Datatype::unpack_range`]).
-    pub unsafe fn read(
-        &self,
-        call: &str,
-        at: Position,
-        collective: bool,
-        buf: *mut u8,
-        count: usize,
-        dtype: &TypeRef,
-    ) -> MpiResult<Status> {
-        self.check_readable(call)?;
-        let (view, pos, nbytes, st) = self.start_access(call, at, collective, count, dtype)?;
-        let mut data = vec![0u8; nbytes];
-        let got = if collective && !st.atomic {
-            twophase::read_all(self, &view, &st.hints, pos, &mut data)?
-        } else {
-            access::read(self, &view, &st.hints, st.atomic, pos, &mut data)?
-        };
-        // A short read (end of file) delivers whole etypes only.
-        let got = got - got % view.esize() as usize;
-        self.after_access(at, nbytes, got, &view);
-        // SAFETY: forwarded contract.
-        unsafe { access::to_memory(call, &view, &data[..got], buf, count, dtype)? };
-        Ok(Status {
-            bytes: got,
-            ..Status::EMPTY
-        })
-    }
-
-    /// Write `count` elements of `dtype` from `buf` at `at` (see [`File::read`]).
-    ///
-    /// # Safety
-    /// `buf` holds `count` elements of `dtype` (the contract of [`Datatype::pack_range`]).
-    pub unsafe fn write(
-        &self,
-        call: &str,
-        at: Position,
-        collective: bool,
-        buf: *const u8,
-        count: usize,
-        dtype: &TypeRef,
-    ) -> MpiResult<Status> {
-        self.check_writable(call)?;
-        let (view, pos, nbytes, st) = self.start_access(call, at, collective, count, dtype)?;
-        // SAFETY: forwarded contract.
-        let data = unsafe { access::from_memory(call, &view, buf, count, dtype)? };
-        debug_assert_eq!(data.len(), nbytes);
-        if collective && !st.atomic {
-            twophase::write_all(self, &view, &st.hints, pos, &data)?;
-        } else {
-            access::write(self, &view, &st.hints, st.atomic, pos, &data)?;
-        }
-        self.after_access(at, nbytes, nbytes, &view);
-        Ok(Status {
-            bytes: nbytes,
-            ..Status::EMPTY
-        })
-    }
-
-    /// Common checks and the stream position of an access; the individual pointer is
-    /// advanced by `after_access`, the shared one here (its update must be atomic).
-    fn start_access(
-        &self,
-        call: &str,
-        at: Position,
-        collective: bool,
-        count: usize,
-        dtype: &TypeRef,
-    ) -> MpiResult<(View, u64, usize, Snapshot)> {
-        if !dtype.is_committed() {
-            return Err(err(
-                ErrorClass::Type,
-                format!("{call}: the datatype is not committed"),
-            ));
-        }
-        if matches!(at, Position::At(_) | Position::Individual) {
-            self.check_not_sequential(call)?;
-        }
-        let (view, st) = {
-            let s = self.state();
-            (
-                s.view.clone(),
-                Snapshot {
-                    atomic: s.atomic,
-                    hints: s.hints.clone(),
-                    pos: s.pos,
-                },
-            )
-        };
-        let nbytes = count.checked_mul(dtype.size()).ok_or_else(|| {
-            err(
-                ErrorClass::Count,
-                format!("{call}: count {count} is too large"),
-            )
-        })?;
-        let esize = view.esize();
-        if !(nbytes as u64).is_multiple_of(esize) {
-            return Err(err(
-                ErrorClass::Arg,
-                format!(
-                    "{call}: {nbytes} bytes is not a whole number of etypes ({esize} bytes each)"
-                ),
-            ));
-        }
-        let n_etypes = nbytes as u64 / esize;
-        let offset = match at {
-            Position::At(o) => o,
-            Position::Individual => st.pos,
-            Position::Shared => self.shared.fetch_add(n_etypes)?,
-            Position::Ordered => {
-                debug_assert!(collective);
-                self.ordered_offset(call, n_etypes)?
-            }
-        };
-        let pos = offset.checked_mul(esize).ok_or_else(|| {
-            err(
-                ErrorClass::Arg,
-                format!("{call}: offset {offset} is too large"),
-            )
-        })?;
-        Ok((view, pos, nbytes, st))
-    }
-
-    fn after_access(&self, at: Position, _asked: usize, done: usize, view: &View) {
-        if at == Position::Individual {
-            self.state().pos += done as u64 / view.esize();
-        }
-    }
-
-    /// Ordered access: the ranks' pieces follow each other in rank order from the shared
-    /// pointer, which moves past all of them; rank 0 updates it, then says where it was.
-    fn ordered_offset(&self, call: &str, n: u64) -> MpiResult<u64> {
-        let counts = self.rt.allgather_bytes(call, self.comm, &n.to_le_bytes())?;
-        let counts: Vec<u64> = counts
-            .iter()
-            .map(|c| u64::from_le_bytes(c[..8].try_into().expect("8 bytes")))
-            .collect();
-        let total: u64 = counts.iter().sum();
-        let before: u64 = counts[..self.rank].iter().sum();
-        let mut base = [0u8; 9];
-        if self.rank == 0 {
-            match self.shared.fetch_add(total) {
-                Ok(b) => base[..8].copy_from_slice(&b.to_le_bytes()),
-                Err(e) => base[8] = e.class as u8,
-            }
-        }
-        let byte = Datatype::builtin(Builtin::Byte);
-        // SAFETY: `base` is 9 bytes, the count given.
-        unsafe { tsunagi_collectives::bcast(self.rt, base.as_mut_ptr(), 9, &byte, 0, self.comm)? };
-        if base[8] != 0 {
-            let class = ErrorClass::from_code(base[8] as i32).unwrap_or(ErrorClass::Io);
-            return Err(err(
-                class,
-                format!("{call}: updating the shared file pointer failed"),
-            ));
-        }
-        Ok(u64::from_le_bytes(base[..8].try_into().expect("8 bytes")) + before)
-    }
-
     pub(crate) fn os_file(&self) -> &std::fs::File {
         &self.file
     }
@@ -865,13 +721,27 @@ impl File {
     pub(crate) fn rank_and_size(&self) -> (usize, usize) {
         (self.rank, self.size)
     }
-}
 
-struct Snapshot {
-    atomic: bool,
-    hints: Hints,
-    #[allow(dead_code)]
-    pos: u64,
+    /// A buffer of at least `len` bytes for two-phase I/O, from the file's pool (kept
+    /// between calls: a collective access does not fault in fresh pages every time).
+    pub(crate) fn take_buffer(&self, len: usize) -> Vec<u8> {
+        let mut pool = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        match pool.iter().position(|b| b.len() >= len) {
+            Some(i) => pool.swap_remove(i),
+            None => {
+                drop(pool);
+                vec![0u8; len]
+            }
+        }
+    }
+
+    /// Give a buffer back to the pool (which keeps the two largest).
+    pub(crate) fn give_buffer(&self, b: Vec<u8>) {
+        let mut pool = self.buffers.lock().unwrap_or_else(|p| p.into_inner());
+        pool.push(b);
+        pool.sort_by_key(|b| std::cmp::Reverse(b.len()));
+        pool.truncate(2);
+    }
 }
 
 fn path_hash(p: &Path) -> u64 {
@@ -879,22 +749,6 @@ fn path_hash(p: &Path) -> u64 {
     let mut h = std::collections::hash_map::DefaultHasher::new();
     p.hash(&mut h);
     h.finish()
-}
-
-/// A request that is already complete with `status`: a non-blocking file access is done
-/// when it is started (allowed: MPI only promises it may proceed in the background) and
-/// completes through the core's one request table like every other request.
-pub fn done_request(rt: &Runtime, status: Status) -> MpiResult<ReqId> {
-    struct Done(Status);
-    impl tsunagi_core::runtime::Schedule for Done {
-        fn advance(&mut self, _rt: &Runtime) -> MpiResult<bool> {
-            Ok(true)
-        }
-        fn final_status(&mut self) -> Option<Status> {
-            Some(self.0)
-        }
-    }
-    rt.start_schedule(Box::new(Done(status)))
 }
 
 #[cfg(test)]

@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Arc, Mutex};
 
 use tsunagi_core::datatype::TypeRef;
-use tsunagi_core::{CommId, ErrHandler, ErrorClass, MpiError, MpiResult, Status};
+use tsunagi_core::{CommId, ErrHandler, ErrorClass, MpiError, MpiResult, ReqId, Status};
 use tsunagi_io::{Datarep, File, Position};
 
 use super::request::put_status;
@@ -24,8 +24,9 @@ const MAX_DATAREP_STRING: usize = 128;
 struct FileEntry {
     file: Arc<File>,
     errhandler: MPI_Errhandler,
-    /// The status of a split collective begun and not yet ended.
-    split: Option<MpiResult<Status>>,
+    /// The request of a split collective begun and not yet ended (or why it failed to
+    /// start).
+    split: Option<MpiResult<ReqId>>,
 }
 
 static FILES: Mutex<Table<FileEntry>> = Mutex::new(Table::new());
@@ -387,7 +388,7 @@ pub(crate) fn file_get_view(
 
 // ----- data access -----
 
-fn check_buf(call: &str, buf: *const c_void, count: c_int, dt: &TypeRef) -> MpiResult<usize> {
+fn check_buf(call: &str, buf: *const c_void, count: i64, dt: &TypeRef) -> MpiResult<usize> {
     let count = usize::try_from(count).map_err(|_| {
         err(
             ErrorClass::Count,
@@ -406,10 +407,10 @@ fn read_op(
     at: Position,
     coll: bool,
     buf: *mut c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<Status> {
-    let count = check_buf(call, buf, count, dt)?;
+    let count = check_buf(call, buf, count.into(), dt)?;
     // SAFETY: MPI requires `buf` to have room for `count` elements of `dt`.
     unsafe { f.read(call, at, coll, buf as *mut u8, count, dt) }
 }
@@ -420,10 +421,10 @@ fn write_op(
     at: Position,
     coll: bool,
     buf: *const c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<Status> {
-    let count = check_buf(call, buf, count, dt)?;
+    let count = check_buf(call, buf, count.into(), dt)?;
     // SAFETY: MPI requires `buf` to hold `count` elements of `dt`.
     unsafe { f.write(call, at, coll, buf as *const u8, count, dt) }
 }
@@ -433,10 +434,38 @@ fn done(st: MpiResult<Status>, out: Option<&mut MPI_Status>) -> MpiResult<()> {
     Ok(())
 }
 
-fn request(call: &str, st: MpiResult<Status>, req: &mut MPI_Request) -> MpiResult<()> {
-    let st = st?;
-    let id = tsunagi_io::done_request(h::runtime(call)?, st)?;
-    *req = h::request_handle(id, false);
+fn iread_op(
+    call: &'static str,
+    f: &Arc<File>,
+    at: Position,
+    coll: bool,
+    buf: *mut c_void,
+    count: impl Into<i64>,
+    dt: &TypeRef,
+) -> MpiResult<ReqId> {
+    let count = check_buf(call, buf, count.into(), dt)?;
+    // SAFETY: MPI requires `buf` to have room for `count` elements of `dt` and leaves it
+    // to the library until the request completes.
+    unsafe { f.iread(call, at, coll, buf as *mut u8, count, dt) }
+}
+
+fn iwrite_op(
+    call: &'static str,
+    f: &Arc<File>,
+    at: Position,
+    coll: bool,
+    buf: *const c_void,
+    count: impl Into<i64>,
+    dt: &TypeRef,
+) -> MpiResult<ReqId> {
+    let count = check_buf(call, buf, count.into(), dt)?;
+    // SAFETY: MPI requires `buf` to hold `count` elements of `dt`, unmodified until the
+    // request completes.
+    unsafe { f.iwrite(call, at, coll, buf as *const u8, count, dt) }
+}
+
+fn request(id: MpiResult<ReqId>, req: &mut MPI_Request) -> MpiResult<()> {
+    *req = h::request_handle(id?, false);
     Ok(())
 }
 
@@ -449,7 +478,7 @@ macro_rules! blocking_read {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -463,7 +492,7 @@ macro_rules! blocking_write {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -477,11 +506,11 @@ macro_rules! nonblocking_read {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
-            request($call, read_op($call, f, $pos, $coll, buf, count, dt), req)
+            request(iread_op($call, f, $pos, $coll, buf, count, dt), req)
         }
     };
 }
@@ -491,11 +520,11 @@ macro_rules! nonblocking_write {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
-            request($call, write_op($call, f, $pos, $coll, buf, count, dt), req)
+            request(iwrite_op($call, f, $pos, $coll, buf, count, dt), req)
         }
     };
 }
@@ -506,7 +535,7 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -521,7 +550,7 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             status: Option<&mut MPI_Status>,
         ) -> MpiResult<()> {
@@ -536,13 +565,12 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
             request(
-                $call,
-                read_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
+                iread_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
                 req,
             )
         }
@@ -552,13 +580,12 @@ macro_rules! explicit {
             f: &Arc<File>,
             offset: MPI_Offset,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
             req: &mut MPI_Request,
         ) -> MpiResult<()> {
             request(
-                $call,
-                write_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
+                iwrite_op($call, f, at("offset", offset)?, $coll, buf, count, dt),
                 req,
             )
         }
@@ -640,9 +667,9 @@ blocking_write!(
     Position::Ordered
 );
 
-// ----- split collectives: the work is done by _begin (MPI 4.0 §14.4.5 allows it) -----
+// ----- split collectives: _begin starts the access in the background, _end waits -----
 
-fn begin(call: &str, f: &Arc<File>, st: impl FnOnce() -> MpiResult<Status>) -> MpiResult<()> {
+fn begin(call: &str, f: &Arc<File>, st: impl FnOnce() -> MpiResult<ReqId>) -> MpiResult<()> {
     if with_entry(f, |e| e.split.is_some())? {
         return Err(err(
             ErrorClass::Other,
@@ -660,31 +687,32 @@ fn end(call: &str, f: &Arc<File>, status: Option<&mut MPI_Status>) -> MpiResult<
             format!("{call}: no split collective was begun on this file"),
         )
     })?;
-    done(r, status)
+    let st = h::runtime(call)?.wait(call, r?);
+    done(st, status)
 }
 
 pub(crate) fn file_read_at_all_begin(
     f: &Arc<File>,
     offset: MPI_Offset,
     buf: *mut c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<()> {
     let c = "MPI_File_read_at_all_begin";
     let p = at("offset", offset)?;
-    begin(c, f, || read_op(c, f, p, true, buf, count, dt))
+    begin(c, f, || iread_op(c, f, p, true, buf, count, dt))
 }
 
 pub(crate) fn file_write_at_all_begin(
     f: &Arc<File>,
     offset: MPI_Offset,
     buf: *const c_void,
-    count: c_int,
+    count: impl Into<i64>,
     dt: &TypeRef,
 ) -> MpiResult<()> {
     let c = "MPI_File_write_at_all_begin";
     let p = at("offset", offset)?;
-    begin(c, f, || write_op(c, f, p, true, buf, count, dt))
+    begin(c, f, || iwrite_op(c, f, p, true, buf, count, dt))
 }
 
 macro_rules! split_begin {
@@ -692,20 +720,20 @@ macro_rules! split_begin {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *mut c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
         ) -> MpiResult<()> {
-            begin($call, f, || read_op($call, f, $pos, true, buf, count, dt))
+            begin($call, f, || iread_op($call, f, $pos, true, buf, count, dt))
         }
     };
     ($name:ident, $call:literal, write, $pos:expr) => {
         pub(crate) fn $name(
             f: &Arc<File>,
             buf: *const c_void,
-            count: c_int,
+            count: impl Into<i64>,
             dt: &TypeRef,
         ) -> MpiResult<()> {
-            begin($call, f, || write_op($call, f, $pos, true, buf, count, dt))
+            begin($call, f, || iwrite_op($call, f, $pos, true, buf, count, dt))
         }
     };
 }
@@ -876,5 +904,36 @@ pub(crate) fn file_call_errhandler(f: &Arc<File>, code: c_int) -> MpiResult<()> 
     );
     // The handler runs (or the job ends); the call itself succeeds.
     file_error("MPI_File_call_errhandler", handle_for(f), e);
+    Ok(())
+}
+
+// ----- large counts: the same functions (their count is any integer up to MPI_Count) -----
+
+pub(crate) use {
+    file_iread as file_iread_c, file_iread_all as file_iread_all_c,
+    file_iread_at as file_iread_at_c, file_iread_at_all as file_iread_at_all_c,
+    file_iread_shared as file_iread_shared_c, file_iwrite as file_iwrite_c,
+    file_iwrite_all as file_iwrite_all_c, file_iwrite_at as file_iwrite_at_c,
+    file_iwrite_at_all as file_iwrite_at_all_c, file_iwrite_shared as file_iwrite_shared_c,
+    file_read as file_read_c, file_read_all as file_read_all_c,
+    file_read_all_begin as file_read_all_begin_c, file_read_at as file_read_at_c,
+    file_read_at_all as file_read_at_all_c, file_read_at_all_begin as file_read_at_all_begin_c,
+    file_read_ordered as file_read_ordered_c, file_read_ordered_begin as file_read_ordered_begin_c,
+    file_read_shared as file_read_shared_c, file_write as file_write_c,
+    file_write_all as file_write_all_c, file_write_all_begin as file_write_all_begin_c,
+    file_write_at as file_write_at_c, file_write_at_all as file_write_at_all_c,
+    file_write_at_all_begin as file_write_at_all_begin_c,
+    file_write_ordered as file_write_ordered_c,
+    file_write_ordered_begin as file_write_ordered_begin_c,
+    file_write_shared as file_write_shared_c,
+};
+
+/// MPI_File_get_type_extent_c.
+pub(crate) fn file_get_type_extent_c(
+    f: &Arc<File>,
+    dt: &TypeRef,
+    extent: &mut MPI_Count,
+) -> MpiResult<()> {
+    *extent = f.type_extent(dt)? as MPI_Count;
     Ok(())
 }

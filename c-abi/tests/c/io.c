@@ -3,6 +3,7 @@
  * classes for bad modes, missing and existing files, read-only and write-only handles.
  * Usage: io [DIR] (default /tmp): the directory every rank sees. */
 #include "check.h"
+#include <fcntl.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -520,6 +521,131 @@ static void modes(void) {
     if (rank == 0) OK(MPI_File_delete(name, MPI_INFO_NULL));
 }
 
+/* Non-blocking and split collective accesses progress in the background: each call
+ * returns before the access is done. A ring of tokens makes rank r call only after rank
+ * r-1's call returned, so a collective access done at the call would wait forever; an
+ * independent atomic write waits for a record lock another rank holds until it gets a
+ * token sent after the write was started (and tested incomplete). */
+static void set_lock(int fd, short type) {
+    struct flock fl;
+    memset(&fl, 0, sizeof fl);
+    fl.l_type = type;
+    fl.l_whence = SEEK_SET;
+    fl.l_start = 0;
+    fl.l_len = 4096;
+    CHECK(fcntl(fd, F_SETLKW, &fl) == 0);
+}
+
+static void background(void) {
+    enum { N = 4096 };
+    MPI_File fh;
+    MPI_Status s;
+    MPI_Request rq;
+    int token = 0, cnt;
+    make_name("background");
+    OK(MPI_File_open(MPI_COMM_WORLD, name,
+                     MPI_MODE_RDWR | MPI_MODE_CREATE | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL,
+                     &fh));
+    /* Every other int of memory (packed at the call), rank-interleaved blocks in the file. */
+    int *mem = malloc(sizeof(int) * 2 * N), *in = malloc(sizeof(int) * 2 * N);
+    for (int i = 0; i < 2 * N; i++) mem[i] = i % 2 ? -1 : rank * N + i / 2;
+    MPI_Datatype every2, blk;
+    OK(MPI_Type_vector(N, 1, 2, MPI_INT, &every2));
+    OK(MPI_Type_commit(&every2));
+    OK(MPI_Type_vector(N / 64, 64, 64 * size, MPI_INT, &blk));
+    MPI_Datatype ft;
+    OK(MPI_Type_create_resized(blk, 0, (MPI_Aint)sizeof(int) * 64 * size, &ft));
+    OK(MPI_Type_commit(&ft));
+    OK(MPI_File_set_view(fh, 256 * rank, MPI_INT, ft, "native", MPI_INFO_NULL));
+    if (rank > 0) OK(MPI_Recv(&token, 1, MPI_INT, rank - 1, 7, MPI_COMM_WORLD, &s));
+    OK(MPI_File_iwrite_at_all(fh, 0, mem, 1, every2, &rq));
+    if (rank + 1 < size) OK(MPI_Send(&token, 1, MPI_INT, rank + 1, 7, MPI_COMM_WORLD));
+    OK(MPI_Wait(&rq, &s));
+    OK(MPI_Get_count(&s, every2, &cnt));
+    CHECK_EQ(cnt, 1);
+    /* Split collective read back, into every other int again, the same ring. */
+    for (int i = 0; i < 2 * N; i++) in[i] = -1;
+    if (rank > 0) OK(MPI_Recv(&token, 1, MPI_INT, rank - 1, 8, MPI_COMM_WORLD, &s));
+    OK(MPI_File_read_at_all_begin(fh, 0, in, 1, every2));
+    if (rank + 1 < size) OK(MPI_Send(&token, 1, MPI_INT, rank + 1, 8, MPI_COMM_WORLD));
+    OK(MPI_File_read_at_all_end(fh, in, &s));
+    for (int i = 0; i < 2 * N; i++) CHECK_EQ(in[i], mem[i]);
+    /* The whole file through the byte view: every rank's blocks in place. */
+    OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "native", MPI_INFO_NULL));
+    int *all = malloc(sizeof(int) * N * size);
+    OK(MPI_File_iread_at(fh, 0, all, N * size, MPI_INT, &rq));
+    OK(MPI_Wait(&rq, &s));
+    for (int i = 0; i < N * size; i++) CHECK_EQ(all[i], (i / 64 % size) * N + i / (64 * size) * 64 + i % 64);
+    free(all);
+    if (size > 1) {
+        OK(MPI_File_set_atomicity(fh, 1));
+        int fd = -1;
+        if (rank == 1) {
+            fd = open(name, O_RDWR);
+            CHECK(fd >= 0);
+            set_lock(fd, F_WRLCK);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) {
+            int flag = 1;
+            OK(MPI_File_iwrite_at(fh, 0, mem, 64, MPI_INT, &rq));
+            OK(MPI_Test(&rq, &flag, &s));
+            CHECK_EQ(flag, 0); /* rank 1 holds the lock until it hears from us */
+            OK(MPI_Send(&token, 1, MPI_INT, 1, 9, MPI_COMM_WORLD));
+            OK(MPI_Wait(&rq, &s));
+            OK(MPI_Get_count(&s, MPI_INT, &cnt));
+            CHECK_EQ(cnt, 64);
+        } else if (rank == 1) {
+            OK(MPI_Recv(&token, 1, MPI_INT, 0, 9, MPI_COMM_WORLD, &s));
+            set_lock(fd, F_UNLCK);
+            close(fd);
+        }
+        OK(MPI_File_set_atomicity(fh, 0));
+        int first[2];
+        OK(MPI_File_read_at(fh, 0, first, 2, MPI_INT, &s));
+        CHECK_EQ(first[0], 0); /* rank 0's mem[0] and mem[1] */
+        CHECK_EQ(first[1], -1);
+    }
+    free(mem);
+    free(in);
+    OK(MPI_File_close(&fh));
+    MPI_Type_free(&every2);
+    MPI_Type_free(&blk);
+    MPI_Type_free(&ft);
+}
+
+/* The large-count (_c) forms: MPI_Count counts and extents. */
+static void large_counts(void) {
+    MPI_File fh;
+    MPI_Status s;
+    MPI_Request rq;
+    MPI_Count n = 100, cnt;
+    int v[100], back[100];
+    for (int i = 0; i < 100; i++) v[i] = rank * 1000 + i;
+    make_name("large");
+    OK(MPI_File_open(MPI_COMM_WORLD, name,
+                     MPI_MODE_RDWR | MPI_MODE_CREATE | MPI_MODE_DELETE_ON_CLOSE, MPI_INFO_NULL,
+                     &fh));
+    OK(MPI_File_write_at_all_c(fh, (MPI_Offset)rank * 400, v, n, MPI_INT, &s));
+    OK(MPI_Get_count_c(&s, MPI_INT, &cnt));
+    CHECK_EQ(cnt, 100);
+    OK(MPI_File_iread_at_c(fh, (MPI_Offset)rank * 400, back, n, MPI_INT, &rq));
+    OK(MPI_Wait(&rq, &s));
+    for (int i = 0; i < 100; i++) CHECK_EQ(back[i], v[i]);
+    OK(MPI_File_set_view(fh, 0, MPI_INT, MPI_INT, "native", MPI_INFO_NULL));
+    OK(MPI_File_seek(fh, 100 * rank, MPI_SEEK_SET));
+    OK(MPI_File_read_c(fh, back, 50, MPI_INT, &s));
+    for (int i = 0; i < 50; i++) CHECK_EQ(back[i], v[i]);
+    OK(MPI_File_read_all_begin_c(fh, back, 50, MPI_INT));
+    OK(MPI_File_read_all_end(fh, back, &s));
+    for (int i = 0; i < 50; i++) CHECK_EQ(back[i], v[50 + i]);
+    MPI_Count ext;
+    OK(MPI_File_get_type_extent_c(fh, MPI_DOUBLE, &ext));
+    CHECK_EQ(ext, 8);
+    CHECK_EQ(cls(MPI_File_write_at_c(fh, 0, v, -1, MPI_INT, &s)), MPI_ERR_COUNT);
+    OK(MPI_File_close(&fh));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -534,6 +660,8 @@ int main(int argc, char **argv) {
     shared();
     misc();
     modes();
+    background();
+    large_counts();
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("io ok\n");
     MPI_Finalize();
