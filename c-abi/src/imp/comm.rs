@@ -140,19 +140,6 @@ pub(crate) fn comm_get_name(comm: CommId, name: *mut c_char, len: &mut c_int) ->
     Ok(())
 }
 
-pub(crate) fn comm_get_parent(parent: &mut MPI_Comm) -> MpiResult<()> {
-    h::runtime("MPI_Comm_get_parent")?;
-    // No process of Tsunagi is started by MPI_Comm_spawn.
-    *parent = MPI_COMM_NULL;
-    Ok(())
-}
-
-pub(crate) fn comm_disconnect(comm: &mut MPI_Comm) -> MpiResult<()> {
-    // For an intracommunicator: wait for nothing pending (our sends and receives on it
-    // complete before they return or are waited for), then free it.
-    comm_free(comm)
-}
-
 pub(crate) fn comm_test_inter(comm: CommId, f: &mut c_int) -> MpiResult<()> {
     *f = flag(h::runtime("MPI_Comm_test_inter")?.comm_test_inter(comm)?);
     Ok(())

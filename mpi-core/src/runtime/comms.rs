@@ -433,7 +433,8 @@ impl Runtime {
             group
                 .world_ranks()
                 .iter()
-                .map(|&w| world_nodes[w as usize])
+                // A process of another world (dynamic processes) is a node of its own.
+                .map(|&w| world_nodes.get(w as usize).copied().unwrap_or(u32::MAX / 2 + w))
                 .collect(),
         );
         if e.router.has_devices() {

@@ -162,7 +162,7 @@ impl Runtime {
 
     /// Leader swap plus hand-out: every member of `local` gets what the other group's
     /// leader sent (`exchange` runs on the local leader only).
-    fn leaders_swap(
+    pub(super) fn leaders_swap(
         &self,
         call: &str,
         local: CommId,
@@ -181,7 +181,7 @@ impl Runtime {
     }
 
     /// Agree on a context pair free in every member of both groups (see the module doc).
-    fn inter_context(
+    pub(super) fn inter_context(
         &self,
         call: &str,
         local: CommId,
@@ -239,7 +239,7 @@ impl Runtime {
 
     /// A hidden intracommunicator over `group` (this process's rank `rank`), made
     /// collectively over `parent` whose members are exactly `group`'s.
-    fn hidden_local(&self, call: &str, parent: CommId) -> MpiResult<CommId> {
+    pub(super) fn hidden_local(&self, call: &str, parent: CommId) -> MpiResult<CommId> {
         let (context, _) = self.new_context(call, parent, &[])?;
         let (group, rank) = self.with_comm(call, parent, |c| ((*c.group).clone(), c.rank))?;
         let id = self.insert_comm(parent, group, rank, context)?;
@@ -247,7 +247,7 @@ impl Runtime {
         Ok(id)
     }
 
-    fn insert_inter(
+    pub(super) fn insert_inter(
         &self,
         parent: CommId,
         local: CommId,
@@ -355,13 +355,33 @@ impl Runtime {
         let (group, me) = self.with_comm(call, inter, |c| (c.group.clone(), c.rank))?;
         let is_leader = me == 0;
         let exchange = self.over_inter(call, inter);
-        let theirs =
-            self.leaders_swap(call, data.local_comm, is_leader, &[high as u8], &exchange)?;
-        let their_high = theirs.first().copied().unwrap_or(0) != 0;
+        // The leaders swap `high` and a random nonce each, and hand out both nonces: with
+        // equal `high`, groups of one world order by their leaders' world ranks, groups
+        // of two worlds (dynamic processes: the remote ranks are this side's virtual
+        // ones) by the nonces, which both sides compare alike.
+        let mut mine = vec![high as u8];
+        mine.extend_from_slice(&super::dynamic::process_nonce().to_le_bytes());
+        let both = |m: &[u8]| -> MpiResult<Vec<u8>> {
+            let mut t = exchange(m)?;
+            t.extend_from_slice(m);
+            Ok(t)
+        };
+        let theirs = self.leaders_swap(call, data.local_comm, is_leader, &mine, &both)?;
+        if theirs.len() != 18 {
+            return Err(MpiError::new(
+                ErrorClass::Intern,
+                format!("{call}: malformed answer from the other group's leader"),
+            ));
+        }
+        let their_high = theirs[0] != 0;
+        let nonce = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let (their_nonce, my_nonce) = (nonce(&theirs[1..9]), nonce(&theirs[10..18]));
         let low_first = if high != their_high {
             !high
-        } else {
+        } else if self.is_own_world_rank(data.remote.world_rank(0)) {
             group.world_rank(0) < data.remote.world_rank(0)
+        } else {
+            my_nonce < their_nonce
         };
         let context = self.inter_context(call, data.local_comm, is_leader, &exchange)?;
         let (first, second) = if low_first {

@@ -137,10 +137,27 @@ impl Port {
     }
 
     /// Wait for a connecting root that knows the token (others are dropped) and answer
-    /// it. No time limit: MPI_Comm_accept waits for its partner.
-    pub fn accept_root(&self) -> io::Result<TcpStream> {
+    /// it. No time limit (MPI_Comm_accept waits for its partner), but `give_up` is asked
+    /// every 20 ms: a reason ends the wait with an error (a spawned job that died).
+    pub fn accept_root(
+        &self,
+        give_up: &mut dyn FnMut() -> Option<String>,
+    ) -> io::Result<TcpStream> {
+        self.listener.set_nonblocking(true)?;
         loop {
-            let (mut s, _) = self.listener.accept()?;
+            let mut s = match self.listener.accept() {
+                Ok((s, _)) => s,
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if let Some(why) = give_up() {
+                        return Err(io::Error::other(why));
+                    }
+                    std::thread::sleep(Duration::from_millis(20));
+                    continue;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            s.set_nonblocking(false)?;
             s.set_read_timeout(Some(Duration::from_secs(30)))?;
             let mut hello = [0u8; HELLO.len() + TOKEN_BYTES];
             if s.read_exact(&mut hello).is_err()
@@ -416,7 +433,7 @@ mod tests {
             send_msg(&mut s, b"from connector").unwrap();
             recv_msg(&mut s).unwrap()
         });
-        let mut s = port.accept_root().unwrap();
+        let mut s = port.accept_root(&mut || None).unwrap();
         assert_eq!(recv_msg(&mut s).unwrap(), b"from connector");
         send_msg(&mut s, b"from acceptor").unwrap();
         assert_eq!(t.join().unwrap(), b"from acceptor");
