@@ -140,9 +140,12 @@ fn convert(a: &Arg) -> (Option<String>, String) {
             );
         }
         if a.base == "char" && a.konst {
+            // `{null}`: significant at a root only (MPI_Comm_spawn's command), NULL
+            // elsewhere is allowed.
+            let f = if a.has("null") { "cstr_or_null" } else { "cstr" };
             return (
                 Some(format!(
-                    "{safety}let {n} = unsafe {{ h::cstr(\"{n}\", {n})? }};"
+                    "{safety}let {n} = unsafe {{ h::{f}(\"{n}\", {n})? }};"
                 )),
                 n.clone(),
             );

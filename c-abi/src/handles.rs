@@ -146,6 +146,18 @@ pub(crate) unsafe fn status_in<'a>(name: &str, p: *const MPI_Status) -> MpiResul
     Ok(unsafe { &*p })
 }
 
+/// [`cstr`] where NULL is allowed (None).
+///
+/// # Safety
+/// As [`cstr`].
+pub(crate) unsafe fn cstr_or_null<'a>(name: &str, p: *const c_char) -> MpiResult<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { cstr(name, p) }.map(Some)
+}
+
 /// The C string at `p`, as UTF-8 (lossy).
 ///
 /// # Safety

@@ -609,7 +609,7 @@ fn check_procs(call: &str, n: c_int) -> MpiResult<usize> {
 }
 
 pub(crate) fn comm_spawn(
-    command: &str,
+    command: Option<&str>,
     argv: *mut *mut c_char,
     maxprocs: c_int,
     info: Option<InfoId>,
@@ -619,12 +619,14 @@ pub(crate) fn comm_spawn(
     errcodes: *mut c_int,
 ) -> MpiResult<()> {
     let call = "MPI_Comm_spawn";
-    let command = command.to_string();
     spawn_apps(
         call,
         &mut || {
+            let command = command.ok_or_else(|| {
+                err(ErrorClass::Arg, format!("{call}: command is NULL at the root"))
+            })?;
             Ok(vec![App {
-                command: command.clone(),
+                command: command.to_string(),
                 // SAFETY: argv is MPI_ARGV_NULL or NULL-terminated (MPI contract).
                 args: unsafe { c_strings(call, argv)? },
                 procs: check_procs(call, maxprocs)?,
