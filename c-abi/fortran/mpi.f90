@@ -1994,6 +1994,20 @@ module mpi
       integer :: newcomm
       integer :: ierror
     end subroutine MPI_Comm_create_from_group
+    subroutine MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+        & remote_leader, stringtag, info, errhandler, newintercomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: local_group
+      integer :: local_leader
+      integer :: remote_group
+      integer :: remote_leader
+      character(len=*) :: stringtag
+      integer :: info
+      integer :: errhandler
+      integer :: newintercomm
+      integer :: ierror
+    end subroutine MPI_Intercomm_create_from_groups
     subroutine MPI_Comm_get_parent(parent, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

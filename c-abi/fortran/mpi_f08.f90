@@ -1690,6 +1690,21 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: stringtag_len
     end subroutine tsunagi_comm_create_from_group
+    subroutine tsunagi_intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+        & remote_leader, stringtag, info, errhandler, newintercomm, ierror, stringtag_len)  &
+        & bind(C, name="mpi_intercomm_create_from_groups_")
+      import
+      type(MPI_Group) :: local_group
+      integer :: local_leader
+      type(MPI_Group) :: remote_group
+      integer :: remote_leader
+      character(kind=c_char) :: stringtag(*)
+      type(MPI_Info) :: info
+      type(MPI_Errhandler) :: errhandler
+      type(MPI_Comm) :: newintercomm
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: stringtag_len
+    end subroutine tsunagi_intercomm_create_from_groups
     subroutine tsunagi_comm_get_parent(parent, ierror) bind(C, name="mpi_comm_get_parent_")
       import
       type(MPI_Comm) :: parent
@@ -6640,6 +6655,23 @@ contains
         & len(stringtag, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Comm_create_from_group
+  subroutine MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+      & remote_leader, stringtag, info, errhandler, newintercomm, ierror)
+    type(MPI_Group), intent(in) :: local_group
+    integer, intent(in) :: local_leader
+    type(MPI_Group), intent(in) :: remote_group
+    integer, intent(in) :: remote_leader
+    character(len=*) :: stringtag
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Errhandler), intent(in) :: errhandler
+    type(MPI_Comm) :: newintercomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+        & remote_leader, stringtag, info, errhandler, newintercomm, ierror_c, len(stringtag,  &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Intercomm_create_from_groups
   subroutine MPI_Comm_get_parent(parent, ierror)
     type(MPI_Comm) :: parent
     integer, optional, intent(out) :: ierror

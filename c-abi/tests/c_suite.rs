@@ -960,7 +960,7 @@ fn assert_no_processes_of(exe: &Path) {
 /// from 1 to 3 parents, MPI_Comm_spawn_multiple (1 + 2 children), each with data both
 /// ways, collectives across the intercommunicator, merge and collectives on the merged
 /// communicator, disconnect; both engines, and TCP among the parents (pretend nodes).
-/// Nothing is left running afterwards.
+/// Nothing is left running afterwards. Also MPI_Intercomm_create_from_groups.
 #[test]
 fn dynamic_processes_spawn_talk_merge_and_disconnect() {
     let exe = build_as("dynproc", "test-dynproc-spawn");
@@ -971,6 +971,10 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
         (2, &["spawn", "3"][..], &["--node-map", "1"][..]),
         (2, &["multi"][..], &[][..]),
         (1, &["multi"][..], &["--progress", "threaded"][..]),
+        // MPI_Intercomm_create_from_groups (no spawn): even against odd world ranks.
+        (2, &["groups"][..], &[][..]),
+        (5, &["groups"][..], &[][..]),
+        (4, &["groups"][..], &["--progress", "threaded", "--node-map", "2"][..]),
     ] {
         expect_ok(
             &format!("dynproc {args:?} on {np} parents {extra:?}"),

@@ -364,3 +364,26 @@ pub(crate) fn comm_create_from_group(
     *new = h::comm_handle(id);
     Ok(())
 }
+
+pub(crate) fn intercomm_create_from_groups(
+    local_group: &Arc<Group>,
+    local_leader: c_int,
+    remote_group: &Arc<Group>,
+    remote_leader: c_int,
+    stringtag: &str,
+    _info: Option<InfoId>,
+    errhandler: tsunagi_core::comm::ErrHandler,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Intercomm_create_from_groups")?;
+    let id = r.intercomm_create_from_groups(
+        local_group,
+        local_leader,
+        remote_group,
+        remote_leader,
+        stringtag,
+    )?;
+    r.set_errhandler(id, errhandler)?;
+    *new = h::comm_handle(id);
+    Ok(())
+}

@@ -231,6 +231,44 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic));
         talk(ic, 0);
         OK(MPI_Comm_disconnect(&ic));
+    } else if (strcmp(argv[1], "groups") == 0) {
+        /* MPI_Intercomm_create_from_groups: even world ranks against odd ones, the groups
+         * taken from a session's mpi://WORLD process set; leaders: the last of each. */
+        MPI_Session s;
+        MPI_Group world, evens, odds;
+        OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+        OK(MPI_Group_from_session_pset(s, "mpi://WORLD", &world));
+        int ne = (size + 1) / 2, no = size / 2, ev[64], od[64];
+        CHECK(no >= 1 && size <= 64);
+        for (int i = 0; i < ne; i++) ev[i] = 2 * i;
+        for (int i = 0; i < no; i++) od[i] = 2 * i + 1;
+        OK(MPI_Group_incl(world, ne, ev, &evens));
+        OK(MPI_Group_incl(world, no, od, &odds));
+        int even = rank % 2 == 0;
+        OK(MPI_Intercomm_create_from_groups(even ? evens : odds, (even ? ne : no) - 1,
+                                            even ? odds : evens, (even ? no : ne) - 1,
+                                            "tsunagi-test", MPI_INFO_NULL,
+                                            MPI_ERRORS_ARE_FATAL, &ic));
+        int lsize, rsize;
+        OK(MPI_Comm_size(ic, &lsize));
+        OK(MPI_Comm_remote_size(ic, &rsize));
+        CHECK_EQ(lsize, even ? ne : no);
+        CHECK_EQ(rsize, even ? no : ne);
+        talk(ic, even);
+        OK(MPI_Comm_free(&ic));
+        /* Bad leaders and overlapping groups get their classes. */
+        int cls;
+        OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN));
+        MPI_Error_class(MPI_Intercomm_create_from_groups(evens, ne, odds, 0, "x", MPI_INFO_NULL,
+                                                         MPI_ERRORS_RETURN, &ic), &cls);
+        if (even) CHECK_EQ(cls, MPI_ERR_RANK);
+        MPI_Error_class(MPI_Intercomm_create_from_groups(world, 0, world, 0, "x", MPI_INFO_NULL,
+                                                         MPI_ERRORS_RETURN, &ic), &cls);
+        CHECK_EQ(cls, MPI_ERR_GROUP);
+        OK(MPI_Group_free(&evens));
+        OK(MPI_Group_free(&odds));
+        OK(MPI_Group_free(&world));
+        OK(MPI_Session_finalize(&s));
     } else {
         CHECK(0);
     }

@@ -481,3 +481,71 @@ impl Runtime {
         }
     }
 }
+
+impl Runtime {
+    /// MPI_Intercomm_create_from_groups (MPI 4.0): collective over both groups (world
+    /// processes, from MPI_COMM_WORLD's group or a session's process set). Each group
+    /// makes its local communicator as MPI_Comm_create_from_group does, the two leaders a
+    /// communicator of their own, and MPI_Intercomm_create joins them; the helpers are
+    /// freed again (the intercommunicator keeps a hidden copy of the local one).
+    pub fn intercomm_create_from_groups(
+        &self,
+        local: &Group,
+        local_leader: i32,
+        remote: &Group,
+        remote_leader: i32,
+        stringtag: &str,
+    ) -> MpiResult<CommId> {
+        let call = "MPI_Intercomm_create_from_groups";
+        let me = local.rank_of(self.rank).ok_or_else(|| {
+            MpiError::new(
+                ErrorClass::Group,
+                format!("{call}: the calling process is not in local_group"),
+            )
+        })?;
+        for (what, g, r) in [
+            ("local_leader", local, local_leader),
+            ("remote_leader", remote, remote_leader),
+        ] {
+            if r < 0 || r as usize >= g.size() {
+                return Err(MpiError::new(
+                    ErrorClass::Rank,
+                    format!("{call}: invalid {what} {r} (group size {})", g.size()),
+                ));
+            }
+        }
+        if remote.world_ranks().iter().any(|&w| local.rank_of(w).is_some()) {
+            return Err(MpiError::new(
+                ErrorClass::Group,
+                format!("{call}: local_group and remote_group overlap"),
+            ));
+        }
+        let lw = local.world_rank(local_leader as usize);
+        let rw = remote.world_rank(remote_leader as usize);
+        let local_comm = self
+            .comm_create_from_group(local, &format!("{stringtag}\u{1}local\u{1}{lw}"))
+            .map_err(|e| with_call(call, e))?;
+        let is_leader = me == local_leader as usize;
+        let peer = if is_leader {
+            let pair = Group::new(vec![lw.min(rw), lw.max(rw)]);
+            Some(
+                self.comm_create_from_group(&pair, &format!("{stringtag}\u{1}leaders"))
+                    .map_err(|e| with_call(call, e))?,
+            )
+        } else {
+            None
+        };
+        let r = self.intercomm_create(
+            local_comm,
+            local_leader,
+            peer.unwrap_or(CommId::WORLD),
+            i32::from(rw > lw),
+            0,
+        );
+        if let Some(p) = peer {
+            self.comm_free(p)?;
+        }
+        self.comm_free(local_comm)?;
+        r
+    }
+}
