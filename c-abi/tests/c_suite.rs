@@ -1043,3 +1043,10 @@ fn dynamic_processes_accept_connect_between_jobs_and_join() {
     let _ = std::fs::remove_dir_all(&names);
     assert_no_processes_of(&exe);
 }
+
+/// Large-count calls whose counts come in arrays or through pointers (issue 20): the
+/// generated `narrow` forms copy each array into ints (MPI_ERR_COUNT above INT_MAX).
+#[test]
+fn large_count_arrays_positions_and_displacement_units() {
+    suite("large_arrays", &[1, 2, 5], "large arrays ok");
+}

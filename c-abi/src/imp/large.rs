@@ -9,7 +9,7 @@ use std::ffi::c_int;
 use tsunagi_core::{ErrorClass, MpiResult};
 
 use crate::ffi::*;
-use crate::handles::{err, DtRef};
+use crate::handles::{self as h, err, DtRef};
 
 /// `v` as an `int` count, or MPI_ERR_COUNT.
 pub(crate) fn small(name: &str, v: MPI_Count) -> MpiResult<c_int> {
@@ -64,4 +64,73 @@ pub(crate) fn type_get_true_extent_c(
     true_extent: &mut MPI_Count,
 ) -> MpiResult<()> {
     super::type_get_true_extent_x(datatype, true_lb, true_extent)
+}
+
+/// The `len` elements of a large-count array as `int`s (each must fit), or None when the
+/// pointer is NULL or nothing is significant here (`len` 0).
+///
+/// # Safety
+/// `p` is NULL or points to `len` readable elements.
+pub(crate) unsafe fn small_array<T: Copy + TryInto<i64>>(
+    name: &str,
+    p: *const T,
+    len: usize,
+) -> MpiResult<Option<Vec<c_int>>> {
+    if p.is_null() || len == 0 {
+        return Ok(None);
+    }
+    // SAFETY: `len` readable elements (caller's contract).
+    let v = unsafe { std::slice::from_raw_parts(p, len) };
+    v.iter()
+        .enumerate()
+        .map(|(i, &x)| small(&format!("{name}[{i}]"), x.try_into().unwrap_or(i64::MAX)))
+        .collect::<MpiResult<Vec<c_int>>>()
+        .map(Some)
+}
+
+/// The length of a per-peer array of a collective on `comm`: the remote group's size on
+/// an intercommunicator, else the communicator's.
+pub(crate) fn peer_count(comm: MPI_Comm) -> MpiResult<usize> {
+    let id = h::comm("comm", comm)?;
+    h::runtime("large-count collective")?.comm_peer_size(id)
+}
+
+/// The local group's size of `comm` (MPI_Reduce_scatter's recvcounts).
+pub(crate) fn local_count(comm: MPI_Comm) -> MpiResult<usize> {
+    let id = h::comm("comm", comm)?;
+    h::runtime("large-count collective")?.comm_size(id)
+}
+
+/// The per-peer arrays of a rooted collective matter at the root only: their length
+/// there ([`peer_count`]), 0 elsewhere.
+pub(crate) fn rooted_count(comm: MPI_Comm, root: c_int) -> MpiResult<usize> {
+    let id = h::comm("comm", comm)?;
+    let rt = h::runtime("large-count collective")?;
+    let at_root = if rt.comm_is_inter("large-count collective", id)? {
+        root == super::coll::MPI_ROOT
+    } else {
+        rt.comm_rank(id)? as c_int == root
+    };
+    if at_root {
+        rt.comm_peer_size(id)
+    } else {
+        Ok(0)
+    }
+}
+
+/// (in-degree, out-degree) of `comm`'s process topology (neighbourhood collectives).
+pub(crate) fn degrees(comm: MPI_Comm) -> MpiResult<(usize, usize)> {
+    let id = h::comm("comm", comm)?;
+    let rt = h::runtime("large-count neighbourhood collective")?;
+    let me = rt.comm_rank(id)? as i32;
+    match tsunagi_collectives::topo::topology(rt, id)? {
+        Some(t) => {
+            let (sources, dests) = t.neighbors(me);
+            Ok((sources.len(), dests.len()))
+        }
+        None => Err(err(
+            ErrorClass::Topology,
+            "the communicator has no process topology",
+        )),
+    }
 }
