@@ -142,7 +142,11 @@ fn convert(a: &Arg) -> (Option<String>, String) {
         if a.base == "char" && a.konst {
             // `{null}`: significant at a root only (MPI_Comm_spawn's command), NULL
             // elsewhere is allowed.
-            let f = if a.has("null") { "cstr_or_null" } else { "cstr" };
+            let f = if a.has("null") {
+                "cstr_or_null"
+            } else {
+                "cstr"
+            };
             return (
                 Some(format!(
                     "{safety}let {n} = unsafe {{ h::{f}(\"{n}\", {n})? }};"
@@ -460,7 +464,11 @@ fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
     }
     writeln!(out, "    let rc = {opener}|| {{").unwrap();
     for (i, n) in narrowed.iter().enumerate() {
-        writeln!(out, "        small[{i}] = imp::small(\"{n}\", {n} as MPI_Count)?;").unwrap();
+        writeln!(
+            out,
+            "        small[{i}] = imp::small(\"{n}\", {n} as MPI_Count)?;"
+        )
+        .unwrap();
     }
     for (i, (n, len)) in arrays.iter().enumerate() {
         writeln!(
@@ -483,6 +491,11 @@ fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
     out.push_str("        Ok(())\n    });\n    if rc != 0 {\n        return rc;\n    }\n");
     if !narrowed.is_empty() {
         writeln!(out, "    let [{}] = small;", narrowed.join(", ")).unwrap();
+    }
+    if outs.is_empty() {
+        writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
+        out.push_str("}\n\n");
+        return;
     }
     writeln!(out, "    let rc = PMPI_{base}({});", pass.join(", ")).unwrap();
     for (i, (n, _)) in outs.iter().enumerate() {

@@ -974,7 +974,11 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
         // MPI_Intercomm_create_from_groups (no spawn): even against odd world ranks.
         (2, &["groups"][..], &[][..]),
         (5, &["groups"][..], &[][..]),
-        (4, &["groups"][..], &["--progress", "threaded", "--node-map", "2"][..]),
+        (
+            4,
+            &["groups"][..],
+            &["--progress", "threaded", "--node-map", "2"][..],
+        ),
     ] {
         expect_ok(
             &format!("dynproc {args:?} on {np} parents {extra:?}"),
@@ -1016,7 +1020,11 @@ fn dynamic_processes_accept_connect_between_jobs_and_join() {
             .stderr(std::process::Stdio::piped())
             .spawn()
             .expect("start the server job");
-        expect_ok(&format!("client ({mode})"), &mut job("client", "3"), "dynproc client ok");
+        expect_ok(
+            &format!("client ({mode})"),
+            &mut job("client", "3"),
+            "dynproc client ok",
+        );
         let out = server.wait_with_output().expect("server job");
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);

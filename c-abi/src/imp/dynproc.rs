@@ -142,12 +142,13 @@ fn establish(
     let is_root = me == root as usize;
     // The accepting group listens for the mesh, one listener per process.
     let listener = match side {
-        Side::Accept => Some(
-            MeshListener::open().map_err(|e| io_err(ErrorClass::Other, call, e))?,
-        ),
+        Side::Accept => Some(MeshListener::open().map_err(|e| io_err(ErrorClass::Other, call, e))?),
         Side::Connect => None,
     };
-    let mine = listener.as_ref().map(|l| l.addr.clone()).unwrap_or_default();
+    let mine = listener
+        .as_ref()
+        .map(|l| l.addr.clone())
+        .unwrap_or_default();
     let addrs: Vec<String> = rt
         .allgather_bytes(call, comm, mine.as_bytes())?
         .into_iter()
@@ -181,7 +182,12 @@ fn establish(
     let exchange = |m: &[u8]| (link_cell.borrow_mut())(m);
     let heard = rt.leader_exchange(call, comm, is_root, &[], &exchange)?;
     let heard = from_outcome(call, &heard)?;
-    let malformed = || err(ErrorClass::Port, format!("{call}: malformed answer from the other root"));
+    let malformed = || {
+        err(
+            ErrorClass::Port,
+            format!("{call}: malformed answer from the other root"),
+        )
+    };
     // The mesh: the connecting group connects to every process of the accepting group.
     let streams = match side {
         Side::Accept => {
@@ -200,7 +206,8 @@ fn establish(
                 .ok_or_else(malformed)?
                 .try_into()
                 .expect("16 bytes");
-            let remote = setup::decode_strings(&heard[setup::TOKEN_BYTES..]).ok_or_else(malformed)?;
+            let remote =
+                setup::decode_strings(&heard[setup::TOKEN_BYTES..]).ok_or_else(malformed)?;
             if remote.is_empty() {
                 return Err(malformed());
             }
@@ -216,9 +223,12 @@ fn establish(
     // The context pair, agreed through the roots' stream.
     let agree = |m: &[u8]| -> MpiResult<Vec<u8>> {
         let mut g = lock(&stream);
-        let s = g
-            .as_mut()
-            .ok_or_else(|| err(ErrorClass::Intern, format!("{call}: no link to the other root")))?;
+        let s = g.as_mut().ok_or_else(|| {
+            err(
+                ErrorClass::Intern,
+                format!("{call}: no link to the other root"),
+            )
+        })?;
         setup::send_msg(s, m).map_err(|e| io_err(ErrorClass::Port, call, e))?;
         setup::recv_msg(s).map_err(|e| io_err(ErrorClass::Port, call, e))
     };
@@ -299,7 +309,9 @@ pub(crate) fn comm_connect(
     let call = "MPI_Comm_connect";
     let rt = h::runtime(call)?;
     let name = port_name.to_string();
-    let id = establish(call, rt, comm, root, Side::Connect, &mut || connect_to(call, &name))?;
+    let id = establish(call, rt, comm, root, Side::Connect, &mut || {
+        connect_to(call, &name)
+    })?;
     *newcomm = h::comm_handle(id);
     Ok(())
 }
@@ -525,7 +537,11 @@ fn launch(call: &str, apps: &[App], port: &Port) -> MpiResult<Child> {
         for (i, a) in apps.iter().enumerate() {
             let ranks: Vec<String> = (base..base + a.procs).map(|r| r.to_string()).collect();
             base += a.procs;
-            let mut line = format!("{}) TSUNAGI_APPNUM={i} exec {}", ranks.join("|"), sh_quote(&a.command));
+            let mut line = format!(
+                "{}) TSUNAGI_APPNUM={i} exec {}",
+                ranks.join("|"),
+                sh_quote(&a.command)
+            );
             for x in &a.args {
                 line.push(' ');
                 line.push_str(&sh_quote(x));
@@ -567,7 +583,9 @@ fn spawn_apps(
         let port = Port::open().map_err(|e| io_err(ErrorClass::Spawn, call, e))?;
         let mut child = launch(call, &apps, &port)?;
         let s = port.accept_root(&mut || match child.try_wait() {
-            Ok(Some(st)) => Some(format!("the children's mpirun ended ({st}) before they connected")),
+            Ok(Some(st)) => Some(format!(
+                "the children's mpirun ended ({st}) before they connected"
+            )),
             _ => None,
         });
         let s = match s {
@@ -623,7 +641,10 @@ pub(crate) fn comm_spawn(
         call,
         &mut || {
             let command = command.ok_or_else(|| {
-                err(ErrorClass::Arg, format!("{call}: command is NULL at the root"))
+                err(
+                    ErrorClass::Arg,
+                    format!("{call}: command is NULL at the root"),
+                )
             })?;
             Ok(vec![App {
                 command: command.to_string(),
@@ -667,7 +688,11 @@ pub(crate) fn comm_spawn_multiple(
                     let (c, a, n, inf) = unsafe {
                         (
                             *commands.add(i),
-                            if argvs.is_null() { std::ptr::null_mut() } else { *argvs.add(i) },
+                            if argvs.is_null() {
+                                std::ptr::null_mut()
+                            } else {
+                                *argvs.add(i)
+                            },
                             *maxprocs.add(i),
                             *infos.add(i),
                         )

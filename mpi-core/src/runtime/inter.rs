@@ -514,7 +514,11 @@ impl Runtime {
                 ));
             }
         }
-        if remote.world_ranks().iter().any(|&w| local.rank_of(w).is_some()) {
+        if remote
+            .world_ranks()
+            .iter()
+            .any(|&w| local.rank_of(w).is_some())
+        {
             return Err(MpiError::new(
                 ErrorClass::Group,
                 format!("{call}: local_group and remote_group overlap"),
