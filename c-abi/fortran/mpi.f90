@@ -3452,6 +3452,57 @@ module mpi
       integer(kind=MPI_COUNT_KIND) :: count
       integer :: ierror
     end subroutine MPI_Get_elements_c
+    subroutine MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, &
+        & num_datatypes, combiner, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: num_integers
+      integer(kind=MPI_COUNT_KIND) :: num_addresses
+      integer(kind=MPI_COUNT_KIND) :: num_large_counts
+      integer(kind=MPI_COUNT_KIND) :: num_datatypes
+      integer :: combiner
+      integer :: ierror
+    end subroutine MPI_Type_get_envelope_c
+    subroutine MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize,  &
+        & position, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: incount
+      integer :: datatype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outsize
+      integer(kind=MPI_COUNT_KIND) :: position
+      integer :: ierror
+    end subroutine MPI_Pack_external_c
+    subroutine MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: insize
+      integer(kind=MPI_COUNT_KIND) :: position
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outcount
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_Unpack_external_c
+    subroutine MPI_Pack_external_size_c(datarep, incount, datatype, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      integer(kind=MPI_COUNT_KIND) :: incount
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Pack_external_size_c
     subroutine MPI_Type_size_c(datatype, size, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4560,6 +4611,163 @@ module mpi
       type(*), dimension(*) :: baseptr
       integer :: ierror
     end subroutine MPI_Win_shared_query_c
+    subroutine MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iallgatherv_c
+    subroutine MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ialltoallv_c
+    subroutine MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ialltoallw_c
+    subroutine MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Igatherv_c
+    subroutine MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request, &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ireduce_scatter_c
+    subroutine MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iscatterv_c
+    subroutine MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_allgatherv_c
+    subroutine MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_alltoallv_c
+    subroutine MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_alltoallw_c
     subroutine MPI_Barrier_init(comm, info, request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

@@ -2992,6 +2992,54 @@ module mpi_f08
       integer(kind=MPI_COUNT_KIND) :: count
       integer(c_int) :: ierror
     end subroutine tsunagi_get_elements_c
+    subroutine tsunagi_type_get_envelope_c(datatype, num_integers, num_addresses,  &
+        & num_large_counts, num_datatypes, combiner, ierror) bind(C,  &
+        & name="mpi_type_get_envelope_c_")
+      import
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: num_integers
+      integer(kind=MPI_COUNT_KIND) :: num_addresses
+      integer(kind=MPI_COUNT_KIND) :: num_large_counts
+      integer(kind=MPI_COUNT_KIND) :: num_datatypes
+      integer :: combiner
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_get_envelope_c
+    subroutine tsunagi_pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize,  &
+        & position, ierror, datarep_len) bind(C, name="mpi_pack_external_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: incount
+      type(MPI_Datatype) :: datatype
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outsize
+      integer(kind=MPI_COUNT_KIND) :: position
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_pack_external_c
+    subroutine tsunagi_unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror, datarep_len) bind(C, name="mpi_unpack_external_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: insize
+      integer(kind=MPI_COUNT_KIND) :: position
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outcount
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_unpack_external_c
+    subroutine tsunagi_pack_external_size_c(datarep, incount, datatype, size, ierror,  &
+        & datarep_len) bind(C, name="mpi_pack_external_size_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      integer(kind=MPI_COUNT_KIND) :: incount
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_pack_external_size_c
     subroutine tsunagi_type_size_c(datatype, size, ierror) bind(C, name="mpi_type_size_c_")
       import
       type(MPI_Datatype) :: datatype
@@ -3950,6 +3998,139 @@ module mpi_f08
       type(*), dimension(*) :: baseptr
       integer(c_int) :: ierror
     end subroutine tsunagi_win_shared_query_c
+    subroutine tsunagi_iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, &
+        & recvtype, comm, request, ierror) bind(C, name="mpi_iallgatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iallgatherv_c
+    subroutine tsunagi_ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror) bind(C, name="mpi_ialltoallv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ialltoallv_c
+    subroutine tsunagi_ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror) bind(C, name="mpi_ialltoallw_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ialltoallw_c
+    subroutine tsunagi_igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, request, ierror) bind(C, name="mpi_igatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_igatherv_c
+    subroutine tsunagi_ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm,  &
+        & request, ierror) bind(C, name="mpi_ireduce_scatter_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ireduce_scatter_c
+    subroutine tsunagi_iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, request, ierror) bind(C, name="mpi_iscatterv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iscatterv_c
+    subroutine tsunagi_ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcounts, displs, recvtype, comm, request, ierror) bind(C,  &
+        & name="mpi_ineighbor_allgatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_allgatherv_c
+    subroutine tsunagi_ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror) bind(C,  &
+        & name="mpi_ineighbor_alltoallv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_alltoallv_c
+    subroutine tsunagi_ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror) bind(C,  &
+        & name="mpi_ineighbor_alltoallw_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_alltoallw_c
     subroutine tsunagi_barrier_init(comm, info, request, ierror) bind(C, name="mpi_barrier_init_")
       import
       type(MPI_Comm) :: comm
@@ -8547,6 +8728,65 @@ contains
     call tsunagi_get_elements_c(status, datatype, count, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Get_elements_c
+  subroutine MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts,  &
+      & num_datatypes, combiner, ierror)
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: num_integers
+    integer(kind=MPI_COUNT_KIND) :: num_addresses
+    integer(kind=MPI_COUNT_KIND) :: num_large_counts
+    integer(kind=MPI_COUNT_KIND) :: num_datatypes
+    integer :: combiner
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts,  &
+        & num_datatypes, combiner, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_get_envelope_c
+  subroutine MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
+      & ierror)
+    character(len=*) :: datarep
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: outsize
+    integer(kind=MPI_COUNT_KIND) :: position
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
+        & ierror_c, len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_external_c
+  subroutine MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+      & datatype, ierror)
+    character(len=*) :: datarep
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: insize
+    integer(kind=MPI_COUNT_KIND) :: position
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: outcount
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror_c, len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Unpack_external_c
+  subroutine MPI_Pack_external_size_c(datarep, incount, datatype, size, ierror)
+    character(len=*) :: datarep
+    integer(kind=MPI_COUNT_KIND), intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_external_size_c(datarep, incount, datatype, size, ierror_c, len(datarep,  &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_external_size_c
   subroutine MPI_Type_size_c(datatype, size, ierror)
     type(MPI_Datatype), intent(in) :: datatype
     integer(kind=MPI_COUNT_KIND) :: size
@@ -9781,6 +10021,181 @@ contains
     call tsunagi_win_shared_query_c(win, rank, size, disp_unit, baseptr, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Win_shared_query_c
+  subroutine MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iallgatherv_c
+  subroutine MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+      & rdispls, recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ialltoallv_c
+  subroutine MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+      & rdispls, recvtypes, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ialltoallw_c
+  subroutine MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Igatherv_c
+  subroutine MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ireduce_scatter_c
+  subroutine MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+      & recvtype, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iscatterv_c
+  subroutine MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+      & displs, recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_allgatherv_c
+  subroutine MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+      & recvcounts, rdispls, recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_alltoallv_c
+  subroutine MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+      & recvcounts, rdispls, recvtypes, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_alltoallw_c
   subroutine MPI_Barrier_init(comm, info, request, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Info), intent(in) :: info

@@ -23,6 +23,7 @@ use std::ffi::{c_char, c_int, CStr};
 use std::mem::ManuallyDrop;
 use std::net::TcpStream;
 use std::os::fd::FromRawFd;
+use std::os::unix::ffi::OsStrExt;
 use std::process::{Child, Command};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -502,12 +503,38 @@ fn sh_quote(s: &str) -> String {
     format!("'{}'", s.replace('\'', "'\\''"))
 }
 
-/// The mpirun that starts children.
+/// The mpirun that starts children: `TSUNAGI_MPIRUN` (our mpirun sets it for its ranks),
+/// else the `mpirun` installed beside this library (`PREFIX/bin` for `PREFIX/lib`; a
+/// singleton has no mpirun of its own), else the PATH's.
 fn mpirun() -> std::ffi::OsString {
-    std::env::var_os("TSUNAGI_MPIRUN")
-        .filter(|p| !p.is_empty())
-        .unwrap_or_else(|| "mpirun".into())
+    if let Some(p) = std::env::var_os("TSUNAGI_MPIRUN").filter(|p| !p.is_empty()) {
+        return p;
+    }
+    let mut info = libc::Dl_info {
+        dli_fname: std::ptr::null(),
+        dli_fbase: std::ptr::null_mut(),
+        dli_sname: std::ptr::null(),
+        dli_saddr: std::ptr::null_mut(),
+    };
+    // SAFETY: dladdr only reads the address (a function of this library) and fills `info`;
+    // dli_fname, when set, is a NUL-terminated path owned by the dynamic loader.
+    let found = unsafe { libc::dladdr(mpirun as *const libc::c_void, &mut info) } != 0
+        && !info.dli_fname.is_null();
+    if found {
+        // SAFETY: checked non-NULL above; valid while the library is loaded.
+        let lib = unsafe { CStr::from_ptr(info.dli_fname) };
+        let lib = std::path::Path::new(std::ffi::OsStr::from_bytes(lib.to_bytes()));
+        if let Some(prefix) = lib.parent().and_then(|d| d.parent()) {
+            let candidate = prefix.join("bin/mpirun");
+            if candidate.is_file() {
+                return candidate.into_os_string();
+            }
+        }
+    }
+    "mpirun".into()
 }
+
+
 
 /// Start the children (at the root): one mpirun job of all apps, connecting back to
 /// `port`.

@@ -4,7 +4,7 @@
 //! counterpart (MPI_ERR_COUNT otherwise; the core's requests take such counts, but the
 //! calls have not been widened yet) and calls it.
 
-use std::ffi::c_int;
+use std::ffi::{c_int, c_void};
 
 use tsunagi_core::{ErrorClass, MpiResult};
 
@@ -133,4 +133,67 @@ pub(crate) fn degrees(comm: MPI_Comm) -> MpiResult<(usize, usize)> {
             "the communicator has no process topology",
         )),
     }
+}
+
+/// MPI_Type_get_envelope_c: the counts as MPI_Count; no large-count arguments (Tsunagi's
+/// constructors keep their arguments as `int`s and addresses).
+pub(crate) fn type_get_envelope_c(
+    datatype: &DtRef,
+    ni: &mut MPI_Count,
+    na: &mut MPI_Count,
+    nl: &mut MPI_Count,
+    nd: &mut MPI_Count,
+    combiner: &mut c_int,
+) -> MpiResult<()> {
+    let (mut i, mut a, mut d) = (0, 0, 0);
+    super::type_get_envelope(datatype, &mut i, &mut a, &mut d, combiner)?;
+    (*ni, *na, *nl, *nd) = (i as MPI_Count, a as MPI_Count, 0, d as MPI_Count);
+    Ok(())
+}
+
+/// MPI_Pack_external_c (an MPI_Count count; sizes and positions are MPI_Aint-wide).
+pub(crate) fn pack_external_c(
+    datarep: &str,
+    inbuf: *const c_void,
+    incount: MPI_Count,
+    datatype: &DtRef,
+    outbuf: *mut c_void,
+    outsize: MPI_Count,
+    position: &mut MPI_Count,
+) -> MpiResult<()> {
+    let mut pos = *position as MPI_Aint;
+    let n = small("incount", incount)?;
+    super::pack_external(datarep, inbuf, n, datatype, outbuf, outsize as MPI_Aint, &mut pos)?;
+    *position = pos as MPI_Count;
+    Ok(())
+}
+
+/// MPI_Unpack_external_c.
+pub(crate) fn unpack_external_c(
+    datarep: &str,
+    inbuf: *const c_void,
+    insize: MPI_Count,
+    position: &mut MPI_Count,
+    outbuf: *mut c_void,
+    outcount: MPI_Count,
+    datatype: &DtRef,
+) -> MpiResult<()> {
+    let mut pos = *position as MPI_Aint;
+    let n = small("outcount", outcount)?;
+    super::unpack_external(datarep, inbuf, insize as MPI_Aint, &mut pos, outbuf, n, datatype)?;
+    *position = pos as MPI_Count;
+    Ok(())
+}
+
+/// MPI_Pack_external_size_c.
+pub(crate) fn pack_external_size_c(
+    datarep: &str,
+    incount: MPI_Count,
+    datatype: &DtRef,
+    size: &mut MPI_Count,
+) -> MpiResult<()> {
+    let mut s: MPI_Aint = 0;
+    super::pack_external_size(datarep, small("incount", incount)?, datatype, &mut s)?;
+    *size = s as MPI_Count;
+    Ok(())
 }

@@ -1,5 +1,5 @@
 /* Large-count (_c) calls with count and displacement arrays, in/out positions and
- * MPI_Aint displacement units: blocking v and w collectives (and a neighbourhood one),
+ * MPI_Aint displacement units: v and w collectives (a non-blocking and a neighbourhood one),
  * derived datatypes, pack/unpack, windows, buffer detach; a count above INT_MAX in an
  * array gives MPI_ERR_COUNT. Any number of ranks up to 16. */
 #include <limits.h>
@@ -24,11 +24,27 @@ int main(int argc, char **argv) {
     int mine[16], all[256];
     for (int i = 0; i <= rank; i++) mine[i] = rank * 100 + i;
 
-    /* Allgatherv_c. */
-    memset(all, -1, sizeof all);
-    OK(MPI_Allgatherv_c(mine, rank + 1, MPI_INT, all, counts, displs, MPI_INT, MPI_COMM_WORLD));
-    for (int r = 0; r < size; r++)
-        for (int i = 0; i <= r; i++) CHECK_EQ(all[displs[r] + i], r * 100 + i);
+    /* Allgatherv_c and Iallgatherv_c (the arrays may change once the call returned). */
+    for (int form = 0; form < 2; form++) {
+        memset(all, -1, sizeof all);
+        if (form == 0) {
+            OK(MPI_Allgatherv_c(mine, rank + 1, MPI_INT, all, counts, displs, MPI_INT,
+                                MPI_COMM_WORLD));
+        } else {
+            MPI_Count c2[16];
+            MPI_Aint d2[16];
+            memcpy(c2, counts, sizeof c2);
+            memcpy(d2, displs, sizeof d2);
+            MPI_Request req;
+            OK(MPI_Iallgatherv_c(mine, rank + 1, MPI_INT, all, c2, d2, MPI_INT,
+                                 MPI_COMM_WORLD, &req));
+            memset(c2, 0xff, sizeof c2);
+            memset(d2, 0xff, sizeof d2);
+            OK(MPI_Wait(&req, MPI_STATUS_IGNORE));
+        }
+        for (int r = 0; r < size; r++)
+            for (int i = 0; i <= r; i++) CHECK_EQ(all[displs[r] + i], r * 100 + i);
+    }
 
     /* Gatherv_c and Scatterv_c: the arrays matter at the root only (NULL elsewhere). */
     int root = size - 1;
@@ -102,6 +118,21 @@ int main(int argc, char **argv) {
     OK(MPI_Unpack_c(packed, sizeof packed, &pos, dst, 1, idx, MPI_COMM_WORLD));
     CHECK_EQ(pos, 12);
     CHECK(dst[0] == 7 && dst[1] == 8 && dst[2] == 0 && dst[3] == 10);
+    MPI_Count ni, na, nl, nd;
+    int comb;
+    OK(MPI_Type_get_envelope_c(idx, &ni, &na, &nl, &nd, &comb));
+    CHECK(comb == MPI_COMBINER_INDEXED && ni == 5 && na == 0 && nl == 0 && nd == 1);
+    MPI_Count ext;
+    OK(MPI_Pack_external_size_c("external32", 1, idx, &ext));
+    CHECK_EQ(ext, 12);
+    pos = 0;
+    OK(MPI_Pack_external_c("external32", src, 1, idx, packed, sizeof packed, &pos));
+    CHECK_EQ(pos, 12);
+    CHECK(packed[3] == 7 && packed[0] == 0); /* big-endian */
+    memset(dst, 0, sizeof dst);
+    pos = 0;
+    OK(MPI_Unpack_external_c("external32", packed, sizeof packed, &pos, dst, 1, idx));
+    CHECK(pos == 12 && dst[0] == 7 && dst[1] == 8 && dst[2] == 0 && dst[3] == 10);
     OK(MPI_Type_free(&idx));
     OK(MPI_Type_free(&st));
 
