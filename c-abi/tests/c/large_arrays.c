@@ -118,10 +118,10 @@ int main(int argc, char **argv) {
     OK(MPI_Unpack_c(packed, sizeof packed, &pos, dst, 1, idx, MPI_COMM_WORLD));
     CHECK_EQ(pos, 12);
     CHECK(dst[0] == 7 && dst[1] == 8 && dst[2] == 0 && dst[3] == 10);
-    MPI_Count ni, na, nl, nd;
+    MPI_Count ni, na, nl, nt;
     int comb;
-    OK(MPI_Type_get_envelope_c(idx, &ni, &na, &nl, &nd, &comb));
-    CHECK(comb == MPI_COMBINER_INDEXED && ni == 5 && na == 0 && nl == 0 && nd == 1);
+    OK(MPI_Type_get_envelope_c(idx, &ni, &na, &nl, &nt, &comb));
+    CHECK(comb == MPI_COMBINER_INDEXED && ni == 5 && na == 0 && nl == 0 && nt == 1);
     MPI_Count ext;
     OK(MPI_Pack_external_size_c("external32", 1, idx, &ext));
     CHECK_EQ(ext, 12);
