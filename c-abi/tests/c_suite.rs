@@ -689,7 +689,12 @@ fn invalid_handles_to_every_stub_give_the_handles_class() {
     };
     let mut body = String::new();
     let mut checked = 0;
-    for f in funcs.iter().filter(|f| f.stub) {
+    // No stub is left today; the dynamic-process calls, stubs until issue 20, keep the
+    // check (their handles are checked before any port, socket or process is touched).
+    for f in funcs
+        .iter()
+        .filter(|f| f.stub || f.section == "Dynamic processes")
+    {
         let args: Vec<_> = f.args.iter().filter(|a| !a.varargs).collect();
         let mut expected = None;
         for a in args.iter().filter(|a| a.depth == 0) {
@@ -727,9 +732,7 @@ fn invalid_handles_to_every_stub_give_the_handles_class() {
         .unwrap();
         checked += 1;
     }
-    // Intercommunicators, one-sided communication and MPI-IO are real now; what remains
-    // are dynamic processes and a few datatype constructors.
-    assert!(checked > 5, "only {checked} stubs with handle arguments");
+    assert!(checked > 5, "only {checked} calls with handle arguments");
     let src = format!(
         "#include <mpi.h>\n#include <stdio.h>\nstatic _Alignas(16) char scratch[65536];\n\
          int main(int argc, char **argv) {{\n    int cls, bad = 0;\n    MPI_Init(&argc, &argv);\n\

@@ -561,14 +561,10 @@ fn launch(call: &str, apps: &[App], port: &Port) -> MpiResult<Child> {
         // One job whose ranks pick their program by rank (mpirun runs one program).
         let mut script = String::from("case \"$PMI_RANK\" in\n");
         let mut base = 0;
-        for (i, a) in apps.iter().enumerate() {
+        for a in apps {
             let ranks: Vec<String> = (base..base + a.procs).map(|r| r.to_string()).collect();
             base += a.procs;
-            let mut line = format!(
-                "{}) TSUNAGI_APPNUM={i} exec {}",
-                ranks.join("|"),
-                sh_quote(&a.command)
-            );
+            let mut line = format!("{}) exec {}", ranks.join("|"), sh_quote(&a.command));
             for x in &a.args {
                 line.push(' ');
                 line.push_str(&sh_quote(x));
@@ -744,4 +740,30 @@ pub(crate) fn comm_spawn_multiple(
         intercomm,
         errcodes,
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn arguments_survive_the_shell_and_root_outcomes_round_trip() {
+        for arg in ["plain", "a b", "it's", "'", "", "$HOME `x` \\ \"q\""] {
+            let out = Command::new("/bin/sh")
+                .arg("-c")
+                .arg(format!("printf %s {}", sh_quote(arg)))
+                .output()
+                .expect("sh");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), arg);
+        }
+        assert_eq!(from_outcome("x", &outcome(Ok(vec![1, 2]))).unwrap(), vec![1, 2]);
+        let e = from_outcome(
+            "x",
+            &outcome(Err(err(ErrorClass::Port, "nobody accepts"))),
+        )
+        .unwrap_err();
+        assert_eq!((e.class, e.message.as_str()), (ErrorClass::Port, "nobody accepts"));
+        assert_eq!(from_outcome("x", &[]).unwrap_err().class, ErrorClass::Intern);
+        assert_eq!(from_outcome("x", &[0, 1]).unwrap_err().class, ErrorClass::Intern);
+    }
 }
