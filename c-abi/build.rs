@@ -546,7 +546,9 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
     s.push_str(
         "`_f2c`), the tools interface (`MPI_T_*`, C only in the standard), the sessions calls\n",
     );
-    s.push_str("(and MPI_Comm_spawn, MPI_Comm_spawn_multiple: Fortran's argv arrays are not mapped yet)\n");
+    s.push_str(
+        "(and MPI_Comm_spawn, MPI_Comm_spawn_multiple: Fortran's argv arrays are not mapped yet)\n",
+    );
     s.push_str(
         "and the generated large-count forms also has its Fortran binding (mpif.h, `use mpi`,\n`use mpi_f08`), generated from the same table.\n\n",
     );

@@ -534,8 +534,6 @@ fn mpirun() -> std::ffi::OsString {
     "mpirun".into()
 }
 
-
-
 /// Start the children (at the root): one mpirun job of all apps, connecting back to
 /// `port`.
 fn launch(call: &str, apps: &[App], port: &Port) -> MpiResult<Child> {
@@ -756,14 +754,23 @@ mod tests {
                 .expect("sh");
             assert_eq!(String::from_utf8_lossy(&out.stdout), arg);
         }
-        assert_eq!(from_outcome("x", &outcome(Ok(vec![1, 2]))).unwrap(), vec![1, 2]);
-        let e = from_outcome(
-            "x",
-            &outcome(Err(err(ErrorClass::Port, "nobody accepts"))),
-        )
-        .unwrap_err();
-        assert_eq!((e.class, e.message.as_str()), (ErrorClass::Port, "nobody accepts"));
-        assert_eq!(from_outcome("x", &[]).unwrap_err().class, ErrorClass::Intern);
-        assert_eq!(from_outcome("x", &[0, 1]).unwrap_err().class, ErrorClass::Intern);
+        assert_eq!(
+            from_outcome("x", &outcome(Ok(vec![1, 2]))).unwrap(),
+            vec![1, 2]
+        );
+        let e =
+            from_outcome("x", &outcome(Err(err(ErrorClass::Port, "nobody accepts")))).unwrap_err();
+        assert_eq!(
+            (e.class, e.message.as_str()),
+            (ErrorClass::Port, "nobody accepts")
+        );
+        assert_eq!(
+            from_outcome("x", &[]).unwrap_err().class,
+            ErrorClass::Intern
+        );
+        assert_eq!(
+            from_outcome("x", &[0, 1]).unwrap_err().class,
+            ErrorClass::Intern
+        );
     }
 }

@@ -163,7 +163,15 @@ pub(crate) fn pack_external_c(
 ) -> MpiResult<()> {
     let mut pos = *position as MPI_Aint;
     let n = small("incount", incount)?;
-    super::pack_external(datarep, inbuf, n, datatype, outbuf, outsize as MPI_Aint, &mut pos)?;
+    super::pack_external(
+        datarep,
+        inbuf,
+        n,
+        datatype,
+        outbuf,
+        outsize as MPI_Aint,
+        &mut pos,
+    )?;
     *position = pos as MPI_Count;
     Ok(())
 }
@@ -180,7 +188,15 @@ pub(crate) fn unpack_external_c(
 ) -> MpiResult<()> {
     let mut pos = *position as MPI_Aint;
     let n = small("outcount", outcount)?;
-    super::unpack_external(datarep, inbuf, insize as MPI_Aint, &mut pos, outbuf, n, datatype)?;
+    super::unpack_external(
+        datarep,
+        inbuf,
+        insize as MPI_Aint,
+        &mut pos,
+        outbuf,
+        n,
+        datatype,
+    )?;
     *position = pos as MPI_Count;
     Ok(())
 }
