@@ -17,7 +17,7 @@
 //!
 //! The source-tree files are rewritten only when their content changes.
 
-use tsunagi_apidef::{parse, Arg, Func, Missing};
+use tsunagi_apidef::{parse, Arg, Func, Kind, Missing};
 
 #[path = "build/fortran.rs"]
 mod fortran;
@@ -140,9 +140,16 @@ fn convert(a: &Arg) -> (Option<String>, String) {
             );
         }
         if a.base == "char" && a.konst {
+            // `{null}`: significant at a root only (MPI_Comm_spawn's command), NULL
+            // elsewhere is allowed.
+            let f = if a.has("null") {
+                "cstr_or_null"
+            } else {
+                "cstr"
+            };
             return (
                 Some(format!(
-                    "{safety}let {n} = unsafe {{ h::cstr(\"{n}\", {n})? }};"
+                    "{safety}let {n} = unsafe {{ h::{f}(\"{n}\", {n})? }};"
                 )),
                 n.clone(),
             );
@@ -392,12 +399,46 @@ fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
         .find(|a| a.base == "MPI_Win" && a.depth == 0 && !a.ann.contains("raw"));
     let mut narrowed = Vec::new();
     let mut pass = Vec::new();
+    // Arrays of MPI_Count or MPI_Aint where the base takes int: copied into int arrays
+    // (each element checked) of the length the `_c` line's `{len=...}` names: an argument
+    // (`count`), or `peers` / `local` (the communicator's peer or local group size),
+    // `rooted` (peers at the root, 0 elsewhere), `indegree` / `outdegree` (topology).
+    let mut arrays: Vec<(String, String)> = Vec::new();
+    // `MPI_Count *` where the base writes an `int *`: widened after the call (`{inout}`:
+    // narrowed before it too).
+    let mut outs: Vec<(String, bool)> = Vec::new();
     for (a, ba) in f.args.iter().zip(&b.args) {
-        if a.base == "MPI_Count" && a.depth == 0 && ba.base == "int" && ba.depth == 0 {
+        let narrow_elem = (a.base == "MPI_Count" || a.base == "MPI_Aint") && ba.base == "int";
+        if narrow_elem && a.depth == 0 && ba.depth == 0 {
             narrowed.push(a.name.clone());
             pass.push(a.name.clone());
         } else if a.base == "MPI_Count" && a.depth == 0 && ba.base == "MPI_Aint" {
             pass.push(format!("{} as MPI_Aint", a.name));
+        } else if a.is_array && narrow_elem && a.depth == 1 {
+            let len = match &a.kind {
+                Kind::Array { len: Some(l), .. } => l.clone(),
+                _ => panic!("{}: {} needs {{len=...}}", f.name, a.name),
+            };
+            let len = match len.as_str() {
+                "peers" => "imp::peer_count(comm)?".to_string(),
+                "local" => "imp::local_count(comm)?".to_string(),
+                "rooted" => "imp::rooted_count(comm, root)?".to_string(),
+                "indegree" => "imp::degrees(comm)?.0".to_string(),
+                "outdegree" => "imp::degrees(comm)?.1".to_string(),
+                arg => format!("imp::small(\"{arg}\", {arg} as MPI_Count)?.max(0) as usize"),
+            };
+            pass.push(format!(
+                "arrays[{}].as_ref().map_or({} as *const c_int, |v| v.as_ptr())",
+                arrays.len(),
+                a.name
+            ));
+            arrays.push((a.name.clone(), len));
+        } else if a.is_array && a.base == "MPI_Count" && ba.base == "MPI_Aint" && a.depth == 1 {
+            // Both are 64-bit integers on the platforms Tsunagi builds for.
+            pass.push(format!("{} as *const MPI_Aint", a.name));
+        } else if !a.is_array && a.depth == 1 && narrow_elem {
+            pass.push(format!("&mut outs[{}]", outs.len()));
+            outs.push((a.name.clone(), a.has("inout")));
         } else {
             assert_eq!(
                 a.c.replace(' ', ""),
@@ -413,20 +454,69 @@ fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
         (None, Some(w)) => format!("entry_win(\"{call}\", {}, ", w.name),
         (c, _) => format!("entry(\"{call}\", {}, ", c.clone().unwrap_or("None".into())),
     };
-    if narrowed.is_empty() {
+    if narrowed.is_empty() && arrays.is_empty() && outs.is_empty() {
         writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
         out.push_str("}\n\n");
         return;
     }
-    writeln!(out, "    let mut small = [0 as c_int; {}];", narrowed.len()).unwrap();
+    if !narrowed.is_empty() {
+        writeln!(out, "    let mut small = [0 as c_int; {}];", narrowed.len()).unwrap();
+    }
+    if !arrays.is_empty() {
+        writeln!(
+            out,
+            "    let mut arrays: [Option<Vec<c_int>>; {}] = Default::default();",
+            arrays.len()
+        )
+        .unwrap();
+    }
+    if !outs.is_empty() {
+        writeln!(out, "    let mut outs = [0 as c_int; {}];", outs.len()).unwrap();
+    }
     writeln!(out, "    let rc = {opener}|| {{").unwrap();
     for (i, n) in narrowed.iter().enumerate() {
-        writeln!(out, "        small[{i}] = imp::small(\"{n}\", {n})?;").unwrap();
+        writeln!(
+            out,
+            "        small[{i}] = imp::small(\"{n}\", {n} as MPI_Count)?;"
+        )
+        .unwrap();
+    }
+    for (i, (n, len)) in arrays.iter().enumerate() {
+        writeln!(
+            out,
+            "        // SAFETY: the array has `len` elements where significant (MPI contract).\n        \
+             arrays[{i}] = unsafe {{ imp::small_array(\"{n}\", {n}, {len}) }}?;"
+        )
+        .unwrap();
+    }
+    for (i, (n, inout)) in outs.iter().enumerate() {
+        if *inout {
+            writeln!(
+                out,
+                "        // SAFETY: a valid pointer (MPI contract).\n        \
+                 outs[{i}] = imp::small(\"{n}\", unsafe {{ *h::out_mut(\"{n}\", {n})? }})?;"
+            )
+            .unwrap();
+        }
     }
     out.push_str("        Ok(())\n    });\n    if rc != 0 {\n        return rc;\n    }\n");
-    writeln!(out, "    let [{}] = small;", narrowed.join(", ")).unwrap();
-    writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
-    out.push_str("}\n\n");
+    if !narrowed.is_empty() {
+        writeln!(out, "    let [{}] = small;", narrowed.join(", ")).unwrap();
+    }
+    if outs.is_empty() {
+        writeln!(out, "    PMPI_{base}({})", pass.join(", ")).unwrap();
+        out.push_str("}\n\n");
+        return;
+    }
+    writeln!(out, "    let rc = PMPI_{base}({});", pass.join(", ")).unwrap();
+    for (i, (n, _)) in outs.iter().enumerate() {
+        writeln!(
+            out,
+            "    if rc == MPI_SUCCESS && !{n}.is_null() {{\n        *{n} = outs[{i}] as _;\n    }}"
+        )
+        .unwrap();
+    }
+    out.push_str("    rc\n}\n\n");
 }
 
 /// The body of a persistent collective (`persistent ... = Iname`): the initialization
@@ -540,6 +630,9 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
     s.push_str("`c-abi/include/mpi.h`. Every function but the handle conversions (`_c2f`,\n");
     s.push_str(
         "`_f2c`), the tools interface (`MPI_T_*`, C only in the standard), the sessions calls\n",
+    );
+    s.push_str(
+        "(and MPI_Comm_spawn, MPI_Comm_spawn_multiple: Fortran's argv arrays are not mapped yet)\n",
     );
     s.push_str(
         "and the generated large-count forms also has its Fortran binding (mpif.h, `use mpi`,\n`use mpi_f08`), generated from the same table.\n\n",

@@ -1994,6 +1994,20 @@ module mpi
       integer :: newcomm
       integer :: ierror
     end subroutine MPI_Comm_create_from_group
+    subroutine MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+        & remote_leader, stringtag, info, errhandler, newintercomm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: local_group
+      integer :: local_leader
+      integer :: remote_group
+      integer :: remote_leader
+      character(len=*) :: stringtag
+      integer :: info
+      integer :: errhandler
+      integer :: newintercomm
+      integer :: ierror
+    end subroutine MPI_Intercomm_create_from_groups
     subroutine MPI_Comm_get_parent(parent, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -3438,6 +3452,57 @@ module mpi
       integer(kind=MPI_COUNT_KIND) :: count
       integer :: ierror
     end subroutine MPI_Get_elements_c
+    subroutine MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts, &
+        & num_datatypes, combiner, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: num_integers
+      integer(kind=MPI_COUNT_KIND) :: num_addresses
+      integer(kind=MPI_COUNT_KIND) :: num_large_counts
+      integer(kind=MPI_COUNT_KIND) :: num_datatypes
+      integer :: combiner
+      integer :: ierror
+    end subroutine MPI_Type_get_envelope_c
+    subroutine MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize,  &
+        & position, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: incount
+      integer :: datatype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outsize
+      integer(kind=MPI_COUNT_KIND) :: position
+      integer :: ierror
+    end subroutine MPI_Pack_external_c
+    subroutine MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: insize
+      integer(kind=MPI_COUNT_KIND) :: position
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outcount
+      integer :: datatype
+      integer :: ierror
+    end subroutine MPI_Unpack_external_c
+    subroutine MPI_Pack_external_size_c(datarep, incount, datatype, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      integer(kind=MPI_COUNT_KIND) :: incount
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Pack_external_size_c
     subroutine MPI_Type_size_c(datatype, size, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -4239,6 +4304,470 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Rput_c
+    subroutine MPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Allgatherv_c
+    subroutine MPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Alltoallv_c
+    subroutine MPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Alltoallw_c
+    subroutine MPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Gatherv_c
+    subroutine MPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Reduce_scatter_c
+    subroutine MPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Scatterv_c
+    subroutine MPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Neighbor_allgatherv_c
+    subroutine MPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoallv_c
+    subroutine MPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoallw_c
+    subroutine MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements,  &
+        & oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_indexed_c
+    subroutine MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements, &
+        & oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_hindexed_c
+    subroutine MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements,  &
+        & oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_indexed_block_c
+    subroutine MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements,  &
+        & oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_hindexed_block_c
+    subroutine MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements,  &
+        & array_of_types, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      integer :: array_of_types(*)
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_struct_c
+    subroutine MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes,  &
+        & array_of_starts, order, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: ndims
+      integer(kind=MPI_COUNT_KIND) :: array_of_sizes(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_subsizes(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_starts(*)
+      integer :: order
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_subarray_c
+    subroutine MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: incount
+      integer :: datatype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outsize
+      integer(kind=MPI_COUNT_KIND) :: position
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Pack_c
+    subroutine MPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: insize
+      integer(kind=MPI_COUNT_KIND) :: position
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outcount
+      integer :: datatype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Unpack_c
+    subroutine MPI_Pack_size_c(incount, datatype, comm, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: incount
+      integer :: datatype
+      integer :: comm
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Pack_size_c
+    subroutine MPI_Buffer_detach_c(buffer_addr, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+      type(*), dimension(*) :: buffer_addr
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Buffer_detach_c
+    subroutine MPI_Win_create_c(base, size, disp_unit, info, comm, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: base
+      type(*), dimension(*) :: base
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      integer :: info
+      integer :: comm
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Win_create_c
+    subroutine MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      integer :: info
+      integer :: comm
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: baseptr
+      type(*), dimension(*) :: baseptr
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Win_allocate_c
+    subroutine MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      integer :: info
+      integer :: comm
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: baseptr
+      type(*), dimension(*) :: baseptr
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Win_allocate_shared_c
+    subroutine MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: win
+      integer :: rank
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: baseptr
+      type(*), dimension(*) :: baseptr
+      integer :: ierror
+    end subroutine MPI_Win_shared_query_c
+    subroutine MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iallgatherv_c
+    subroutine MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ialltoallv_c
+    subroutine MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ialltoallw_c
+    subroutine MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Igatherv_c
+    subroutine MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request, &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ireduce_scatter_c
+    subroutine MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iscatterv_c
+    subroutine MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_allgatherv_c
+    subroutine MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_alltoallv_c
+    subroutine MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_alltoallw_c
     subroutine MPI_Barrier_init(comm, info, request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

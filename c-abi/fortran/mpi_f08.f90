@@ -1690,6 +1690,21 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: stringtag_len
     end subroutine tsunagi_comm_create_from_group
+    subroutine tsunagi_intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+        & remote_leader, stringtag, info, errhandler, newintercomm, ierror, stringtag_len)  &
+        & bind(C, name="mpi_intercomm_create_from_groups_")
+      import
+      type(MPI_Group) :: local_group
+      integer :: local_leader
+      type(MPI_Group) :: remote_group
+      integer :: remote_leader
+      character(kind=c_char) :: stringtag(*)
+      type(MPI_Info) :: info
+      type(MPI_Errhandler) :: errhandler
+      type(MPI_Comm) :: newintercomm
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: stringtag_len
+    end subroutine tsunagi_intercomm_create_from_groups
     subroutine tsunagi_comm_get_parent(parent, ierror) bind(C, name="mpi_comm_get_parent_")
       import
       type(MPI_Comm) :: parent
@@ -2977,6 +2992,54 @@ module mpi_f08
       integer(kind=MPI_COUNT_KIND) :: count
       integer(c_int) :: ierror
     end subroutine tsunagi_get_elements_c
+    subroutine tsunagi_type_get_envelope_c(datatype, num_integers, num_addresses,  &
+        & num_large_counts, num_datatypes, combiner, ierror) bind(C,  &
+        & name="mpi_type_get_envelope_c_")
+      import
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: num_integers
+      integer(kind=MPI_COUNT_KIND) :: num_addresses
+      integer(kind=MPI_COUNT_KIND) :: num_large_counts
+      integer(kind=MPI_COUNT_KIND) :: num_datatypes
+      integer :: combiner
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_get_envelope_c
+    subroutine tsunagi_pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize,  &
+        & position, ierror, datarep_len) bind(C, name="mpi_pack_external_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: incount
+      type(MPI_Datatype) :: datatype
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outsize
+      integer(kind=MPI_COUNT_KIND) :: position
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_pack_external_c
+    subroutine tsunagi_unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror, datarep_len) bind(C, name="mpi_unpack_external_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: insize
+      integer(kind=MPI_COUNT_KIND) :: position
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outcount
+      type(MPI_Datatype) :: datatype
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_unpack_external_c
+    subroutine tsunagi_pack_external_size_c(datarep, incount, datatype, size, ierror,  &
+        & datarep_len) bind(C, name="mpi_pack_external_size_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      integer(kind=MPI_COUNT_KIND) :: incount
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_pack_external_size_c
     subroutine tsunagi_type_size_c(datatype, size, ierror) bind(C, name="mpi_type_size_c_")
       import
       type(MPI_Datatype) :: datatype
@@ -3666,6 +3729,408 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_rput_c
+    subroutine tsunagi_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, ierror) bind(C, name="mpi_allgatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allgatherv_c
+    subroutine tsunagi_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts, &
+        & rdispls, recvtype, comm, ierror) bind(C, name="mpi_alltoallv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoallv_c
+    subroutine tsunagi_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, ierror) bind(C, name="mpi_alltoallw_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoallw_c
+    subroutine tsunagi_gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, ierror) bind(C, name="mpi_gatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_gatherv_c
+    subroutine tsunagi_reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm,  &
+        & ierror) bind(C, name="mpi_reduce_scatter_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_scatter_c
+    subroutine tsunagi_scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, ierror) bind(C, name="mpi_scatterv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scatterv_c
+    subroutine tsunagi_neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, &
+        & displs, recvtype, comm, ierror) bind(C, name="mpi_neighbor_allgatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_allgatherv_c
+    subroutine tsunagi_neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, ierror) bind(C, name="mpi_neighbor_alltoallv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoallv_c
+    subroutine tsunagi_neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, ierror) bind(C, name="mpi_neighbor_alltoallw_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoallw_c
+    subroutine tsunagi_type_indexed_c(count, array_of_blocklengths, array_of_displacements,  &
+        & oldtype, newtype, ierror) bind(C, name="mpi_type_indexed_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_indexed_c
+    subroutine tsunagi_type_create_hindexed_c(count, array_of_blocklengths,  &
+        & array_of_displacements, oldtype, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_hindexed_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_hindexed_c
+    subroutine tsunagi_type_create_indexed_block_c(count, blocklength, array_of_displacements,  &
+        & oldtype, newtype, ierror) bind(C, name="mpi_type_create_indexed_block_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_indexed_block_c
+    subroutine tsunagi_type_create_hindexed_block_c(count, blocklength, array_of_displacements, &
+        & oldtype, newtype, ierror) bind(C, name="mpi_type_create_hindexed_block_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_hindexed_block_c
+    subroutine tsunagi_type_create_struct_c(count, array_of_blocklengths,  &
+        & array_of_displacements, array_of_types, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_struct_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+      type(MPI_Datatype) :: array_of_types(*)
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_struct_c
+    subroutine tsunagi_type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes,  &
+        & array_of_starts, order, oldtype, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_subarray_c_")
+      import
+      integer :: ndims
+      integer(kind=MPI_COUNT_KIND) :: array_of_sizes(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_subsizes(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_starts(*)
+      integer :: order
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_subarray_c
+    subroutine tsunagi_pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm,  &
+        & ierror) bind(C, name="mpi_pack_c_")
+      import
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: incount
+      type(MPI_Datatype) :: datatype
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outsize
+      integer(kind=MPI_COUNT_KIND) :: position
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pack_c
+    subroutine tsunagi_unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm,  &
+        & ierror) bind(C, name="mpi_unpack_c_")
+      import
+      type(*), dimension(*) :: inbuf
+      integer(kind=MPI_COUNT_KIND) :: insize
+      integer(kind=MPI_COUNT_KIND) :: position
+      type(*), dimension(*) :: outbuf
+      integer(kind=MPI_COUNT_KIND) :: outcount
+      type(MPI_Datatype) :: datatype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_unpack_c
+    subroutine tsunagi_pack_size_c(incount, datatype, comm, size, ierror) bind(C,  &
+        & name="mpi_pack_size_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: incount
+      type(MPI_Datatype) :: datatype
+      type(MPI_Comm) :: comm
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_pack_size_c
+    subroutine tsunagi_buffer_detach_c(buffer_addr, size, ierror) bind(C,  &
+        & name="mpi_buffer_detach_c_")
+      import
+      type(*), dimension(*) :: buffer_addr
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_buffer_detach_c
+    subroutine tsunagi_win_create_c(base, size, disp_unit, info, comm, win, ierror) bind(C,  &
+        & name="mpi_win_create_c_")
+      import
+      type(*), dimension(*) :: base
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      type(MPI_Info) :: info
+      type(MPI_Comm) :: comm
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_win_create_c
+    subroutine tsunagi_win_allocate_c(size, disp_unit, info, comm, baseptr, win, ierror)  &
+        & bind(C, name="mpi_win_allocate_c_")
+      import
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      type(MPI_Info) :: info
+      type(MPI_Comm) :: comm
+      type(*), dimension(*) :: baseptr
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_win_allocate_c
+    subroutine tsunagi_win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win,  &
+        & ierror) bind(C, name="mpi_win_allocate_shared_c_")
+      import
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      type(MPI_Info) :: info
+      type(MPI_Comm) :: comm
+      type(*), dimension(*) :: baseptr
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_win_allocate_shared_c
+    subroutine tsunagi_win_shared_query_c(win, rank, size, disp_unit, baseptr, ierror) bind(C,  &
+        & name="mpi_win_shared_query_c_")
+      import
+      type(MPI_Win) :: win
+      integer :: rank
+      integer(kind=MPI_ADDRESS_KIND) :: size
+      integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+      type(*), dimension(*) :: baseptr
+      integer(c_int) :: ierror
+    end subroutine tsunagi_win_shared_query_c
+    subroutine tsunagi_iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, &
+        & recvtype, comm, request, ierror) bind(C, name="mpi_iallgatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iallgatherv_c
+    subroutine tsunagi_ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror) bind(C, name="mpi_ialltoallv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ialltoallv_c
+    subroutine tsunagi_ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror) bind(C, name="mpi_ialltoallw_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ialltoallw_c
+    subroutine tsunagi_igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, request, ierror) bind(C, name="mpi_igatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_igatherv_c
+    subroutine tsunagi_ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm,  &
+        & request, ierror) bind(C, name="mpi_ireduce_scatter_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ireduce_scatter_c
+    subroutine tsunagi_iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, request, ierror) bind(C, name="mpi_iscatterv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iscatterv_c
+    subroutine tsunagi_ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcounts, displs, recvtype, comm, request, ierror) bind(C,  &
+        & name="mpi_ineighbor_allgatherv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_allgatherv_c
+    subroutine tsunagi_ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror) bind(C,  &
+        & name="mpi_ineighbor_alltoallv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_alltoallv_c
+    subroutine tsunagi_ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror) bind(C,  &
+        & name="mpi_ineighbor_alltoallw_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_alltoallw_c
     subroutine tsunagi_barrier_init(comm, info, request, ierror) bind(C, name="mpi_barrier_init_")
       import
       type(MPI_Comm) :: comm
@@ -6932,6 +7397,23 @@ contains
         & len(stringtag, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Comm_create_from_group
+  subroutine MPI_Intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+      & remote_leader, stringtag, info, errhandler, newintercomm, ierror)
+    type(MPI_Group), intent(in) :: local_group
+    integer, intent(in) :: local_leader
+    type(MPI_Group), intent(in) :: remote_group
+    integer, intent(in) :: remote_leader
+    character(len=*) :: stringtag
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Errhandler), intent(in) :: errhandler
+    type(MPI_Comm) :: newintercomm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_intercomm_create_from_groups(local_group, local_leader, remote_group,  &
+        & remote_leader, stringtag, info, errhandler, newintercomm, ierror_c, len(stringtag,  &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Intercomm_create_from_groups
   subroutine MPI_Comm_get_parent(parent, ierror)
     type(MPI_Comm) :: parent
     integer, optional, intent(out) :: ierror
@@ -8538,6 +9020,65 @@ contains
     call tsunagi_get_elements_c(status, datatype, count, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Get_elements_c
+  subroutine MPI_Type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts,  &
+      & num_datatypes, combiner, ierror)
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: num_integers
+    integer(kind=MPI_COUNT_KIND) :: num_addresses
+    integer(kind=MPI_COUNT_KIND) :: num_large_counts
+    integer(kind=MPI_COUNT_KIND) :: num_datatypes
+    integer :: combiner
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_get_envelope_c(datatype, num_integers, num_addresses, num_large_counts,  &
+        & num_datatypes, combiner, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_get_envelope_c
+  subroutine MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
+      & ierror)
+    character(len=*) :: datarep
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: outsize
+    integer(kind=MPI_COUNT_KIND) :: position
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
+        & ierror_c, len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_external_c
+  subroutine MPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+      & datatype, ierror)
+    character(len=*) :: datarep
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: insize
+    integer(kind=MPI_COUNT_KIND) :: position
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: outcount
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount,  &
+        & datatype, ierror_c, len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Unpack_external_c
+  subroutine MPI_Pack_external_size_c(datarep, incount, datatype, size, ierror)
+    character(len=*) :: datarep
+    integer(kind=MPI_COUNT_KIND), intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_external_size_c(datarep, incount, datatype, size, ierror_c, len(datarep,  &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_external_size_c
   subroutine MPI_Type_size_c(datatype, size, ierror)
     type(MPI_Datatype), intent(in) :: datatype
     integer(kind=MPI_COUNT_KIND) :: size
@@ -9428,6 +9969,525 @@ contains
         & target_count, target_datatype, win, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Rput_c
+  subroutine MPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allgatherv_c
+  subroutine MPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+      & rdispls, recvtype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoallv_c
+  subroutine MPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+      & rdispls, recvtypes, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoallw_c
+  subroutine MPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, &
+      & root, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype, &
+        & root, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Gatherv_c
+  subroutine MPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_scatter_c
+  subroutine MPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+      & recvtype, root, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scatterv_c
+  subroutine MPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+      & displs, recvtype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_allgatherv_c
+  subroutine MPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+      & recvcounts, rdispls, recvtype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoallv_c
+  subroutine MPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+      & recvcounts, rdispls, recvtypes, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoallw_c
+  subroutine MPI_Type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype,  &
+      & newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+    integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_indexed_c(count, array_of_blocklengths, array_of_displacements, oldtype,  &
+        & newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_indexed_c
+  subroutine MPI_Type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements,  &
+      & oldtype, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+    integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_hindexed_c(count, array_of_blocklengths, array_of_displacements,  &
+        & oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_hindexed_c
+  subroutine MPI_Type_create_indexed_block_c(count, blocklength, array_of_displacements,  &
+      & oldtype, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND), intent(in) :: blocklength
+    integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_indexed_block_c(count, blocklength, array_of_displacements,  &
+        & oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_indexed_block_c
+  subroutine MPI_Type_create_hindexed_block_c(count, blocklength, array_of_displacements,  &
+      & oldtype, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND), intent(in) :: blocklength
+    integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_hindexed_block_c(count, blocklength, array_of_displacements,  &
+        & oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_hindexed_block_c
+  subroutine MPI_Type_create_struct_c(count, array_of_blocklengths, array_of_displacements,  &
+      & array_of_types, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND) :: array_of_blocklengths(*)
+    integer(kind=MPI_COUNT_KIND) :: array_of_displacements(*)
+    type(MPI_Datatype) :: array_of_types(*)
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_struct_c(count, array_of_blocklengths, array_of_displacements,  &
+        & array_of_types, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_struct_c
+  subroutine MPI_Type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes,  &
+      & array_of_starts, order, oldtype, newtype, ierror)
+    integer, intent(in) :: ndims
+    integer(kind=MPI_COUNT_KIND) :: array_of_sizes(*)
+    integer(kind=MPI_COUNT_KIND) :: array_of_subsizes(*)
+    integer(kind=MPI_COUNT_KIND) :: array_of_starts(*)
+    integer, intent(in) :: order
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_subarray_c(ndims, array_of_sizes, array_of_subsizes,  &
+        & array_of_starts, order, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_subarray_c
+  subroutine MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: outsize
+    integer(kind=MPI_COUNT_KIND) :: position
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_c
+  subroutine MPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: insize
+    integer(kind=MPI_COUNT_KIND) :: position
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: outbuf
+    type(*), dimension(*) :: outbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: outcount
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Unpack_c
+  subroutine MPI_Pack_size_c(incount, datatype, comm, size, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: incount
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Comm), intent(in) :: comm
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_pack_size_c(incount, datatype, comm, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Pack_size_c
+  subroutine MPI_Buffer_detach_c(buffer_addr, size, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+    type(*), dimension(*) :: buffer_addr
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_buffer_detach_c(buffer_addr, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Buffer_detach_c
+  subroutine MPI_Win_create_c(base, size, disp_unit, info, comm, win, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: base
+    type(*), dimension(*) :: base
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: size
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: disp_unit
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Win) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_win_create_c(base, size, disp_unit, info, comm, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Win_create_c
+  subroutine MPI_Win_allocate_c(size, disp_unit, info, comm, baseptr, win, ierror)
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: size
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: disp_unit
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Comm), intent(in) :: comm
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: baseptr
+    type(*), dimension(*) :: baseptr
+    type(MPI_Win) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_win_allocate_c(size, disp_unit, info, comm, baseptr, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Win_allocate_c
+  subroutine MPI_Win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win, ierror)
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: size
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: disp_unit
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Comm), intent(in) :: comm
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: baseptr
+    type(*), dimension(*) :: baseptr
+    type(MPI_Win) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_win_allocate_shared_c(size, disp_unit, info, comm, baseptr, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Win_allocate_shared_c
+  subroutine MPI_Win_shared_query_c(win, rank, size, disp_unit, baseptr, ierror)
+    type(MPI_Win), intent(in) :: win
+    integer, intent(in) :: rank
+    integer(kind=MPI_ADDRESS_KIND) :: size
+    integer(kind=MPI_ADDRESS_KIND) :: disp_unit
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: baseptr
+    type(*), dimension(*) :: baseptr
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_win_shared_query_c(win, rank, size, disp_unit, baseptr, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Win_shared_query_c
+  subroutine MPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iallgatherv_c
+  subroutine MPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+      & rdispls, recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ialltoallv_c
+  subroutine MPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+      & rdispls, recvtypes, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,  &
+        & rdispls, recvtypes, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ialltoallw_c
+  subroutine MPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Igatherv_c
+  subroutine MPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ireduce_scatter_c
+  subroutine MPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+      & recvtype, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iscatterv_c
+  subroutine MPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+      & displs, recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_allgatherv_c
+  subroutine MPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+      & recvcounts, rdispls, recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_alltoallv_c
+  subroutine MPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+      & recvcounts, rdispls, recvtypes, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_alltoallw_c
   subroutine MPI_Barrier_init(comm, info, request, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Info), intent(in) :: info

@@ -113,6 +113,8 @@ pub const MPI_MAX_PROCESSOR_NAME: usize = 128;
 pub const MPI_MAX_LIBRARY_VERSION_STRING: usize = 8192;
 pub const MPI_MAX_ERROR_STRING: usize = 512;
 pub const MPI_MAX_OBJECT_NAME: usize = 128;
+/// MPI_MAX_PORT_NAME (mpi.h).
+pub const MPI_MAX_PORT_NAME: usize = 256;
 pub const MPI_MAX_INFO_KEY: usize = 255;
 pub const MPI_MAX_INFO_VAL: usize = 1024;
 pub const MPI_KEYVAL_INVALID: c_int = 0x2400_0000;

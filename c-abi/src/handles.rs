@@ -51,7 +51,9 @@ fn kind(h: c_int) -> u32 {
 }
 
 /// The error of an exported stub: `what` is the family (the api.in section title).
+/// (No `stub` line is left in api.in today; the generator still supports them.)
 #[cold]
+#[allow(dead_code)]
 pub(crate) fn unsupported(what: &str) -> MpiError {
     let what = what.strip_prefix("Not supported: ").unwrap_or(what);
     err(
@@ -142,6 +144,18 @@ pub(crate) unsafe fn status_in<'a>(name: &str, p: *const MPI_Status) -> MpiResul
     }
     // SAFETY: any other value is a valid status per the contract.
     Ok(unsafe { &*p })
+}
+
+/// [`cstr`] where NULL is allowed (None).
+///
+/// # Safety
+/// As [`cstr`].
+pub(crate) unsafe fn cstr_or_null<'a>(name: &str, p: *const c_char) -> MpiResult<Option<&'a str>> {
+    if p.is_null() {
+        return Ok(None);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { cstr(name, p) }.map(Some)
 }
 
 /// The C string at `p`, as UTF-8 (lossy).

@@ -187,6 +187,10 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
         .env("PMI_SIZE", job.size.to_string())
         .env("PMI_JOBID", &job.kvsname)
         .env("TSUNAGI_JOBID", &job.kvsname);
+    // MPI_Comm_spawn starts the children with the mpirun that started their parents.
+    if let Ok(me) = std::env::current_exe() {
+        cmd.env("TSUNAGI_MPIRUN", me);
+    }
     if let Some(path) = library_path_for_ranks() {
         cmd.env("LD_LIBRARY_PATH", path);
     }

@@ -359,10 +359,21 @@ impl Router {
         }
         self.timers |= device.caps().timers;
         self.devices.push(device);
+        self.route_to_device(idx, peers);
+        idx
+    }
+
+    /// Route `peers` to device `idx` from now on. Peers may lie beyond the job's ranks:
+    /// the processes of other worlds that a device added at run time reaches (dynamic
+    /// processes) get ranks above the job's own.
+    pub fn route_to_device(&mut self, idx: usize, peers: &[Rank]) {
+        assert!(idx < self.devices.len(), "no device {idx}");
         for &p in peers {
+            if p as usize >= self.device_route.len() {
+                self.device_route.resize(p as usize + 1, NO_ROUTE);
+            }
             self.device_route[p as usize] = idx as u8;
         }
-        idx
     }
 
     /// Index of the device reaching `peer`, if a device does. Costs one branch when the

@@ -19,7 +19,7 @@ use crate::handles::{self as h, err, DtRef, OpDef};
 
 const MPI_BYTE: MPI_Datatype = 0x4c00_010d;
 /// `MPI_ROOT`: the root of a rooted collective on an intercommunicator.
-const MPI_ROOT: c_int = tsunagi_collectives::inter::ROOT;
+pub(crate) const MPI_ROOT: c_int = tsunagi_collectives::inter::ROOT;
 
 // ----- argument helpers -----
 

@@ -140,19 +140,6 @@ pub(crate) fn comm_get_name(comm: CommId, name: *mut c_char, len: &mut c_int) ->
     Ok(())
 }
 
-pub(crate) fn comm_get_parent(parent: &mut MPI_Comm) -> MpiResult<()> {
-    h::runtime("MPI_Comm_get_parent")?;
-    // No process of Tsunagi is started by MPI_Comm_spawn.
-    *parent = MPI_COMM_NULL;
-    Ok(())
-}
-
-pub(crate) fn comm_disconnect(comm: &mut MPI_Comm) -> MpiResult<()> {
-    // For an intracommunicator: wait for nothing pending (our sends and receives on it
-    // complete before they return or are waited for), then free it.
-    comm_free(comm)
-}
-
 pub(crate) fn comm_test_inter(comm: CommId, f: &mut c_int) -> MpiResult<()> {
     *f = flag(h::runtime("MPI_Comm_test_inter")?.comm_test_inter(comm)?);
     Ok(())
@@ -373,6 +360,29 @@ pub(crate) fn comm_create_from_group(
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Comm_create_from_group")?;
     let id = r.comm_create_from_group(group, stringtag)?;
+    r.set_errhandler(id, errhandler)?;
+    *new = h::comm_handle(id);
+    Ok(())
+}
+
+pub(crate) fn intercomm_create_from_groups(
+    local_group: &Arc<Group>,
+    local_leader: c_int,
+    remote_group: &Arc<Group>,
+    remote_leader: c_int,
+    stringtag: &str,
+    _info: Option<InfoId>,
+    errhandler: tsunagi_core::comm::ErrHandler,
+    new: &mut MPI_Comm,
+) -> MpiResult<()> {
+    let r = h::runtime("MPI_Intercomm_create_from_groups")?;
+    let id = r.intercomm_create_from_groups(
+        local_group,
+        local_leader,
+        remote_group,
+        remote_leader,
+        stringtag,
+    )?;
     r.set_errhandler(id, errhandler)?;
     *new = h::comm_handle(id);
     Ok(())

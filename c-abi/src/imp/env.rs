@@ -64,6 +64,7 @@ fn world_init(call: &str, level: ThreadLevel) -> MpiResult<ThreadLevel> {
     }
     let l = start_runtime(call, level)?;
     WORLD.store(WORLD_ON, Ordering::Release);
+    super::connect_to_parent()?;
     Ok(l)
 }
 
@@ -105,7 +106,9 @@ pub(crate) fn finalize() -> MpiResult<()> {
     }
     r.delete_self_attrs()?;
     WORLD.store(WORLD_DONE, Ordering::Release);
-    end_runtime_if_unused()
+    let r = end_runtime_if_unused();
+    super::at_finalize();
+    r
 }
 
 pub(crate) fn initialized(f: &mut c_int) -> MpiResult<()> {

@@ -31,6 +31,11 @@ fn get(i: InfoId, key: &str) -> Option<String> {
     })
 }
 
+/// The value of `key` in an info object (for the calls that read hints).
+pub(crate) fn info_lookup(i: InfoId, key: &str) -> Option<String> {
+    get(i, key)
+}
+
 pub(crate) fn info_create(info: &mut MPI_Info) -> MpiResult<()> {
     *info = h::new_info(Vec::new());
     Ok(())

@@ -429,13 +429,15 @@ impl Runtime {
             let p = self.check_comm(&e, "communicator creation", parent)?;
             (p.errhandler.clone(), self.nodes.clone())
         };
-        let nodes = Arc::new(
-            group
-                .world_ranks()
-                .iter()
-                .map(|&w| world_nodes[w as usize])
-                .collect(),
-        );
+        let ranks = group.world_ranks();
+        let nodes = Arc::new(if ranks.iter().all(|&w| (w as usize) < world_nodes.len()) {
+            ranks.iter().map(|&w| world_nodes[w as usize]).collect()
+        } else {
+            // Processes of several worlds (dynamic processes): each world knows only its
+            // own placement, and the members must agree on one, or the hierarchical
+            // collectives would pick different teams: every member is a node of its own.
+            (0..ranks.len() as u32).collect()
+        });
         if e.router.has_devices() {
             // Devices with per-communicator state (collectives, context agreement) learn
             // of it here.

@@ -162,7 +162,7 @@ impl Runtime {
 
     /// Leader swap plus hand-out: every member of `local` gets what the other group's
     /// leader sent (`exchange` runs on the local leader only).
-    fn leaders_swap(
+    pub(super) fn leaders_swap(
         &self,
         call: &str,
         local: CommId,
@@ -181,7 +181,7 @@ impl Runtime {
     }
 
     /// Agree on a context pair free in every member of both groups (see the module doc).
-    fn inter_context(
+    pub(super) fn inter_context(
         &self,
         call: &str,
         local: CommId,
@@ -239,7 +239,7 @@ impl Runtime {
 
     /// A hidden intracommunicator over `group` (this process's rank `rank`), made
     /// collectively over `parent` whose members are exactly `group`'s.
-    fn hidden_local(&self, call: &str, parent: CommId) -> MpiResult<CommId> {
+    pub(super) fn hidden_local(&self, call: &str, parent: CommId) -> MpiResult<CommId> {
         let (context, _) = self.new_context(call, parent, &[])?;
         let (group, rank) = self.with_comm(call, parent, |c| ((*c.group).clone(), c.rank))?;
         let id = self.insert_comm(parent, group, rank, context)?;
@@ -247,7 +247,7 @@ impl Runtime {
         Ok(id)
     }
 
-    fn insert_inter(
+    pub(super) fn insert_inter(
         &self,
         parent: CommId,
         local: CommId,
@@ -355,13 +355,33 @@ impl Runtime {
         let (group, me) = self.with_comm(call, inter, |c| (c.group.clone(), c.rank))?;
         let is_leader = me == 0;
         let exchange = self.over_inter(call, inter);
-        let theirs =
-            self.leaders_swap(call, data.local_comm, is_leader, &[high as u8], &exchange)?;
-        let their_high = theirs.first().copied().unwrap_or(0) != 0;
+        // The leaders swap `high` and a random nonce each, and hand out both nonces: with
+        // equal `high`, groups of one world order by their leaders' world ranks, groups
+        // of two worlds (dynamic processes: the remote ranks are this side's virtual
+        // ones) by the nonces, which both sides compare alike.
+        let mut mine = vec![high as u8];
+        mine.extend_from_slice(&super::dynamic::process_nonce().to_le_bytes());
+        let both = |m: &[u8]| -> MpiResult<Vec<u8>> {
+            let mut t = exchange(m)?;
+            t.extend_from_slice(m);
+            Ok(t)
+        };
+        let theirs = self.leaders_swap(call, data.local_comm, is_leader, &mine, &both)?;
+        if theirs.len() != 18 {
+            return Err(MpiError::new(
+                ErrorClass::Intern,
+                format!("{call}: malformed answer from the other group's leader"),
+            ));
+        }
+        let their_high = theirs[0] != 0;
+        let nonce = |b: &[u8]| u64::from_le_bytes(b.try_into().expect("8 bytes"));
+        let (their_nonce, my_nonce) = (nonce(&theirs[1..9]), nonce(&theirs[10..18]));
         let low_first = if high != their_high {
             !high
-        } else {
+        } else if self.is_own_world_rank(data.remote.world_rank(0)) {
             group.world_rank(0) < data.remote.world_rank(0)
+        } else {
+            my_nonce < their_nonce
         };
         let context = self.inter_context(call, data.local_comm, is_leader, &exchange)?;
         let (first, second) = if low_first {
@@ -459,5 +479,77 @@ impl Runtime {
                 Ok(None)
             }
         }
+    }
+}
+
+impl Runtime {
+    /// MPI_Intercomm_create_from_groups (MPI 4.0): collective over both groups (world
+    /// processes, from MPI_COMM_WORLD's group or a session's process set). Each group
+    /// makes its local communicator as MPI_Comm_create_from_group does, the two leaders a
+    /// communicator of their own, and MPI_Intercomm_create joins them; the helpers are
+    /// freed again (the intercommunicator keeps a hidden copy of the local one).
+    pub fn intercomm_create_from_groups(
+        &self,
+        local: &Group,
+        local_leader: i32,
+        remote: &Group,
+        remote_leader: i32,
+        stringtag: &str,
+    ) -> MpiResult<CommId> {
+        let call = "MPI_Intercomm_create_from_groups";
+        let me = local.rank_of(self.rank).ok_or_else(|| {
+            MpiError::new(
+                ErrorClass::Group,
+                format!("{call}: the calling process is not in local_group"),
+            )
+        })?;
+        for (what, g, r) in [
+            ("local_leader", local, local_leader),
+            ("remote_leader", remote, remote_leader),
+        ] {
+            if r < 0 || r as usize >= g.size() {
+                return Err(MpiError::new(
+                    ErrorClass::Rank,
+                    format!("{call}: invalid {what} {r} (group size {})", g.size()),
+                ));
+            }
+        }
+        if remote
+            .world_ranks()
+            .iter()
+            .any(|&w| local.rank_of(w).is_some())
+        {
+            return Err(MpiError::new(
+                ErrorClass::Group,
+                format!("{call}: local_group and remote_group overlap"),
+            ));
+        }
+        let lw = local.world_rank(local_leader as usize);
+        let rw = remote.world_rank(remote_leader as usize);
+        let local_comm = self
+            .comm_create_from_group(local, &format!("{stringtag}\u{1}local\u{1}{lw}"))
+            .map_err(|e| with_call(call, e))?;
+        let is_leader = me == local_leader as usize;
+        let peer = if is_leader {
+            let pair = Group::new(vec![lw.min(rw), lw.max(rw)]);
+            Some(
+                self.comm_create_from_group(&pair, &format!("{stringtag}\u{1}leaders"))
+                    .map_err(|e| with_call(call, e))?,
+            )
+        } else {
+            None
+        };
+        let r = self.intercomm_create(
+            local_comm,
+            local_leader,
+            peer.unwrap_or(CommId::WORLD),
+            i32::from(rw > lw),
+            0,
+        );
+        if let Some(p) = peer {
+            self.comm_free(p)?;
+        }
+        self.comm_free(local_comm)?;
+        r
     }
 }

@@ -22,6 +22,7 @@ mod attrs;
 mod buffer;
 mod checks;
 mod comms;
+mod dynamic;
 mod errors;
 mod grequest;
 mod inter;

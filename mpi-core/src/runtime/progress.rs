@@ -31,6 +31,21 @@ impl Runtime {
         }
     }
 
+    /// Threaded engine: a progress thread for a device added after start-up (dynamic
+    /// processes), `idx` its index in the router's event sources. The polling engine needs
+    /// none: such a device states a timer deadline, which bounds every sleep.
+    pub(super) fn start_device_thread(&'static self, idx: usize, src: Arc<dyn EventSource>) {
+        if self.mode != ProgressMode::Threaded {
+            return;
+        }
+        let stop = self.stop_threads.clone();
+        let h = std::thread::Builder::new()
+            .name(format!("tsunagi-progress-{idx}"))
+            .spawn(move || self.progress_thread(Waiter::One(idx, src), stop))
+            .expect("spawn progress thread");
+        self.threads.lock().expect("threads lock").push(h);
+    }
+
     /// Threaded engine: block on this transport's event source (or on the registry of all
     /// of them), then handle the events under the engine lock.
     fn progress_thread(&self, src: Waiter<'_>, stop: Arc<AtomicBool>) {
