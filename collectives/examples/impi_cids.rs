@@ -63,9 +63,15 @@ fn main() {
     };
     let pair = |comm: CommId| ok(rt.comm_coll_context(comm), "context") / 2;
 
-    let local = ok(rt.comm_split(CommId::WORLD, site as i32, me as i32), "split by site")
-        .expect("every rank has a color");
-    check(pair(local) == 2, format!("site communicator on pair {}", pair(local)));
+    let local = ok(
+        rt.comm_split(CommId::WORLD, site as i32, me as i32),
+        "split by site",
+    )
+    .expect("every rank has a color");
+    check(
+        pair(local) == 2,
+        format!("site communicator on pair {}", pair(local)),
+    );
     bcast_check(local, "site communicator");
     let mut keep = None;
     if site == sites[0] {
@@ -81,14 +87,23 @@ fn main() {
     let g = ok(rt.comm_dup(CommId::WORLD), "dup world");
     check(
         pair(g) == 5,
-        format!("the dup of MPI_COMM_WORLD across sites is on pair {}, not max + 1 = 5", pair(g)),
+        format!(
+            "the dup of MPI_COMM_WORLD across sites is on pair {}, not max + 1 = 5",
+            pair(g)
+        ),
     );
     bcast_check(g, "dup of world");
-    let half = ok(rt.comm_split(g, (me % 2) as i32, me as i32), "split by parity")
-        .expect("every rank has a color");
+    let half = ok(
+        rt.comm_split(g, (me % 2) as i32, me as i32),
+        "split by parity",
+    )
+    .expect("every rank has a color");
     check(
         pair(half) == 6,
-        format!("the parity split is on pair {}, not max + 1 = 6", pair(half)),
+        format!(
+            "the parity split is on pair {}, not max + 1 = 6",
+            pair(half)
+        ),
     );
     bcast_check(half, "parity split");
     for c in [half, g, local].into_iter().chain(keep) {

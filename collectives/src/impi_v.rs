@@ -85,7 +85,13 @@ fn sizes_from_members(ctx: &Ctx, h: &Hier, per: usize, mine: &[u64]) -> MpiResul
     Ok(members
         .iter()
         .zip(raw)
-        .map(|(&r, b)| if r == ctx.rank { mine.to_vec() } else { from_u64s(&b) })
+        .map(|(&r, b)| {
+            if r == ctx.rank {
+                mine.to_vec()
+            } else {
+                from_u64s(&b)
+            }
+        })
         .collect())
 }
 
@@ -354,12 +360,7 @@ pub(crate) unsafe fn scatterv(
 ///
 /// # Safety
 /// Every send block is readable and every receive block writable for its elements.
-pub(crate) unsafe fn alltoallv(
-    ctx: &Ctx,
-    h: &Hier,
-    send: &[Spec],
-    recv: &[Spec],
-) -> MpiResult<()> {
+pub(crate) unsafe fn alltoallv(ctx: &Ctx, h: &Hier, send: &[Spec], recv: &[Spec]) -> MpiResult<()> {
     let call = ctx.call;
     let p = ctx.size;
     let me = ctx.rank;

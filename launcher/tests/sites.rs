@@ -170,7 +170,11 @@ fn v_collectives_and_context_ids_across_sites() {
             "-n 1 --progress {engine}\n-n 2 --progress {engine}\n-n 1 --progress {engine}\n"
         ));
         let (out, _) = run(grid(&f, &cids, &[]), Duration::from_secs(120));
-        assert_ok(&out, &["cids"], &format!("context ids across 3 sites ({engine})"));
+        assert_ok(
+            &out,
+            &["cids"],
+            &format!("context ids across 3 sites ({engine})"),
+        );
     }
 }
 

@@ -388,7 +388,11 @@ fn external32_receives_convert_elements_split_between_parts() {
         let st = job.wait(1, r);
         job.wait(0, s);
         assert_eq!(st.bytes, want_bytes, "{count} elements");
-        assert_eq!(st.error == ErrorClass::Truncate as i32, truncated, "{count}");
+        assert_eq!(
+            st.error == ErrorClass::Truncate as i32,
+            truncated,
+            "{count}"
+        );
         for (i, x) in got.iter().enumerate() {
             let elem = i / 5;
             let want = if elem < count && (i % 5) % 2 == 0 {

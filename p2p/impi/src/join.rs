@@ -718,14 +718,14 @@ mod tests {
             },
         ];
         let p = payloads(
-        &cards,
-        LinkConfig::default(),
-        32767,
-        CollChoice {
-            xsize: -1,
-            maxlinear: -1,
-        },
-    );
+            &cards,
+            LinkConfig::default(),
+            32767,
+            CollChoice {
+                xsize: -1,
+                maxlinear: -1,
+            },
+        );
         let get = |l: i32| p.iter().find(|(x, _)| *x == l).unwrap().1.clone();
         assert_eq!(
             p.iter().map(|(l, _)| *l).collect::<Vec<_>>(),
