@@ -217,7 +217,8 @@ fn gather_checks(
     Ok((sc, rc))
 }
 
-/// `MPI_Gatherv` (linear; across sites [`crate::impi_v::gatherv`]). `recvcounts` and `displs` (in elements of `recvtype`) matter
+/// `MPI_Gatherv` (linear; across sites the site algorithm of `impi_v.rs`). `recvcounts`
+/// and `displs` (in elements of `recvtype`) matter
 /// only at the root.
 ///
 /// # Safety

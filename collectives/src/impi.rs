@@ -19,7 +19,7 @@
 //! LAM has no IMPI algorithms for the other collectives. Here: gather and scatter are
 //! hierarchical (blocks meet at each site's master, one typed message per site crosses to
 //! or from the root), and so is alltoall (one message per pair of sites and direction,
-//! between their masters), for blocks shorter than IMPI's XSIZE ([`xsize`]; longer blocks
+//! between their masters), for blocks shorter than IMPI's XSIZE (`xsize()`; longer blocks
 //! go directly); gatherv, scatterv, alltoallv and alltoallw bundle their short blocks per
 //! site the same way, in external32, deciding per block (`impi_v.rs`), allgather is
 //! gather to rank 0 then bcast (as LAM's basic module), reduce_scatter is reduce to rank 0
