@@ -383,15 +383,16 @@ unsafe fn alltoall_impl(
     // size only when all blocks are equal (alltoall); the v/w forms use placement alone.
     let block = recv[0].1 * recv[0].2.size();
     let hier = ctx.is_hierarchical()?;
-    // Across sites: equal blocks through the sites' masters (one message per pair of
-    // sites); the v/w forms linear (typed, every pair directly).
+    // Across sites: short blocks through the sites' masters (one message per pair of
+    // sites), blocks of XSIZE or more directly (IMPI's crossover; per block for the v/w
+    // forms, see `impi_v`).
     let sites = if p > 1 {
         crate::impi::sites(&ctx)?
     } else {
         None
     };
     let alg = choose(Coll::Alltoall, || {
-        if sites.is_some() && uniform {
+        if sites.is_some() && (!uniform || block < crate::impi::xsize()) {
             "sites"
         } else if sites.is_some() {
             "linear"
@@ -405,6 +406,13 @@ unsafe fn alltoall_impl(
             "pairwise"
         }
     });
+    if let (Some(h), "sites", false) = (&sites, alg, uniform) {
+        record("sites");
+        // SAFETY: forwarded caller contract (in place: `send` points into `keep`).
+        let r = unsafe { crate::impi_v::alltoallv(&ctx, h, &send, &recv) };
+        drop(keep);
+        return r;
+    }
     if let (Some(h), "sites", true) = (&sites, alg, uniform) {
         record("sites");
         // SAFETY: forwarded caller contract (in place: `send` points into `keep`).

@@ -70,8 +70,10 @@ pub unsafe fn gather(
         None
     };
     let alg = choose(Coll::Gather, || {
-        if sites.is_some() {
+        if sites.is_some() && block < crate::impi::xsize() {
             "sites"
+        } else if sites.is_some() {
+            "linear"
         } else if block * p < 64 * 1024 && p > 2 {
             "binomial"
         } else {
@@ -215,7 +217,8 @@ fn gather_checks(
     Ok((sc, rc))
 }
 
-/// `MPI_Gatherv` (linear). `recvcounts` and `displs` (in elements of `recvtype`) matter
+/// `MPI_Gatherv` (linear; across sites the site algorithm of `impi_v.rs`). `recvcounts`
+/// and `displs` (in elements of `recvtype`) matter
 /// only at the root.
 ///
 /// # Safety
@@ -258,6 +261,38 @@ pub unsafe fn gatherv(
     let (sc, _) = gather_checks(
         call, &ctx, is_root, sendbuf, sendcount, sendtype, 0, recvtype,
     )?;
+    // Across sites: short blocks bundled per site, long ones direct (IMPI's XSIZE).
+    let sites = if ctx.size > 1 {
+        crate::impi::sites(&ctx)?
+    } else {
+        None
+    };
+    if let (Some(h), "sites") = (&sites, choose(Coll::Gather, || "sites")) {
+        let recv: Vec<crate::impi_v::Spec> = if is_root {
+            let counts = check_counts(call, "recvcounts", recvcounts, ctx.size)?;
+            check_displs(call, "displs", displs, ctx.size)?;
+            let ext = recvtype.extent();
+            counts
+                .iter()
+                .enumerate()
+                .map(|(r, &c)| {
+                    (
+                        recvbuf.wrapping_offset(displs[r] as isize * ext),
+                        c,
+                        recvtype.clone(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let send = match sendbuf {
+            SendBuf::Ptr(s) => Some(s),
+            SendBuf::InPlace => None,
+        };
+        // SAFETY: caller contract (checked above).
+        return unsafe { crate::impi_v::gatherv(&ctx, h, send, sc, sendtype, &recv, root) };
+    }
     if !is_root {
         if let SendBuf::Ptr(s) = sendbuf {
             // SAFETY: caller contract.
@@ -366,8 +401,10 @@ pub unsafe fn scatter(
         None
     };
     let alg = choose(Coll::Scatter, || {
-        if sites.is_some() {
+        if sites.is_some() && block < crate::impi::xsize() {
             "sites"
+        } else if sites.is_some() {
+            "linear"
         } else if block * p < 64 * 1024 && p > 2 {
             "binomial"
         } else {
@@ -518,6 +555,39 @@ pub unsafe fn scatterv(
     let root = check_root(call, root, ctx.size)?;
     let is_root = ctx.rank == root;
     let rc = scatter_checks(call, is_root, recvbuf, recvcount, recvtype)?;
+    // Across sites: short blocks bundled per site, long ones direct (IMPI's XSIZE).
+    let sites = if ctx.size > 1 {
+        crate::impi::sites(&ctx)?
+    } else {
+        None
+    };
+    if let (Some(h), "sites") = (&sites, choose(Coll::Scatter, || "sites")) {
+        let send: Vec<crate::impi_v::Spec> = if is_root {
+            check_type(call, sendtype)?;
+            let counts = check_counts(call, "sendcounts", sendcounts, ctx.size)?;
+            check_displs(call, "displs", displs, ctx.size)?;
+            let ext = sendtype.extent();
+            counts
+                .iter()
+                .enumerate()
+                .map(|(r, &c)| {
+                    (
+                        sendbuf.wrapping_offset(displs[r] as isize * ext) as *mut u8,
+                        c,
+                        sendtype.clone(),
+                    )
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let recv = match recvbuf {
+            RecvBuf::Ptr(r) => Some(r),
+            RecvBuf::InPlace => None,
+        };
+        // SAFETY: caller contract (checked above).
+        return unsafe { crate::impi_v::scatterv(&ctx, h, &send, recv, rc, recvtype, root) };
+    }
     if !is_root {
         if let RecvBuf::Ptr(rb) = recvbuf {
             // SAFETY: caller contract.

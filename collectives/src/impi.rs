@@ -19,9 +19,9 @@
 //! LAM has no IMPI algorithms for the other collectives. Here: gather and scatter are
 //! hierarchical (blocks meet at each site's master, one typed message per site crosses to
 //! or from the root), and so is alltoall (one message per pair of sites and direction,
-//! between their masters); gatherv, scatterv, alltoallv and alltoallw take their linear
-//! algorithms (each rank exchanges its typed blocks directly with the root / every rank,
-//! since their blocks' types and sizes are known only at their two ends), allgather is
+//! between their masters), for blocks shorter than IMPI's XSIZE (`xsize()`; longer blocks
+//! go directly); gatherv, scatterv, alltoallv and alltoallw bundle their short blocks per
+//! site the same way, in external32, deciding per block (`impi_v.rs`), allgather is
 //! gather to rank 0 then bcast (as LAM's basic module), reduce_scatter is reduce to rank 0
 //! then scatterv, and scan is a chain in rank order (tag 200) so that non-commutative ops
 //! combine in order.
@@ -32,10 +32,33 @@ use tsunagi_core::{MpiResult, ReqId, SendMode};
 use crate::op::{Op, Scratch};
 use crate::util::{coll_irecv, coll_isend, copy_bytes, tag, Ctx, Hier, Packed};
 
-/// Number of masters up to which the algorithms among masters are linear (IMPI's
-/// C_COLL_MAXLINEAR default; Tsunagi's join always offers the default, and LAM compiles it
-/// in as `IMPI_MAX_LINEAR_*` and uses `nmasters <= 4`).
+/// Number of masters up to which the algorithms among masters are linear, by default
+/// (IMPI's C_COLL_MAXLINEAR default; LAM compiles it in as `IMPI_MAX_LINEAR_*` and uses
+/// `nmasters <= 4`).
 pub const MAXLINEAR: usize = 4;
+
+/// IMPI's default C_COLL_XSIZE: blocks of at least this many bytes take the "long"
+/// protocols.
+pub const XSIZE: usize = 1024;
+
+/// The job's agreed C_COLL_MAXLINEAR (the join records it; [`MAXLINEAR`] without one).
+pub(crate) fn maxlinear() -> usize {
+    tsunagi_p2p::device::grid_coll_params().map_or(MAXLINEAR, |p| p.maxlinear)
+}
+
+/// The job's agreed C_COLL_XSIZE (the join records it; [`XSIZE`] without one).
+///
+/// The report defines only the label ("the minimum number of data bytes for which relevant
+/// collective calls will use long protocols"), and LAM negotiates it but never uses it.
+/// Here it is the crossover of the rooted and all-to-all collectives across sites: a
+/// rank's block (in external32 bytes for the v forms, packed bytes otherwise) shorter than
+/// XSIZE travels through the site masters, bundled with its site's other short blocks
+/// (one wide-area message per site instead of one per rank); a block of XSIZE or more goes
+/// straight between its two ranks, typed (bundling it would only add a copy and a hop).
+/// Every rank decides per block from sizes both ends know, so all agree without a message.
+pub(crate) fn xsize() -> usize {
+    tsunagi_p2p::device::grid_coll_params().map_or(XSIZE, |p| p.xsize)
+}
 
 /// IMPI's collective tags (the final report and LAM's `impi.h`).
 pub mod itag {
@@ -266,7 +289,7 @@ pub(crate) fn barrier(ctx: &Ctx, h: &Hier) -> MpiResult<()> {
         let zs = z.as_ptr();
         let zr = z.as_mut_ptr().wrapping_add(1);
         // SAFETY (every transfer below): zero bytes at addresses inside `z`.
-        if nm <= MAXLINEAR {
+        if nm <= maxlinear() {
             if me == 0 {
                 for &m in &masters[1..] {
                     unsafe { ctx.recv(zr, 0, m, itag::BARRIER)? };
@@ -373,7 +396,7 @@ unsafe fn master_bcast(
     let me = ctx.rank;
     let rootnum = h.node_of[root];
     let mut reqs = Vec::new();
-    if nm <= MAXLINEAR {
+    if nm <= maxlinear() {
         if me == root {
             for (i, &m) in masters.iter().enumerate() {
                 if i != rootnum {
@@ -488,7 +511,7 @@ pub(crate) unsafe fn reduce(
     let nm = masters.len();
     let rootnum = h.node_of[root];
     let mut tmp = vec![0u8; bytes];
-    if nm <= MAXLINEAR {
+    if nm <= maxlinear() {
         if me == root {
             for (i, &m) in masters.iter().enumerate() {
                 if i == rootnum {

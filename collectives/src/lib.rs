@@ -43,6 +43,7 @@ pub mod barrier;
 pub mod bcast;
 pub mod gather;
 pub mod impi;
+mod impi_v;
 pub mod inter;
 pub mod nbc;
 pub mod op;

@@ -133,6 +133,51 @@ fn two_and_three_sites_on_this_host_run_the_suites_under_both_engines() {
     );
 }
 
+/// The v collectives across sites (gatherv, scatterv, alltoallv, alltoallw with uneven
+/// counts, some zero, gaps, derived types, in place) at three XSIZE crossovers: the
+/// default (every block of the suite is short: bundled through the site masters), 8 bytes
+/// (blocks of 0 and 4 bytes bundled, the others direct) and 0 (every block direct); both
+/// engines; 3 uneven sites. Then context ids across sites: IMPI's max + 1
+/// (`collectives/examples/impi_cids.rs`).
+#[test]
+fn v_collectives_and_context_ids_across_sites() {
+    let _s = serial();
+    let coll = coll_check();
+    for (engine, xsize) in [
+        ("polling", None),
+        ("threaded", None),
+        ("polling", Some("8")),
+        ("threaded", Some("8")),
+        ("polling", Some("0")),
+    ] {
+        let f = SitesFile::new(&format!(
+            "-n 1 --progress {engine}\n-n 2 --progress {engine}\n-n 2 --progress {engine}\n"
+        ));
+        let mut c = grid(&f, &coll, &["small", "gather", "scatter", "alltoall"]);
+        if let Some(x) = xsize {
+            c.env("TSUNAGI_IMPI_COLL_XSIZE", x);
+        }
+        let (out, _) = run(c, Duration::from_secs(180));
+        assert_ok(
+            &out,
+            &["gather", "scatter", "alltoall"],
+            &format!("v collectives over 3 sites ({engine}, XSIZE {xsize:?})"),
+        );
+    }
+    let cids = example("tsunagi-collectives", "impi_cids");
+    for engine in ["polling", "threaded"] {
+        let f = SitesFile::new(&format!(
+            "-n 1 --progress {engine}\n-n 2 --progress {engine}\n-n 1 --progress {engine}\n"
+        ));
+        let (out, _) = run(grid(&f, &cids, &[]), Duration::from_secs(120));
+        assert_ok(
+            &out,
+            &["cids"],
+            &format!("context ids across 3 sites ({engine})"),
+        );
+    }
+}
+
 /// More sites than IMPI's MAXLINEAR (4): the collectives among masters take their
 /// logarithmic forms (hypercube barrier, binomial bcast and reduce over master numbers
 /// relative to the root's site); a site with two ranks runs the phases inside a site.

@@ -152,6 +152,15 @@ pub fn mark(mask: &mut [u64; MASK_WORDS], k: usize, used: bool) {
     }
 }
 
+/// The highest pair marked in use in `mask` (a clear bit), if any.
+pub fn highest_used(mask: &[u64; MASK_WORDS]) -> Option<usize> {
+    mask.iter()
+        .enumerate()
+        .rev()
+        .find(|(_, w)| **w != u64::MAX)
+        .map(|(i, w)| i * 64 + 63 - (!*w).leading_zeros() as usize)
+}
+
 /// A process's free context pairs and the allocations in flight (see the module doc).
 /// Sans IO: the caller exchanges [`Offer`]s over the parent communicator.
 pub struct ContextAllocator {
@@ -292,6 +301,33 @@ impl ContextAllocator {
         }
     }
 
+    /// End the round of the allocation on `parent` by IMPI's rule for communicators that
+    /// span sites: one more than the highest pair in use in any member ("max + 1"; the
+    /// IMPI report: a new context id is the maximum of every proc's highest context id,
+    /// plus one). Every member computes the same pair from the same offers, and it is free
+    /// in all of them. When the highest pair is the last one, the lowest pair free
+    /// everywhere is taken instead (as [`ContextAllocator::conclude`]), so that a program
+    /// that makes and frees communicators in a loop does not run out.
+    pub fn conclude_above_max(&mut self, parent: u32, offers: &[Offer]) -> Agreed {
+        if offers.iter().all(|o| o.real) {
+            let highest_used = offers
+                .iter()
+                .filter_map(|o| highest_used(&o.mask))
+                .max()
+                .unwrap_or(1);
+            if highest_used + 1 < CONTEXT_PAIRS {
+                let k = highest_used + 1;
+                if self.owner == Some(parent) {
+                    self.owner = None;
+                }
+                mark(&mut self.free, k, true);
+                self.waiting.retain(|&p| p != parent);
+                return Agreed::Pair(k);
+            }
+        }
+        self.conclude(parent, offers)
+    }
+
     /// Forget the allocation on `parent` (its exchange failed).
     pub fn abandon(&mut self, parent: u32) {
         if self.owner == Some(parent) {
@@ -420,6 +456,34 @@ mod tests {
         assert_eq!(rounds, 2);
         // Pairs 2..=5 were in use in process 4, whose other allocation then took 6.
         assert_eq!(pair, 7);
+    }
+
+    #[test]
+    fn max_plus_one_across_sites() {
+        // Member A used pairs 0..=5, member B 0, 1 and 9: max + 1 = 10 for both, although
+        // pair 2 is free in both (the mask rule would take 2).
+        let mut a = ContextAllocator::new();
+        let mut b = ContextAllocator::new();
+        for k in 2..=5 {
+            mark(&mut a.free, k, true);
+        }
+        mark(&mut b.free, 9, true);
+        assert_eq!(highest_used(&a.free), Some(5));
+        assert_eq!(highest_used(&b.free), Some(9));
+        let offers = [a.offer(3), b.offer(3)];
+        assert_eq!(a.conclude_above_max(3, &offers), Agreed::Pair(10));
+        assert_eq!(b.conclude_above_max(3, &offers), Agreed::Pair(10));
+        assert_eq!(highest_used(&a.free), Some(10));
+        // A busy member's empty offer: everyone retries.
+        a.owner = Some(99);
+        a.waiting.push(99);
+        let offers = [a.offer(3), b.offer(3)];
+        assert_eq!(b.conclude_above_max(3, &offers), Agreed::Retry);
+        // The last pair in use somewhere: the lowest pair free everywhere instead.
+        let mut c = ContextAllocator::new();
+        mark(&mut c.free, CONTEXT_PAIRS - 1, true);
+        let offers = [c.offer(1)];
+        assert_eq!(c.conclude_above_max(1, &offers), Agreed::Pair(2));
     }
 
     #[test]

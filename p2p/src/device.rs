@@ -143,3 +143,26 @@ pub trait Device: Send {
     /// `timeout`) until they said goodbye too.
     fn finish(&mut self, timeout: Duration) -> Result<(), P2pError>;
 }
+
+/// Collective thresholds a grid join agreed for the whole job (IMPI's C_COLL_XSIZE and
+/// C_COLL_MAXLINEAR), for the collective algorithms across sites.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GridCollParams {
+    /// Bytes per block from which collectives across sites take their "long" protocols.
+    pub xsize: usize,
+    /// Number of sites up to which the algorithms among site masters are linear.
+    pub maxlinear: usize,
+}
+
+static GRID_COLL: std::sync::OnceLock<GridCollParams> = std::sync::OnceLock::new();
+
+/// Record the job's agreed collective thresholds (once, at start-up; later calls are
+/// ignored: every process of a job agrees on one value).
+pub fn set_grid_coll_params(p: GridCollParams) {
+    let _ = GRID_COLL.set(p);
+}
+
+/// The job's agreed collective thresholds, if a grid join set them.
+pub fn grid_coll_params() -> Option<GridCollParams> {
+    GRID_COLL.get().copied()
+}

@@ -670,7 +670,7 @@ impl External32Plan {
             return Ok(());
         }
         let start = out.len();
-        out.resize(start + total, 0);
+        out.reserve(total);
         let r = if let Some(off) = dtype.contiguous_offset() {
             // SAFETY: a contiguous type's `count` elements are exactly the bytes
             // [buf+off, buf+off+count*size) in stream order, readable per the contract.
@@ -678,9 +678,24 @@ impl External32Plan {
             let src = unsafe {
                 std::slice::from_raw_parts(buf.wrapping_offset(off), count * self.native)
             };
-            self.native_to_external(dtype, src, &mut out[start..], 0)
+            // Chunk by chunk, each zero-filled just before it is converted over: the
+            // output is written once while it is in cache, not zeroed whole first and
+            // then converted in a second pass over memory.
+            let per = chunk_elements(self.native);
+            let mut first = 0;
+            let mut r = Ok(());
+            while first < count && r.is_ok() {
+                let k = per.min(count - first);
+                let at = out.len();
+                out.resize(at + k * self.external, 0);
+                let native = &src[first * self.native..(first + k) * self.native];
+                r = self.native_to_external(dtype, native, &mut out[at..], first * self.native);
+                first += k;
+            }
+            r
         } else {
-            self.pack_staged(dtype, buf, count, &mut out[start..])
+            // SAFETY: forwarded caller contract.
+            unsafe { self.pack_staged(dtype, buf, count, out) }
         };
         if r.is_err() {
             out.truncate(start);
@@ -722,7 +737,8 @@ impl External32Plan {
         r
     }
 
-    /// Pack through a native staging buffer, chunk by chunk of whole elements.
+    /// Pack through a native staging buffer, chunk by chunk of whole elements, appending
+    /// to `out` (each output chunk zero-filled just before it is converted over).
     ///
     /// # Safety
     /// As for [`External32Plan::pack`].
@@ -731,7 +747,7 @@ impl External32Plan {
         dtype: &Datatype,
         buf: *const u8,
         count: usize,
-        out: &mut [u8],
+        out: &mut Vec<u8>,
     ) -> MpiResult<()> {
         let per = chunk_elements(self.native);
         let mut stage = vec![0u8; per.min(count) * self.native];
@@ -741,8 +757,9 @@ impl External32Plan {
             let native = &mut stage[..k * self.native];
             // SAFETY: elements first..first+k < count, readable per the contract.
             unsafe { dtype.pack_range(buf, count, first * self.native, native) };
-            let ext = &mut out[first * self.external..(first + k) * self.external];
-            self.native_to_external(dtype, native, ext, first * self.native)?;
+            let at = out.len();
+            out.resize(at + k * self.external, 0);
+            self.native_to_external(dtype, native, &mut out[at..], first * self.native)?;
             first += k;
         }
         Ok(())

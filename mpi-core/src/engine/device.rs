@@ -6,7 +6,8 @@
 //! call and completes on [`DeviceEvent::SendComplete`]; a receive matches an announced
 //! arrival, tells the device ([`Device::accept`], after the poll), and takes the data as it
 //! comes. Data crosses in the device's representation: native bytes go straight into the
-//! receive buffer; external32 is converted into it once the whole message is in.
+//! receive buffer; external32 is converted into it part by part as the parts come
+//! ([`X32Recv`]).
 
 use tsunagi_p2p::device::{DataRep, DeviceCancel, DeviceEvent, Envelope};
 use tsunagi_p2p::Rank;
@@ -20,19 +21,100 @@ pub(super) struct DeviceArrival {
     /// The first part of the data (the whole message when `complete`).
     pub data: Vec<u8>,
     pub complete: bool,
-    /// The whole message's length on the wire (what the envelope announced).
-    pub wire_len: usize,
 }
-
-/// The most a staging buffer reserves up front from an announced length: a peer's claim is
-/// not trusted with more (the buffer still grows to whatever really arrives).
-const STAGING_RESERVE_MAX: usize = 256 << 20;
 
 /// A matched receive whose data streams in from a device.
 pub(super) struct DeviceRecv {
     pub req: ReqId,
-    /// The wire representation needs conversion at the end: the bytes so far.
-    pub staging: Option<Vec<u8>>,
+    /// The wire representation needs conversion: its state.
+    pub staging: Option<X32Recv>,
+}
+
+/// An external32 receive converted as its parts arrive: every whole element goes straight
+/// from the device's buffer into the receive buffer (no staging copy of the message);
+/// only the bytes of an element split between two parts wait in `carry`.
+pub(super) struct X32Recv {
+    plan: crate::datatype::External32Plan,
+    /// external32 bytes of one element.
+    elem: usize,
+    /// The start of a partial element.
+    carry: Vec<u8>,
+    /// Whole elements converted so far.
+    elems: usize,
+    /// Wire bytes taken so far (converted or carried): the next part's expected offset.
+    taken: usize,
+    /// Bytes arrived beyond the receive's `count` elements.
+    truncated: bool,
+}
+
+impl X32Recv {
+    fn new(dtype: &TypeRef) -> X32Recv {
+        let plan = crate::datatype::External32Plan::new(dtype);
+        let elem = plan.size(1).unwrap_or(0);
+        X32Recv {
+            plan,
+            elem,
+            carry: Vec::new(),
+            elems: 0,
+            taken: 0,
+            truncated: false,
+        }
+    }
+
+    /// Convert the next part (`data`, in order) into the `count` elements at `buf`.
+    fn feed(&mut self, dtype: &TypeRef, buf: Buf, count: usize, mut data: &[u8]) {
+        self.taken += data.len();
+        if self.elem == 0 || self.elems >= count {
+            self.truncated |= !data.is_empty();
+            return;
+        }
+        if !self.carry.is_empty() {
+            let t = (self.elem - self.carry.len()).min(data.len());
+            self.carry.extend_from_slice(&data[..t]);
+            data = &data[t..];
+            if self.carry.len() < self.elem {
+                return;
+            }
+            let whole = std::mem::take(&mut self.carry);
+            self.convert(dtype, buf, &whole, 1);
+        }
+        let k = (data.len() / self.elem).min(count - self.elems);
+        self.convert(dtype, buf, &data[..k * self.elem], k);
+        let rest = &data[k * self.elem..];
+        if self.elems == count {
+            self.truncated |= !rest.is_empty();
+        } else {
+            self.carry.extend_from_slice(rest);
+        }
+    }
+
+    /// `k` whole elements from `wire` into elements `elems..elems + k` at `buf`.
+    fn convert(&mut self, dtype: &TypeRef, buf: Buf, wire: &[u8], k: usize) {
+        if k == 0 {
+            return;
+        }
+        let at = buf.0.wrapping_offset(self.elems as isize * dtype.extent());
+        // SAFETY: the receive buffer holds `count` elements of `dtype` (MPI contract), of
+        // which elements `elems..elems + k < count` start at `at` (element i lies at
+        // `buf + i * extent`); `wire` is the device's buffer, disjoint from it.
+        unsafe { self.plan.unpack_partial(dtype, wire, at, k) };
+        self.elems += k;
+    }
+
+    /// The message is whole: convert the whole basic elements of a last partial element;
+    /// returns the native bytes written and whether the message was longer than the
+    /// buffer.
+    fn finish(mut self, dtype: &TypeRef, buf: Buf, count: usize) -> (usize, bool) {
+        let mut native = self.elems * dtype.size();
+        if !self.carry.is_empty() && self.elems < count {
+            let at = buf.0.wrapping_offset(self.elems as isize * dtype.extent());
+            // SAFETY: as in `convert`, for the partial element `elems < count`.
+            let d = unsafe { self.plan.unpack_partial(dtype, &self.carry, at, 1) };
+            native += d.native_bytes;
+            self.carry.clear();
+        }
+        (native, self.truncated)
+    }
 }
 
 impl Engine {
@@ -173,7 +255,6 @@ impl Core {
                         id,
                         data,
                         complete,
-                        wire_len: env.len as usize,
                     }),
                 };
                 match self.queue(env.context).take_posted(env.src, env.tag) {
@@ -238,16 +319,12 @@ impl Core {
         };
         req.received = 0;
         if rep != DataRep::Native {
-            // The first part starts the staging buffer, reserved at the announced length
-            // so that the rest appends without reallocating (or zero-filling) per packet.
-            let mut staging = a.data;
-            if !a.complete {
-                let want = a.wire_len.min(STAGING_RESERVE_MAX);
-                staging.reserve(want.saturating_sub(staging.len()));
-            }
+            // Converted part by part, starting with the first.
+            let mut x = X32Recv::new(&req.dtype);
+            x.feed(&req.dtype, req.buf, req.count, &a.data);
             let r = DeviceRecv {
                 req: id,
-                staging: Some(staging),
+                staging: Some(x),
             };
             if a.complete {
                 self.device_received(r);
@@ -273,20 +350,24 @@ impl Core {
             return;
         };
         let offset = offset as usize;
-        if let Some(st) = r.staging.as_mut() {
-            if offset == st.len() {
-                // In order (devices deliver a message's parts in order): one copy, into
-                // capacity reserved when the receive matched.
-                st.extend_from_slice(data);
-            } else {
-                if st.len() < offset + data.len() {
-                    st.resize(offset + data.len(), 0);
-                }
-                st[offset..offset + data.len()].copy_from_slice(data);
+        let req = self.reqs.get_mut(r.req.0).expect("live receive");
+        if let Some(x) = r.staging.as_mut() {
+            // Devices deliver a message's parts in order (the device contract); a
+            // converting receive depends on it, as it converts each part as it comes.
+            if offset != x.taken {
+                let expected = x.taken;
+                self.set_fault(mpi_err(
+                    ErrorClass::Intern,
+                    format!(
+                        "device protocol error: data at offset {offset} of arrival {id}, \
+                         expected {expected}"
+                    ),
+                ));
+                return;
             }
+            x.feed(&req.dtype, req.buf, req.count, data);
             return;
         }
-        let req = self.reqs.get_mut(r.req.0).expect("live receive");
         if offset < req.capacity && !data.is_empty() {
             let take = data.len().min(req.capacity - offset);
             match req.dtype.contiguous_offset() {
@@ -321,15 +402,13 @@ impl Core {
                     req.status.error = ErrorClass::Truncate as i32;
                 }
             }
-            Some(wire) => match from_external32(&req.dtype, &wire, req.buf, req.count) {
-                Ok((native, truncated)) => {
-                    req.status.bytes = native;
-                    if truncated {
-                        req.status.error = ErrorClass::Truncate as i32;
-                    }
+            Some(x) => {
+                let (native, truncated) = x.finish(&req.dtype, req.buf, req.count);
+                req.status.bytes = native;
+                if truncated {
+                    req.status.error = ErrorClass::Truncate as i32;
                 }
-                Err(e) => req.status.error = e.class as i32,
-            },
+            }
         }
         self.complete(r.req);
     }
@@ -340,18 +419,4 @@ fn to_external32(dtype: &TypeRef, native: &[u8]) -> MpiResult<Vec<u8>> {
     let mut out = Vec::with_capacity(native.len());
     crate::datatype::packed_to_external32(dtype, native, &mut out)?;
     Ok(out)
-}
-
-/// Convert external32 `wire` data into the receive buffer; returns the native bytes
-/// written and whether the message was longer than the buffer.
-fn from_external32(
-    dtype: &TypeRef,
-    wire: &[u8],
-    buf: Buf,
-    count: usize,
-) -> MpiResult<(usize, bool)> {
-    // SAFETY: the receive buffer holds `count` elements of `dtype` (MPI contract) and does
-    // not overlap `wire`, which the request layer owns.
-    let d = unsafe { crate::datatype::unpack_external32_partial(dtype, wire, buf.0, count) };
-    Ok((d.native_bytes, d.truncated))
 }

@@ -372,6 +372,14 @@ impl Runtime {
         extra: &[u8],
     ) -> MpiResult<(u32, Vec<Vec<u8>>)> {
         let parent = self.comm_coll_context(comm)?;
+        // IMPI's rule ("max + 1") on communicators that span sites, the mask rule inside
+        // one (see `comm::ContextAllocator::conclude_above_max`).
+        let across_sites = {
+            let members = self.with_comm(call, comm, |c| c.group.world_ranks().to_vec())?;
+            members
+                .iter()
+                .any(|&w| self.sites.get(w as usize) != self.sites.get(members[0] as usize))
+        };
         let mut extras: Option<Vec<Vec<u8>>> = None;
         loop {
             let offer = self.contexts.lock().expect("contexts lock").offer(parent);
@@ -397,11 +405,14 @@ impl Runtime {
                         .collect(),
                 );
             }
-            let verdict = self
-                .contexts
-                .lock()
-                .expect("contexts lock")
-                .conclude(parent, &offers);
+            let verdict = {
+                let mut alloc = self.contexts.lock().expect("contexts lock");
+                if across_sites {
+                    alloc.conclude_above_max(parent, &offers)
+                } else {
+                    alloc.conclude(parent, &offers)
+                }
+            };
             match verdict {
                 comm::Agreed::Pair(k) => return Ok(((2 * k) as u32, extras.unwrap_or_default())),
                 comm::Agreed::Exhausted => {

@@ -339,3 +339,68 @@ fn external32_devices_convert_at_both_ends() {
     let e = job.e[0].start(s3).unwrap_err();
     assert_eq!(e.class, ErrorClass::Conversion, "{e}");
 }
+
+/// external32 receives convert part by part: elements of a strided type (12 bytes in
+/// external32, 24 packed natively) split between the device's 100-byte parts, into an
+/// exact receive (gaps untouched) and a short one (truncated after whole elements, the
+/// status counting the native bytes written).
+#[test]
+fn external32_receives_convert_elements_split_between_parts() {
+    use tsunagi_p2p::device::DataRep;
+    let f = Fabric::new(2, 1, vec![TransportConfig::new("sim").limits(64, 128)]);
+    let dev = DeviceFabric::new(2, FIRST).with_rep(DataRep::External32);
+    let d = dev.clone();
+    let mut job = Job::with_routers(f, |me| {
+        let mut r = Router::new(2);
+        r.add(Box::new(SelfTransport::new(me)), &[me]);
+        r.add_device(Box::new(d.device(me)), &[1 - me]);
+        r
+    });
+    let long_t = Datatype::builtin(Builtin::Long);
+    // Three longs, every other one: extent 5 longs (40 bytes).
+    let v: TypeRef = Arc::new(Datatype::vector(3, 1, 2, &long_t).unwrap());
+    v.commit();
+    let longs: Vec<i64> = (0..100).map(|i| i * 7 - 300).collect();
+    for (count, want_bytes, truncated) in [(20usize, 480usize, false), (13, 312, true)] {
+        let s = job.e[0].new_request(
+            Some(SendMode::Standard),
+            Buf(longs.as_ptr() as *mut u8),
+            20,
+            v.clone(),
+            CommId::WORLD,
+            1,
+            5,
+            false,
+        );
+        job.e[0].start(s).unwrap();
+        let mut got = vec![-1i64; 100];
+        let r = job.e[1].new_request(
+            None,
+            Buf(got.as_mut_ptr() as *mut u8),
+            count,
+            v.clone(),
+            CommId::WORLD,
+            0,
+            5,
+            false,
+        );
+        job.e[1].start(r).unwrap();
+        let st = job.wait(1, r);
+        job.wait(0, s);
+        assert_eq!(st.bytes, want_bytes, "{count} elements");
+        assert_eq!(
+            st.error == ErrorClass::Truncate as i32,
+            truncated,
+            "{count}"
+        );
+        for (i, x) in got.iter().enumerate() {
+            let elem = i / 5;
+            let want = if elem < count && (i % 5) % 2 == 0 {
+                longs[i]
+            } else {
+                -1
+            };
+            assert_eq!(*x, want, "long {i} of a {count}-element receive");
+        }
+    }
+}

@@ -8,7 +8,6 @@
 //! device events. The envelope maps directly: world ranks are IMPI's global ranks,
 //! `pk_lsrank` carries the sender's world rank (as LAM does), the context id is `pk_cid`.
 
-use std::collections::HashMap;
 use std::io::{ErrorKind, IoSlice, Write};
 use std::net::TcpStream;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -18,6 +17,7 @@ use std::time::{Duration, Instant};
 use tsunagi_p2p::device::{DataRep, Device, DeviceCancel, DeviceCaps, DeviceEvent, Envelope};
 use tsunagi_p2p::{EventSource, P2pError, Rank};
 
+use crate::fasthash::FastMap;
 use crate::link::{CancelStatus, Event, Link, LinkError, SendRequest};
 
 /// Most slices handed to one `writev`.
@@ -56,10 +56,13 @@ impl HostConn {
     /// data in one `writev`, straight from the buffers the link holds.
     fn write_out(&mut self) -> Result<(), P2pError> {
         while self.link.has_output() {
-            let r = {
-                let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
-                self.link.output_slices(&mut iov, MAX_IOV);
-                self.stream.write_vectored(&iov)
+            let r = match self.link.output_single() {
+                Some(bytes) => self.stream.write(bytes),
+                None => {
+                    let mut iov: Vec<IoSlice<'_>> = Vec::with_capacity(MAX_IOV);
+                    self.link.output_slices(&mut iov, MAX_IOV);
+                    self.stream.write_vectored(&iov)
+                }
             };
             match r {
                 Ok(0) => return Err(self.lost("the connection accepts no more data")),
@@ -148,8 +151,8 @@ pub struct ImpiDevice {
     conn_of: Vec<u32>,
     caps: DeviceCaps,
     /// Device token of each send in flight, by (connection, link send id), and back.
-    tokens: HashMap<(u32, u64), u64>,
-    sends: HashMap<u64, (u32, u64)>,
+    tokens: FastMap<(u32, u64), u64>,
+    sends: FastMap<u64, (u32, u64)>,
     source: Arc<SocketsSource>,
     /// Readiness reported by the last `epoll_wait`.
     ready: Vec<libc::epoll_event>,
@@ -195,8 +198,8 @@ impl ImpiDevice {
                 tag_ub,
                 timers: false,
             },
-            tokens: HashMap::new(),
-            sends: HashMap::new(),
+            tokens: FastMap::default(),
+            sends: FastMap::default(),
             source,
             ready: Vec::with_capacity(64),
         })
@@ -257,6 +260,31 @@ impl ImpiDevice {
                 .map_err(|e| self.conns[c].lost(&e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Ask the epoll set which sockets have bytes (or room), and read those: no read per
+    /// peer host per progress step. Connections with room go to `writable`.
+    fn poll_ready(&mut self, writable: &mut Vec<usize>) -> Result<(), P2pError> {
+        let mut ready = std::mem::take(&mut self.ready);
+        let r = self.source.ready(&mut ready);
+        for ev in &ready {
+            let c = ev.u64 as usize;
+            let bits = ev.events as i32;
+            if c >= self.conns.len() {
+                continue;
+            }
+            if bits & libc::EPOLLOUT != 0 {
+                writable.push(c);
+            }
+            if bits & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) != 0 {
+                if let Err(e) = self.read_conn(c) {
+                    self.ready = ready;
+                    return Err(e);
+                }
+            }
+        }
+        self.ready = ready;
+        r
     }
 
     fn link_err(&self, c: usize, e: LinkError) -> P2pError {
@@ -343,29 +371,15 @@ impl Device for ImpiDevice {
 
     fn poll(&mut self, sink: &mut dyn FnMut(DeviceEvent)) -> Result<usize, P2pError> {
         let mut n = 0;
-        // One epoll_wait tells which sockets have bytes (or room): no read per peer host
-        // per progress step.
-        let mut ready = std::mem::take(&mut self.ready);
-        let r = self.source.ready(&mut ready);
         let mut writable = Vec::new();
-        for ev in &ready {
-            let c = ev.u64 as usize;
-            let bits = ev.events as i32;
-            if c >= self.conns.len() {
-                continue;
-            }
-            if bits & libc::EPOLLOUT != 0 {
-                writable.push(c);
-            }
-            if bits & (libc::EPOLLIN | libc::EPOLLHUP | libc::EPOLLERR | libc::EPOLLRDHUP) != 0 {
-                if let Err(e) = self.read_conn(c) {
-                    self.ready = ready;
-                    return Err(e);
-                }
-            }
+        if self.conns.len() == 1 && !self.conns[0].eof && !self.conns[0].watching_out {
+            // One peer host (two sites of one process each): one read either finds bytes
+            // or says there are none, so asking epoll first would only add a system call
+            // on the path of every message.
+            self.read_conn(0)?;
+        } else {
+            self.poll_ready(&mut writable)?;
         }
-        self.ready = ready;
-        r?;
         for c in 0..self.conns.len() {
             while let Some(ev) = self.conns[c].link.poll_event() {
                 n += 1;

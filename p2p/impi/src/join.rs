@@ -19,7 +19,10 @@
 //! (offered methods; NONE when neither is set), `TSUNAGI_IMPI_ADDR` (the IPv4 address to
 //! listen on; default: the one that routes to the server), `TSUNAGI_IMPI_DATAREP`
 //! (`external32`, the default, or `native` as LAM sends), `TSUNAGI_IMPI_DATALEN`,
-//! `TSUNAGI_IMPI_HIWATER`, `TSUNAGI_IMPI_ACKMARK`, `TSUNAGI_IMPI_TAGUB`.
+//! `TSUNAGI_IMPI_HIWATER`, `TSUNAGI_IMPI_ACKMARK`, `TSUNAGI_IMPI_TAGUB`,
+//! `TSUNAGI_IMPI_COLL_XSIZE`, `TSUNAGI_IMPI_COLL_MAXLINEAR` (the collective thresholds this
+//! client offers; unset: -1, the default; the agreed values reach the collectives through
+//! `tsunagi_p2p::device::grid_coll_params`).
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -102,7 +105,39 @@ fn mapped(addr: Ipv4Addr) -> Vec<u8> {
 }
 
 /// The payloads of our client: one host per process.
-fn payloads(cards: &[HostCard], cfg: LinkConfig, tag_ub: i32) -> Vec<(i32, Vec<u8>)> {
+/// What this client contributes for C_COLL_XSIZE and C_COLL_MAXLINEAR: the user's choice
+/// (`TSUNAGI_IMPI_COLL_XSIZE`, `TSUNAGI_IMPI_COLL_MAXLINEAR`; the report wants clients to
+/// offer one) or -1, "the default" (1024 and 4). Every client must send the same.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct CollChoice {
+    xsize: i32,
+    maxlinear: i32,
+}
+
+impl CollChoice {
+    fn from_env() -> Result<CollChoice, P2pError> {
+        let xsize: i32 = env_num("TSUNAGI_IMPI_COLL_XSIZE", -1)?;
+        let maxlinear: i32 = env_num("TSUNAGI_IMPI_COLL_MAXLINEAR", -1)?;
+        if xsize < -1 {
+            return Err(err(format!(
+                "TSUNAGI_IMPI_COLL_XSIZE={xsize}: must be at least 0 (or -1 for the default)"
+            )));
+        }
+        if maxlinear < -1 {
+            return Err(err(format!(
+                "TSUNAGI_IMPI_COLL_MAXLINEAR={maxlinear}: must be at least 0 (or -1 for the default)"
+            )));
+        }
+        Ok(CollChoice { xsize, maxlinear })
+    }
+}
+
+fn payloads(
+    cards: &[HostCard],
+    cfg: LinkConfig,
+    tag_ub: i32,
+    coll: CollChoice,
+) -> Vec<(i32, Vec<u8>)> {
     let n = cards.len() as i32;
     let hosts: Vec<u8> = cards.iter().flat_map(|c| mapped(c.addr)).collect();
     vec![
@@ -111,8 +146,8 @@ fn payloads(cards: &[HostCard], cfg: LinkConfig, tag_ub: i32) -> Vec<(i32, Vec<u
         (label::C_NPROCS, big_endian_i32s(&[n])),
         (label::C_DATALEN, cfg.datalen.to_be_bytes().to_vec()),
         (label::C_TAGUB, big_endian_i32s(&[tag_ub])),
-        (label::C_COLL_XSIZE, big_endian_i32s(&[-1])),
-        (label::C_COLL_MAXLINEAR, big_endian_i32s(&[-1])),
+        (label::C_COLL_XSIZE, big_endian_i32s(&[coll.xsize])),
+        (label::C_COLL_MAXLINEAR, big_endian_i32s(&[coll.maxlinear])),
         (label::H_IPV6, hosts.clone()),
         (
             label::H_PORT,
@@ -263,6 +298,7 @@ fn register(
     cards: &[HostCard],
     cfg: LinkConfig,
     tag_ub: i32,
+    coll: CollChoice,
 ) -> Result<(TcpStream, ClientStartup), P2pError> {
     let auth_key = match env("IMPI_AUTH_KEY") {
         None => None,
@@ -277,7 +313,7 @@ fn register(
         rank: client,
         auth_none,
         auth_key,
-        payloads: payloads(cards, cfg, tag_ub),
+        payloads: payloads(cards, cfg, tag_ub, coll),
     })
     .map_err(|e| err(e.to_string()))?;
     let deadline = Instant::now() + STARTUP_TIMEOUT;
@@ -352,6 +388,7 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
     };
     cfg.validate().map_err(|e| err(e.to_string()))?;
     let tag_ub: i32 = env_num("TSUNAGI_IMPI_TAGUB", i32::MAX)?;
+    let coll = CollChoice::from_env()?;
 
     let (lr, ls) = (site.rank(), site.size());
     let addr = listen_address(server, lr as usize)?;
@@ -389,7 +426,7 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
             };
             cards.push(card);
         }
-        match register(server, client, &cards, cfg, tag_ub) {
+        match register(server, client, &cards, cfg, tag_ub, coll) {
             Ok((stream, startup)) => {
                 put_chunked(
                     site.as_mut(),
@@ -475,6 +512,10 @@ fn join(mut site: Box<dyn Bootstrap>) -> Result<Joined, P2pError> {
         with_links.push((conn, ranks));
     }
     let device = ImpiDevice::new(me, size, with_links, params.tag_ub, data_rep()?)?;
+    tsunagi_p2p::device::set_grid_coll_params(tsunagi_p2p::device::GridCollParams {
+        xsize: params.coll_xsize.max(0) as usize,
+        maxlinear: params.coll_maxlinear.max(0) as usize,
+    });
     let devices: Vec<(Box<dyn Device>, Vec<Rank>)> = if peers.is_empty() {
         Vec::new()
     } else {
@@ -676,7 +717,15 @@ mod tests {
                 pid: 12,
             },
         ];
-        let p = payloads(&cards, LinkConfig::default(), 32767);
+        let p = payloads(
+            &cards,
+            LinkConfig::default(),
+            32767,
+            CollChoice {
+                xsize: -1,
+                maxlinear: -1,
+            },
+        );
         let get = |l: i32| p.iter().find(|(x, _)| *x == l).unwrap().1.clone();
         assert_eq!(
             p.iter().map(|(l, _)| *l).collect::<Vec<_>>(),

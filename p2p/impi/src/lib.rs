@@ -27,6 +27,7 @@
 
 pub mod client;
 pub mod device;
+mod fasthash;
 pub mod join;
 pub mod link;
 pub mod packet;

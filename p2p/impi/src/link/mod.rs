@@ -34,10 +34,11 @@
 //!
 //! IMPI has no timers (TCP is reliable), so no time goes in: timeouts are the driver's.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::io::IoSlice;
 use std::sync::Arc;
 
+use crate::fasthash::FastMap;
 use crate::packet::{Header, PacketDecoder, PacketType, ProcId};
 
 mod out;
@@ -125,8 +126,8 @@ pub struct Link {
     /// Send queues per ordered (src, dst) pair, src local.
     pairs: BTreeMap<(u32, u32), OutPair>,
     /// Received counted packets per ordered (src, dst) pair, src remote, not yet acked.
-    in_counts: HashMap<(u32, u32), u32>,
-    sends: HashMap<SendId, SendState>,
+    in_counts: FastMap<(u32, u32), u32>,
+    sends: FastMap<SendId, SendState>,
     arrivals: BTreeMap<ArrivalId, ArrivalState>,
     next_send: SendId,
     next_arrival: ArrivalId,
@@ -180,8 +181,8 @@ impl Link {
             out: OutQueue::default(),
             events: VecDeque::new(),
             pairs: BTreeMap::new(),
-            in_counts: HashMap::new(),
-            sends: HashMap::new(),
+            in_counts: FastMap::default(),
+            sends: FastMap::default(),
             arrivals: BTreeMap::new(),
             next_send: 1,
             next_arrival: 1,
@@ -218,6 +219,12 @@ impl Link {
     /// [`Link::output_written`].
     pub fn output_slices<'a>(&'a self, out: &mut Vec<IoSlice<'a>>, max: usize) {
         self.out.slices(out, max);
+    }
+
+    /// The bytes to write when they are one contiguous slice (most short messages: a
+    /// header and its data copied together), for a plain `write`.
+    pub fn output_single(&self) -> Option<&[u8]> {
+        self.out.single()
     }
 
     /// The first `n` bytes of [`Link::output_slices`] were written.

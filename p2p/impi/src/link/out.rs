@@ -62,6 +62,10 @@ pub(super) struct OutQueue {
     len: usize,
     /// Whether the last piece is a `Copied` one that may still grow.
     tail_open: bool,
+    /// A written `Copied` piece's buffer, kept for the next one: without it every short
+    /// message (whose header starts a new piece once the queue ran empty) allocated and
+    /// freed a piece.
+    spare: Option<Vec<u8>>,
 }
 
 impl OutQueue {
@@ -87,7 +91,10 @@ impl OutQueue {
                 }
             }
         }
-        let mut v = Vec::with_capacity(COPY_PIECE.max(bytes.len()));
+        let mut v = match self.spare.take() {
+            Some(v) => v,
+            None => Vec::with_capacity(COPY_PIECE.max(bytes.len())),
+        };
         v.extend_from_slice(bytes);
         self.pieces.push_back(Piece::Copied(v));
         self.tail_open = true;
@@ -124,6 +131,14 @@ impl OutQueue {
         }
     }
 
+    /// The next bytes to write when they are one contiguous piece (one `write` suffices).
+    pub(super) fn single(&self) -> Option<&[u8]> {
+        match self.pieces.len() {
+            1 => Some(&self.pieces[0].bytes()[self.front_done..]),
+            _ => None,
+        }
+    }
+
     /// `n` bytes were written.
     pub(super) fn advance(&mut self, mut n: usize) {
         assert!(n <= self.len, "OutQueue::advance past the queued bytes");
@@ -135,7 +150,12 @@ impl OutQueue {
                 return;
             }
             n -= left;
-            self.pieces.pop_front();
+            if let Some(Piece::Copied(mut v)) = self.pieces.pop_front() {
+                if self.spare.is_none() && v.capacity() <= COPY_PIECE {
+                    v.clear();
+                    self.spare = Some(v);
+                }
+            }
             self.front_done = 0;
             if self.pieces.is_empty() {
                 self.tail_open = false;
@@ -153,7 +173,11 @@ impl OutQueue {
             let b = p.bytes();
             v.extend_from_slice(if i == 0 { &b[self.front_done..] } else { b });
         }
-        *self = OutQueue::default();
+        let spare = self.spare.take();
+        *self = OutQueue {
+            spare,
+            ..OutQueue::default()
+        };
         v
     }
 }
@@ -194,8 +218,11 @@ mod tests {
             expect.drain(..step);
             assert_eq!(written(&q), expect);
         }
+        // The written copy pieces' buffer is reused for the next one.
+        assert!(q.spare.is_some());
         q.copy(b"tail");
         expect.extend(b"tail");
+        assert!(q.spare.is_none());
         assert_eq!(q.take_all(), expect);
         assert!(q.is_empty());
     }

@@ -1,8 +1,8 @@
 //! The link's vocabulary: configuration, the proc table, requests, events and errors.
 
-use std::collections::HashMap;
 use std::fmt;
 
+use crate::fasthash::FastMap;
 use crate::packet::{PacketError, ProcId};
 
 /// The negotiated per-job parameters a link needs.
@@ -49,13 +49,13 @@ impl Default for LinkConfig {
 #[derive(Debug)]
 pub struct ProcTable {
     procs: Vec<ProcId>,
-    index: HashMap<ProcId, u32>,
+    index: FastMap<ProcId, u32>,
 }
 
 impl ProcTable {
     /// The table for procs in global-rank order; two procs with the same id are an error.
     pub fn new(procs: Vec<ProcId>) -> Result<ProcTable, LinkError> {
-        let mut index = HashMap::with_capacity(procs.len());
+        let mut index = FastMap::with_capacity_and_hasher(procs.len(), Default::default());
         for (r, p) in procs.iter().enumerate() {
             if index.insert(p.canonical(), r as u32).is_some() {
                 return Err(LinkError::Usage(format!(
