@@ -7,6 +7,9 @@
 //! returns long before the data arrives), so the root moves from call to call across the
 //! sites (the lowest rank of the next site, then of the one after, ...): a root cannot
 //! start its bcast before the previous one reached it, which chains the calls.
+//! `bcast_last` does the same with each site's highest rank as the root: a site-unaware
+//! binomial tree rooted there crosses the wide-area link twice on the way to some ranks
+//! (from the lowest ranks it crosses once, as the latency-aware algorithm does).
 
 use tsunagi_collectives::{self as coll, Op, SendBuf};
 use tsunagi_core::datatype::{Builtin, Datatype};
@@ -43,8 +46,13 @@ fn main() {
             roots.push(r);
         }
     }
+    // The highest rank of each site, in site order.
+    let mut last_roots: Vec<usize> = (0..n)
+        .filter(|&r| r + 1 == n || sites[r] != sites[r + 1])
+        .collect();
     if roots.len() == 1 {
         roots = (0..n).collect();
+        last_roots = roots.clone();
     }
     let bar = sample(&mut |_| coll::barrier(rt, w).unwrap());
     if me == 0 {
@@ -70,6 +78,11 @@ fn main() {
             coll::bcast(rt, buf.as_mut_ptr(), s as i64, &byte, root, w).unwrap()
         });
         report("bcast", s, t);
+        let t = sample(&mut |k| unsafe {
+            let root = last_roots[k % last_roots.len()] as i32;
+            coll::bcast(rt, buf.as_mut_ptr(), s as i64, &byte, root, w).unwrap()
+        });
+        report("bcast_last", s, t);
         let cnt = (s / 8).max(1);
         let a = vec![1.0f64; cnt];
         let mut r = vec![0.0f64; cnt];

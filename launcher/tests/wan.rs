@@ -216,6 +216,22 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         &["bcast", "allreduce", "allgather"],
         "large collectives over a 5 ms WAN",
     );
+    // The coordinators' reduce-scatter + allgather for large allreduces: a model in which
+    // one exchange per site pair costs more than two rounds of a third of the bytes.
+    let (out, _) = run(
+        grid(
+            &file,
+            &["TSUNAGI_WAN_MODEL=wan_bandwidth=15MB,wan_stream=10MB"],
+            &coll,
+            &["allreduce"],
+        ),
+        Duration::from_secs(180),
+    );
+    assert_ok(
+        &out,
+        &["allreduce"],
+        "allreduce by reduce-scatter + allgather over a 5 ms WAN",
+    );
     // The IMPI algorithms through the same link.
     let c = grid(
         &file,
