@@ -38,15 +38,18 @@ else
     bin=$top/target/${TSUNAGI_TARGET:-debug}
     bench=$bin/examples/wan_bench
 fi
-for f in "$bin/mpirun" "$bin/tsunagi-impi-server" "$bin/tsunagi-wan" "$bench"; do
+# The emulator may come from elsewhere (TSUNAGI_WAN_BIN, e.g. a release build: a debug
+# router adds its own per-packet cost to the link on a loaded machine).
+wanbin=${TSUNAGI_WAN_BIN:-$bin/tsunagi-wan}
+for f in "$bin/mpirun" "$bin/tsunagi-impi-server" "$wanbin" "$bench"; do
     [ -x "$f" ] || { echo "bench/wan.sh: $f missing (build or install first)" >&2; exit 2; }
 done
 tag=$(( $$ % 200 + 20 ))
 out=$(mktemp -d)
-trap 'TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" down $tag $sites; rm -rf "$out"' EXIT
+trap 'TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag $sites; rm -rf "$out"' EXIT
 
 for link in "${links[@]}"; do
-    TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" up $tag "$sites" "$link" > "$out/net"
+    TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" up $tag "$sites" "$link" > "$out/net"
     gw=$(awk '/^gateway/ {print $2}' "$out/net")
     {
         echo "server $gw"
@@ -62,7 +65,7 @@ for link in "${links[@]}"; do
         TSUNAGI_COLL_ALLREDUCE=recursive_doubling TSUNAGI_COLL_ALLGATHER=recursive_doubling \
         TSUNAGI_COLL_ALLTOALL=pairwise > "$out/flat"
     run TSUNAGI_WAN_COLL=impi > "$out/impi"
-    TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" down $tag "$sites"
+    TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag "$sites"
     echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls"
     echo "| collective | bytes | wan (us) | flat (us) | impi (us) | flat/wan | impi/wan |"
     echo "|---|---|---|---|---|---|---|"

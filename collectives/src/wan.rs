@@ -62,9 +62,10 @@ use tsunagi_core::ErrorClass;
 /// several pairs in parallel get up to the link's bandwidth). Given by the user in
 /// `TSUNAGI_WAN_MODEL` (`wan_latency=5ms,wan_bandwidth=1GB,wan_stream=50MB,lan_latency=20us,
 /// lan_bandwidth=2GB`; rates in bytes/s with k/M/G and an optional `B`, durations with `us`,
-/// `ms` or `s`), every site the same. The defaults (5 ms, 100 MB/s for the link and for a
-/// stream, 20 µs and 2 GB/s inside) make splitting pay only where one stream cannot fill
-/// the link, which the user knows and says.
+/// `ms` or `s`), every site the same, else measured per communicator ([`comm_model`]). The
+/// defaults of unset keys (5 ms, 100 MB/s for the link and for a stream, 20 µs and 2 GB/s
+/// inside) make splitting over process pairs pay only where one stream cannot fill the
+/// link, which the user knows and says.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Model {
     pub wan_latency: f64,
