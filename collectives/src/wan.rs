@@ -189,9 +189,10 @@ impl Model {
         split < one
     }
 
-    /// Allreduce of `n` bytes over `sites` sites by the coordinators: whether reduce-scatter
-    /// + allgather among them (two wide-area rounds, `2n/sites` bytes per site pair and
-    /// direction) beats one exchange of everything (one round, `n` bytes per pair).
+    /// Allreduce of `n` bytes over `sites` sites by the coordinators: whether a
+    /// reduce-scatter and an allgather among them (two wide-area rounds, `2n/sites` bytes
+    /// per site pair and direction) beat one exchange of everything (one round, `n` bytes
+    /// per pair).
     pub fn rsag_allreduce(&self, n: usize, sites: usize) -> bool {
         if sites < 3 {
             return false; // two sites: the same bytes in twice the rounds

@@ -69,7 +69,7 @@ pub struct StartupSession {
 }
 
 fn mapped(a: Ipv4Addr) -> [u8; 16] {
-    Ipv6Addr::from(a.to_ipv6_mapped()).octets()
+    a.to_ipv6_mapped().octets()
 }
 
 fn unmapped(b: &[u8]) -> IpAddr {
@@ -187,7 +187,7 @@ impl StartupSession {
             RelayError::Hosts("a host label before the client said its number (IMPI)".into())
         })?;
         let width = if label == label::H_IPV6 { 16 } else { 4 };
-        if data.len() % width != 0 || data.is_empty() {
+        if !data.len().is_multiple_of(width) || data.is_empty() {
             return Err(RelayError::Hosts(format!(
                 "label 0x{label:x}: {} bytes is not a whole number of {width}-byte entries",
                 data.len()

@@ -76,7 +76,7 @@ fn serve_impi(nclients: u32) -> SocketAddr {
 }
 
 fn mapped(a: Ipv4Addr) -> Vec<u8> {
-    Ipv6Addr::from(a.to_ipv6_mapped()).octets().to_vec()
+    a.to_ipv6_mapped().octets().to_vec()
 }
 
 /// A client with one host at `host`: runs start-up through `server`, returns the answers'
