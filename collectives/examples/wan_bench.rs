@@ -29,11 +29,7 @@ fn main() {
     let w = CommId::WORLD;
     let byte = Datatype::builtin(Builtin::Byte);
     let dbl = Datatype::builtin(Builtin::Double);
-    let reps: usize = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1)
-        .max(1);
+    let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1).max(1);
     // The fastest of `reps` runs of `iters` calls: on a shared, loaded machine the
     // scheduler adds delays of whole time slices to some runs; the fastest run is the one
     // closest to what the algorithm and the link cost. Every rank has the same arguments,

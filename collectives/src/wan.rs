@@ -30,7 +30,13 @@
 //! (`TSUNAGI_WAN_MODEL`) or measured on a communicator's first call whose choice depends on
 //! it (calls of 8 KiB or more; see [`comm_model`]), about three wide-area round trips once.
 //!
-//! Non-commutative reductions keep the IMPI algorithms (rank order). Inside a site the
+//! **Direct algorithms** for small calls (at most 4 KiB per message) on small
+//! communicators (at most 16 ranks, `TSUNAGI_WAN_DIRECT`): barrier, bcast, reduce,
+//! allreduce and allgather send from every rank to every rank that needs the data at once
+//! and combine in rank order. One wide-area crossing as above, and no dependent steps
+//! inside the sites before or after it; any op, commutative or not.
+//!
+//! Non-commutative reductions keep the IMPI algorithms (rank order) above those sizes. Inside a site the
 //! phases run the site's own algorithms over packed bytes.
 //!
 //! **When.** The IMPI-conformant algorithms of [`crate::impi`] must stay on the wire when
@@ -479,9 +485,76 @@ fn chunk(n: usize, m: usize, c: usize) -> (usize, usize) {
     (start, base + usize::from(c < extra))
 }
 
+/// The direct algorithms: on a small communicator, small calls go from every rank to every
+/// rank that needs the data at once. One wide-area crossing, like the coordinator
+/// algorithms, but no dependent steps inside the sites before or after it (each of which
+/// costs a wake-up, and on a loaded machine a time slice). Used when the communicator has
+/// at most this many ranks (`TSUNAGI_WAN_DIRECT`, default 16; 0: never) and the message
+/// at most [`DIRECT_MAX_BYTES`].
+fn direct_max_ranks() -> usize {
+    static N: OnceLock<usize> = OnceLock::new();
+    *N.get_or_init(|| {
+        std::env::var("TSUNAGI_WAN_DIRECT")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(16)
+    })
+}
+
+/// The largest message of a direct call (per rank pair).
+const DIRECT_MAX_BYTES: usize = 4096;
+
+fn direct(ctx: &Ctx, bytes: usize) -> bool {
+    ctx.size <= direct_max_ranks() && bytes <= DIRECT_MAX_BYTES
+}
+
+const T_DIRECT: i32 = tag::BARRIER + 220;
+const T_BCAST_DIRECT: i32 = tag::BCAST + 220;
+const T_REDUCE_DIRECT: i32 = tag::REDUCE + 220;
+const T_ALLRED_DIRECT: i32 = tag::ALLREDUCE + 220;
+const T_ALLGATHER_DIRECT: i32 = tag::ALLGATHER + 220;
+
+/// Combine the `n` packed contributions in `parts` (rank order, `bytes` each) into `w` in
+/// rank order, `x0 op (x1 op (... op x(n-1)))`, the same bits at every rank.
+///
+/// # Safety
+/// `parts` holds `n * bytes` bytes; `w` has `bytes` writable bytes, disjoint from it.
+unsafe fn combine_in_rank_order(
+    parts: &[u8],
+    n: usize,
+    w: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+) {
+    let bytes = count * dtype.size();
+    // SAFETY: caller contract.
+    unsafe {
+        crate::util::copy_bytes(parts.as_ptr().add((n - 1) * bytes), w, bytes);
+        for r in (0..n - 1).rev() {
+            op.apply_packed(parts.as_ptr().add(r * bytes), w, count, dtype);
+        }
+    }
+}
+
 /// Barrier: site barrier, one zero-byte exchange among all coordinators at once, site
 /// barrier.
 pub(crate) fn barrier(ctx: &Ctx, h: &Hier) -> MpiResult<()> {
+    if direct(ctx, 0) {
+        // Every rank tells every other that it arrived.
+        let mut z = [0u8; 2];
+        let zs = z.as_ptr();
+        let zr = z.as_mut_ptr().wrapping_add(1);
+        let mut reqs = Vec::new();
+        for r in (0..ctx.size).filter(|&r| r != ctx.rank) {
+            // SAFETY: zero-byte transfers at addresses inside `z`, alive until waitall.
+            unsafe {
+                reqs.push(ctx.irecv(zr, 0, r, T_DIRECT)?);
+                reqs.push(ctx.isend(zs, 0, r, T_DIRECT)?);
+            }
+        }
+        return ctx.waitall(&mut reqs);
+    }
     let local = h.local_team();
     crate::barrier::dissemination(ctx, &local, T_BARRIER_IN)?;
     if h.is_leader() {
@@ -527,7 +600,20 @@ pub(crate) unsafe fn bcast(
     let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
     let split = bytes >= MODEL_MIN_BYTES
         && comm_model(ctx, h)?.split_bcast(bytes, root_team.len(), biggest, h.members.len());
-    if split {
+    if direct(ctx, bytes) {
+        // The root sends to every rank at once.
+        let mut reqs = Vec::new();
+        if me == root {
+            for r in (0..ctx.size).filter(|&r| r != root) {
+                // SAFETY: the view holds `bytes` bytes until the waitall.
+                reqs.push(unsafe { ctx.isend(view.ptr, bytes, r, T_BCAST_DIRECT)? });
+            }
+        } else {
+            // SAFETY: the view has room for `bytes` bytes.
+            reqs.push(unsafe { ctx.irecv(view.ptr, bytes, root, T_BCAST_DIRECT)? });
+        }
+        ctx.waitall(&mut reqs)?;
+    } else if split {
         split_bcast(ctx, h, view.ptr, bytes, root)?;
     } else {
         let mut reqs = Vec::new();
@@ -646,10 +732,33 @@ pub(crate) unsafe fn reduce(
     op: &Op,
     root: usize,
 ) -> MpiResult<bool> {
+    let me = ctx.rank;
+    let bytes = count * dtype.size();
+    if bytes > 0 && direct(ctx, bytes) {
+        // Everyone sends to the root, which combines in rank order (so any op).
+        if me == root {
+            let mut parts = vec![0u8; bytes * ctx.size];
+            // SAFETY: `w` holds `bytes` bytes; slot `me` of `parts` too.
+            unsafe { crate::util::copy_bytes(w, parts.as_mut_ptr().add(me * bytes), bytes) };
+            let mut reqs = Vec::new();
+            for r in (0..ctx.size).filter(|&r| r != me) {
+                // SAFETY: slot r of `parts`, alive until the waitall.
+                reqs.push(unsafe {
+                    ctx.irecv(parts.as_mut_ptr().add(r * bytes), bytes, r, T_REDUCE_DIRECT)?
+                });
+            }
+            ctx.waitall(&mut reqs)?;
+            // SAFETY: `parts` has `size` slots, disjoint from `w`.
+            unsafe { combine_in_rank_order(&parts, ctx.size, w, count, dtype, op) };
+        } else {
+            // SAFETY: `w` holds this rank's `bytes` bytes.
+            unsafe { ctx.send(w, bytes, root, T_REDUCE_DIRECT)? };
+        }
+        return Ok(true);
+    }
     if !op.is_commutative() {
         return Ok(false);
     }
-    let me = ctx.rank;
     let bytes = count * dtype.size();
     let rs = h.node_of[root];
     let local = h.local_team();
@@ -701,13 +810,35 @@ pub(crate) unsafe fn allreduce(
     dtype: &TypeRef,
     op: &Op,
 ) -> MpiResult<bool> {
-    if !op.is_commutative() {
-        return Ok(false);
-    }
     let esize = dtype.size();
     let bytes = count * esize;
     if bytes == 0 {
         return Ok(true);
+    }
+    if direct(ctx, bytes) {
+        // Every rank sends its input to every other and combines all in rank order: the
+        // same bits everywhere, for any op.
+        let me = ctx.rank;
+        let mut parts = vec![0u8; bytes * ctx.size];
+        // SAFETY: `w` holds `bytes` bytes; slot `me` of `parts` too.
+        unsafe { crate::util::copy_bytes(w, parts.as_mut_ptr().add(me * bytes), bytes) };
+        let mut reqs = Vec::new();
+        let base = parts.as_mut_ptr();
+        for r in (0..ctx.size).filter(|&r| r != me) {
+            // SAFETY: slot r (written) and slot `me` (read) of `parts`, disjoint, alive
+            // until the waitall.
+            unsafe {
+                reqs.push(ctx.irecv(base.add(r * bytes), bytes, r, T_ALLRED_DIRECT)?);
+                reqs.push(ctx.isend(base.add(me * bytes), bytes, r, T_ALLRED_DIRECT)?);
+            }
+        }
+        ctx.waitall(&mut reqs)?;
+        // SAFETY: `parts` has `size` slots, disjoint from `w`.
+        unsafe { combine_in_rank_order(&parts, ctx.size, w, count, dtype, op) };
+        return Ok(true);
+    }
+    if !op.is_commutative() {
+        return Ok(false);
     }
     let m = h.members.iter().map(Vec::len).min().expect("sites");
     let ns = h.members.len();
@@ -881,6 +1012,19 @@ pub(crate) fn allgather(ctx: &Ctx, h: &Hier, w: *mut u8, blk: usize) -> MpiResul
     }
     let me = ctx.rank;
     let at = |r: usize| w.wrapping_add(r * blk);
+    if direct(ctx, blk) {
+        // Every rank sends its block to every other at once.
+        let mut reqs = Vec::new();
+        for r in (0..ctx.size).filter(|&r| r != me) {
+            // SAFETY: block r (written) and block `me` (read) of the stream, disjoint,
+            // alive until the waitall.
+            unsafe {
+                reqs.push(ctx.irecv(at(r), blk, r, T_ALLGATHER_DIRECT)?);
+                reqs.push(ctx.isend(at(me), blk, r, T_ALLGATHER_DIRECT)?);
+            }
+        }
+        return ctx.waitall(&mut reqs);
+    }
     let local = h.local_team();
     let leader = h.leaders[h.my_node];
     let mut reqs = Vec::new();

@@ -2,7 +2,9 @@
 //! namespace, joined by IMPI through `tsunagi-wan`'s TUN router at 5 ms one way
 //! (`scripts/wan-netns`). The emulator's delay as measured across it (half the fastest of
 //! 20 round trips), and every collective of the suite with the latency-aware algorithms
-//! (the default under `mpirun --sites`) and with the IMPI ones.
+//! (the default under `mpirun --sites`: direct ones for small calls, the coordinators'
+//! without them, the split and reduce-scatter + allgather ones under models that choose
+//! them) and with the IMPI ones. Then two private sites joined through the IMPI relay.
 //!
 //! Needs root and `ip netns`: skips on a laptop, fails in CI when missing.
 
@@ -202,6 +204,17 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         Duration::from_secs(240),
     );
     assert_ok(&out, COLL, "collectives over a 5 ms WAN (latency-aware)");
+    // The same without the direct algorithms for small calls on small communicators: the
+    // site coordinators' algorithms at every size.
+    let (out, _) = run(
+        grid(&file, &["TSUNAGI_WAN_DIRECT=0"], &coll, &["small"]),
+        Duration::from_secs(240),
+    );
+    assert_ok(
+        &out,
+        COLL,
+        "collectives over a 5 ms WAN (coordinators only)",
+    );
     let (out, _) = run(
         grid(
             &file,
