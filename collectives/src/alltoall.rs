@@ -390,8 +390,11 @@ unsafe fn alltoall_impl(
     } else {
         None
     };
+    // The latency-aware mode (collectives/src/wan.rs) sends every pair directly: one step,
+    // where the masters' algorithm adds a gather and a scatter inside each site.
+    let wan_direct = sites.is_some() && crate::wan::mode() == crate::wan::Mode::Wan;
     let alg = choose(Coll::Alltoall, || {
-        if sites.is_some() && uniform {
+        if sites.is_some() && uniform && !wan_direct {
             "sites"
         } else if sites.is_some() {
             "linear"
