@@ -28,7 +28,7 @@
 //!
 //! **The cost model** ([`Model`]): latency and bandwidth per link class, given by the user
 //! (`TSUNAGI_WAN_MODEL`) or measured on a communicator's first call whose choice depends on
-//! it (calls of 8 KiB or more; see [`comm_model`]), about three wide-area round trips once.
+//! it (calls of 8 KiB or more; see `comm_model`), about three wide-area round trips once.
 //!
 //! **Direct algorithms** for small calls (at most 4 KiB per message) on small
 //! communicators (at most 16 ranks, `TSUNAGI_WAN_DIRECT`): barrier, bcast, reduce,
@@ -68,7 +68,7 @@ use tsunagi_core::ErrorClass;
 /// several pairs in parallel get up to the link's bandwidth). Given by the user in
 /// `TSUNAGI_WAN_MODEL` (`wan_latency=5ms,wan_bandwidth=1GB,wan_stream=50MB,lan_latency=20us,
 /// lan_bandwidth=2GB`; rates in bytes/s with k/M/G and an optional `B`, durations with `us`,
-/// `ms` or `s`), every site the same, else measured per communicator ([`comm_model`]). The
+/// `ms` or `s`), every site the same, else measured per communicator (`comm_model`). The
 /// defaults of unset keys (5 ms, 100 MB/s for the link and for a stream, 20 µs and 2 GB/s
 /// inside) make splitting over process pairs pay only where one stream cannot fill the
 /// link, which the user knows and says.
@@ -212,7 +212,7 @@ impl Model {
 }
 
 /// The user's model (`TSUNAGI_WAN_MODEL`, read once), or None when it is unset or
-/// `measure`: then each communicator measures its own ([`comm_model`]).
+/// `measure`: then each communicator measures its own (`comm_model`).
 pub fn user_model() -> Option<Model> {
     static MODEL: OnceLock<Option<Model>> = OnceLock::new();
     *MODEL.get_or_init(|| match std::env::var("TSUNAGI_WAN_MODEL") {
