@@ -22,12 +22,13 @@ shift $((OPTIND - 1))
 link=${1:-delay=5ms}
 prefix=${TSUNAGI_PREFIX:-$top/target/debug/c-abi-prefix}
 bin=${TSUNAGI_BIN:-$top/target/debug}
+wanbin=${TSUNAGI_WAN_BIN:-$bin/tsunagi-wan}
 [ -x "$prefix/bin/mpicc" ] || { echo "bench/wan-npb.sh: no $prefix/bin/mpicc" >&2; exit 2; }
 build=$(mktemp -d)
 tag=$(( $$ % 200 + 20 ))
-trap 'TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" down $tag $sites; rm -rf "$build"' EXIT
+trap 'TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag $sites; rm -rf "$build"' EXIT
 make -C "$top/npb-tests" -j1 MPICC="$prefix/bin/mpicc" BUILD="$build" KERNELS="$kernels" >/dev/null
-TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" up $tag "$sites" "$link" > "$build/net"
+TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" up $tag "$sites" "$link" > "$build/net"
 gw=$(awk '/^gateway/ {print $2}' "$build/net")
 {
     echo "server $gw"

@@ -2,12 +2,13 @@
 # Collectives across sites behind an emulated wide-area link: latency-aware (MagPIe) vs.
 # flat vs. IMPI-conformant algorithms, in one run.
 #
-#   bench/wan.sh [-s SITES] [-k RANKS_PER_SITE] [-m MAX_BYTES] [-i ITERS] [-e ENGINE] LINK...
+#   bench/wan.sh [-s SITES] [-k RANKS_PER_SITE] [-m MAX_BYTES] [-i ITERS] [-r REPS] [-e ENGINE] LINK...
 #
 # Each LINK (default: delay=5ms, i.e. 10 ms round trip) is a tsunagi-wan link spec, e.g.
 # `delay=5ms` or `delay=5ms,rate=100Mbit`. For each, SITES (3) sites of RANKS_PER_SITE (2)
 # ranks are made in network namespaces behind tsunagi-wan's TUN router (scripts/wan-netns)
-# and wan_bench (collectives/examples/wan_bench.rs: mean of ITERS (10) back-to-back calls;
+# and wan_bench (collectives/examples/wan_bench.rs: mean of ITERS (10) back-to-back calls,
+# the fastest of REPS (1) such runs, which filters a loaded machine's scheduling delays;
 # bcast's root moves from site to site so that calls cannot overlap) runs barrier, bcast, allreduce, allgather and alltoall from
 # 8 B to MAX_BYTES (1 MiB) in steps of 8x, with ENGINE progress (threaded, the default, or
 # polling), three times:
@@ -21,10 +22,10 @@
 # workspace's target/debug (TSUNAGI_TARGET=release for target/release). Needs root.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-sites=3 k=2 max=1048576 iters=10 engine=threaded
-while getopts "s:k:m:i:e:" o; do
+sites=3 k=2 max=1048576 iters=10 reps=1 engine=threaded
+while getopts "s:k:m:i:r:e:" o; do
     case $o in
-        s) sites=$OPTARG ;; k) k=$OPTARG ;; m) max=$OPTARG ;; i) iters=$OPTARG ;; e) engine=$OPTARG ;;
+        s) sites=$OPTARG ;; k) k=$OPTARG ;; m) max=$OPTARG ;; i) iters=$OPTARG ;; r) reps=$OPTARG ;; e) engine=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
@@ -38,15 +39,18 @@ else
     bin=$top/target/${TSUNAGI_TARGET:-debug}
     bench=$bin/examples/wan_bench
 fi
-for f in "$bin/mpirun" "$bin/tsunagi-impi-server" "$bin/tsunagi-wan" "$bench"; do
+# The emulator may come from elsewhere (TSUNAGI_WAN_BIN, e.g. a release build: a debug
+# router adds its own per-packet cost to the link on a loaded machine).
+wanbin=${TSUNAGI_WAN_BIN:-$bin/tsunagi-wan}
+for f in "$bin/mpirun" "$bin/tsunagi-impi-server" "$wanbin" "$bench"; do
     [ -x "$f" ] || { echo "bench/wan.sh: $f missing (build or install first)" >&2; exit 2; }
 done
 tag=$(( $$ % 200 + 20 ))
 out=$(mktemp -d)
-trap 'TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" down $tag $sites; rm -rf "$out"' EXIT
+trap 'TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag $sites; rm -rf "$out"' EXIT
 
 for link in "${links[@]}"; do
-    TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" up $tag "$sites" "$link" > "$out/net"
+    TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" up $tag "$sites" "$link" > "$out/net"
     gw=$(awk '/^gateway/ {print $2}' "$out/net")
     {
         echo "server $gw"
@@ -55,15 +59,15 @@ for link in "${links[@]}"; do
     } > "$out/sites"
     run() {
         env TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 "$@" \
-            "$bin/mpirun" --sites "$out/sites" "$bench" "$max" "$iters" 2>/dev/null
+            "$bin/mpirun" --sites "$out/sites" "$bench" "$max" "$iters" "$reps" 2>/dev/null
     }
     run TSUNAGI_WAN_COLL=wan > "$out/wan"
     run TSUNAGI_WAN_COLL=flat TSUNAGI_COLL_BARRIER=dissemination TSUNAGI_COLL_BCAST=binomial \
         TSUNAGI_COLL_ALLREDUCE=recursive_doubling TSUNAGI_COLL_ALLGATHER=recursive_doubling \
         TSUNAGI_COLL_ALLTOALL=pairwise > "$out/flat"
     run TSUNAGI_WAN_COLL=impi > "$out/impi"
-    TSUNAGI_WAN_BIN=$bin/tsunagi-wan "$top/scripts/wan-netns" down $tag "$sites"
-    echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls"
+    TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag "$sites"
+    echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls, fastest of $reps runs"
     echo "| collective | bytes | wan (us) | flat (us) | impi (us) | flat/wan | impi/wan |"
     echo "|---|---|---|---|---|---|---|"
     join -j1 <(awk '{print $1"/"$2, $3}' "$out/wan" | sort) \

@@ -391,8 +391,11 @@ unsafe fn alltoall_impl(
     } else {
         None
     };
+    // The latency-aware mode (collectives/src/wan.rs) sends every pair directly: one step,
+    // where the masters' algorithm adds a gather and a scatter inside each site.
+    let wan_direct = sites.is_some() && crate::wan::mode() == crate::wan::Mode::Wan;
     let alg = choose(Coll::Alltoall, || {
-        if sites.is_some() && (!uniform || block < crate::impi::xsize()) {
+        if sites.is_some() && !wan_direct && (!uniform || block < crate::impi::xsize()) {
             "sites"
         } else if sites.is_some() {
             "linear"

@@ -2,7 +2,9 @@
 //! namespace, joined by IMPI through `tsunagi-wan`'s TUN router at 5 ms one way
 //! (`scripts/wan-netns`). The emulator's delay as measured across it (half the fastest of
 //! 20 round trips), and every collective of the suite with the latency-aware algorithms
-//! (the default under `mpirun --sites`) and with the IMPI ones.
+//! (the default under `mpirun --sites`: direct ones for small calls, the coordinators'
+//! without them, the split and reduce-scatter + allgather ones under models that choose
+//! them) and with the IMPI ones. Then two private sites joined through the IMPI relay.
 //!
 //! Needs root and `ip netns`: skips on a laptop, fails in CI when missing.
 
@@ -202,6 +204,17 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         Duration::from_secs(240),
     );
     assert_ok(&out, COLL, "collectives over a 5 ms WAN (latency-aware)");
+    // The same without the direct algorithms for small calls on small communicators: the
+    // site coordinators' algorithms at every size.
+    let (out, _) = run(
+        grid(&file, &["TSUNAGI_WAN_DIRECT=0"], &coll, &["small"]),
+        Duration::from_secs(240),
+    );
+    assert_ok(
+        &out,
+        COLL,
+        "collectives over a 5 ms WAN (coordinators only)",
+    );
     let (out, _) = run(
         grid(
             &file,
@@ -216,6 +229,22 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         &["bcast", "allreduce", "allgather"],
         "large collectives over a 5 ms WAN",
     );
+    // The coordinators' reduce-scatter + allgather for large allreduces: a model in which
+    // one exchange per site pair costs more than two rounds of a third of the bytes.
+    let (out, _) = run(
+        grid(
+            &file,
+            &["TSUNAGI_WAN_MODEL=wan_bandwidth=15MB,wan_stream=10MB"],
+            &coll,
+            &["allreduce"],
+        ),
+        Duration::from_secs(180),
+    );
+    assert_ok(
+        &out,
+        &["allreduce"],
+        "allreduce by reduce-scatter + allgather over a 5 ms WAN",
+    );
     // The IMPI algorithms through the same link.
     let c = grid(
         &file,
@@ -229,4 +258,370 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         &["barrier", "bcast", "reduce", "allreduce"],
         "IMPI collectives over a 5 ms WAN",
     );
+}
+
+/// `tsunagi-impi-relay` next to mpirun, built on demand.
+fn relay_bin() -> PathBuf {
+    let p = Path::new(mpirun())
+        .parent()
+        .unwrap()
+        .join("tsunagi-impi-relay");
+    if !p.exists() {
+        let mut c = Command::new(env!("CARGO"));
+        c.args([
+            "build",
+            "-p",
+            "tsunagi-impi-relay",
+            "--bin",
+            "tsunagi-impi-relay",
+        ]);
+        if p.parent().unwrap().ends_with("release") {
+            c.arg("--release");
+        }
+        assert!(
+            c.status().unwrap().success(),
+            "building tsunagi-impi-relay failed"
+        );
+    }
+    p
+}
+
+/// Two private sites and a relay: site i (namespace `irl<T>s<i>`) has a private network
+/// 10.<120+i>.<T>.0/24 shared only with the relay namespace `irl<T>r`, plus a /30 to the root
+/// namespace for mpirun's launch agents (10.78.<T>.<4i+1>/30). The relay's public address
+/// 10.79.<T>.1 (on its loopback) is routed from both sites through their private network;
+/// the relay reaches the IMPI server in the root namespace over its own /30 (10.78.<T>.9).
+/// The relay namespace does not forward packets, and no site has a route to the other's
+/// network: the only way between them is through the relay's sockets.
+struct RelayNet {
+    t: u32,
+}
+
+impl RelayNet {
+    fn ns(&self, i: usize) -> String {
+        format!("irl{}s{i}", self.t)
+    }
+    fn relay_ns(&self) -> String {
+        format!("irl{}r", self.t)
+    }
+    fn public(&self) -> String {
+        format!("10.79.{}.1", self.t)
+    }
+    fn private(&self, i: usize) -> String {
+        format!("10.{}.{}.2", 120 + i, self.t)
+    }
+    fn launch_addr(&self, i: usize) -> String {
+        format!("10.78.{}.{}", self.t, 4 * i + 1)
+    }
+    fn server_addr(&self) -> String {
+        format!("10.78.{}.9", self.t)
+    }
+
+    fn up() -> Option<RelayNet> {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            tsunagi_testkit::missing("netns", "the relay test needs root");
+            return None;
+        }
+        if !sh(&["ip", "netns", "list"]) {
+            tsunagi_testkit::missing("netns", "`ip netns` is not available");
+            return None;
+        }
+        let n = RelayNet {
+            t: std::process::id() % 200 + 20,
+        };
+        n.down();
+        let t = n.t;
+        let r = n.relay_ns();
+        let mut ok = sh(&["ip", "netns", "add", &r])
+            && sh(&["ip", "-n", &r, "link", "set", "lo", "up"])
+            && sh(&[
+                "ip",
+                "-n",
+                &r,
+                "addr",
+                "add",
+                &format!("{}/32", n.public()),
+                "dev",
+                "lo",
+            ])
+            && sh(&[
+                "ip",
+                "netns",
+                "exec",
+                &r,
+                "sysctl",
+                "-qw",
+                "net.ipv4.ip_forward=0",
+            ])
+            && sh(&[
+                "ip",
+                "link",
+                "add",
+                &format!("irlu{t}"),
+                "type",
+                "veth",
+                "peer",
+                "name",
+                "up0",
+                "netns",
+                &r,
+            ])
+            && sh(&[
+                "ip",
+                "addr",
+                "add",
+                &format!("{}/30", n.server_addr()),
+                "dev",
+                &format!("irlu{t}"),
+            ])
+            && sh(&["ip", "link", "set", &format!("irlu{t}"), "up"])
+            && sh(&[
+                "ip",
+                "-n",
+                &r,
+                "addr",
+                "add",
+                &format!("10.78.{t}.10/30"),
+                "dev",
+                "up0",
+            ])
+            && sh(&["ip", "-n", &r, "link", "set", "up0", "up"]);
+        for i in 0..2 {
+            let ns = n.ns(i);
+            let ctl = format!("irlc{t}x{i}");
+            ok = ok
+                && sh(&["ip", "netns", "add", &ns])
+                && sh(&["ip", "-n", &ns, "link", "set", "lo", "up"])
+                && sh(&[
+                    "ip", "link", "add", &ctl, "type", "veth", "peer", "name", "ctl0", "netns", &ns,
+                ])
+                && sh(&[
+                    "ip",
+                    "addr",
+                    "add",
+                    &format!("{}/30", n.launch_addr(i)),
+                    "dev",
+                    &ctl,
+                ])
+                && sh(&["ip", "link", "set", &ctl, "up"])
+                && sh(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("10.78.{t}.{}/30", 4 * i + 2),
+                    "dev",
+                    "ctl0",
+                ])
+                && sh(&["ip", "-n", &ns, "link", "set", "ctl0", "up"])
+                && sh(&[
+                    "ip",
+                    "-n",
+                    &r,
+                    "link",
+                    "add",
+                    &format!("p{i}"),
+                    "type",
+                    "veth",
+                    "peer",
+                    "name",
+                    "priv0",
+                    "netns",
+                    &ns,
+                ])
+                && sh(&[
+                    "ip",
+                    "-n",
+                    &r,
+                    "addr",
+                    "add",
+                    &format!("10.{}.{t}.1/24", 120 + i),
+                    "dev",
+                    &format!("p{i}"),
+                ])
+                && sh(&["ip", "-n", &r, "link", "set", &format!("p{i}"), "up"])
+                && sh(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "addr",
+                    "add",
+                    &format!("{}/24", n.private(i)),
+                    "dev",
+                    "priv0",
+                ])
+                && sh(&["ip", "-n", &ns, "link", "set", "priv0", "up"])
+                && sh(&[
+                    "ip",
+                    "-n",
+                    &ns,
+                    "route",
+                    "add",
+                    &format!("{}/32", n.public()),
+                    "via",
+                    &format!("10.{}.{t}.1", 120 + i),
+                ]);
+        }
+        if !ok {
+            tsunagi_testkit::missing("netns", "could not set up the relay namespaces");
+            return None;
+        }
+        Some(n)
+    }
+
+    fn down(&self) {
+        for ns in [self.ns(0), self.ns(1), self.relay_ns()] {
+            if let Ok(o) = Command::new("ip").args(["netns", "pids", &ns]).output() {
+                for p in String::from_utf8_lossy(&o.stdout).split_whitespace() {
+                    sh(&["kill", "-9", p]);
+                }
+            }
+            sh(&["ip", "netns", "del", &ns]);
+        }
+        // The veth pairs to the root namespace go with the namespaces; these are the
+        // leftovers of a setup that failed half-way.
+        sh(&["ip", "link", "del", &format!("irlu{}", self.t)]);
+        for i in 0..2 {
+            sh(&["ip", "link", "del", &format!("irlc{}x{i}", self.t)]);
+        }
+    }
+}
+
+impl Drop for RelayNet {
+    fn drop(&mut self) {
+        self.down();
+    }
+}
+
+/// Read a child's first stdout line.
+fn first_line(c: &mut std::process::Child) -> String {
+    use std::io::BufRead;
+    let mut line = String::new();
+    std::io::BufReader::new(c.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    line.trim().to_string()
+}
+
+/// One job of two sites through the relay: the server, the relay, both sites' mpiruns
+/// (`args` after the program); returns both sites' output and the relay's log.
+fn relayed_job(
+    n: &RelayNet,
+    progress: &str,
+    program: &Path,
+    args: &[&str],
+) -> (Vec<std::process::Output>, String) {
+    use std::process::Stdio;
+    let mut server = Command::new(impi_server())
+        .args(["-server", "2", "-port", "0", "-host", &n.server_addr()])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let server_at = first_line(&mut server);
+    let log = std::env::temp_dir().join(format!("tsunagi-impi-relay-{}.log", n.t));
+    let mut relay = Command::new("ip")
+        .args(["netns", "exec", &n.relay_ns()])
+        .arg(relay_bin())
+        .args([
+            "--listen",
+            &format!("{}:0", n.public()),
+            "--server",
+            &server_at,
+        ])
+        .args(["--public", &n.public(), "-v"])
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&log).unwrap())
+        .spawn()
+        .unwrap();
+    let listening = first_line(&mut relay);
+    let relay_at = listening
+        .strip_prefix("listening ")
+        .unwrap_or_else(|| panic!("relay said {listening:?}"))
+        .to_string();
+    let site = |i: usize| {
+        let mut c = Command::new(mpirun());
+        c.args(["-n", "2", "--host", &format!("{}:2", n.ns(i))])
+            .args(["--launch-agent", "ip netns exec {host}"])
+            .args(["--launch-addr", &n.launch_addr(i), "--progress", progress])
+            .args(["--env", "TSUNAGI_IMPI_PEERS=tsunagi"])
+            .args(["--client", &i.to_string(), "--server", &relay_at, "--"])
+            .arg(program)
+            .args(args);
+        c.env("TSUNAGI_SPIN", "50").env("TSUNAGI_YIELDS", "20");
+        c.env_remove("TSUNAGI_NODE_MAP")
+            .env_remove("TSUNAGI_INTERNODE")
+            .env_remove("TSUNAGI_IMPI_SERVER")
+            .env_remove("TSUNAGI_IMPI_ADDR")
+            .env_remove("TSUNAGI_WAN_COLL");
+        c
+    };
+    let s1 = site(1);
+    let other = std::thread::spawn(move || run(s1, Duration::from_secs(240)).0);
+    let (out0, _) = run(site(0), Duration::from_secs(240));
+    let out1 = other.join().unwrap();
+    let _ = relay.kill();
+    let _ = relay.wait();
+    let _ = server.kill();
+    let _ = server.wait();
+    let text = std::fs::read_to_string(&log).unwrap_or_default();
+    let _ = std::fs::remove_file(&log);
+    (vec![out0, out1], text)
+}
+
+#[test]
+fn two_private_sites_join_through_the_impi_relay() {
+    let _s = serial();
+    let Some(n) = RelayNet::up() else { return };
+    // The sites really are apart: no route from one to the other's private network.
+    for (from, to) in [(0, 1), (1, 0)] {
+        assert!(
+            !sh(&["ip", "-n", &n.ns(from), "route", "get", &n.private(to)]),
+            "site {from} has a route to site {to}"
+        );
+    }
+    let coll = coll_check();
+    for progress in ["polling", "threaded"] {
+        let (outs, log) = relayed_job(&n, progress, &p2p_check(), SUITE);
+        // World rank 0 (site 0) reports; site 1 must succeed too.
+        assert_ok(
+            &outs[0],
+            SUITE,
+            &format!("relayed p2p, {progress}\nrelay log:\n{log}"),
+        );
+        assert_ok(
+            &outs[1],
+            &[],
+            &format!("relayed p2p, site 1, {progress}\nrelay log:\n{log}"),
+        );
+        // Every host pair's connection went through the relay: 2 hosts per site (one per
+        // process), each of site 1 connects to each of site 0.
+        let pairs = log.lines().filter(|l| l.contains("host pair")).count();
+        assert_eq!(
+            pairs, 4,
+            "relayed host pairs ({progress}); relay log:\n{log}"
+        );
+        let tests = [
+            "barrier",
+            "bcast",
+            "reduce",
+            "allreduce",
+            "allgather",
+            "alltoall",
+            "random",
+        ];
+        let (outs, log) = relayed_job(&n, progress, &coll, &["small"]);
+        assert_ok(
+            &outs[0],
+            &tests,
+            &format!("relayed collectives, {progress}\nrelay log:\n{log}"),
+        );
+        assert_ok(
+            &outs[1],
+            &[],
+            &format!("relayed collectives, site 1, {progress}\nrelay log:\n{log}"),
+        );
+    }
 }
