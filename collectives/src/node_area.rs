@@ -6,24 +6,25 @@
 //! not make two writers share a line):
 //! - a header line: magic, rank count, depth, slot size, and a nonce that attaching
 //!   ranks check (they must have mapped the leader's area, not some other memory);
-//! - per rank `i` an *arrive* line and a *done* line, each holding one `u64` that only
-//!   rank `i` writes;
-//! - per rank `i`, `DEPTH` data slots of `SLOT_BYTES`, which only rank `i` writes.
+//! - per rank `i` a *done* line holding one `u64` that only rank `i` writes;
+//! - per rank `i`, `DEPTH` slots, which only rank `i` writes: a *stamp* (`u64`) and, from
+//!   byte 16 on (so that small messages share the stamp's cache line), up to
+//!   `SLOT_BYTES` of data.
 //!
 //! Every call of a collective on the area takes the next sequence number `s` (1, 2, ...:
 //! all ranks call the communicator's collectives in the same order, so they agree on `s`).
-//! Its data goes into slot `s % DEPTH` of the writing rank. A rank stores `arrive = s`
-//! (Release) once its contribution to call `s` is in its slot (or, in a barrier, once it
-//! has arrived), and `done = s` when it has finished call `s` and reads none of its
-//! slots any more. So:
-//! - a reader waits for `arrive[j] >= s` (Acquire) before reading rank `j`'s slot of call
-//!   `s`; `arrive[j]` only grows and rank `j` cannot reuse that slot before the reader
-//!   said `done >= s` (below), so what it reads is call `s`'s data;
+//! Its data goes into slot `s % DEPTH` of the writing rank. A rank stores the slot's
+//! `stamp = s` (Release) once its contribution to call `s` is in the slot (or, in a
+//! barrier, once it has arrived), and `done = s` when it has finished call `s` and reads
+//! nobody's slots any more. So:
+//! - a reader waits for rank `j`'s stamp of slot `s % DEPTH` to reach `s` (Acquire)
+//!   before reading the slot; rank `j` cannot reuse the slot (stamp `s + DEPTH`) before
+//!   the reader said `done >= s` (below), so what it reads is call `s`'s data;
 //! - a writer about to fill its slot for call `s` waits until every other rank has
 //!   `done >= s - DEPTH` (the previous user of the slot was call `s - DEPTH`). A rank that
 //!   need not wait for others (a bcast root, a reduce non-root) therefore runs up to
 //!   `DEPTH - 1` calls ahead of the slowest reader, whatever the roots of the calls;
-//! - seeing `arrive[j] >= s` also proves `done[j] >= s - 1` (a rank finishes a call before
+//! - seeing rank `j`'s stamp `s` also proves `done[j] >= s - 1` (a rank finishes a call before
 //!   it starts the next), which the all-to-all calls (barrier, allreduce) use to learn
 //!   that slots are free without reading the done lines.
 //!
@@ -42,8 +43,12 @@ use tsunagi_core::MpiResult;
 pub(crate) const LINE: usize = 128;
 /// Slots per rank: how many calls a rank may run ahead of the slowest other rank.
 pub(crate) const DEPTH: usize = 8;
-/// Bytes per slot: the largest message of the fast path.
+/// Data bytes per slot: the largest message of the fast path.
 pub(crate) const SLOT_BYTES: usize = 8192;
+/// Where a slot's data starts (after the stamp; 16 keeps 16-byte alignment).
+const DATA_OFFSET: usize = 16;
+/// Distance between slots.
+const STRIDE: usize = (DATA_OFFSET + SLOT_BYTES).div_ceil(LINE) * LINE;
 /// Largest communicator the area is made for.
 pub(crate) const MAX_RANKS: usize = 16;
 /// "TSUNAGIc".
@@ -71,7 +76,7 @@ impl Idle for YieldIdle {
 
 /// Bytes of the area for `n` ranks.
 pub(crate) fn area_len(n: usize) -> usize {
-    LINE * (1 + 2 * n) + n * DEPTH * SLOT_BYTES
+    LINE * (1 + n) + n * DEPTH * STRIDE
 }
 
 /// One rank's view of an area. Not `Sync` in spirit: one collective at a time per
@@ -158,21 +163,30 @@ impl Area {
         unsafe { &*(self.base.add(off) as *const AtomicU64) }
     }
 
-    fn arrive(&self, r: usize) -> &AtomicU64 {
-        self.word(LINE * (1 + 2 * r))
-    }
-
     fn done(&self, r: usize) -> &AtomicU64 {
-        self.word(LINE * (2 + 2 * r))
+        self.word(LINE * (1 + r))
     }
 
-    fn slot(&self, r: usize, s: u64) -> *mut u8 {
+    fn slot_offset(&self, r: usize, s: u64) -> usize {
         let k = (s % DEPTH as u64) as usize;
-        // SAFETY: inside the area: r < n, k < DEPTH.
-        unsafe {
-            self.base
-                .add(LINE * (1 + 2 * self.n) + (r * DEPTH + k) * SLOT_BYTES)
-        }
+        LINE * (1 + self.n) + (r * DEPTH + k) * STRIDE
+    }
+
+    /// Rank `r`'s stamp of the slot of call `s`.
+    fn stamp(&self, r: usize, s: u64) -> &AtomicU64 {
+        self.word(self.slot_offset(r, s))
+    }
+
+    /// Rank `r`'s data of the slot of call `s`.
+    fn slot(&self, r: usize, s: u64) -> *mut u8 {
+        // SAFETY: inside the area: r < n, the slot index < DEPTH, DATA_OFFSET + SLOT_BYTES
+        // <= STRIDE.
+        unsafe { self.base.add(self.slot_offset(r, s) + DATA_OFFSET) }
+    }
+
+    /// Publish this rank's slot of call `s`.
+    fn post(&self, s: u64) {
+        self.stamp(self.me, s).store(s, Ordering::Release);
     }
 
     fn next_seq(&self) -> u64 {
@@ -196,9 +210,9 @@ impl Area {
         }
     }
 
-    /// Wait until rank `r` has arrived at call `s`.
+    /// Wait until rank `r` has arrived at call `s` (posted its slot).
     fn wait_arrive(&self, idle: &mut dyn Idle, r: usize, s: u64) -> MpiResult<()> {
-        let a = self.arrive(r);
+        let a = self.stamp(r, s);
         self.wait(idle, || a.load(Ordering::Acquire) >= s)
     }
 
@@ -241,7 +255,8 @@ impl Area {
     /// Barrier: everyone arrives, everyone waits for everyone.
     pub(crate) fn barrier(&self, idle: &mut dyn Idle) -> MpiResult<()> {
         let s = self.next_seq();
-        self.arrive(self.me).store(s, Ordering::Release);
+        self.wait_slot_free(idle, s)?;
+        self.post(s);
         self.wait_all_arrive(idle, s)?;
         self.finish(s);
         Ok(())
@@ -259,7 +274,7 @@ impl Area {
         let s = self.next_seq();
         self.wait_slot_free(idle, s)?;
         fill(self.slot(self.me, s));
-        self.arrive(self.me).store(s, Ordering::Release);
+        self.post(s);
         self.finish(s);
         Ok(())
     }
@@ -291,7 +306,7 @@ impl Area {
         let s = self.next_seq();
         self.wait_slot_free(idle, s)?;
         fill(self.slot(self.me, s));
-        self.arrive(self.me).store(s, Ordering::Release);
+        self.post(s);
         self.wait_all_arrive(idle, s)?;
         let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
         for (r, p) in parts.iter_mut().enumerate().take(self.n) {
@@ -316,7 +331,7 @@ impl Area {
         let s = self.next_seq();
         self.wait_slot_free(idle, s)?;
         fill(self.slot(self.me, s));
-        self.arrive(self.me).store(s, Ordering::Release);
+        self.post(s);
         if self.me == root {
             self.wait_all_arrive(idle, s)?;
             let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
