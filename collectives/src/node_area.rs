@@ -54,7 +54,7 @@ pub(crate) const MAX_RANKS: usize = 16;
 /// "TSUNAGIc".
 pub(crate) const MAGIC: u64 = 0x5453_554e_4147_4963;
 /// Pause iterations before the first call of [`Idle::idle`].
-const SPIN: u32 = 200;
+const SPIN: u32 = 64;
 
 /// What a waiting rank does between checks, once the short spin is over.
 pub(crate) trait Idle {
@@ -346,14 +346,14 @@ impl Area {
 }
 
 #[cfg(test)]
-mod tests {
+mod tests_support {
     use super::*;
     use std::sync::Arc;
 
     /// A zeroed, line-aligned heap area shared by threads.
-    struct Mem(Vec<u128>);
+    pub(super) struct Mem(Vec<u128>);
     impl Mem {
-        fn new(n: usize) -> Arc<Mem> {
+        pub(super) fn new(n: usize) -> Arc<Mem> {
             let words = area_len(n).div_ceil(16) + LINE / 16;
             let mut m = Mem(vec![0u128; words]);
             let base = m.base();
@@ -361,7 +361,7 @@ mod tests {
             unsafe { Area::init(base, n, 42) };
             Arc::new(m)
         }
-        fn base(&mut self) -> *mut u8 {
+        pub(super) fn base(&mut self) -> *mut u8 {
             let p = self.0.as_mut_ptr() as *mut u8;
             p.wrapping_add(p.align_offset(LINE))
         }
@@ -371,7 +371,7 @@ mod tests {
     unsafe impl Send for Base {}
 
     /// Run `f(area)` on `n` threads over one in-memory area.
-    fn on_threads(n: usize, f: impl Fn(&Area) + Send + Sync + Clone + 'static) {
+    pub(super) fn on_threads(n: usize, f: impl Fn(&Area) + Send + Sync + Clone + 'static) {
         let mut mem = Mem::new(n);
         let base = Arc::get_mut(&mut mem).expect("sole owner").base();
         let hs: Vec<_> = (0..n)
@@ -392,6 +392,14 @@ mod tests {
             h.join().expect("thread");
         }
     }
+
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::{on_threads, Mem};
+    use super::*;
+    use std::sync::Arc;
 
     #[test]
     fn header_is_checked() {
@@ -553,5 +561,52 @@ mod tests {
         // The root did not wait for the slow reader call by call.
         let max_lag = progress[0].load(Ordering::SeqCst);
         assert!(max_lag >= DEPTH as u64 - 1, "the root never ran ahead (max lag {max_lag})");
+    }
+}
+
+/// Protocol cost on this machine, without MPI around it:
+/// `cargo test --release -p tsunagi-collectives --lib node_area::timing -- --ignored --nocapture`.
+#[cfg(test)]
+mod timing {
+    use super::tests_support::on_threads;
+    use super::*;
+
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn per_call_times() {
+        const N: u64 = 200_000;
+        for what in ["barrier", "bcast8", "allreduce8"] {
+            let t = std::time::Instant::now();
+            on_threads(2, move |a| {
+                let mut buf = [0u8; 8];
+                let mut out = [0u8; 8];
+                for _ in 0..N {
+                    match what {
+                        "barrier" => a.barrier(&mut YieldIdle).unwrap(),
+                        "bcast8" if a.rank() == 0 => a
+                            .bcast_root(&mut YieldIdle, 8, |p| unsafe {
+                                std::ptr::copy_nonoverlapping(buf.as_ptr(), p, 8)
+                            })
+                            .unwrap(),
+                        "bcast8" => a
+                            .bcast_recv(&mut YieldIdle, 0, |p| unsafe {
+                                std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), 8)
+                            })
+                            .unwrap(),
+                        _ => a
+                            .allreduce(
+                                &mut YieldIdle,
+                                8,
+                                |p| unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, 8) },
+                                |parts| unsafe {
+                                    std::ptr::copy_nonoverlapping(parts[1], out.as_mut_ptr(), 8)
+                                },
+                            )
+                            .unwrap(),
+                    }
+                }
+            });
+            eprintln!("{what}: {:.1} ns/call", t.elapsed().as_nanos() as f64 / N as f64);
+        }
     }
 }
