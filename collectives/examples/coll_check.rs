@@ -2461,18 +2461,34 @@ fn test_errors(t: &T) {
 /// `count` longs on `comm`, with their results checked.
 fn four_calls(t: &T, comm: CommId, count: usize, what: &str) {
     let rt = t.rt;
-    let (me, n) = (ok(rt.comm_rank(comm), "rank"), ok(rt.comm_size(comm), "size"));
+    let (me, n) = (
+        ok(rt.comm_rank(comm), "rank"),
+        ok(rt.comm_size(comm), "size"),
+    );
     let long = b(Builtin::Long);
     ok(coll::barrier(rt, comm), what);
-    let mut buf: Vec<i64> = (0..count).map(|j| if me == 0 { lval(7, j) } else { -1 }).collect();
+    let mut buf: Vec<i64> = (0..count)
+        .map(|j| if me == 0 { lval(7, j) } else { -1 })
+        .collect();
     let send: Vec<i64> = (0..count).map(|j| lval(me, j)).collect();
     let mut recv = vec![0i64; count];
     let mut red = vec![0i64; count];
     // SAFETY: every buffer holds `count` longs.
     unsafe {
-        ok(coll::bcast(rt, pm(&mut buf), count as i64, &long, 0, comm), what);
         ok(
-            coll::allreduce(rt, sp(&send), pm(&mut recv), count as i64, &long, &Op::Sum, comm),
+            coll::bcast(rt, pm(&mut buf), count as i64, &long, 0, comm),
+            what,
+        );
+        ok(
+            coll::allreduce(
+                rt,
+                sp(&send),
+                pm(&mut recv),
+                count as i64,
+                &long,
+                &Op::Sum,
+                comm,
+            ),
             what,
         );
         ok(
@@ -2489,10 +2505,19 @@ fn four_calls(t: &T, comm: CommId, count: usize, what: &str) {
             what,
         );
     }
-    check!(buf.iter().enumerate().all(|(j, v)| *v == lval(7, j)), "{what}: bcast");
-    check!(recv.iter().enumerate().all(|(j, v)| *v == lsum(n, j)), "{what}: allreduce");
+    check!(
+        buf.iter().enumerate().all(|(j, v)| *v == lval(7, j)),
+        "{what}: bcast"
+    );
+    check!(
+        recv.iter().enumerate().all(|(j, v)| *v == lsum(n, j)),
+        "{what}: allreduce"
+    );
     if me == n - 1 {
-        check!(red.iter().enumerate().all(|(j, v)| *v == lsum(n, j)), "{what}: reduce");
+        check!(
+            red.iter().enumerate().all(|(j, v)| *v == lsum(n, j)),
+            "{what}: reduce"
+        );
     }
 }
 
@@ -2512,16 +2537,26 @@ fn test_shm(t: &T) {
     };
     let auto_on = one_node && (2..=8).contains(&n);
     let took = served(&|| four_calls(t, W, 3, "shm auto"));
-    check!(took == if auto_on { 4 } else { 0 }, "auto: {took} calls on the area");
+    check!(
+        took == if auto_on { 4 } else { 0 },
+        "auto: {took} calls on the area"
+    );
     // 2000 longs: only the barrier fits.
     let took = served(&|| four_calls(t, W, 2000, "shm large"));
-    check!(took == u64::from(auto_on), "large: {took} calls on the area");
+    check!(
+        took == u64::from(auto_on),
+        "large: {took} calls on the area"
+    );
     // Forced off, family by family.
     for (i, f) in fams.iter().enumerate() {
         let off = f.algorithms()[0];
-        let took = select::with_algorithm(*f, off, || served(&|| four_calls(t, W, 3, off))).unwrap();
+        let took =
+            select::with_algorithm(*f, off, || served(&|| four_calls(t, W, 3, off))).unwrap();
         let want = if auto_on { 3 } else { 0 };
-        check!(took == want, "{f:?} forced to {off} (#{i}): {took} calls on the area");
+        check!(
+            took == want,
+            "{f:?} forced to {off} (#{i}): {took} calls on the area"
+        );
     }
     // Forced on everywhere it can run (up to 16 ranks on one node).
     let forced_on = one_node && (2..=16).contains(&n);
@@ -2538,7 +2573,10 @@ fn test_shm(t: &T) {
     .unwrap()
     .unwrap()
     .unwrap();
-    check!(took == if forced_on { 4 } else { 0 }, "forced: {took} calls on the area");
+    check!(
+        took == if forced_on { 4 } else { 0 },
+        "forced: {took} calls on the area"
+    );
     // Communicators made, used and freed: each got its own area, and each area is gone
     // with its communicator (the mapping shows as /memfd:tsunagi-coll in our maps).
     let mappings = || {
@@ -2549,10 +2587,7 @@ fn test_shm(t: &T) {
             .count()
     };
     let m0 = mappings();
-    check!(
-        !auto_on || m0 == 1,
-        "MPI_COMM_WORLD's area: {m0} mappings"
-    );
+    check!(!auto_on || m0 == 1, "MPI_COMM_WORLD's area: {m0} mappings");
     for i in 0..12 {
         let c = if i % 2 == 0 {
             ok(rt.comm_dup(W), "dup")
@@ -2562,10 +2597,17 @@ fn test_shm(t: &T) {
         four_calls(t, c, 1 + i, "shm sub-communicator");
         if i == 0 {
             let m = mappings();
-            check!(m == m0 + usize::from(auto_on), "dup's area: {m} mappings, {m0} before");
+            check!(
+                m == m0 + usize::from(auto_on),
+                "dup's area: {m} mappings, {m0} before"
+            );
         }
         ok(rt.comm_free(c), "free");
-        check!(mappings() == m0, "after free #{i}: {} mappings, {m0} before", mappings());
+        check!(
+            mappings() == m0,
+            "after free #{i}: {} mappings, {m0} before",
+            mappings()
+        );
     }
     t.done("shm");
 }

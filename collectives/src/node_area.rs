@@ -392,7 +392,6 @@ mod tests_support {
             h.join().expect("thread");
         }
     }
-
 }
 
 #[cfg(test)]
@@ -425,7 +424,10 @@ mod tests {
                     // Everyone has entered this round; nobody can have entered round + 2.
                     let seen = e.load(Ordering::SeqCst);
                     assert!(seen >= round * n as u64, "n={n} round {round}: {seen}");
-                    assert!(seen <= (round + 1) * n as u64, "n={n} round {round}: {seen}");
+                    assert!(
+                        seen <= (round + 1) * n as u64,
+                        "n={n} round {round}: {seen}"
+                    );
                 }
             });
         }
@@ -545,7 +547,10 @@ mod tests {
                     // The reader's counter follows its `done` store, so it may trail
                     // by one more call.
                     let lag = s - pr[1].load(Ordering::SeqCst);
-                    assert!(lag <= DEPTH as u64 + 1, "root {s} calls in, reader lags {lag}");
+                    assert!(
+                        lag <= DEPTH as u64 + 1,
+                        "root {s} calls in, reader lags {lag}"
+                    );
                     pr[0].fetch_max(lag, Ordering::SeqCst);
                 } else {
                     std::thread::sleep(std::time::Duration::from_micros(200));
@@ -560,7 +565,10 @@ mod tests {
         });
         // The root did not wait for the slow reader call by call.
         let max_lag = progress[0].load(Ordering::SeqCst);
-        assert!(max_lag >= DEPTH as u64 - 1, "the root never ran ahead (max lag {max_lag})");
+        assert!(
+            max_lag >= DEPTH as u64 - 1,
+            "the root never ran ahead (max lag {max_lag})"
+        );
     }
 }
 
@@ -606,7 +614,10 @@ mod timing {
                     }
                 }
             });
-            eprintln!("{what}: {:.1} ns/call", t.elapsed().as_nanos() as f64 / N as f64);
+            eprintln!(
+                "{what}: {:.1} ns/call",
+                t.elapsed().as_nanos() as f64 / N as f64
+            );
         }
     }
 }

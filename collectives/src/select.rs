@@ -63,7 +63,13 @@ impl Coll {
     pub fn algorithms(self) -> &'static [&'static str] {
         match self {
             Coll::Barrier => &["dissemination", "hierarchical", "shm"],
-            Coll::Bcast => &["binomial", "scatter_allgather", "chain", "hierarchical", "shm"],
+            Coll::Bcast => &[
+                "binomial",
+                "scatter_allgather",
+                "chain",
+                "hierarchical",
+                "shm",
+            ],
             Coll::Gather => &["binomial", "linear"],
             Coll::Scatter => &["binomial", "linear"],
             Coll::Allgather => &["recursive_doubling", "bruck", "ring", "hierarchical"],

@@ -344,9 +344,7 @@ unsafe fn pack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
     let bytes = count * dtype.size();
     match dtype.contiguous_offset() {
         // SAFETY: caller contract; a contiguous type's data is `bytes` bytes at src + off.
-        Some(off) => unsafe {
-            std::ptr::copy_nonoverlapping(src.wrapping_offset(off), dst, bytes)
-        },
+        Some(off) => unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off), dst, bytes) },
         // SAFETY: caller contract.
         None => unsafe {
             dtype.pack_range(src, count, 0, std::slice::from_raw_parts_mut(dst, bytes))
@@ -362,11 +360,11 @@ unsafe fn unpack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
     let bytes = count * dtype.size();
     match dtype.contiguous_offset() {
         // SAFETY: caller contract.
-        Some(off) => unsafe {
-            std::ptr::copy_nonoverlapping(src, dst.wrapping_offset(off), bytes)
-        },
+        Some(off) => unsafe { std::ptr::copy_nonoverlapping(src, dst.wrapping_offset(off), bytes) },
         // SAFETY: caller contract.
-        None => unsafe { dtype.unpack_range(dst, count, 0, std::slice::from_raw_parts(src, bytes)) },
+        None => unsafe {
+            dtype.unpack_range(dst, count, 0, std::slice::from_raw_parts(src, bytes))
+        },
     }
 }
 
