@@ -3173,6 +3173,255 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Ineighbor_alltoallw
+    subroutine MPI_Send_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Send_c
+    subroutine MPI_Ssend_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Ssend_c
+    subroutine MPI_Rsend_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Rsend_c
+    subroutine MPI_Bsend_c(buf, count, datatype, dest, tag, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Bsend_c
+    subroutine MPI_Recv_c(buf, count, datatype, source, tag, comm, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Recv_c
+    subroutine MPI_Isend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isend_c
+    subroutine MPI_Issend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Issend_c
+    subroutine MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Irsend_c
+    subroutine MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ibsend_c
+    subroutine MPI_Irecv_c(buf, count, datatype, source, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Irecv_c
+    subroutine MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Send_init_c
+    subroutine MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ssend_init_c
+    subroutine MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Rsend_init_c
+    subroutine MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Bsend_init_c
+    subroutine MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: source
+      integer :: tag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Recv_init_c
+    subroutine MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      integer :: dest
+      integer :: sendtag
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Sendrecv_c
+    subroutine MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Sendrecv_replace_c
+    subroutine MPI_Mrecv_c(buf, count, datatype, message, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: message
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Mrecv_c
+    subroutine MPI_Imrecv_c(buf, count, datatype, message, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: message
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Imrecv_c
     subroutine MPI_Get_count_c(status, datatype, count, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -3212,6 +3461,784 @@ module mpi
       integer(kind=MPI_COUNT_KIND) :: true_extent
       integer :: ierror
     end subroutine MPI_Type_get_true_extent_c
+    subroutine MPI_Bcast_c(buffer, count, datatype, root, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Bcast_c
+    subroutine MPI_Ibcast_c(buffer, count, datatype, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ibcast_c
+    subroutine MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Reduce_c
+    subroutine MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Allreduce_c
+    subroutine MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ireduce_c
+    subroutine MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iallreduce_c
+    subroutine MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+      type(*), dimension(*) :: inbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: inoutbuf
+      type(*), dimension(*) :: inoutbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: ierror
+    end subroutine MPI_Reduce_local_c
+    subroutine MPI_Buffer_attach_c(buffer, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Buffer_attach_c
+    subroutine MPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount, &
+        & recvtype, source, recvtag, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      integer :: dest
+      integer :: sendtag
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isendrecv_c
+    subroutine MPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Isendrecv_replace_c
+    subroutine MPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Allgather_c
+    subroutine MPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Alltoall_c
+    subroutine MPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Exscan_c
+    subroutine MPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Gather_c
+    subroutine MPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iallgather_c
+    subroutine MPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ialltoall_c
+    subroutine MPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iexscan_c
+    subroutine MPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Igather_c
+    subroutine MPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+        & request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ireduce_scatter_block_c
+    subroutine MPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iscan_c
+    subroutine MPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root, &
+        & comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Iscatter_c
+    subroutine MPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Reduce_scatter_block_c
+    subroutine MPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Scan_c
+    subroutine MPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Scatter_c
+    subroutine MPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_allgather_c
+    subroutine MPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Ineighbor_alltoall_c
+    subroutine MPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Neighbor_allgather_c
+    subroutine MPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_allgather_init_c
+    subroutine MPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoall_c
+    subroutine MPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoall_init_c
+    subroutine MPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, &
+        & comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Allgather_init_c
+    subroutine MPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, &
+        & ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Allreduce_init_c
+    subroutine MPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Alltoall_init_c
+    subroutine MPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Bcast_init_c
+    subroutine MPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Exscan_init_c
+    subroutine MPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Gather_init_c
+    subroutine MPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info,  &
+        & request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Reduce_init_c
+    subroutine MPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm, &
+        & info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Reduce_scatter_block_init_c
+    subroutine MPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Scan_init_c
+    subroutine MPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Scatter_init_c
+    subroutine MPI_Type_contiguous_c(count, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_contiguous_c
+    subroutine MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: stride
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_hvector_c
+    subroutine MPI_Type_create_resized_c(oldtype, lb, extent, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: oldtype
+      integer(kind=MPI_COUNT_KIND) :: lb
+      integer(kind=MPI_COUNT_KIND) :: extent
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_resized_c
+    subroutine MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: stride
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_vector_c
+    subroutine MPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, op, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: op
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Accumulate_c
+    subroutine MPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,  &
+        & result_count, result_datatype, target_rank, target_disp, target_count,  &
+        & target_datatype, op, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: result_addr
+      type(*), dimension(*) :: result_addr
+      integer(kind=MPI_COUNT_KIND) :: result_count
+      integer :: result_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: op
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Get_accumulate_c
+    subroutine MPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+        & target_count, target_datatype, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Get_c
+    subroutine MPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+        & target_count, target_datatype, win, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: win
+      integer :: ierror
+    end subroutine MPI_Put_c
+    subroutine MPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, op, win, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: op
+      integer :: win
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Raccumulate_c
+    subroutine MPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,  &
+        & result_count, result_datatype, target_rank, target_disp, target_count,  &
+        & target_datatype, op, win, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: result_addr
+      type(*), dimension(*) :: result_addr
+      integer(kind=MPI_COUNT_KIND) :: result_count
+      integer :: result_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: op
+      integer :: win
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Rget_accumulate_c
+    subroutine MPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, &
+        & target_count, target_datatype, win, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: win
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Rget_c
+    subroutine MPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp, &
+        & target_count, target_datatype, win, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      integer :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      integer :: target_datatype
+      integer :: win
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Rput_c
     subroutine MPI_Barrier_init(comm, info, request, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

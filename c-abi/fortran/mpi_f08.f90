@@ -2734,6 +2734,234 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_ineighbor_alltoallw
+    subroutine tsunagi_send_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_send_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_send_c
+    subroutine tsunagi_ssend_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_ssend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ssend_c
+    subroutine tsunagi_rsend_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_rsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rsend_c
+    subroutine tsunagi_bsend_c(buf, count, datatype, dest, tag, comm, ierror) bind(C,  &
+        & name="mpi_bsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bsend_c
+    subroutine tsunagi_recv_c(buf, count, datatype, source, tag, comm, status, ierror) bind(C,  &
+        & name="mpi_recv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_recv_c
+    subroutine tsunagi_isend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C,  &
+        & name="mpi_isend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isend_c
+    subroutine tsunagi_issend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C, &
+        & name="mpi_issend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_issend_c
+    subroutine tsunagi_irsend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C, &
+        & name="mpi_irsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_irsend_c
+    subroutine tsunagi_ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror) bind(C, &
+        & name="mpi_ibsend_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ibsend_c
+    subroutine tsunagi_irecv_c(buf, count, datatype, source, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_irecv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_irecv_c
+    subroutine tsunagi_send_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_send_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_send_init_c
+    subroutine tsunagi_ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_ssend_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ssend_init_c
+    subroutine tsunagi_rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_rsend_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rsend_init_c
+    subroutine tsunagi_bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_bsend_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bsend_init_c
+    subroutine tsunagi_recv_init_c(buf, count, datatype, source, tag, comm, request, ierror)  &
+        & bind(C, name="mpi_recv_init_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: source
+      integer :: tag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_recv_init_c
+    subroutine tsunagi_sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,  &
+        & recvcount, recvtype, source, recvtag, comm, status, ierror) bind(C,  &
+        & name="mpi_sendrecv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      integer :: dest
+      integer :: sendtag
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_sendrecv_c
+    subroutine tsunagi_sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, &
+        & comm, status, ierror) bind(C, name="mpi_sendrecv_replace_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_sendrecv_replace_c
+    subroutine tsunagi_mrecv_c(buf, count, datatype, message, status, ierror) bind(C,  &
+        & name="mpi_mrecv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Message) :: message
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_mrecv_c
+    subroutine tsunagi_imrecv_c(buf, count, datatype, message, request, ierror) bind(C,  &
+        & name="mpi_imrecv_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Message) :: message
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_imrecv_c
     subroutine tsunagi_get_count_c(status, datatype, count, ierror) bind(C, name="mpi_get_count_c_")
       import
       type(MPI_Status) :: status
@@ -2771,6 +2999,673 @@ module mpi_f08
       integer(kind=MPI_COUNT_KIND) :: true_extent
       integer(c_int) :: ierror
     end subroutine tsunagi_type_get_true_extent_c
+    subroutine tsunagi_bcast_c(buffer, count, datatype, root, comm, ierror) bind(C,  &
+        & name="mpi_bcast_c_")
+      import
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bcast_c
+    subroutine tsunagi_ibcast_c(buffer, count, datatype, root, comm, request, ierror) bind(C,  &
+        & name="mpi_ibcast_c_")
+      import
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ibcast_c
+    subroutine tsunagi_reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror)  &
+        & bind(C, name="mpi_reduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_c
+    subroutine tsunagi_allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror) bind(C, &
+        & name="mpi_allreduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allreduce_c
+    subroutine tsunagi_ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request,  &
+        & ierror) bind(C, name="mpi_ireduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ireduce_c
+    subroutine tsunagi_iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request,  &
+        & ierror) bind(C, name="mpi_iallreduce_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iallreduce_c
+    subroutine tsunagi_reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror) bind(C,  &
+        & name="mpi_reduce_local_c_")
+      import
+      type(*), dimension(*) :: inbuf
+      type(*), dimension(*) :: inoutbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_local_c
+    subroutine tsunagi_buffer_attach_c(buffer, size, ierror) bind(C, name="mpi_buffer_attach_c_")
+      import
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_buffer_attach_c
+    subroutine tsunagi_isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf,  &
+        & recvcount, recvtype, source, recvtag, comm, request, ierror) bind(C,  &
+        & name="mpi_isendrecv_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      integer :: dest
+      integer :: sendtag
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isendrecv_c
+    subroutine tsunagi_isendrecv_replace_c(buf, count, datatype, dest, sendtag, source,  &
+        & recvtag, comm, request, ierror) bind(C, name="mpi_isendrecv_replace_c_")
+      import
+      type(*), dimension(*) :: buf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: dest
+      integer :: sendtag
+      integer :: source
+      integer :: recvtag
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_isendrecv_replace_c
+    subroutine tsunagi_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, ierror) bind(C, name="mpi_allgather_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allgather_c
+    subroutine tsunagi_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, ierror) bind(C, name="mpi_alltoall_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoall_c
+    subroutine tsunagi_exscan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror) bind(C,  &
+        & name="mpi_exscan_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_exscan_c
+    subroutine tsunagi_gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, ierror) bind(C, name="mpi_gather_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_gather_c
+    subroutine tsunagi_iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, &
+        & comm, request, ierror) bind(C, name="mpi_iallgather_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iallgather_c
+    subroutine tsunagi_ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, request, ierror) bind(C, name="mpi_ialltoall_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ialltoall_c
+    subroutine tsunagi_iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)  &
+        & bind(C, name="mpi_iexscan_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iexscan_c
+    subroutine tsunagi_igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, request, ierror) bind(C, name="mpi_igather_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_igather_c
+    subroutine tsunagi_ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, &
+        & request, ierror) bind(C, name="mpi_ireduce_scatter_block_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ireduce_scatter_block_c
+    subroutine tsunagi_iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)  &
+        & bind(C, name="mpi_iscan_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iscan_c
+    subroutine tsunagi_iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, request, ierror) bind(C, name="mpi_iscatter_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_iscatter_c
+    subroutine tsunagi_reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+        & ierror) bind(C, name="mpi_reduce_scatter_block_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_scatter_block_c
+    subroutine tsunagi_scan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror) bind(C,  &
+        & name="mpi_scan_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scan_c
+    subroutine tsunagi_scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, ierror) bind(C, name="mpi_scatter_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scatter_c
+    subroutine tsunagi_ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, request, ierror) bind(C, name="mpi_ineighbor_allgather_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_allgather_c
+    subroutine tsunagi_ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, request, ierror) bind(C, name="mpi_ineighbor_alltoall_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_ineighbor_alltoall_c
+    subroutine tsunagi_neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, ierror) bind(C, name="mpi_neighbor_allgather_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_allgather_c
+    subroutine tsunagi_neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcount, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_allgather_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_allgather_init_c
+    subroutine tsunagi_neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, ierror) bind(C, name="mpi_neighbor_alltoall_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoall_c
+    subroutine tsunagi_neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcount, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_alltoall_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoall_init_c
+    subroutine tsunagi_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror) bind(C, name="mpi_allgather_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allgather_init_c
+    subroutine tsunagi_allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info,  &
+        & request, ierror) bind(C, name="mpi_allreduce_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allreduce_init_c
+    subroutine tsunagi_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror) bind(C, name="mpi_alltoall_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoall_init_c
+    subroutine tsunagi_bcast_init_c(buffer, count, datatype, root, comm, info, request,  &
+        & ierror) bind(C, name="mpi_bcast_init_c_")
+      import
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_bcast_init_c
+    subroutine tsunagi_exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info,  &
+        & request, ierror) bind(C, name="mpi_exscan_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_exscan_init_c
+    subroutine tsunagi_gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, info, request, ierror) bind(C, name="mpi_gather_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_gather_init_c
+    subroutine tsunagi_reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info,  &
+        & request, ierror) bind(C, name="mpi_reduce_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_init_c
+    subroutine tsunagi_reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op,  &
+        & comm, info, request, ierror) bind(C, name="mpi_reduce_scatter_block_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_scatter_block_init_c
+    subroutine tsunagi_scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+        & ierror) bind(C, name="mpi_scan_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scan_init_c
+    subroutine tsunagi_scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, info, request, ierror) bind(C, name="mpi_scatter_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scatter_init_c
+    subroutine tsunagi_type_contiguous_c(count, oldtype, newtype, ierror) bind(C,  &
+        & name="mpi_type_contiguous_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_contiguous_c
+    subroutine tsunagi_type_create_hvector_c(count, blocklength, stride, oldtype, newtype,  &
+        & ierror) bind(C, name="mpi_type_create_hvector_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: stride
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_hvector_c
+    subroutine tsunagi_type_create_resized_c(oldtype, lb, extent, newtype, ierror) bind(C,  &
+        & name="mpi_type_create_resized_c_")
+      import
+      type(MPI_Datatype) :: oldtype
+      integer(kind=MPI_COUNT_KIND) :: lb
+      integer(kind=MPI_COUNT_KIND) :: extent
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_resized_c
+    subroutine tsunagi_type_vector_c(count, blocklength, stride, oldtype, newtype, ierror)  &
+        & bind(C, name="mpi_type_vector_c_")
+      import
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(kind=MPI_COUNT_KIND) :: blocklength
+      integer(kind=MPI_COUNT_KIND) :: stride
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_vector_c
+    subroutine tsunagi_accumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, op, win, ierror) bind(C,  &
+        & name="mpi_accumulate_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Op) :: op
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_accumulate_c
+    subroutine tsunagi_get_accumulate_c(origin_addr, origin_count, origin_datatype,  &
+        & result_addr, result_count, result_datatype, target_rank, target_disp, target_count,  &
+        & target_datatype, op, win, ierror) bind(C, name="mpi_get_accumulate_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      type(*), dimension(*) :: result_addr
+      integer(kind=MPI_COUNT_KIND) :: result_count
+      type(MPI_Datatype) :: result_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Op) :: op
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_get_accumulate_c
+    subroutine tsunagi_get_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, win, ierror) bind(C, name="mpi_get_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_get_c
+    subroutine tsunagi_put_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, win, ierror) bind(C, name="mpi_put_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Win) :: win
+      integer(c_int) :: ierror
+    end subroutine tsunagi_put_c
+    subroutine tsunagi_raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, op, win, request, ierror) bind(C,  &
+        & name="mpi_raccumulate_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Op) :: op
+      type(MPI_Win) :: win
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_raccumulate_c
+    subroutine tsunagi_rget_accumulate_c(origin_addr, origin_count, origin_datatype,  &
+        & result_addr, result_count, result_datatype, target_rank, target_disp, target_count,  &
+        & target_datatype, op, win, request, ierror) bind(C, name="mpi_rget_accumulate_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      type(*), dimension(*) :: result_addr
+      integer(kind=MPI_COUNT_KIND) :: result_count
+      type(MPI_Datatype) :: result_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Op) :: op
+      type(MPI_Win) :: win
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rget_accumulate_c
+    subroutine tsunagi_rget_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, win, request, ierror) bind(C,  &
+        & name="mpi_rget_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Win) :: win
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rget_c
+    subroutine tsunagi_rput_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, win, request, ierror) bind(C,  &
+        & name="mpi_rput_c_")
+      import
+      type(*), dimension(*) :: origin_addr
+      integer(kind=MPI_COUNT_KIND) :: origin_count
+      type(MPI_Datatype) :: origin_datatype
+      integer :: target_rank
+      integer(kind=MPI_ADDRESS_KIND) :: target_disp
+      integer(kind=MPI_COUNT_KIND) :: target_count
+      type(MPI_Datatype) :: target_datatype
+      type(MPI_Win) :: win
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_rput_c
     subroutine tsunagi_barrier_init(comm, info, request, ierror) bind(C, name="mpi_barrier_init_")
       import
       type(MPI_Comm) :: comm
@@ -7063,6 +7958,276 @@ contains
         & recvcounts, rdispls, recvtypes, comm, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Ineighbor_alltoallw
+  subroutine MPI_Send_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_send_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Send_c
+  subroutine MPI_Ssend_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ssend_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ssend_c
+  subroutine MPI_Rsend_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rsend_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rsend_c
+  subroutine MPI_Bsend_c(buf, count, datatype, dest, tag, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bsend_c(buf, count, datatype, dest, tag, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bsend_c
+  subroutine MPI_Recv_c(buf, count, datatype, source, tag, comm, status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_recv_c(buf, count, datatype, source, tag, comm, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Recv_c
+  subroutine MPI_Isend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isend_c
+  subroutine MPI_Issend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_issend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Issend_c
+  subroutine MPI_Irsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_irsend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Irsend_c
+  subroutine MPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ibsend_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ibsend_c
+  subroutine MPI_Irecv_c(buf, count, datatype, source, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_irecv_c(buf, count, datatype, source, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Irecv_c
+  subroutine MPI_Send_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_send_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Send_init_c
+  subroutine MPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ssend_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ssend_init_c
+  subroutine MPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rsend_init_c
+  subroutine MPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bsend_init_c(buf, count, datatype, dest, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bsend_init_c
+  subroutine MPI_Recv_init_c(buf, count, datatype, source, tag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: source
+    integer, intent(in) :: tag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_recv_init_c(buf, count, datatype, source, tag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Recv_init_c
+  subroutine MPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+      & recvtype, source, recvtag, comm, status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Sendrecv_c
+  subroutine MPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, &
+      & status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm, &
+        & status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Sendrecv_replace_c
+  subroutine MPI_Mrecv_c(buf, count, datatype, message, status, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Message) :: message
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_mrecv_c(buf, count, datatype, message, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Mrecv_c
+  subroutine MPI_Imrecv_c(buf, count, datatype, message, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Message) :: message
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_imrecv_c(buf, count, datatype, message, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Imrecv_c
   subroutine MPI_Get_count_c(status, datatype, count, ierror)
     type(MPI_Status) :: status
     type(MPI_Datatype), intent(in) :: datatype
@@ -7107,6 +8272,870 @@ contains
     call tsunagi_type_get_true_extent_c(datatype, true_lb, true_extent, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_get_true_extent_c
+  subroutine MPI_Bcast_c(buffer, count, datatype, root, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bcast_c(buffer, count, datatype, root, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bcast_c
+  subroutine MPI_Ibcast_c(buffer, count, datatype, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ibcast_c(buffer, count, datatype, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ibcast_c
+  subroutine MPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_c
+  subroutine MPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allreduce_c(sendbuf, recvbuf, count, datatype, op, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allreduce_c
+  subroutine MPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ireduce_c
+  subroutine MPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iallreduce_c
+  subroutine MPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
+    type(*), dimension(*) :: inbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: inoutbuf
+    type(*), dimension(*) :: inoutbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_local_c(inbuf, inoutbuf, count, datatype, op, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_local_c
+  subroutine MPI_Buffer_attach_c(buffer, size, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_buffer_attach_c(buffer, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Buffer_attach_c
+  subroutine MPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+      & recvtype, source, recvtag, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,  &
+        & recvtype, source, recvtag, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isendrecv_c
+  subroutine MPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag,  &
+      & comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buf
+    type(*), dimension(*) :: buf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: dest
+    integer, intent(in) :: sendtag
+    integer, intent(in) :: source
+    integer, intent(in) :: recvtag
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag,  &
+        & comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Isendrecv_replace_c
+  subroutine MPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allgather_c
+  subroutine MPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoall_c
+  subroutine MPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_exscan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Exscan_c
+  subroutine MPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+      & comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Gather_c
+  subroutine MPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm, &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iallgather_c
+  subroutine MPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ialltoall_c
+  subroutine MPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iexscan_c
+  subroutine MPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+      & comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Igather_c
+  subroutine MPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ireduce_scatter_block_c
+  subroutine MPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iscan_c
+  subroutine MPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+      & comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Iscatter_c
+  subroutine MPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_scatter_block_c
+  subroutine MPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scan_c(sendbuf, recvbuf, count, datatype, op, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scan_c
+  subroutine MPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+      & comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,  &
+        & comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scatter_c
+  subroutine MPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_allgather_c
+  subroutine MPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Ineighbor_alltoall_c
+  subroutine MPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_allgather_c
+  subroutine MPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_allgather_init_c
+  subroutine MPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoall_c
+  subroutine MPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+      & recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,  &
+        & recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoall_init_c
+  subroutine MPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+      & comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allgather_init_c
+  subroutine MPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+      & ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request,  &
+        & ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allreduce_init_c
+  subroutine MPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+      & comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoall_init_c
+  subroutine MPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_bcast_init_c(buffer, count, datatype, root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Bcast_init_c
+  subroutine MPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Exscan_init_c
+  subroutine MPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+      & root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Gather_init_c
+  subroutine MPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_init_c
+  subroutine MPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+      & info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm,  &
+        & info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_scatter_block_init_c
+  subroutine MPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scan_init_c
+  subroutine MPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+      & root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,  &
+        & root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scatter_init_c
+  subroutine MPI_Type_contiguous_c(count, oldtype, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_contiguous_c(count, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_contiguous_c
+  subroutine MPI_Type_create_hvector_c(count, blocklength, stride, oldtype, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND), intent(in) :: blocklength
+    integer(kind=MPI_COUNT_KIND), intent(in) :: stride
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_hvector_c(count, blocklength, stride, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_hvector_c
+  subroutine MPI_Type_create_resized_c(oldtype, lb, extent, newtype, ierror)
+    type(MPI_Datatype), intent(in) :: oldtype
+    integer(kind=MPI_COUNT_KIND), intent(in) :: lb
+    integer(kind=MPI_COUNT_KIND), intent(in) :: extent
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_resized_c(oldtype, lb, extent, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_resized_c
+  subroutine MPI_Type_vector_c(count, blocklength, stride, oldtype, newtype, ierror)
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer(kind=MPI_COUNT_KIND), intent(in) :: blocklength
+    integer(kind=MPI_COUNT_KIND), intent(in) :: stride
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_vector_c(count, blocklength, stride, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_vector_c
+  subroutine MPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+      & target_disp, target_count, target_datatype, op, win, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Win), intent(in) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_accumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, op, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Accumulate_c
+  subroutine MPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,  &
+      & result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, &
+      & op, win, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: result_addr
+    type(*), dimension(*) :: result_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: result_count
+    type(MPI_Datatype), intent(in) :: result_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Win), intent(in) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,  &
+        & result_count, result_datatype, target_rank, target_disp, target_count,  &
+        & target_datatype, op, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Get_accumulate_c
+  subroutine MPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+      & target_count, target_datatype, win, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Win), intent(in) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+        & target_count, target_datatype, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Get_c
+  subroutine MPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+      & target_count, target_datatype, win, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Win), intent(in) :: win
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+        & target_count, target_datatype, win, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Put_c
+  subroutine MPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+      & target_disp, target_count, target_datatype, op, win, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Win), intent(in) :: win
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank,  &
+        & target_disp, target_count, target_datatype, op, win, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Raccumulate_c
+  subroutine MPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,  &
+      & result_count, result_datatype, target_rank, target_disp, target_count, target_datatype, &
+      & op, win, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: result_addr
+    type(*), dimension(*) :: result_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: result_count
+    type(MPI_Datatype), intent(in) :: result_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Win), intent(in) :: win
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,  &
+        & result_count, result_datatype, target_rank, target_disp, target_count,  &
+        & target_datatype, op, win, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rget_accumulate_c
+  subroutine MPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+      & target_count, target_datatype, win, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Win), intent(in) :: win
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+        & target_count, target_datatype, win, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rget_c
+  subroutine MPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+      & target_count, target_datatype, win, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: origin_addr
+    type(*), dimension(*) :: origin_addr
+    integer(kind=MPI_COUNT_KIND), intent(in) :: origin_count
+    type(MPI_Datatype), intent(in) :: origin_datatype
+    integer, intent(in) :: target_rank
+    integer(kind=MPI_ADDRESS_KIND), intent(in) :: target_disp
+    integer(kind=MPI_COUNT_KIND), intent(in) :: target_count
+    type(MPI_Datatype), intent(in) :: target_datatype
+    type(MPI_Win), intent(in) :: win
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,  &
+        & target_count, target_datatype, win, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Rput_c
   subroutine MPI_Barrier_init(comm, info, request, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Info), intent(in) :: info
