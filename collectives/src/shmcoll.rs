@@ -320,8 +320,9 @@ impl Memory {
 /// Waiting inside the runtime: progress, yield, then growing naps.
 struct RtIdle<'a>(&'a Runtime);
 
-/// Idle rounds spent yielding before the naps start.
-const YIELDS: u32 = 2000;
+/// Idle rounds spent yielding before the naps start: many, since a nap lasts at least the
+/// timer slack (50 µs) and with more ranks than cores the peer we wait for needs our core.
+const YIELDS: u32 = 50_000;
 
 impl Idle for RtIdle<'_> {
     fn idle(&mut self, round: u32) -> MpiResult<()> {
