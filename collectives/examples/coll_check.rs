@@ -2457,6 +2457,161 @@ fn test_errors(t: &T) {
 }
 
 /// The algorithm forced through the environment is the one used.
+/// One call each of barrier, bcast (root 0), allreduce and reduce (root size - 1) of
+/// `count` longs on `comm`, with their results checked.
+fn four_calls(t: &T, comm: CommId, count: usize, what: &str) {
+    let rt = t.rt;
+    let (me, n) = (
+        ok(rt.comm_rank(comm), "rank"),
+        ok(rt.comm_size(comm), "size"),
+    );
+    let long = b(Builtin::Long);
+    ok(coll::barrier(rt, comm), what);
+    let mut buf: Vec<i64> = (0..count)
+        .map(|j| if me == 0 { lval(7, j) } else { -1 })
+        .collect();
+    let send: Vec<i64> = (0..count).map(|j| lval(me, j)).collect();
+    let mut recv = vec![0i64; count];
+    let mut red = vec![0i64; count];
+    // SAFETY: every buffer holds `count` longs.
+    unsafe {
+        ok(
+            coll::bcast(rt, pm(&mut buf), count as i64, &long, 0, comm),
+            what,
+        );
+        ok(
+            coll::allreduce(
+                rt,
+                sp(&send),
+                pm(&mut recv),
+                count as i64,
+                &long,
+                &Op::Sum,
+                comm,
+            ),
+            what,
+        );
+        ok(
+            coll::reduce(
+                rt,
+                sp(&send),
+                pm(&mut red),
+                count as i64,
+                &long,
+                &Op::Sum,
+                (n - 1) as i32,
+                comm,
+            ),
+            what,
+        );
+    }
+    check!(
+        buf.iter().enumerate().all(|(j, v)| *v == lval(7, j)),
+        "{what}: bcast"
+    );
+    check!(
+        recv.iter().enumerate().all(|(j, v)| *v == lsum(n, j)),
+        "{what}: allreduce"
+    );
+    if me == n - 1 {
+        check!(
+            red.iter().enumerate().all(|(j, v)| *v == lsum(n, j)),
+            "{what}: reduce"
+        );
+    }
+}
+
+/// The shared-memory fast path is taken where it should be (one node, 2 to 8 ranks
+/// automatically, up to 16 when forced, messages up to 8 KiB) and nowhere else, forcing
+/// another algorithm turns it off, and freed communicators leave no mapping behind.
+fn test_shm(t: &T) {
+    let rt = t.rt;
+    let n = t.n;
+    let nodes = ok(rt.comm_nodes(W), "nodes");
+    let one_node = nodes.iter().all(|&x| x == nodes[0]);
+    let fams = [Coll::Barrier, Coll::Bcast, Coll::Allreduce, Coll::Reduce];
+    let served = |f: &dyn Fn()| {
+        let before = coll::shared_memory_calls();
+        f();
+        coll::shared_memory_calls() - before
+    };
+    let auto_on = one_node && (2..=8).contains(&n);
+    let took = served(&|| four_calls(t, W, 3, "shm auto"));
+    check!(
+        took == if auto_on { 4 } else { 0 },
+        "auto: {took} calls on the area"
+    );
+    // 2000 longs: only the barrier fits.
+    let took = served(&|| four_calls(t, W, 2000, "shm large"));
+    check!(
+        took == u64::from(auto_on),
+        "large: {took} calls on the area"
+    );
+    // Forced off, family by family.
+    for (i, f) in fams.iter().enumerate() {
+        let off = f.algorithms()[0];
+        let took =
+            select::with_algorithm(*f, off, || served(&|| four_calls(t, W, 3, off))).unwrap();
+        let want = if auto_on { 3 } else { 0 };
+        check!(
+            took == want,
+            "{f:?} forced to {off} (#{i}): {took} calls on the area"
+        );
+    }
+    // Forced on everywhere it can run (up to 16 ranks on one node).
+    let forced_on = one_node && (2..=16).contains(&n);
+    let took = select::with_algorithm(Coll::Barrier, "shm", || {
+        select::with_algorithm(Coll::Bcast, "shm", || {
+            select::with_algorithm(Coll::Allreduce, "shm", || {
+                select::with_algorithm(Coll::Reduce, "shm", || {
+                    served(&|| four_calls(t, W, 5, "shm forced"))
+                })
+            })
+        })
+    })
+    .unwrap()
+    .unwrap()
+    .unwrap()
+    .unwrap();
+    check!(
+        took == if forced_on { 4 } else { 0 },
+        "forced: {took} calls on the area"
+    );
+    // Communicators made, used and freed: each got its own area, and each area is gone
+    // with its communicator (the mapping shows as /memfd:tsunagi-coll in our maps).
+    let mappings = || {
+        std::fs::read_to_string("/proc/self/maps")
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("tsunagi-coll"))
+            .count()
+    };
+    let m0 = mappings();
+    check!(!auto_on || m0 == 1, "MPI_COMM_WORLD's area: {m0} mappings");
+    for i in 0..12 {
+        let c = if i % 2 == 0 {
+            ok(rt.comm_dup(W), "dup")
+        } else {
+            ok(rt.comm_split(W, (t.me % 2) as i32, 0), "split").expect("member")
+        };
+        four_calls(t, c, 1 + i, "shm sub-communicator");
+        if i == 0 {
+            let m = mappings();
+            check!(
+                m == m0 + usize::from(auto_on),
+                "dup's area: {m} mappings, {m0} before"
+            );
+        }
+        ok(rt.comm_free(c), "free");
+        check!(
+            mappings() == m0,
+            "after free #{i}: {} mappings, {m0} before",
+            mappings()
+        );
+    }
+    t.done("shm");
+}
+
 fn test_env(t: &T) {
     for c in Coll::ALL {
         if let Ok(v) = std::env::var(c.env_var()) {
@@ -2515,7 +2670,7 @@ fn main() {
         SMALL.store(true, std::sync::atomic::Ordering::Relaxed);
         args.remove(i);
     }
-    let all: [Test; 15] = [
+    let all: [Test; 16] = [
         ("barrier", test_barrier),
         ("bcast", test_bcast),
         ("gather", test_gather),
@@ -2531,6 +2686,7 @@ fn main() {
         ("topo", test_topo),
         ("subcomm", test_subcomm),
         ("random", test_random),
+        ("shm", test_shm),
     ];
     for (name, f) in all {
         if args.is_empty() || args.iter().any(|a| a == name) {

@@ -1,5 +1,6 @@
 //! MPI_Barrier: dissemination, and the hierarchical barrier of seed 004 (node-local
-//! arrival at the node leader, dissemination among node leaders, node-local release).
+//! arrival at the node leader, dissemination among node leaders, node-local release); on
+//! one node, the shared-memory area of `shmcoll.rs`.
 
 use tsunagi_core::{CommId, MpiResult, Runtime};
 
@@ -8,6 +9,9 @@ use crate::util::{tag, Ctx, Hier, Team};
 
 /// `MPI_Barrier`.
 pub fn barrier(rt: &Runtime, comm: CommId) -> MpiResult<()> {
+    if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Barrier, 0)? {
+        return node.barrier(rt);
+    }
     if crate::inter::is_inter(rt, "MPI_Barrier", comm)? {
         return crate::inter::ibarrier(rt, comm)?.wait(rt);
     }

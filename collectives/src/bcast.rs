@@ -1,5 +1,6 @@
 //! MPI_Bcast: binomial tree, scatter + ring allgather (van de Geijn), pipelined chain,
-//! and hierarchical (root to the node leaders, then each leader inside its node).
+//! and hierarchical (root to the node leaders, then each leader inside its node); on one
+//! node, small messages through the shared-memory area of `shmcoll.rs`.
 
 use tsunagi_core::datatype::TypeRef;
 use tsunagi_core::{CommId, MpiResult, Runtime};
@@ -27,6 +28,19 @@ pub unsafe fn bcast(
             .wait(rt);
     }
     let call = "MPI_Bcast";
+    // The shared-memory fast path, for arguments that pass the checks below (anything
+    // else goes the ordinary way, which reports the error).
+    if count > 0 && dtype.is_committed() && (!buf.is_null() || dtype.true_lb() != 0) {
+        let bytes = count as usize * dtype.size();
+        if bytes > 0 {
+            if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Bcast, bytes)? {
+                if root >= 0 && (root as usize) < node.size() {
+                    // SAFETY: forwarded caller contract; the root is valid.
+                    return unsafe { node.bcast(rt, buf, count as usize, dtype, root as usize) };
+                }
+            }
+        }
+    }
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = check_count(call, count)?;
     check_type(call, dtype)?;

@@ -46,9 +46,11 @@ pub mod impi;
 mod impi_v;
 pub mod inter;
 pub mod nbc;
+mod node_area;
 pub mod op;
 pub mod reduce;
 pub mod select;
+mod shmcoll;
 pub mod topo;
 mod util;
 pub mod wan;
@@ -69,4 +71,5 @@ pub use nbc::{
 pub use op::{reduce_local, Op, UserFn, UserOp};
 pub use reduce::{allreduce, exscan, reduce, reduce_scatter, reduce_scatter_block, scan};
 pub use select::{set_algorithm, with_algorithm, Coll};
+pub use shmcoll::shared_memory_calls;
 pub use util::{RecvBuf, SendBuf};

@@ -44,6 +44,26 @@ impl Red<'_> {
     }
 }
 
+/// The shared-memory area for a reduction whose count, type and op pass the checks of
+/// [`common_checks`] (the ordinary path reports anything else), and the count.
+fn shm_args(
+    rt: &Runtime,
+    comm: CommId,
+    family: Coll,
+    count: i64,
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<Option<(std::sync::Arc<crate::shmcoll::Node>, usize)>> {
+    if count <= 0 || !dtype.is_committed() || op.check("", dtype).is_err() {
+        return Ok(None);
+    }
+    let bytes = count as usize * dtype.size();
+    if bytes == 0 {
+        return Ok(None);
+    }
+    Ok(crate::shmcoll::area(rt, comm, family, bytes)?.map(|n| (n, count as usize)))
+}
+
 pub(crate) fn common_checks(call: &str, count: i64, dtype: &TypeRef, op: &Op) -> MpiResult<usize> {
     let count = check_count(call, count)?;
     check_type(call, dtype)?;
@@ -97,6 +117,20 @@ pub unsafe fn reduce(
         .wait(rt);
     }
     let call = "MPI_Reduce";
+    if let Some((node, n)) = shm_args(rt, comm, Coll::Reduce, count, dtype, op)? {
+        let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
+        if root >= 0 && (root as usize) < node.size() {
+            let at_root = node.rank() == root as usize;
+            let fine = match sendbuf {
+                SendBuf::InPlace => at_root && ok_buf(recvbuf),
+                SendBuf::Ptr(s) => ok_buf(s) && (!at_root || ok_buf(recvbuf)),
+            };
+            if fine {
+                // SAFETY: forwarded caller contract; arguments checked as below.
+                return unsafe { node.reduce(rt, sendbuf, recvbuf, n, dtype, op, root as usize) };
+            }
+        }
+    }
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = common_checks(call, count, dtype, op)?;
     let root = check_root(call, root, ctx.size)?;
@@ -610,6 +644,18 @@ pub unsafe fn allreduce(
         .wait(rt);
     }
     let call = "MPI_Allreduce";
+    if let Some((node, n)) = shm_args(rt, comm, Coll::Allreduce, count, dtype, op)? {
+        let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
+        let fine = ok_buf(recvbuf)
+            && match sendbuf {
+                SendBuf::InPlace => true,
+                SendBuf::Ptr(s) => ok_buf(s),
+            };
+        if fine {
+            // SAFETY: forwarded caller contract; arguments checked as below.
+            return unsafe { node.allreduce(rt, sendbuf, recvbuf, n, dtype, op) };
+        }
+    }
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = common_checks(call, count, dtype, op)?;
     check_buf(call, "recvbuf", recvbuf, count, dtype)?;

@@ -62,19 +62,26 @@ impl Coll {
     /// The algorithm names of the family (what the environment variable accepts).
     pub fn algorithms(self) -> &'static [&'static str] {
         match self {
-            Coll::Barrier => &["dissemination", "hierarchical"],
-            Coll::Bcast => &["binomial", "scatter_allgather", "chain", "hierarchical"],
+            Coll::Barrier => &["dissemination", "hierarchical", "shm"],
+            Coll::Bcast => &[
+                "binomial",
+                "scatter_allgather",
+                "chain",
+                "hierarchical",
+                "shm",
+            ],
             Coll::Gather => &["binomial", "linear"],
             Coll::Scatter => &["binomial", "linear"],
             Coll::Allgather => &["recursive_doubling", "bruck", "ring", "hierarchical"],
             Coll::Alltoall => &["bruck", "pairwise", "two_level_ring", "linear", "sites"],
-            Coll::Reduce => &["binomial", "rabenseifner", "hierarchical"],
+            Coll::Reduce => &["binomial", "rabenseifner", "hierarchical", "shm"],
             Coll::Allreduce => &[
                 "recursive_doubling",
                 "rabenseifner",
                 "ring",
                 "binomial",
                 "hierarchical",
+                "shm",
             ],
             Coll::ReduceScatter => &["ring", "reduce_scatterv"],
             Coll::Scan => &["recursive_doubling", "linear"],

@@ -113,6 +113,7 @@ const ALL: &[&str] = &[
     "topo",
     "subcomm",
     "random",
+    "shm",
 ];
 
 fn assert_ok(out: &Output, tests: &[&str], what: &str) {

@@ -136,7 +136,7 @@ int main(int argc, char **argv) {
     char ename[64];
     int elen = sizeof ename;
     OK(MPI_T_enum_get_info(et, &items, ename, &elen));
-    CHECK_EQ(items, 5);
+    CHECK_EQ(items, 6); /* auto and binomial, scatter_allgather, chain, hierarchical, shm */
     CHECK(strcmp(ename, "tsunagi_coll_bcast") == 0);
     int chain = -1;
     for (int k = 0; k < items; k++) {

@@ -1,0 +1,623 @@
+//! The slot protocol of the shared-memory small collectives: barrier, bcast, reduce and
+//! allreduce among the ranks of one communicator that all live on one node, through one
+//! memory area they all map (see `shmcoll.rs` for how the area is made and found).
+//!
+//! Layout (every part on its own 128-byte line pair, so that adjacent-line prefetching does
+//! not make two writers share a line):
+//! - a header line: magic, rank count, depth, slot size, and a nonce that attaching
+//!   ranks check (they must have mapped the leader's area, not some other memory);
+//! - per rank `i` a *done* line holding one `u64` that only rank `i` writes;
+//! - per rank `i`, `DEPTH` slots, which only rank `i` writes: a *stamp* (`u64`) and, from
+//!   byte 16 on (so that small messages share the stamp's cache line), up to
+//!   `SLOT_BYTES` of data.
+//!
+//! Every call of a collective on the area takes the next sequence number `s` (1, 2, ...:
+//! all ranks call the communicator's collectives in the same order, so they agree on `s`).
+//! Its data goes into slot `s % DEPTH` of the writing rank. A rank stores the slot's
+//! `stamp = s` (Release) once its contribution to call `s` is in the slot (or, in a
+//! barrier, once it has arrived), and `done = s` when it has finished call `s` and reads
+//! nobody's slots any more. So:
+//! - a reader waits for rank `j`'s stamp of slot `s % DEPTH` to reach `s` (Acquire)
+//!   before reading the slot; rank `j` cannot reuse the slot (stamp `s + DEPTH`) before
+//!   the reader said `done >= s` (below), so what it reads is call `s`'s data;
+//! - a writer about to fill its slot for call `s` waits until every other rank has
+//!   `done >= s - DEPTH` (the previous user of the slot was call `s - DEPTH`). A rank that
+//!   need not wait for others (a bcast root, a reduce non-root) therefore runs up to
+//!   `DEPTH - 1` calls ahead of the slowest reader, whatever the roots of the calls;
+//! - seeing rank `j`'s stamp `s` also proves `done[j] >= s - 1` (a rank finishes a call before
+//!   it starts the next), which the all-to-all calls (barrier, allreduce) use to learn
+//!   that slots are free without reading the done lines.
+//!
+//! Reductions fold the contributions in rank order on every rank, from the right
+//! (`d0 op (d1 op (... op dn-1))`), so non-commutative ops are right and every rank of an
+//! allreduce computes bit-identical results.
+//!
+//! Waiting spins a little, then hands control to an [`Idle`] (the runtime driver makes
+//! progress on the engine, yields and, after a while, sleeps).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use tsunagi_core::MpiResult;
+
+/// Cache line pair.
+pub(crate) const LINE: usize = 128;
+/// Slots per rank: how many calls a rank may run ahead of the slowest other rank.
+pub(crate) const DEPTH: usize = 8;
+/// Data bytes per slot: the largest message of the fast path.
+pub(crate) const SLOT_BYTES: usize = 8192;
+/// Where a slot's data starts (after the stamp; 16 keeps 16-byte alignment).
+const DATA_OFFSET: usize = 16;
+/// Distance between slots.
+const STRIDE: usize = (DATA_OFFSET + SLOT_BYTES).div_ceil(LINE) * LINE;
+/// Largest communicator the area is made for.
+pub(crate) const MAX_RANKS: usize = 16;
+/// "TSUNAGIc".
+pub(crate) const MAGIC: u64 = 0x5453_554e_4147_4963;
+/// Pause iterations before the first call of [`Idle::idle`].
+const SPIN: u32 = 64;
+
+/// What a waiting rank does between checks, once the short spin is over.
+pub(crate) trait Idle {
+    /// Called with 0, 1, 2, ... while the condition stays false; an error ends the wait
+    /// (a fault of the runtime, a dead peer).
+    fn idle(&mut self, round: u32) -> MpiResult<()>;
+}
+
+/// Yield the processor (threads over an in-memory area).
+#[cfg(test)]
+pub(crate) struct YieldIdle;
+#[cfg(test)]
+impl Idle for YieldIdle {
+    fn idle(&mut self, _round: u32) -> MpiResult<()> {
+        std::thread::yield_now();
+        Ok(())
+    }
+}
+
+/// Bytes of the area for `n` ranks.
+pub(crate) fn area_len(n: usize) -> usize {
+    LINE * (1 + n) + n * DEPTH * STRIDE
+}
+
+/// One rank's view of an area. Not `Sync` in spirit: one collective at a time per
+/// communicator (MPI's rule), so the local counters are plain relaxed atomics.
+pub(crate) struct Area {
+    base: *mut u8,
+    n: usize,
+    me: usize,
+    /// Sequence number of the last call started here.
+    seq: AtomicU64,
+    /// Every other rank is known to have `done >= free`.
+    free: AtomicU64,
+}
+
+// SAFETY: the area is memory shared with other ranks; everything written concurrently is
+// an atomic, and slots are handed between writer and readers by the Release/Acquire
+// protocol above. The pointer itself never changes.
+unsafe impl Send for Area {}
+// SAFETY: as above; the local counters are atomics.
+unsafe impl Sync for Area {}
+
+impl Area {
+    /// Write the header of a fresh (zeroed) area of `area_len(n)` bytes.
+    ///
+    /// # Safety
+    /// `base` points to `area_len(n)` zeroed, writable bytes aligned to `LINE`, not yet
+    /// used by anyone else.
+    pub(crate) unsafe fn init(base: *mut u8, n: usize, nonce: u64) {
+        // SAFETY: caller contract (the header line is ours alone yet).
+        unsafe {
+            let h = base as *mut u64;
+            h.add(1).write(n as u64);
+            h.add(2).write(DEPTH as u64);
+            h.add(3).write(SLOT_BYTES as u64);
+            h.add(4).write(nonce);
+            (*(h as *const AtomicU64)).store(MAGIC, Ordering::Release);
+        }
+    }
+
+    /// Check that an area carries the expected header.
+    ///
+    /// # Safety
+    /// `base` points to at least `LINE` readable bytes.
+    pub(crate) unsafe fn header_ok(base: *const u8, n: usize, nonce: u64) -> bool {
+        // SAFETY: caller contract; the magic is read with Acquire, the rest after it.
+        unsafe {
+            let h = base as *const u64;
+            (*(h as *const AtomicU64)).load(Ordering::Acquire) == MAGIC
+                && h.add(1).read() == n as u64
+                && h.add(2).read() == DEPTH as u64
+                && h.add(3).read() == SLOT_BYTES as u64
+                && h.add(4).read() == nonce
+        }
+    }
+
+    /// Rank `me`'s view of an initialised area of `n` ranks.
+    ///
+    /// # Safety
+    /// `base` points to `area_len(n)` bytes aligned to `LINE`, initialised by
+    /// [`Area::init`], that stay mapped for the life of the view, and every user of the
+    /// area follows this protocol with a distinct `me`.
+    pub(crate) unsafe fn new(base: *mut u8, n: usize, me: usize) -> Area {
+        assert!((2..=MAX_RANKS).contains(&n) && me < n);
+        Area {
+            base,
+            n,
+            me,
+            seq: AtomicU64::new(0),
+            free: AtomicU64::new(0),
+        }
+    }
+
+    pub(crate) fn size(&self) -> usize {
+        self.n
+    }
+
+    pub(crate) fn rank(&self) -> usize {
+        self.me
+    }
+
+    fn word(&self, off: usize) -> &AtomicU64 {
+        // SAFETY: `off` is a line inside the area (callers below), aligned to LINE; the
+        // word is only ever accessed atomically.
+        unsafe { &*(self.base.add(off) as *const AtomicU64) }
+    }
+
+    fn done(&self, r: usize) -> &AtomicU64 {
+        self.word(LINE * (1 + r))
+    }
+
+    fn slot_offset(&self, r: usize, s: u64) -> usize {
+        let k = (s % DEPTH as u64) as usize;
+        LINE * (1 + self.n) + (r * DEPTH + k) * STRIDE
+    }
+
+    /// Rank `r`'s stamp of the slot of call `s`.
+    fn stamp(&self, r: usize, s: u64) -> &AtomicU64 {
+        self.word(self.slot_offset(r, s))
+    }
+
+    /// Rank `r`'s data of the slot of call `s`.
+    fn slot(&self, r: usize, s: u64) -> *mut u8 {
+        // SAFETY: inside the area: r < n, the slot index < DEPTH, DATA_OFFSET + SLOT_BYTES
+        // <= STRIDE.
+        unsafe { self.base.add(self.slot_offset(r, s) + DATA_OFFSET) }
+    }
+
+    /// Publish this rank's slot of call `s`.
+    fn post(&self, s: u64) {
+        self.stamp(self.me, s).store(s, Ordering::Release);
+    }
+
+    fn next_seq(&self) -> u64 {
+        let s = self.seq.load(Ordering::Relaxed) + 1;
+        self.seq.store(s, Ordering::Relaxed);
+        s
+    }
+
+    fn wait(&self, idle: &mut dyn Idle, mut cond: impl FnMut() -> bool) -> MpiResult<()> {
+        let mut i = 0u32;
+        loop {
+            if cond() {
+                return Ok(());
+            }
+            if i < SPIN {
+                std::hint::spin_loop();
+            } else {
+                idle.idle(i - SPIN)?;
+            }
+            i = i.saturating_add(1);
+        }
+    }
+
+    /// Wait until rank `r` has arrived at call `s` (posted its slot).
+    fn wait_arrive(&self, idle: &mut dyn Idle, r: usize, s: u64) -> MpiResult<()> {
+        let a = self.stamp(r, s);
+        self.wait(idle, || a.load(Ordering::Acquire) >= s)
+    }
+
+    /// Wait until every other rank arrived at call `s`; they have then finished `s - 1`.
+    fn wait_all_arrive(&self, idle: &mut dyn Idle, s: u64) -> MpiResult<()> {
+        for r in 0..self.n {
+            if r != self.me {
+                self.wait_arrive(idle, r, s)?;
+            }
+        }
+        if self.free.load(Ordering::Relaxed) < s - 1 {
+            self.free.store(s - 1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// Wait until this rank's slot for call `s` is free (every other rank is done with
+    /// call `s - DEPTH`).
+    fn wait_slot_free(&self, idle: &mut dyn Idle, s: u64) -> MpiResult<()> {
+        let need = s.saturating_sub(DEPTH as u64);
+        if self.free.load(Ordering::Relaxed) >= need {
+            return Ok(());
+        }
+        let mut low = u64::MAX;
+        for r in 0..self.n {
+            if r != self.me {
+                let d = self.done(r);
+                self.wait(idle, || d.load(Ordering::Acquire) >= need)?;
+                low = low.min(d.load(Ordering::Acquire));
+            }
+        }
+        self.free.store(low, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn finish(&self, s: u64) {
+        self.done(self.me).store(s, Ordering::Release);
+    }
+
+    /// Barrier: everyone arrives, everyone waits for everyone.
+    pub(crate) fn barrier(&self, idle: &mut dyn Idle) -> MpiResult<()> {
+        let s = self.next_seq();
+        self.wait_slot_free(idle, s)?;
+        self.post(s);
+        self.wait_all_arrive(idle, s)?;
+        self.finish(s);
+        Ok(())
+    }
+
+    /// Broadcast from this rank: `fill` writes the `len` bytes into the slot. Returns
+    /// without waiting for the readers.
+    pub(crate) fn bcast_root(
+        &self,
+        idle: &mut dyn Idle,
+        len: usize,
+        fill: impl FnOnce(*mut u8),
+    ) -> MpiResult<()> {
+        assert!(len <= SLOT_BYTES);
+        let s = self.next_seq();
+        self.wait_slot_free(idle, s)?;
+        fill(self.slot(self.me, s));
+        self.post(s);
+        self.finish(s);
+        Ok(())
+    }
+
+    /// Receive a broadcast from `root`: `take` reads the bytes from the root's slot.
+    pub(crate) fn bcast_recv(
+        &self,
+        idle: &mut dyn Idle,
+        root: usize,
+        take: impl FnOnce(*const u8),
+    ) -> MpiResult<()> {
+        let s = self.next_seq();
+        self.wait_arrive(idle, root, s)?;
+        take(self.slot(root, s));
+        self.finish(s);
+        Ok(())
+    }
+
+    /// Allreduce: `fill` writes this rank's packed contribution into its slot, then
+    /// `fold` gets every rank's contribution in rank order.
+    pub(crate) fn allreduce(
+        &self,
+        idle: &mut dyn Idle,
+        len: usize,
+        fill: impl FnOnce(*mut u8),
+        fold: impl FnOnce(&[*const u8]),
+    ) -> MpiResult<()> {
+        assert!(len <= SLOT_BYTES);
+        let s = self.next_seq();
+        self.wait_slot_free(idle, s)?;
+        fill(self.slot(self.me, s));
+        self.post(s);
+        self.wait_all_arrive(idle, s)?;
+        let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
+        for (r, p) in parts.iter_mut().enumerate().take(self.n) {
+            *p = self.slot(r, s);
+        }
+        fold(&parts[..self.n]);
+        self.finish(s);
+        Ok(())
+    }
+
+    /// Reduce to `root`: every rank's `fill` writes its contribution; the root's `fold`
+    /// gets them all in rank order. Non-roots return without waiting.
+    pub(crate) fn reduce(
+        &self,
+        idle: &mut dyn Idle,
+        root: usize,
+        len: usize,
+        fill: impl FnOnce(*mut u8),
+        fold: impl FnOnce(&[*const u8]),
+    ) -> MpiResult<()> {
+        assert!(len <= SLOT_BYTES);
+        let s = self.next_seq();
+        self.wait_slot_free(idle, s)?;
+        fill(self.slot(self.me, s));
+        self.post(s);
+        if self.me == root {
+            self.wait_all_arrive(idle, s)?;
+            let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
+            for (r, p) in parts.iter_mut().enumerate().take(self.n) {
+                *p = self.slot(r, s);
+            }
+            fold(&parts[..self.n]);
+        }
+        self.finish(s);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests_support {
+    use super::*;
+    use std::sync::Arc;
+
+    /// A zeroed, line-aligned heap area shared by threads.
+    pub(super) struct Mem(Vec<u128>);
+    impl Mem {
+        pub(super) fn new(n: usize) -> Arc<Mem> {
+            let words = area_len(n).div_ceil(16) + LINE / 16;
+            let mut m = Mem(vec![0u128; words]);
+            let base = m.base();
+            // SAFETY: fresh zeroed memory of the right size.
+            unsafe { Area::init(base, n, 42) };
+            Arc::new(m)
+        }
+        pub(super) fn base(&mut self) -> *mut u8 {
+            let p = self.0.as_mut_ptr() as *mut u8;
+            p.wrapping_add(p.align_offset(LINE))
+        }
+    }
+    struct Base(*mut u8);
+    // SAFETY: the memory outlives the threads (joined before the Arc goes).
+    unsafe impl Send for Base {}
+
+    /// Run `f(area)` on `n` threads over one in-memory area.
+    pub(super) fn on_threads(n: usize, f: impl Fn(&Area) + Send + Sync + Clone + 'static) {
+        let mut mem = Mem::new(n);
+        let base = Arc::get_mut(&mut mem).expect("sole owner").base();
+        let hs: Vec<_> = (0..n)
+            .map(|me| {
+                let b = Base(base);
+                let f = f.clone();
+                let keep = mem.clone();
+                std::thread::spawn(move || {
+                    let b = b;
+                    // SAFETY: initialised area of n ranks, alive while `keep` is.
+                    let a = unsafe { Area::new(b.0, n, me) };
+                    f(&a);
+                    drop(keep);
+                })
+            })
+            .collect();
+        for h in hs {
+            h.join().expect("thread");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tests_support::{on_threads, Mem};
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn header_is_checked() {
+        let mut mem = Mem::new(3);
+        let base = Arc::get_mut(&mut mem).unwrap().base();
+        // SAFETY: the area is alive and initialised.
+        unsafe {
+            assert!(Area::header_ok(base, 3, 42));
+            assert!(!Area::header_ok(base, 3, 43));
+            assert!(!Area::header_ok(base, 4, 42));
+        }
+    }
+
+    #[test]
+    fn barrier_lets_nobody_out_before_everyone_is_in() {
+        for n in [2, 3, 4, 7] {
+            let entered = Arc::new(AtomicU64::new(0));
+            let e = entered.clone();
+            on_threads(n, move |a| {
+                for round in 1..=200u64 {
+                    e.fetch_add(1, Ordering::SeqCst);
+                    a.barrier(&mut YieldIdle).unwrap();
+                    // Everyone has entered this round; nobody can have entered round + 2.
+                    let seen = e.load(Ordering::SeqCst);
+                    assert!(seen >= round * n as u64, "n={n} round {round}: {seen}");
+                    assert!(
+                        seen <= (round + 1) * n as u64,
+                        "n={n} round {round}: {seen}"
+                    );
+                }
+            });
+        }
+    }
+
+    /// Back-to-back broadcasts with rotating roots, the roots running ahead: every rank
+    /// sees every call's own data, across many wraps of the slot ring.
+    #[test]
+    fn bcasts_with_changing_roots_run_ahead_safely() {
+        for n in [2, 3, 4, 8] {
+            on_threads(n, move |a| {
+                let me = a.rank();
+                for s in 0..2000u64 {
+                    // Roots change in runs so that one root runs many calls ahead.
+                    let root = ((s / 13) % n as u64) as usize;
+                    let len = 1 + (s as usize * 7) % 300;
+                    let val = |i: usize| (s as usize * 31 + i) as u8;
+                    if me == root {
+                        a.bcast_root(&mut YieldIdle, len, |p| {
+                            for i in 0..len {
+                                // SAFETY: the slot has SLOT_BYTES >= len bytes.
+                                unsafe { p.add(i).write(val(i)) };
+                            }
+                        })
+                        .unwrap();
+                    } else {
+                        a.bcast_recv(&mut YieldIdle, root, |p| {
+                            for i in 0..len {
+                                // SAFETY: the slot has len bytes of this call.
+                                let got = unsafe { p.add(i).read() };
+                                assert_eq!(got, val(i), "n={n} call {s} byte {i}");
+                            }
+                        })
+                        .unwrap();
+                    }
+                }
+            });
+        }
+    }
+
+    /// Allreduce and reduce (non-commutative: string concatenation of rank ids in rank
+    /// order) mixed with bcasts and barriers.
+    #[test]
+    fn mixed_calls_fold_in_rank_order() {
+        for n in [2, 3, 4, 5] {
+            on_threads(n, move |a| {
+                let me = a.rank();
+                for s in 0..1500u64 {
+                    match s % 4 {
+                        0 | 1 => {
+                            // Contribution: [me, s as u8]; fold: the list of them in order.
+                            let root = (s as usize / 4) % n;
+                            let fill = |p: *mut u8| {
+                                // SAFETY: 2 bytes of our slot.
+                                unsafe {
+                                    p.write(me as u8);
+                                    p.add(1).write(s as u8);
+                                }
+                            };
+                            let mut got = Vec::new();
+                            let fold = |parts: &[*const u8]| {
+                                for &q in parts {
+                                    // SAFETY: every slot holds this call's 2 bytes.
+                                    unsafe { got.extend([q.read(), q.add(1).read()]) };
+                                }
+                            };
+                            let want: Vec<u8> = (0..n).flat_map(|r| [r as u8, s as u8]).collect();
+                            if s % 4 == 0 {
+                                a.allreduce(&mut YieldIdle, 2, fill, fold).unwrap();
+                                assert_eq!(got, want);
+                            } else {
+                                a.reduce(&mut YieldIdle, root, 2, fill, fold).unwrap();
+                                if me == root {
+                                    assert_eq!(got, want);
+                                } else {
+                                    assert!(got.is_empty());
+                                }
+                            }
+                        }
+                        2 => a.barrier(&mut YieldIdle).unwrap(),
+                        _ => {
+                            let root = (s as usize) % n;
+                            if me == root {
+                                a.bcast_root(&mut YieldIdle, 8, |p| {
+                                    // SAFETY: 8 bytes of our slot.
+                                    unsafe { (p as *mut [u8; 8]).write_unaligned(s.to_le_bytes()) }
+                                })
+                                .unwrap();
+                            } else {
+                                a.bcast_recv(&mut YieldIdle, root, |p| {
+                                    // SAFETY: 8 bytes of this call.
+                                    let v = unsafe { (p as *const [u8; 8]).read_unaligned() };
+                                    assert_eq!(u64::from_le_bytes(v), s);
+                                })
+                                .unwrap();
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// A reader slower than the root: the root may run at most DEPTH - 1 calls ahead.
+    #[test]
+    fn root_runs_ahead_at_most_depth_minus_one() {
+        let progress = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+        let pr = progress.clone();
+        on_threads(2, move |a| {
+            for s in 1..=100u64 {
+                if a.rank() == 0 {
+                    a.bcast_root(&mut YieldIdle, 1, |p| {
+                        // SAFETY: one byte of our slot.
+                        unsafe { p.write(s as u8) }
+                    })
+                    .unwrap();
+                    // The reader's counter follows its `done` store, so it may trail
+                    // by one more call.
+                    let lag = s - pr[1].load(Ordering::SeqCst);
+                    assert!(
+                        lag <= DEPTH as u64 + 1,
+                        "root {s} calls in, reader lags {lag}"
+                    );
+                    pr[0].fetch_max(lag, Ordering::SeqCst);
+                } else {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    a.bcast_recv(&mut YieldIdle, 0, |p| {
+                        // SAFETY: one byte of this call.
+                        assert_eq!(unsafe { p.read() }, s as u8)
+                    })
+                    .unwrap();
+                    pr[1].store(s, Ordering::SeqCst);
+                }
+            }
+        });
+        // The root did not wait for the slow reader call by call.
+        let max_lag = progress[0].load(Ordering::SeqCst);
+        assert!(
+            max_lag >= DEPTH as u64 - 1,
+            "the root never ran ahead (max lag {max_lag})"
+        );
+    }
+}
+
+/// Protocol cost on this machine, without MPI around it:
+/// `cargo test --release -p tsunagi-collectives --lib node_area::timing -- --ignored --nocapture`.
+#[cfg(test)]
+mod timing {
+    use super::tests_support::on_threads;
+    use super::*;
+
+    #[test]
+    #[ignore = "a measurement, not a check"]
+    fn per_call_times() {
+        const N: u64 = 200_000;
+        for what in ["barrier", "bcast8", "allreduce8"] {
+            let t = std::time::Instant::now();
+            on_threads(2, move |a| {
+                let mut buf = [0u8; 8];
+                let mut out = [0u8; 8];
+                for _ in 0..N {
+                    match what {
+                        "barrier" => a.barrier(&mut YieldIdle).unwrap(),
+                        "bcast8" if a.rank() == 0 => a
+                            .bcast_root(&mut YieldIdle, 8, |p| unsafe {
+                                std::ptr::copy_nonoverlapping(buf.as_ptr(), p, 8)
+                            })
+                            .unwrap(),
+                        "bcast8" => a
+                            .bcast_recv(&mut YieldIdle, 0, |p| unsafe {
+                                std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), 8)
+                            })
+                            .unwrap(),
+                        _ => a
+                            .allreduce(
+                                &mut YieldIdle,
+                                8,
+                                |p| unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, 8) },
+                                |parts| unsafe {
+                                    std::ptr::copy_nonoverlapping(parts[1], out.as_mut_ptr(), 8)
+                                },
+                            )
+                            .unwrap(),
+                    }
+                }
+            });
+            eprintln!(
+                "{what}: {:.1} ns/call",
+                t.elapsed().as_nanos() as f64 / N as f64
+            );
+        }
+    }
+}

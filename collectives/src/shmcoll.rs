@@ -1,0 +1,488 @@
+//! The shared-memory fast path of small collectives (barrier, bcast, reduce, allreduce up
+//! to [`SLOT_BYTES`]) on communicators whose ranks are all on one node: the driver of the
+//! slot protocol of `node_area.rs`.
+//!
+//! **The area.** Made collectively at the first call that would use it (every rank takes
+//! the same decision: it depends on the communicator, the message size and the
+//! process-wide algorithm setting only): rank 0 creates an anonymous memfd, all ranks learn
+//! its `/proc/<pid>/fd/<fd>` from an internal all-gather, map it and check the header's
+//! nonce, and a second all-gather agrees on the outcome; then rank 0 closes the memfd. No
+//! name ever exists, so nothing is left in /dev/shm however the job ends. If any rank
+//! cannot map it (or the communicator spans nodes, pretend nodes of `TSUNAGI_NODE_MAP`
+//! included, or sites, or is an intercommunicator, or has more than [`MAX_RANKS`] ranks),
+//! the communicator is marked and the point-to-point algorithms serve it.
+//!
+//! **Finding it.** A process-wide table indexed by communicator id, read under a read
+//! lock: no engine lock on the fast path. An attribute with a delete callback (run by
+//! `MPI_Comm_free`) clears the entry and unmaps the area once the last call using it is
+//! over.
+//!
+//! **Choosing it.** `shm` is an algorithm of the barrier, bcast, reduce and allreduce
+//! families (`TSUNAGI_COLL_<NAME>=shm` forces it wherever it can run; forcing any other
+//! algorithm turns it off for that family). Automatically it serves communicators of up
+//! to [`AUTO_MAX_RANKS`] ranks and messages of 1 to [`SLOT_BYTES`] bytes.
+//!
+//! **Waiting** spins briefly, then makes progress on the engine (so that one-sided
+//! targets and queued sends move while a rank waits here), yields, and after a while
+//! sleeps in short, growing naps (8 ranks on 2 cores must not starve the rank they wait
+//! for).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::time::Duration;
+
+use tsunagi_core::comm::Keyval;
+use tsunagi_core::datatype::TypeRef;
+use tsunagi_core::{CommId, MpiResult, Runtime};
+
+use crate::node_area::{area_len, Area, Idle, LINE, MAX_RANKS, SLOT_BYTES};
+use crate::op::Op;
+use crate::select::{forced, Coll};
+use crate::util::{Ctx, Packed, SendBuf};
+
+/// Largest communicator the automatic choice sends through the area.
+pub(crate) const AUTO_MAX_RANKS: usize = 8;
+
+/// The algorithm name of the fast path in every family that has it.
+pub(crate) const NAME: &str = "shm";
+
+/// A mapped area and this rank's view of it.
+pub(crate) struct Node {
+    area: Area,
+    _mem: Memory,
+}
+
+enum Entry {
+    /// Not decided yet.
+    Unknown,
+    /// The point-to-point algorithms serve this communicator.
+    Off,
+    On(Arc<Node>),
+}
+
+static TABLE: RwLock<Vec<Entry>> = RwLock::new(Vec::new());
+
+/// Calls this process served through an area (for tests and tools).
+static SERVED: AtomicU64 = AtomicU64::new(0);
+
+/// How many collective calls this process has run on the shared-memory fast path.
+pub fn shared_memory_calls() -> u64 {
+    SERVED.load(Ordering::Relaxed)
+}
+
+fn table_read() -> std::sync::RwLockReadGuard<'static, Vec<Entry>> {
+    TABLE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn table_write() -> std::sync::RwLockWriteGuard<'static, Vec<Entry>> {
+    TABLE.write().unwrap_or_else(|p| p.into_inner())
+}
+
+fn set_entry(comm: CommId, e: Entry) {
+    let mut t = table_write();
+    let i = comm.0 as usize;
+    if t.len() <= i {
+        t.resize_with(i + 1, || Entry::Unknown);
+    }
+    t[i] = e;
+}
+
+/// The keyval whose delete callback forgets a communicator's entry.
+fn keyval(rt: &Runtime) -> i32 {
+    static KEYVAL: OnceLock<i32> = OnceLock::new();
+    *KEYVAL.get_or_init(|| {
+        rt.create_keyval(Keyval {
+            copy: None,
+            delete: Some(Arc::new(|comm: CommId, _kv, _val, _extra| {
+                set_entry(comm, Entry::Unknown);
+                Ok(())
+            })),
+            extra: 0,
+        })
+    })
+}
+
+/// Whether the family's setting allows the area, and whether that is the automatic choice.
+fn allowed(family: Coll) -> Option<bool> {
+    match forced(family) {
+        None => Some(true),
+        Some(i) if family.algorithms()[i] == NAME => Some(false),
+        Some(_) => None,
+    }
+}
+
+/// The area to run a call of `family` moving `bytes` bytes per rank on, if the fast path
+/// serves it. Collective on a first use (see the module doc); `None` also for an invalid
+/// communicator (the caller's ordinary path reports it).
+pub(crate) fn area(
+    rt: &Runtime,
+    comm: CommId,
+    family: Coll,
+    bytes: usize,
+) -> MpiResult<Option<Arc<Node>>> {
+    let Some(auto) = allowed(family) else {
+        return Ok(None);
+    };
+    if bytes > SLOT_BYTES {
+        return Ok(None);
+    }
+    let fits = |n: &Arc<Node>| !auto || n.area.size() <= AUTO_MAX_RANKS;
+    {
+        let t = table_read();
+        match t.get(comm.0 as usize) {
+            Some(Entry::Off) => return Ok(None),
+            Some(Entry::On(n)) if fits(n) => {
+                SERVED.fetch_add(1, Ordering::Relaxed);
+                return Ok(Some(n.clone()));
+            }
+            Some(Entry::On(_)) => return Ok(None),
+            _ => {}
+        }
+    }
+    // Undecided: an invalid communicator is the ordinary path's to report; one too large
+    // for the automatic choice is left undecided (no area is made for nothing).
+    match rt.comm_size(comm) {
+        Err(_) => return Ok(None),
+        Ok(n) if auto && n > AUTO_MAX_RANKS => return Ok(None),
+        Ok(_) => {}
+    }
+    let entry = setup(rt, comm)?;
+    let out = match &entry {
+        Entry::On(n) if fits(n) => Some(n.clone()),
+        _ => None,
+    };
+    if out.is_some() {
+        SERVED.fetch_add(1, Ordering::Relaxed);
+    }
+    set_entry(comm, entry);
+    rt.set_attr(comm, keyval(rt), 1)?;
+    Ok(out)
+}
+
+/// Decide (collectively where needed) whether `comm` gets an area, and make it.
+fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
+    if crate::inter::is_inter(rt, "collective", comm)? {
+        return Ok(Entry::Off);
+    }
+    let mut ctx = Ctx::new(rt, comm, "collective")?;
+    let n = ctx.size;
+    if !(2..=MAX_RANKS).contains(&n) {
+        return Ok(Entry::Off);
+    }
+    let nodes = ctx.nodes()?;
+    if nodes.iter().any(|&x| x != nodes[0]) || crate::impi::sites(&ctx)?.is_some() {
+        return Ok(Entry::Off);
+    }
+    let call = "collective (shared-memory area)";
+    let len = area_len(n);
+    // Rank 0 makes the area and tells the others where it is.
+    let mut made = None;
+    let mut info = Vec::new();
+    if ctx.rank == 0 {
+        let nonce = {
+            use std::hash::{BuildHasher, Hasher};
+            let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+            h.write_u32(std::process::id());
+            h.finish()
+        };
+        if let Ok((mem, fd)) = Memory::create(len) {
+            // SAFETY: fresh zeroed memory of `len` bytes, page-aligned, ours alone.
+            unsafe { Area::init(mem.base, n, nonce) };
+            info.extend_from_slice(&std::process::id().to_le_bytes());
+            info.extend_from_slice(&fd.as_raw_fd().to_le_bytes());
+            info.extend_from_slice(&nonce.to_le_bytes());
+            made = Some((mem, fd));
+        }
+    }
+    let all = rt.allgather_bytes(call, comm, &info)?;
+    let mut attached: Option<Memory> = None;
+    if ctx.rank != 0 && all[0].len() == 16 {
+        let pid = u32::from_le_bytes(all[0][0..4].try_into().expect("4 bytes"));
+        let fd = i32::from_le_bytes(all[0][4..8].try_into().expect("4 bytes"));
+        let nonce = u64::from_le_bytes(all[0][8..16].try_into().expect("8 bytes"));
+        if let Ok(m) = Memory::attach(pid, fd, len) {
+            // SAFETY: `m` maps `len` >= LINE bytes.
+            if unsafe { Area::header_ok(m.base, n, nonce) } {
+                attached = Some(m);
+            }
+        }
+    }
+    let mapped = made.is_some() || attached.is_some();
+    let ok = rt.allgather_bytes(call, comm, &[u8::from(mapped)])?;
+    let everyone = ok.iter().all(|v| v.first() == Some(&1));
+    // Every rank has mapped it (or given up): close the way in.
+    let leader_mem = made.map(|(m, fd)| {
+        drop(fd);
+        m
+    });
+    if !everyone {
+        return Ok(Entry::Off);
+    }
+    let mem = leader_mem.or(attached).expect("mapped");
+    // SAFETY: `mem` maps the initialised area of `n` ranks for the life of the Node; every
+    // rank uses its own comm rank.
+    let area = unsafe { Area::new(mem.base, n, ctx.rank) };
+    Ok(Entry::On(Arc::new(Node { area, _mem: mem })))
+}
+
+/// A shared mapping, unmapped on drop.
+struct Memory {
+    base: *mut u8,
+    len: usize,
+}
+
+// SAFETY: plain shared memory; concurrent access goes through the protocol's atomics.
+unsafe impl Send for Memory {}
+// SAFETY: as above.
+unsafe impl Sync for Memory {}
+
+impl Drop for Memory {
+    fn drop(&mut self) {
+        if self.len > 0 {
+            // SAFETY: we mapped exactly this range and nobody uses it any more (the Node
+            // owning us is gone).
+            unsafe { libc::munmap(self.base as *mut libc::c_void, self.len) };
+        }
+    }
+}
+
+fn os_err(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+fn map(fd: &OwnedFd, len: usize) -> Result<Memory, String> {
+    // SAFETY: mapping a descriptor we hold with a length its object has; checked below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd.as_raw_fd(),
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(os_err("mmap"));
+    }
+    debug_assert_eq!(p as usize % LINE, 0);
+    Ok(Memory {
+        base: p as *mut u8,
+        len,
+    })
+}
+
+impl Memory {
+    /// An anonymous memfd of `len` zero bytes (reserved now: running out of memory is an
+    /// error here rather than a SIGBUS later), mapped.
+    fn create(len: usize) -> Result<(Memory, OwnedFd), String> {
+        // SAFETY: a static C string and plain flags.
+        let fd = unsafe { libc::memfd_create(c"tsunagi-coll".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(os_err("memfd_create"));
+        }
+        // SAFETY: a descriptor we just got and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        // SAFETY: plain syscalls on our descriptor.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), len as libc::off_t) } != 0 {
+            return Err(os_err("ftruncate"));
+        }
+        // SAFETY: as above.
+        let rc = unsafe { libc::posix_fallocate(fd.as_raw_fd(), 0, len as libc::off_t) };
+        if rc != 0 && rc != libc::EOPNOTSUPP && rc != libc::EINVAL {
+            return Err(format!("posix_fallocate: error {rc}"));
+        }
+        let m = map(&fd, len)?;
+        Ok((m, fd))
+    }
+
+    /// Map another process's memfd through /proc.
+    fn attach(pid: u32, fd: i32, len: usize) -> Result<Memory, String> {
+        let path = std::ffi::CString::new(format!("/proc/{pid}/fd/{fd}")).expect("no NUL");
+        // SAFETY: a valid C string and plain flags.
+        let raw = unsafe { libc::open(path.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+        if raw < 0 {
+            return Err(os_err("open"));
+        }
+        // SAFETY: a descriptor we just got and own.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // SAFETY: fstat into a zeroed struct we own.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } != 0 || st.st_size as usize != len {
+            return Err("the area has the wrong size".into());
+        }
+        map(&fd, len)
+    }
+}
+
+/// Waiting inside the runtime: progress, yield, then growing naps.
+struct RtIdle<'a>(&'a Runtime);
+
+/// Idle rounds spent yielding before the naps start: many, since a nap lasts at least the
+/// timer slack (50 µs) and with more ranks than cores the peer we wait for needs our core.
+const YIELDS: u32 = 50_000;
+
+impl Idle for RtIdle<'_> {
+    fn idle(&mut self, round: u32) -> MpiResult<()> {
+        self.0.progress()?;
+        if round < YIELDS {
+            std::thread::yield_now();
+        } else {
+            let k = ((round - YIELDS) / 64).min(5);
+            std::thread::sleep(Duration::from_micros(4 << k));
+        }
+        Ok(())
+    }
+}
+
+/// Copy `count` elements of `dtype` at `src` into `dst`, packed.
+///
+/// # Safety
+/// The type map at `src` is readable; `dst` has `count * size` writable bytes.
+unsafe fn pack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
+    let bytes = count * dtype.size();
+    match dtype.contiguous_offset() {
+        // SAFETY: caller contract; a contiguous type's data is `bytes` bytes at src + off.
+        Some(off) => unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off), dst, bytes) },
+        // SAFETY: caller contract.
+        None => unsafe {
+            dtype.pack_range(src, count, 0, std::slice::from_raw_parts_mut(dst, bytes))
+        },
+    }
+}
+
+/// Copy the packed stream at `src` into `count` elements of `dtype` at `dst`.
+///
+/// # Safety
+/// `src` has `count * size` readable bytes; the type map at `dst` is writable.
+unsafe fn unpack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
+    let bytes = count * dtype.size();
+    match dtype.contiguous_offset() {
+        // SAFETY: caller contract.
+        Some(off) => unsafe { std::ptr::copy_nonoverlapping(src, dst.wrapping_offset(off), bytes) },
+        // SAFETY: caller contract.
+        None => unsafe {
+            dtype.unpack_range(dst, count, 0, std::slice::from_raw_parts(src, bytes))
+        },
+    }
+}
+
+impl Node {
+    pub(crate) fn size(&self) -> usize {
+        self.area.size()
+    }
+
+    pub(crate) fn rank(&self) -> usize {
+        self.area.rank()
+    }
+
+    pub(crate) fn barrier(&self, rt: &Runtime) -> MpiResult<()> {
+        self.area.barrier(&mut RtIdle(rt))
+    }
+
+    /// Bcast of `count` elements (`count * size` in 1..=SLOT_BYTES bytes).
+    ///
+    /// # Safety
+    /// As `MPI_Bcast`'s buffer; `root` < size.
+    pub(crate) unsafe fn bcast(
+        &self,
+        rt: &Runtime,
+        buf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        root: usize,
+    ) -> MpiResult<()> {
+        let bytes = count * dtype.size();
+        if self.area.rank() == root {
+            self.area.bcast_root(&mut RtIdle(rt), bytes, |slot| {
+                // SAFETY: the root's buffer is readable; the slot holds `bytes`.
+                unsafe { pack(buf, count, dtype, slot) }
+            })
+        } else {
+            self.area.bcast_recv(&mut RtIdle(rt), root, |slot| {
+                // SAFETY: the slot holds this call's `bytes`; our buffer is writable.
+                unsafe { unpack(slot, count, dtype, buf) }
+            })
+        }
+    }
+
+    /// Allreduce (`count * size` in 1..=SLOT_BYTES bytes); the op passed its type check.
+    ///
+    /// # Safety
+    /// As `MPI_Allreduce`'s buffers.
+    pub(crate) unsafe fn allreduce(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        recvbuf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        op: &Op,
+    ) -> MpiResult<()> {
+        let bytes = count * dtype.size();
+        let input = match sendbuf {
+            SendBuf::InPlace => recvbuf as *const u8,
+            SendBuf::Ptr(p) => p,
+        };
+        self.area.allreduce(
+            &mut RtIdle(rt),
+            bytes,
+            // SAFETY: the input is readable; the slot holds `bytes`.
+            |slot| unsafe { pack(input, count, dtype, slot) },
+            // SAFETY: every part holds this call's packed contribution; recvbuf writable.
+            |parts| unsafe { fold_into(parts, recvbuf, count, dtype, op) },
+        )
+    }
+
+    /// Reduce to `root` (`count * size` in 1..=SLOT_BYTES bytes); the op passed its type
+    /// check; `sendbuf` is `InPlace` only at the root.
+    ///
+    /// # Safety
+    /// As `MPI_Reduce`'s buffers.
+    pub(crate) unsafe fn reduce(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        recvbuf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        op: &Op,
+        root: usize,
+    ) -> MpiResult<()> {
+        let bytes = count * dtype.size();
+        let input = match sendbuf {
+            SendBuf::InPlace => recvbuf as *const u8,
+            SendBuf::Ptr(p) => p,
+        };
+        self.area.reduce(
+            &mut RtIdle(rt),
+            root,
+            bytes,
+            // SAFETY: the input is readable; the slot holds `bytes`.
+            |slot| unsafe { pack(input, count, dtype, slot) },
+            // SAFETY: (root only) every part holds this call's contribution; recvbuf
+            // writable at the root.
+            |parts| unsafe { fold_into(parts, recvbuf, count, dtype, op) },
+        )
+    }
+}
+
+/// `out = p0 op (p1 op (... op pn-1))` into the user's buffer.
+///
+/// # Safety
+/// Every part holds `count` packed elements; the type map at `out` is writable.
+unsafe fn fold_into(parts: &[*const u8], out: *mut u8, count: usize, dtype: &TypeRef, op: &Op) {
+    let bytes = count * dtype.size();
+    // SAFETY: caller contract; the view is written back by finish.
+    unsafe {
+        let view = Packed::new(out, count, dtype, false);
+        let last = parts[parts.len() - 1];
+        std::ptr::copy_nonoverlapping(last, view.ptr, bytes);
+        for &p in parts[..parts.len() - 1].iter().rev() {
+            op.apply_packed(p, view.ptr, count, dtype);
+        }
+        view.finish();
+    }
+}
