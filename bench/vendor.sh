@@ -9,8 +9,8 @@
 # Environment: TSUNAGI_PREFIX (an install prefix with bin/mpicc; default ./dist),
 #   TSUNAGI_MPIRUN (default $TSUNAGI_PREFIX/bin/mpirun), P2P_MAX (default 4194304),
 #   P2P_SEC (seconds per point, default 0.1), KERNELS (default "cg mg is ep"), NPROCS
-#   (default "2 4"), CLASS (default A), ENGINES (default "polling threaded"), SHM (default 1:
-#   also Tsunagi on its own shared memory, the `shm` column; 0 leaves it out).
+#   (NPB ranks, default "1 2 4"), CLASS (default A), ENGINES (default "polling threaded"),
+#   SHM (default 1: also Tsunagi on its own shared memory, the `shm` column; 0: not).
 #
 # Columns: `alone` is npb-tests/bench/p2p.c (or the NPB kernel) built with the vendor's
 # mpicc and started by its launcher (mpiexec.hydra; mpirun.openmpi --oversubscribe
@@ -45,7 +45,7 @@ engines="${ENGINES:-polling threaded}"
 configs="$engines"
 [ "${SHM:-1}" = 1 ] && configs="$configs shm"
 kernels="${KERNELS:-cg mg is ep}"
-nprocs="${NPROCS:-2 4}"
+nprocs="${NPROCS:-1 2 4}"
 class="${CLASS:-A}"
 build="$(mktemp -d "${TMPDIR:-/tmp}/tsunagi-vendor-bench.XXXXXX")"
 trap 'rm -rf "$build"' EXIT
