@@ -21,7 +21,8 @@
 //! other), the p2p and collective suites and `vendor_big.c` (every size across the eager
 //! limit) with the vendor carrying every message; the same host check and the p2p suite
 //! with TCP between the hosts and the vendor inside each (`TSUNAGI_INTERNODE=tcp`); and a
-//! rank killed on the second host ending the job with nothing left in either namespace.
+//! rank on the second host killed or aborting, ending the job within 5 s with nothing left
+//! in either namespace.
 //! Needs root, `ip netns`, `unshare` and both vendors' launchers: skipped with a message
 //! otherwise, a failure in CI.
 
@@ -29,7 +30,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
-use std::time::{Duration, Instant};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{check, have, mpirun, prefix, run, src_dir};
 
@@ -247,22 +248,38 @@ fn across_hosts(vendor: &str) {
         let left = h.leftovers();
         assert!(left.is_empty(), "{what}: left running: {left:?}");
     }
-    // The last rank (on the second host) dies by SIGKILL: the job ends, nothing is left.
+    // The last rank (on the second host) dies by SIGKILL, or calls MPI_Abort: the job ends
+    // within 5 s of it, nothing is left in either namespace. (Measured here: 0.08 s over
+    // MPICH, 1.4-2.3 s over Open MPI, whose launcher alone takes most of that; the bound
+    // leaves room for a loaded machine and the agent. A remote rank that exits without
+    // MPI_Finalize is not tested: Hydra with a remote-shell launcher does not end such a
+    // job at all, MPICH alone included; see docs/vendor-mpi.md.)
     let fail = build("vendor_fail", vendor);
-    let dir = h.dir.join("fail");
-    std::fs::create_dir_all(&dir).unwrap();
-    let start = Instant::now();
-    let out = run(h
-        .mpirun(vendor, "polling", &[], &fail)
-        .arg(&dir)
-        .arg("kill"));
-    let took = start.elapsed();
-    let what = format!("rank killed on the second host over {vendor}");
-    assert!(!out.status.success(), "{what}: the job succeeded");
-    assert_ne!(out.status.code(), Some(124), "{what}: the job hung");
-    assert!(took < Duration::from_secs(60), "{what}: took {took:?}");
-    let left = h.leftovers();
-    assert!(left.is_empty(), "{what}: left running: {left:?}");
+    for how in ["kill", "abort"] {
+        let dir = h.dir.join(format!("fail-{how}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let out = run(h.mpirun(vendor, "polling", &[], &fail).arg(&dir).arg(how));
+        let ended = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let what = format!("rank failure ({how}) on the second host over {vendor}");
+        assert!(!out.status.success(), "{what}: the job succeeded");
+        assert_ne!(out.status.code(), Some(124), "{what}: the job hung:\n{stderr}");
+        let t0: i64 = std::fs::read_to_string(dir.join("t0"))
+            .unwrap_or_else(|e| panic!("{what}: t0: {e}\n{stderr}"))
+            .trim()
+            .parse()
+            .unwrap();
+        let after = Duration::from_millis((ended - t0).max(0) as u64);
+        assert!(
+            after < Duration::from_secs(5),
+            "{what}: the job ended {after:?} after the failure"
+        );
+        let left = h.leftovers();
+        assert!(left.is_empty(), "{what}: left running: {left:?}");
+    }
 }
 
 #[test]
