@@ -21,7 +21,7 @@
 //! other), the p2p and collective suites and `vendor_big.c` (every size across the eager
 //! limit) with the vendor carrying every message; the same host check and the p2p suite
 //! with TCP between the hosts and the vendor inside each (`TSUNAGI_INTERNODE=tcp`); and a
-//! rank on the second host killed or aborting, ending the job within 5 s with nothing left
+//! rank on the second host killed or aborting, ending the job within 15 s with nothing left
 //! in either namespace.
 //! Needs root, `ip netns`, `unshare` and both vendors' launchers: skipped with a message
 //! otherwise, a failure in CI.
@@ -249,9 +249,10 @@ fn across_hosts(vendor: &str) {
         assert!(left.is_empty(), "{what}: left running: {left:?}");
     }
     // The last rank (on the second host) dies by SIGKILL, or calls MPI_Abort: the job ends
-    // within 5 s of it, nothing is left in either namespace. (Measured here: 0.08 s over
-    // MPICH, 1.4-2.3 s over Open MPI, whose launcher alone takes most of that; the bound
-    // leaves room for a loaded machine and the agent. A remote rank that exits without
+    // within 15 s of it, nothing is left in either namespace. (Measured here: 0.08 s over
+    // MPICH; over Open MPI 1.4-2.3 s at a load average of 25 and 6.1 s at 40 on 2 cores,
+    // its orted noticing the death and its mpirun ending the job; the bound catches a job
+    // that does not end, not the vendor's speed. A remote rank that exits without
     // MPI_Finalize is not tested: Hydra with a remote-shell launcher does not end such a
     // job at all, MPICH alone included; see docs/vendor-mpi.md.)
     let fail = build("vendor_fail", vendor);
@@ -274,7 +275,7 @@ fn across_hosts(vendor: &str) {
             .unwrap();
         let after = Duration::from_millis((ended - t0).max(0) as u64);
         assert!(
-            after < Duration::from_secs(5),
+            after < Duration::from_secs(15),
             "{what}: the job ended {after:?} after the failure"
         );
         let left = h.leftovers();
