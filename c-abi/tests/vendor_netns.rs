@@ -267,7 +267,11 @@ fn across_hosts(vendor: &str) {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let what = format!("rank failure ({how}) on the second host over {vendor}");
         assert!(!out.status.success(), "{what}: the job succeeded");
-        assert_ne!(out.status.code(), Some(124), "{what}: the job hung:\n{stderr}");
+        assert_ne!(
+            out.status.code(),
+            Some(124),
+            "{what}: the job hung:\n{stderr}"
+        );
         let t0: i64 = std::fs::read_to_string(dir.join("t0"))
             .unwrap_or_else(|e| panic!("{what}: t0: {e}\n{stderr}"))
             .trim()
