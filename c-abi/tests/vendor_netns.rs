@@ -193,6 +193,22 @@ impl Drop for Hosts {
         }
         sh(&["ip", "link", "del", &self.bridge]);
         let _ = std::fs::remove_dir_all(&self.dir);
+        // Open MPI's shared-memory segments are named by host name, here the namespaces'
+        // own: a job this test had to kill (a failed check, the watchdog) can leave them.
+        for f in std::fs::read_dir("/dev/shm")
+            .into_iter()
+            .flatten()
+            .flatten()
+        {
+            let name = f.file_name().to_string_lossy().into_owned();
+            if self
+                .names
+                .iter()
+                .any(|ns| name.starts_with(&format!("vader_segment.{ns}.")))
+            {
+                let _ = std::fs::remove_file(f.path());
+            }
+        }
     }
 }
 
