@@ -9,12 +9,15 @@
 # Environment: TSUNAGI_PREFIX (an install prefix with bin/mpicc; default ./dist),
 #   TSUNAGI_MPIRUN (default $TSUNAGI_PREFIX/bin/mpirun), P2P_MAX (default 4194304),
 #   P2P_SEC (seconds per point, default 0.1), KERNELS (default "cg mg is ep"), NPROCS
-#   (default "2 4"), CLASS (default A), ENGINES (default "polling threaded").
+#   (NPB ranks, default "1 2 4"), CLASS (default A), ENGINES (default "polling threaded"),
+#   SHM (default 1: also Tsunagi on its own shared memory, the `shm` column; 0: not).
 #
 # Columns: `alone` is npb-tests/bench/p2p.c (or the NPB kernel) built with the vendor's
 # mpicc and started by its launcher (mpiexec.hydra; mpirun.openmpi --oversubscribe
 # --bind-to none, as `mpirun --vendor` starts it); `polling` and `threaded` are the same
-# sources built with Tsunagi's mpicc and run by `mpirun --vendor V --progress ENGINE`.
+# sources built with Tsunagi's mpicc and run by `mpirun --vendor V --progress ENGINE`; `shm`
+# is that build run by Tsunagi's own `mpirun` (its shared memory, polling engine), the
+# same in every vendor's table.
 # Runs are interleaved (every configuration in turn, repetition after repetition); tables
 # show medians and ratios to the vendor alone (latency: time ratio, lower is better;
 # bandwidth: rate ratio, higher is better; NPB: the kernel's reported time ratio).
@@ -39,8 +42,10 @@ for f in "$prefix/bin/mpicc" "$trun"; do
     [ -x "$f" ] || { echo "vendor.sh: $f missing (scripts/install $prefix)" >&2; exit 1; }
 done
 engines="${ENGINES:-polling threaded}"
+configs="$engines"
+[ "${SHM:-1}" = 1 ] && configs="$configs shm"
 kernels="${KERNELS:-cg mg is ep}"
-nprocs="${NPROCS:-2 4}"
+nprocs="${NPROCS:-1 2 4}"
 class="${CLASS:-A}"
 build="$(mktemp -d "${TMPDIR:-/tmp}/tsunagi-vendor-bench.XXXXXX")"
 trap 'rm -rf "$build"' EXIT
@@ -53,9 +58,13 @@ alone() { # vendor n prog args...
         openmpi) mpirun.openmpi --oversubscribe --bind-to none -np "$n" "$@" ;;
     esac
 }
-over() { # vendor engine n prog args...
+over() { # vendor engine|shm n prog args...
     local v=$1 e=$2 n=$3; shift 3
-    "$trun" --vendor "$v" --progress "$e" -n "$n" "$@"
+    if [ "$e" = shm ]; then
+        "$trun" --progress polling -n "$n" "$@"
+    else
+        "$trun" --vendor "$v" --progress "$e" -n "$n" "$@"
+    fi
 }
 
 for v in $vendors; do
@@ -69,9 +78,11 @@ done
 res="$build/results"
 : > "$res"
 for r in $(seq "$reps"); do
+    # The machine's load during each repetition (the tables are only as good as that).
+    echo "repetition $r:$(uptime)" >&2
     for v in $vendors; do
         if [ $do_p2p = 1 ]; then
-            for c in alone $engines; do
+            for c in alone $configs; do
                 out="$build/p2p-$v-$c-$r.out"
                 if [ $c = alone ]; then
                     alone "$v" 2 "$build/p2p-$v" "${P2P_MAX:-4194304}" "${P2P_SEC:-0.1}" > "$out" 2>&1 || true
@@ -84,7 +95,7 @@ for r in $(seq "$reps"); do
         if [ $do_npb = 1 ]; then
             for k in $kernels; do
                 for n in $nprocs; do
-                    for c in alone $engines; do
+                    for c in alone $configs; do
                         out="$build/npb-$v-$c-$k-$n-$r.out"
                         if [ $c = alone ]; then
                             alone "$v" "$n" "$build/npb-$v/$k" "$class" > "$out" 2>&1 || true
@@ -101,7 +112,8 @@ for r in $(seq "$reps"); do
     done
 done
 cp "$res" "${TMPDIR:-/tmp}/tsunagi-vendor-bench.results"
-python3 - "$res" "$engines" <<'PY'
+uptime >&2
+python3 - "$res" "$configs" <<'PY'
 import sys, statistics as st
 from collections import defaultdict
 rows = defaultdict(list)
