@@ -28,6 +28,15 @@
 //! write and read a peer's region by key. The pin-down cache
 //! ([`PmEndpoint::register_cached`]) reuses a registration for the same buffer.
 //!
+//! Rendezvous by RDMA read into the user's buffer: the sender registers its send buffer
+//! in place and grants the receiver the right to read it ([`PmEndpoint::expose`], through
+//! the pin-down cache of user buffers); the receiver registers its receive buffer
+//! ([`PmEndpoint::register_local`]) and PULLs into it in work-request-sized pieces, many
+//! in flight ([`PmEndpoint::pull_into`]); each reply lands in the receive buffer where it
+//! belongs. Then it INVALIDATEs the sender's region ([`PmEndpoint::invalidate`]): on the
+//! same ordered link, the sender's NIC ends the grant before any later message (the FIN)
+//! reaches the sender, so a buffer is never read after its send completed.
+//!
 //! # Checkpoint (seed 000)
 //!
 //! [`PmEndpoint::quiesce`] stops new sends (pmSendStable waits until
@@ -40,7 +49,7 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::Instant;
 
-use crate::nic::{Access, Regions, Wr, WR_OVERHEAD};
+use crate::nic::{Access, Regions, UserMem, Wr, WR_OVERHEAD};
 use crate::reliable::{Link, LinkConfig, LinkContext, LinkStats};
 use crate::wire::{self, MAX_PACKET_PAYLOAD};
 
@@ -141,6 +150,10 @@ pub struct PmStats {
     pub pool_full: u64,
     pub pin_hits: u64,
     pub pin_misses: u64,
+    /// PULL work requests served from user buffers (RDMA rendezvous, sender side).
+    pub rdma_pulls_served: u64,
+    /// Bytes pulled into user buffers (RDMA rendezvous, receiver side).
+    pub rdma_bytes_pulled: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,7 +182,21 @@ struct Peer {
 enum Pull {
     Tail(Rank),
     User(Option<Result<Vec<u8>, String>>),
+    /// A PULL into local region `key` at `offset` of `len` bytes; `done` once answered.
+    Into {
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        len: usize,
+        done: Option<Result<(), String>>,
+    },
+    /// A PULL whose asker gave up: its reply is dropped.
+    Abandoned(Rank),
 }
+
+/// User buffers kept registered in the pin-down cache without a grant, at most; older
+/// ungranted entries are dropped beyond it.
+const USER_PIN_LIMIT: usize = 64;
 
 /// A message handed out by [`PmEndpoint::receive`], valid until [`PmEndpoint::release`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +221,8 @@ pub struct PmContext {
     me: Rank,
     peers: Vec<Option<(u32, LinkContext, TxRing, RxRing)>>,
     regions: Vec<(u32, Vec<u8>, Access)>,
+    /// User buffers registered in place, with their grants (valid in this process only).
+    user: Vec<(u32, UserMem, Vec<u32>)>,
 }
 
 /// One process's PM: links, NIC regions, rings.
@@ -216,6 +245,8 @@ pub struct PmEndpoint {
     stopped: bool,
     next_user_key: u32,
     pins: HashMap<(usize, usize), u32>,
+    /// The pin-down cache of user buffers registered in place: (address, length) to key.
+    user_pins: HashMap<(usize, usize), u32>,
     stats: PmStats,
 }
 
@@ -273,6 +304,7 @@ impl PmEndpoint {
             stopped: false,
             next_user_key: size as u32 + 2,
             pins: HashMap::new(),
+            user_pins: HashMap::new(),
             stats: PmStats::default(),
         }
     }
@@ -695,8 +727,12 @@ impl PmEndpoint {
                     len,
                     tag,
                 } => {
-                    let resp = match self.regions.remote_read(region, offset, len as usize) {
+                    let read = self.regions.remote_read(region, offset, len as usize, src);
+                    let resp = match read {
                         Ok(d) if d.len() + 10 <= self.cfg.wr_data + WR_OVERHEAD => {
+                            if region >= self.peers.len() as u32 + 2 {
+                                self.stats.rdma_pulls_served += 1;
+                            }
                             let mut f = Vec::new();
                             Wr::PullResp {
                                 tag,
@@ -735,11 +771,40 @@ impl PmEndpoint {
                             Err(format!("rank {src} refused the PULL"))
                         });
                     }
+                    Some(Pull::Into {
+                        peer,
+                        key,
+                        offset,
+                        len,
+                        done: done @ None,
+                    }) if *peer == src => {
+                        *done = Some(if !ok {
+                            Err(format!("rank {src} refused the PULL"))
+                        } else if data.len() != *len {
+                            Err(format!("PULL of {len} bytes answered with {}", data.len()))
+                        } else {
+                            self.stats.rdma_bytes_pulled += *len as u64;
+                            self.regions
+                                .local_write(*key, *offset, data)
+                                .map_err(|e| e.0)
+                        });
+                    }
+                    Some(Pull::Abandoned(r)) if *r == src => {
+                        self.pulls.remove(&tag);
+                    }
                     _ => self.errors.push_back(PmError::Protocol(
                         src,
                         format!("unexpected PULL reply {tag}"),
                     )),
                 },
+                Wr::Invalidate { region } => {
+                    // The reader is done: end its grant. One that was not granted (a
+                    // duplicate cannot reach here: the link suppresses those) is the
+                    // peer's bug, not ours to fail on.
+                    if !self.regions.revoke(region, src) {
+                        self.stats.stray_datagrams += 1;
+                    }
+                }
                 Wr::Send { .. } => unreachable!("handled above"),
             }
         }
@@ -919,6 +984,170 @@ impl PmEndpoint {
         }
     }
 
+    /// Register the user buffer `ptr..ptr + len` in place (pin-down cache: the same buffer
+    /// keeps its key) and let `peer` PULL it until `peer` invalidates it. Returns the key.
+    ///
+    /// # Safety
+    /// The buffer must stay valid and unmodified until `peer` has invalidated the grant
+    /// (or has failed): the MPI contract of a send buffer during a rendezvous.
+    pub unsafe fn expose(
+        &mut self,
+        peer: Rank,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<u32, PmError> {
+        self.peer(peer)?;
+        // SAFETY: the caller's contract covers the grant below.
+        let key = unsafe { self.pin_user(ptr as *mut u8, len) };
+        self.regions.grant(key, peer);
+        Ok(key)
+    }
+
+    /// Register the local buffer `ptr..ptr + len` in place (pin-down cache) as the
+    /// destination of [`PmEndpoint::pull_into`]. Returns its key; no peer may access it.
+    ///
+    /// # Safety
+    /// The buffer must be valid for writes and not otherwise accessed while PULLs into it
+    /// are pending (until each is finished or abandoned).
+    pub unsafe fn register_local(&mut self, ptr: *mut u8, len: usize) -> u32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.pin_user(ptr, len) }
+    }
+
+    /// # Safety
+    /// As [`PmEndpoint::expose`] for grants and [`PmEndpoint::register_local`] for writes.
+    unsafe fn pin_user(&mut self, ptr: *mut u8, len: usize) -> u32 {
+        if let Some(&k) = self.user_pins.get(&(ptr as usize, len)) {
+            self.stats.pin_hits += 1;
+            return k;
+        }
+        self.stats.pin_misses += 1;
+        if self.user_pins.len() >= USER_PIN_LIMIT {
+            // Drop cached registrations nobody may read (a pending local PULL destination
+            // is in use only inside one read, which finishes before the next pin).
+            let idle: Vec<_> = self
+                .user_pins
+                .iter()
+                .filter(|(_, &k)| !self.regions.granted(k) && !self.pull_targets(k))
+                .map(|(&a, &k)| (a, k))
+                .collect();
+            for (a, k) in idle {
+                self.user_pins.remove(&a);
+                self.regions.deregister(k);
+            }
+        }
+        let k = self.next_user_key;
+        self.next_user_key += 1;
+        // SAFETY: the caller's contract is the registration's.
+        unsafe { self.regions.register_user(Some(k), UserMem { ptr, len }) };
+        self.user_pins.insert((ptr as usize, len), k);
+        k
+    }
+
+    fn pull_targets(&self, key: u32) -> bool {
+        self.pulls
+            .values()
+            .any(|p| matches!(p, Pull::Into { key: k, .. } if *k == key))
+    }
+
+    /// Registered user buffers in the pin-down cache.
+    pub fn user_pins(&self) -> usize {
+        self.user_pins.len()
+    }
+
+    /// Grants of user buffers not yet invalidated by their readers.
+    pub fn open_grants(&self) -> usize {
+        self.regions
+            .user_regions()
+            .iter()
+            .map(|(_, _, readers)| readers.len())
+            .sum()
+    }
+
+    /// PULL `len` bytes (at most one work request's data) from `offset` in `peer`'s region
+    /// `key` into local region `local` at `local_offset`; returns a tag for
+    /// [`PmEndpoint::pull_status`], or `None` for no room yet.
+    pub fn pull_into(
+        &mut self,
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        local: u32,
+        local_offset: u64,
+        len: usize,
+    ) -> Result<Option<u64>, PmError> {
+        if len > self.cfg.wr_data {
+            return Err(PmError::Usage(format!(
+                "pm: PULL of {len} bytes exceeds {}",
+                self.cfg.wr_data
+            )));
+        }
+        let (max_queued, stopped) = (self.cfg.max_queued, self.stopped);
+        let p = self.peer(peer)?;
+        if stopped || p.link.queued() >= max_queued {
+            return Ok(None);
+        }
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.pulls.insert(
+            tag,
+            Pull::Into {
+                peer,
+                key: local,
+                offset: local_offset,
+                len,
+                done: None,
+            },
+        );
+        self.wr_to(
+            peer,
+            Wr::PullReq {
+                region: key,
+                offset,
+                len: len as u32,
+                tag,
+            },
+            false,
+        );
+        Ok(Some(tag))
+    }
+
+    /// Whether a [`PmEndpoint::pull_into`] is finished: `Some(Ok)` once its data is in the
+    /// local region (the tag is then forgotten), `Some(Err)` if the peer refused it.
+    pub fn pull_status(&mut self, tag: u64) -> Option<Result<(), String>> {
+        match self.pulls.get_mut(&tag) {
+            Some(Pull::Into { done, .. }) if done.is_some() => {
+                let r = done.take();
+                self.pulls.remove(&tag);
+                r
+            }
+            _ => None,
+        }
+    }
+
+    /// Give up waiting for a [`PmEndpoint::pull_into`]: its reply, if it comes, is dropped
+    /// without touching the local region.
+    pub fn abandon_pull(&mut self, tag: u64) {
+        if let Some(p) = self.pulls.get_mut(&tag) {
+            match p {
+                Pull::Into { done: Some(_), .. } => {
+                    self.pulls.remove(&tag);
+                }
+                Pull::Into { peer, .. } => *p = Pull::Abandoned(*peer),
+                _ => {}
+            }
+        }
+    }
+
+    /// Tell `peer` that we are done reading its region `key` (INVALIDATE): its NIC ends
+    /// the grant before it executes anything we send later. Not held back by a quiesce or
+    /// a long queue: it is what lets the peer's send complete.
+    pub fn invalidate(&mut self, peer: Rank, key: u32) -> Result<(), PmError> {
+        self.peer(peer)?;
+        self.wr_to(peer, Wr::Invalidate { region: key }, false);
+        Ok(())
+    }
+
     // -------------------------------------------------------------------------------
     // Checkpoint.
 
@@ -967,6 +1196,7 @@ impl PmEndpoint {
                 .map(|p| p.as_ref().map(|p| (p.epoch, p.link.save(), p.tx, p.rx)))
                 .collect(),
             regions,
+            user: self.regions.user_regions(),
         })
     }
 
@@ -980,6 +1210,17 @@ impl PmEndpoint {
             self.regions.deregister(*k);
             self.regions.register(Some(*k), mem.len(), *access);
             self.regions.local_mut(*k).copy_from_slice(mem);
+        }
+        self.user_pins.clear();
+        for (k, mem, readers) in &ctx.user {
+            self.regions.deregister(*k);
+            // SAFETY: the same registration, in the same process, that the saved endpoint
+            // held under the same contract (grants included).
+            unsafe { self.regions.register_user(Some(*k), *mem) };
+            for &r in readers {
+                self.regions.grant(*k, r);
+            }
+            self.user_pins.insert((mem.ptr as usize, mem.len), *k);
         }
         self.dirty.clear();
         for (r, saved) in ctx.peers.iter().enumerate() {
@@ -1000,7 +1241,8 @@ impl PmEndpoint {
         }
         self.next_user_key = self
             .next_user_key
-            .max(ctx.regions.iter().map(|r| r.0 + 1).max().unwrap_or(0));
+            .max(ctx.regions.iter().map(|r| r.0 + 1).max().unwrap_or(0))
+            .max(ctx.user.iter().map(|r| r.0 + 1).max().unwrap_or(0));
         self.stopped = true;
         Ok(())
     }

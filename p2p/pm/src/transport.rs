@@ -13,10 +13,24 @@
 //! for `notify`; `busy` makes a sleeper return at once while messages are complete but
 //! were not handed out yet.
 //!
+//! **Large messages by RDMA read into the user's buffer.** The transport offers single-copy
+//! rendezvous ([`Transport::single_copy`]): the sender's [`Transport::expose`] registers
+//! the send buffer in place and grants the receiver the right to PULL it, and announces
+//! the region's key (as `key << 40 | offset`); the receiver's [`Transport::read_remote`]
+//! registers the receive buffer and PULLs into it in work-request-sized pieces, up to
+//! [`PULLS_IN_FLIGHT`] at once, over the reliable link (so loss, reordering and
+//! duplication are the link's business), then INVALIDATEs the sender's region. The read
+//! blocks, driving the whole endpoint meanwhile: PULLs of ours that peers serve, PULLs of
+//! theirs that we serve, and messages that arrive (set aside, handed out by the next
+//! `poll`, so that a full ring or receive pool cannot hold a PULL reply back).
+//! `TSUNAGI_PM_RDMA=0` turns it off (the request layer then streams large messages
+//! through the rings).
+//!
 //! Fault injection for tests ([`Faults`], from `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`,
 //! `TSUNAGI_PM_REORDER`): fractions of outgoing datagrams dropped, sent twice, or held back
 //! behind the next one.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +53,11 @@ const DELIVER_BUDGET: usize = 256;
 pub const LINGER: Duration = Duration::from_secs(5);
 /// Socket buffer sizes asked for (the kernel may give less).
 const SOCKET_BUFFER: usize = 8 << 20;
+/// PULL work requests one RDMA read keeps outstanding at most (the link's window paces
+/// them on the wire; more keep its backlog from running dry between acknowledgements).
+pub const PULLS_IN_FLIGHT: usize = 64;
+/// An announced RDMA address is `key << RDMA_KEY_SHIFT | offset`.
+const RDMA_KEY_SHIFT: u32 = 40;
 
 /// Fault injection on outgoing datagrams (tests only).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -60,6 +79,8 @@ pub struct PmTransportConfig {
     /// Ports per endpoint and the fat-tree planner's input (`TSUNAGI_PM_LIDS`,
     /// `TSUNAGI_FATTREE`, `TSUNAGI_FATTREE_NODES`).
     pub lids: LidConfig,
+    /// Rendezvous by RDMA read into the user's buffer (`TSUNAGI_PM_RDMA`, default 1).
+    pub rdma: bool,
 }
 
 impl PmTransportConfig {
@@ -131,6 +152,7 @@ impl PmTransportConfig {
             },
             eager_limit: max_payload.min(32 << 10),
             lids,
+            rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
         })
     }
 }
@@ -153,6 +175,22 @@ impl EventSource for Shared {
         if self.busy.load(Ordering::Acquire) {
             return;
         }
+        self.wait(timeout);
+    }
+
+    fn cancel(&self) {}
+
+    fn notify(&self) {
+        let v = 1u64;
+        // SAFETY: writes 8 bytes from `v` to our own eventfd; failure (counter full) means
+        // a wake-up is pending anyway.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&v as *const u64).cast(), 8) };
+    }
+}
+
+impl Shared {
+    /// Block until a socket is readable, a notification comes, or `timeout` passes.
+    fn wait(&self, timeout: Duration) {
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let pollfd = |fd| libc::pollfd {
             fd,
@@ -170,15 +208,6 @@ impl EventSource for Shared {
             // SAFETY: reads 8 bytes into `v` from our own non-blocking eventfd.
             unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
         }
-    }
-
-    fn cancel(&self) {}
-
-    fn notify(&self) {
-        let v = 1u64;
-        // SAFETY: writes 8 bytes from `v` to our own eventfd; failure (counter full) means
-        // a wake-up is pending anyway.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&v as *const u64).cast(), 8) };
     }
 }
 
@@ -203,6 +232,10 @@ pub struct PmTransport {
     out: Vec<u8>,
     inbuf: Vec<u8>,
     failed: Vec<bool>,
+    rdma: bool,
+    /// Messages that arrived during an RDMA read, each the 32-byte header and payload, in
+    /// arrival order: handed out by the next `poll` before anything else.
+    stash: VecDeque<(Rank, Vec<u8>)>,
 }
 
 fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
@@ -280,6 +313,8 @@ impl PmTransport {
             out: Vec::new(),
             inbuf: vec![0; 65_536],
             failed: vec![false; size],
+            rdma: cfg.rdma,
+            stash: VecDeque::new(),
         })
     }
 
@@ -429,6 +464,98 @@ impl PmTransport {
     }
 }
 
+impl PmTransport {
+    /// Move every complete message out of the endpoint into the stash (during an RDMA
+    /// read, so that rings and the receive pool keep room for what the read waits for).
+    fn stash_received(&mut self) {
+        while let Some(r) = self.ep.receive() {
+            let body = self.ep.message(&r).to_vec();
+            self.ep.release();
+            self.stash.push_back((r.peer, body));
+        }
+    }
+
+    /// The body of [`Transport::read_remote`]: PULL `dst.len()` bytes from `peer`'s region
+    /// `key` at `offset` into `dst`, pieces of at most one work request, many in flight.
+    fn pull_region(
+        &mut self,
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        let len = dst.len();
+        // SAFETY: `dst` is borrowed mutably for this whole call, and every PULL into the
+        // region either finishes or is abandoned (its reply then dropped) before we return.
+        let local = unsafe { self.ep.register_local(dst.as_mut_ptr(), len) };
+        let piece = self.ep.config().wr_data;
+        let mut inflight: VecDeque<u64> = VecDeque::new();
+        let mut next = 0usize;
+        let result = loop {
+            while next < len && inflight.len() < PULLS_IN_FLIGHT {
+                let n = piece.min(len - next);
+                let at = offset + next as u64;
+                match self.ep.pull_into(peer, key, at, local, next as u64, n) {
+                    Ok(Some(tag)) => inflight.push_back(tag),
+                    Ok(None) => break,
+                    Err(e) => return self.abandon(inflight, Err(e)),
+                }
+                next += n;
+            }
+            let now = Instant::now();
+            self.flush(now);
+            let mut failed = None;
+            inflight.retain(|&tag| match self.ep.pull_status(tag) {
+                None => true,
+                Some(Ok(())) => false,
+                Some(Err(e)) => {
+                    failed.get_or_insert(e);
+                    false
+                }
+            });
+            if let Some(why) = failed {
+                break Err(P2pError::Other(format!(
+                    "pm: RDMA read from rank {peer}: {why}"
+                )));
+            }
+            if next >= len && inflight.is_empty() {
+                break Ok(());
+            }
+            if let Some(e) = self.ep.take_error() {
+                return self.abandon(inflight, Err(e));
+            }
+            let before = self.received_per_lid.iter().sum::<u64>();
+            if let Err(e) = self.receive_datagrams(now) {
+                break Err(e);
+            }
+            self.stash_received();
+            if self.received_per_lid.iter().sum::<u64>() == before {
+                // Nothing came: sleep until a datagram does or a timer is due.
+                let until = self
+                    .ep
+                    .next_deadline()
+                    .map(|d| d.saturating_duration_since(now));
+                let cap = Duration::from_millis(10);
+                let wait = until.unwrap_or(cap).min(cap);
+                if !wait.is_zero() {
+                    self.shared.wait(wait);
+                }
+            }
+        };
+        for tag in inflight {
+            self.ep.abandon_pull(tag);
+        }
+        result
+    }
+
+    fn abandon(&mut self, inflight: VecDeque<u64>, r: Result<(), PmError>) -> Result<(), P2pError> {
+        for tag in inflight {
+            self.ep.abandon_pull(tag);
+        }
+        r.map_err(|e| self.map_err(e))
+    }
+}
+
 impl Drop for PmTransport {
     fn drop(&mut self) {
         // Keep the network going until our data is acknowledged (the peers may still need
@@ -512,8 +639,27 @@ impl Transport for PmTransport {
 
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
         let now = Instant::now();
-        self.receive_datagrams(now)?;
         let mut n = 0;
+        while n < DELIVER_BUDGET {
+            let Some((peer, body)) = self.stash.pop_front() else {
+                break;
+            };
+            if body.len() < tsunagi_p2p::HEADER_BYTES {
+                self.failed[peer as usize] = true;
+                return Err(P2pError::PeerFailed {
+                    peer,
+                    why: format!("PM message of {} bytes has no header", body.len()),
+                });
+            }
+            let hdr = Header::from_bytes(body[..tsunagi_p2p::HEADER_BYTES].try_into().unwrap());
+            sink(peer, &hdr, &body[tsunagi_p2p::HEADER_BYTES..]);
+            n += 1;
+        }
+        if !self.stash.is_empty() {
+            self.shared.busy.store(true, Ordering::Release);
+            return Ok(n);
+        }
+        self.receive_datagrams(now)?;
         while n < DELIVER_BUDGET {
             let Some(r) = self.ep.receive() else { break };
             let body = self.ep.message(&r);
@@ -550,12 +696,61 @@ impl Transport for PmTransport {
         TransportCaps {
             eager_limit: self.eager_limit,
             max_payload: self.max_payload,
-            rdma_read: false,
+            rdma_read: self.rdma,
             rdma_write: false,
-            needs_registration: false,
+            needs_registration: true,
             ordered: true,
             timers: true,
         }
+    }
+
+    fn single_copy(&self, peer: Rank) -> bool {
+        self.rdma
+            && peer != self.ep.me()
+            && self.addrs.get(peer as usize).copied().flatten().is_some()
+            && !self.failed[peer as usize]
+    }
+
+    unsafe fn expose(&mut self, peer: Rank, addr: *const u8, len: usize) -> Result<u64, P2pError> {
+        if !self.single_copy(peer) || len as u64 >= 1 << RDMA_KEY_SHIFT {
+            return Err(P2pError::Unsupported(format!(
+                "pm: no RDMA to rank {peer} for {len} bytes"
+            )));
+        }
+        // SAFETY: the caller's contract (valid and unmodified until the peer answers) is
+        // the endpoint's; the peer's INVALIDATE, executed before its answer, ends the grant.
+        let key = unsafe { self.ep.expose(peer, addr, len) }.map_err(|e| self.map_err(e))?;
+        Ok((key as u64) << RDMA_KEY_SHIFT)
+    }
+
+    fn read_remote(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        if !self.single_copy(peer) {
+            return Err(P2pError::Unsupported(format!(
+                "pm: no RDMA read from rank {peer}"
+            )));
+        }
+        let key = (remote_addr >> RDMA_KEY_SHIFT) as u32;
+        let offset = remote_addr & ((1 << RDMA_KEY_SHIFT) - 1);
+        let r = if dst.is_empty() {
+            Ok(())
+        } else {
+            self.pull_region(peer, key, offset, dst)
+        };
+        // Done with the sender's buffer, also when the read failed (the request layer then
+        // asks for the data by CTS instead): end our grant before our answer reaches it.
+        if let Err(e) = self.ep.invalidate(peer, key) {
+            return Err(self.map_err(e));
+        }
+        self.flush(Instant::now());
+        if !self.stash.is_empty() {
+            self.shared.busy.store(true, Ordering::Release);
+        }
+        r
     }
 
     fn next_deadline(&self) -> Option<Instant> {
