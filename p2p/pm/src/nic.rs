@@ -15,7 +15,10 @@
 //! * `3` PULL response: tag u64, status u8 (0 ok, 1 access error), data (the rest);
 //! * `4` SEND: data (the rest), placed by the receiver into its shared receive queue;
 //! * `5` INVALIDATE: region u32 — the sender is done reading the receiver's user region
-//!   (InfiniBand's send-with-invalidate): its right to PULL it ends.
+//!   (InfiniBand's send-with-invalidate): its right to PULL it ends;
+//! * `6` MARKER: checkpoint id u32, phase u8 (0: the sender is quiesced, everything it
+//!   sent before arrived; 1: the sender saved its context) — the coordinated checkpoint of
+//!   [`crate::transport`].
 //!
 //! Regions hold either the NIC's own memory (rings, the pool, the control words) or a
 //! **user buffer registered in place** ([`UserMem`]): the software NIC lives in the process
@@ -50,6 +53,10 @@ pub enum Wr<'a> {
     },
     Invalidate {
         region: u32,
+    },
+    Marker {
+        id: u32,
+        phase: u8,
     },
 }
 
@@ -107,6 +114,11 @@ impl Wr<'_> {
                 out.push(5);
                 out.extend_from_slice(&region.to_le_bytes());
             }
+            Wr::Marker { id, phase } => {
+                out.push(6);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.push(phase);
+            }
         }
     }
 
@@ -162,6 +174,11 @@ impl Wr<'_> {
             4 => Ok(Wr::Send { data: &f[1..] }),
             5 if f.len() == 5 => Ok(Wr::Invalidate { region: u32_at(1) }),
             5 => Err(BadWr(format!("INVALIDATE of {} bytes, need 5", f.len()))),
+            6 if f.len() == 6 && f[5] <= 1 => Ok(Wr::Marker {
+                id: u32_at(1),
+                phase: f[5],
+            }),
+            6 => Err(BadWr("malformed checkpoint MARKER".into())),
             op => Err(BadWr(format!("unknown operation {op}"))),
         }
     }
@@ -477,6 +494,7 @@ mod tests {
             },
             Wr::Send { data: b"x" },
             Wr::Invalidate { region: 9 },
+            Wr::Marker { id: 3, phase: 1 },
         ];
         for wr in cases {
             wr.encode(&mut out);
@@ -504,6 +522,8 @@ mod tests {
             &[3, 0, 0, 0, 0, 0, 0, 0, 0, 1, 5],
             &[5, 0, 0, 0],
             &[5, 0, 0, 0, 0, 0],
+            &[6, 0, 0, 0, 0, 2],
+            &[6, 0, 0, 0, 0],
         ] {
             assert!(Wr::decode(bad).is_err(), "{bad:?}");
         }

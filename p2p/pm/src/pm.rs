@@ -225,6 +225,191 @@ pub struct PmContext {
     user: Vec<(u32, UserMem, Vec<u32>)>,
 }
 
+const CONTEXT_MAGIC: &[u8; 8] = b"PMCTX01\0";
+
+impl PmContext {
+    /// The context as bytes (an image file's content; little-endian, see
+    /// [`PmContext::decode`]). User buffers are recorded by address: an image restores
+    /// into the process that saved it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut o = Vec::new();
+        let u32s = |o: &mut Vec<u8>, v: u32| o.extend_from_slice(&v.to_le_bytes());
+        let u64s = |o: &mut Vec<u8>, v: u64| o.extend_from_slice(&v.to_le_bytes());
+        o.extend_from_slice(CONTEXT_MAGIC);
+        u32s(&mut o, self.me);
+        u32s(&mut o, self.peers.len() as u32);
+        for p in &self.peers {
+            let Some((epoch, link, tx, rx)) = p else {
+                o.push(0);
+                continue;
+            };
+            o.push(1);
+            u32s(&mut o, *epoch);
+            u32s(&mut o, link.next_seq);
+            u32s(&mut o, link.expected);
+            u32s(&mut o, link.early.len() as u32);
+            for (d, f) in &link.early {
+                u32s(&mut o, *d);
+                u32s(&mut o, f.len() as u32);
+                o.extend_from_slice(f);
+            }
+            u64s(&mut o, tx.head);
+            u64s(&mut o, tx.tail);
+            u32s(&mut o, tx.seq);
+            o.push(tx.pulling as u8);
+            u64s(&mut o, rx.tail);
+            u32s(&mut o, rx.seq);
+        }
+        u32s(&mut o, self.regions.len() as u32);
+        for (k, mem, a) in &self.regions {
+            u32s(&mut o, *k);
+            o.push(a.remote_write as u8 | (a.remote_read as u8) << 1);
+            u64s(&mut o, mem.len() as u64);
+            o.extend_from_slice(mem);
+        }
+        u32s(&mut o, self.user.len() as u32);
+        for (k, m, readers) in &self.user {
+            u32s(&mut o, *k);
+            u64s(&mut o, m.ptr as u64);
+            u64s(&mut o, m.len as u64);
+            u32s(&mut o, readers.len() as u32);
+            for &r in readers {
+                u32s(&mut o, r);
+            }
+        }
+        o
+    }
+
+    /// Parse [`PmContext::encode`]'s bytes; malformed input is refused, never a panic.
+    pub fn decode(b: &[u8]) -> Result<PmContext, String> {
+        struct Cur<'a>(&'a [u8], usize);
+        impl<'a> Cur<'a> {
+            fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+                let end = self.1.checked_add(n).filter(|&e| e <= self.0.len());
+                let end = end.ok_or_else(|| format!("PM context truncated at byte {}", self.1))?;
+                let s = &self.0[self.1..end];
+                self.1 = end;
+                Ok(s)
+            }
+            fn u8(&mut self) -> Result<u8, String> {
+                Ok(self.take(1)?[0])
+            }
+            fn u32(&mut self) -> Result<u32, String> {
+                Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+            }
+            fn u64(&mut self) -> Result<u64, String> {
+                Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+            }
+            fn len(&mut self) -> Result<usize, String> {
+                let n = self.u64()?;
+                usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n <= self.0.len() - self.1)
+                    .ok_or_else(|| format!("PM context: length {n} beyond its end"))
+            }
+        }
+        let mut c = Cur(b, 0);
+        if c.take(8)? != CONTEXT_MAGIC {
+            return Err("not a PM context image".into());
+        }
+        let me = c.u32()?;
+        let n = c.u32()? as usize;
+        if n > b.len() {
+            return Err(format!("PM context: {n} peers in {} bytes", b.len()));
+        }
+        let mut peers = Vec::with_capacity(n);
+        for _ in 0..n {
+            match c.u8()? {
+                0 => peers.push(None),
+                1 => {
+                    let epoch = c.u32()?;
+                    let next_seq = c.u32()?;
+                    let expected = c.u32()?;
+                    let k = c.u32()? as usize;
+                    let mut early = Vec::new();
+                    for _ in 0..k.min(1024) {
+                        let d = c.u32()?;
+                        let len = c.u32()? as usize;
+                        early.push((d, c.take(len)?.to_vec()));
+                    }
+                    if k > 1024 {
+                        return Err("PM context: too many early frames".into());
+                    }
+                    let tx = TxRing {
+                        head: c.u64()?,
+                        tail: c.u64()?,
+                        seq: c.u32()?,
+                        pulling: c.u8()? != 0,
+                    };
+                    let rx = RxRing {
+                        tail: c.u64()?,
+                        seq: c.u32()?,
+                    };
+                    let link = LinkContext {
+                        next_seq,
+                        expected,
+                        early,
+                    };
+                    peers.push(Some((epoch, link, tx, rx)));
+                }
+                t => return Err(format!("PM context: peer tag {t}")),
+            }
+        }
+        let nr = c.u32()? as usize;
+        let mut regions = Vec::new();
+        for _ in 0..nr {
+            let k = c.u32()?;
+            let a = c.u8()?;
+            if a > 3 {
+                return Err(format!("PM context: access bits {a}"));
+            }
+            let len = c.len()?;
+            let access = Access {
+                remote_write: a & 1 != 0,
+                remote_read: a & 2 != 0,
+            };
+            regions.push((k, c.take(len)?.to_vec(), access));
+        }
+        let nu = c.u32()? as usize;
+        let mut user = Vec::new();
+        for _ in 0..nu {
+            let k = c.u32()?;
+            let ptr = c.u64()? as usize as *mut u8;
+            let len = c.u64()? as usize;
+            let nreaders = c.u32()? as usize;
+            if nreaders > n {
+                return Err("PM context: more grants than peers".into());
+            }
+            let readers = (0..nreaders).map(|_| c.u32()).collect::<Result<_, _>>()?;
+            user.push((k, UserMem { ptr, len }, readers));
+        }
+        if c.1 != b.len() {
+            return Err("PM context: trailing bytes".into());
+        }
+        Ok(PmContext {
+            me,
+            peers,
+            regions,
+            user,
+        })
+    }
+
+    /// Count the last frame received from `peer` as not received (its sequence number is
+    /// expected again). A coordinated checkpoint uses it for a peer's "saved" marker that
+    /// arrived before this rank saved: the marker was sent after the peer's image was
+    /// taken, so this rank's image must not include it either.
+    pub fn forget_last_from(&mut self, peer: Rank) {
+        if let Some(Some((_, link, _, _))) = self.peers.get_mut(peer as usize) {
+            link.expected = link.expected.wrapping_sub(1);
+        }
+    }
+
+    /// The rank whose context this is.
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
+}
+
 /// One process's PM: links, NIC regions, rings.
 pub struct PmEndpoint {
     me: Rank,
@@ -247,6 +432,8 @@ pub struct PmEndpoint {
     pins: HashMap<(usize, usize), u32>,
     /// The pin-down cache of user buffers registered in place: (address, length) to key.
     user_pins: HashMap<(usize, usize), u32>,
+    /// Checkpoint markers executed, oldest first: (from, checkpoint id, phase).
+    markers: VecDeque<(Rank, u32, u8)>,
     stats: PmStats,
 }
 
@@ -305,6 +492,7 @@ impl PmEndpoint {
             next_user_key: size as u32 + 2,
             pins: HashMap::new(),
             user_pins: HashMap::new(),
+            markers: VecDeque::new(),
             stats: PmStats::default(),
         }
     }
@@ -805,6 +993,7 @@ impl PmEndpoint {
                         self.stats.stray_datagrams += 1;
                     }
                 }
+                Wr::Marker { id, phase } => self.markers.push_back((src, id, phase)),
                 Wr::Send { .. } => unreachable!("handled above"),
             }
         }
@@ -1231,7 +1420,7 @@ impl PmEndpoint {
                 }
                 let p = self.peers[r].as_mut().unwrap();
                 p.epoch = *epoch;
-                p.link.restore(*link);
+                p.link.restore(link.clone());
                 p.tx = *tx;
                 p.rx = *rx;
                 // Messages may wait in the restored ring.
@@ -1245,6 +1434,36 @@ impl PmEndpoint {
             .max(ctx.user.iter().map(|r| r.0 + 1).max().unwrap_or(0));
         self.stopped = true;
         Ok(())
+    }
+
+    /// The ranks this endpoint has as peers (failed ones included).
+    pub fn peer_ranks(&self) -> Vec<Rank> {
+        (0..self.peers.len() as Rank)
+            .filter(|&r| self.peers[r as usize].is_some())
+            .collect()
+    }
+
+    /// Send a checkpoint marker to `peer` (also while quiesced: it is the checkpoint's own
+    /// traffic). It arrives after everything sent to `peer` before it.
+    pub fn send_marker(&mut self, peer: Rank, id: u32, phase: u8) -> Result<(), PmError> {
+        self.peer(peer)?;
+        self.wr_to(peer, Wr::Marker { id, phase }, false);
+        Ok(())
+    }
+
+    /// The next checkpoint marker that arrived: (from, checkpoint id, phase).
+    pub fn take_marker(&mut self) -> Option<(Rank, u32, u8)> {
+        self.markers.pop_front()
+    }
+
+    /// Whether a received message is held (handed out and not released).
+    pub fn has_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Take over the counters of the endpoint this one replaces (a restored checkpoint).
+    pub fn carry_counters(&mut self, old: &PmEndpoint) {
+        self.stats = old.stats;
     }
 
     /// pmControlSend: let sends go again.

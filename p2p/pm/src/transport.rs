@@ -40,9 +40,10 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
 
+use crate::checkpoint::{CheckpointConfig, Coordinator, PATIENCE, SAVED, STABLE};
 use crate::lids::{LidConfig, LidWiring};
 use crate::lossy::Rng;
-use crate::pm::{PmConfig, PmEndpoint, PmError, ReceiveMode};
+use crate::pm::{PmConfig, PmContext, PmEndpoint, PmError, ReceiveMode};
 use crate::Card;
 
 /// Datagrams read per poll at most, so that a flood cannot starve the caller.
@@ -81,6 +82,8 @@ pub struct PmTransportConfig {
     pub lids: LidConfig,
     /// Rendezvous by RDMA read into the user's buffer (`TSUNAGI_PM_RDMA`, default 1).
     pub rdma: bool,
+    /// Checkpoints of the running job ([`crate::checkpoint`]).
+    pub checkpoint: CheckpointConfig,
 }
 
 impl PmTransportConfig {
@@ -153,6 +156,7 @@ impl PmTransportConfig {
             eager_limit: max_payload.min(32 << 10),
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
+            checkpoint: CheckpointConfig::from_env(&getenv)?,
         })
     }
 }
@@ -233,6 +237,8 @@ pub struct PmTransport {
     inbuf: Vec<u8>,
     failed: Vec<bool>,
     rdma: bool,
+    size: usize,
+    ckpt: Coordinator,
     /// Messages that arrived during an RDMA read, each the 32-byte header and payload, in
     /// arrival order: handed out by the next `poll` before anything else.
     stash: VecDeque<(Rank, Vec<u8>)>,
@@ -253,6 +259,9 @@ fn random_u32() -> u32 {
 impl PmTransport {
     /// Bind `cfg.lids.lids` UDP sockets for rank `me` of a job of `size` ranks.
     pub fn bind(me: Rank, size: usize, cfg: &PmTransportConfig) -> Result<PmTransport, P2pError> {
+        if cfg.checkpoint.signal {
+            crate::checkpoint::install_signal_handler().map_err(P2pError::Other)?;
+        }
         let (bind_ip, publish) = tsunagi_tcp::config::choose_address(
             cfg.interface.as_deref(),
             &tsunagi_tcp::config::interfaces(),
@@ -314,6 +323,8 @@ impl PmTransport {
             inbuf: vec![0; 65_536],
             failed: vec![false; size],
             rdma: cfg.rdma,
+            size,
+            ckpt: Coordinator::new(cfg.checkpoint.clone()),
             stash: VecDeque::new(),
         })
     }
@@ -465,6 +476,142 @@ impl PmTransport {
 }
 
 impl PmTransport {
+    /// Ask for a checkpoint of the job; it is taken during a coming `poll`.
+    pub fn request_checkpoint(&mut self) {
+        self.ckpt.request();
+    }
+
+    /// Checkpoints taken and abandoned so far.
+    pub fn checkpoints(&self) -> (u64, u64) {
+        (self.ckpt.taken, self.ckpt.abandoned)
+    }
+
+    fn note_markers(&mut self) {
+        while let Some((from, id, phase)) = self.ep.take_marker() {
+            self.ckpt.note(from, id, phase);
+        }
+    }
+
+    /// Drive the network until every live peer's marker of `phase` for `id` arrived and
+    /// `also` holds; false after [`PATIENCE`].
+    fn wait_markers(
+        &mut self,
+        id: u32,
+        phase: u8,
+        also: impl Fn(&PmEndpoint) -> bool,
+    ) -> Result<bool, P2pError> {
+        let start = Instant::now();
+        loop {
+            let now = Instant::now();
+            self.flush(now);
+            self.receive_datagrams(now)?;
+            self.note_markers();
+            if let Some(e) = self.ep.take_error() {
+                return Err(self.map_err(e));
+            }
+            let peers = self.ep.peer_ranks();
+            let heard = self.ckpt.heard(id, phase);
+            let all = peers
+                .iter()
+                .all(|p| self.failed[*p as usize] || heard.is_some_and(|h| h.contains(p)));
+            if all && also(&self.ep) {
+                self.flush(now);
+                return Ok(true);
+            }
+            if start.elapsed() > PATIENCE {
+                return Ok(false);
+            }
+            let until = self
+                .ep
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(now));
+            let cap = Duration::from_millis(5);
+            let wait = until.unwrap_or(cap).min(cap);
+            if !wait.is_zero() {
+                self.shared.wait(wait);
+            }
+        }
+    }
+
+    /// Take checkpoint `id` (see [`crate::checkpoint`] for the steps).
+    fn checkpoint(&mut self, id: u32) -> Result<(), P2pError> {
+        let me = self.ep.me();
+        // 1. Quiesce and tell every peer.
+        self.ep.quiesce();
+        for p in self.ep.peer_ranks() {
+            if !self.failed[p as usize] {
+                self.ep
+                    .send_marker(p, id, STABLE)
+                    .map_err(|e| self.map_err(e))?;
+            }
+        }
+        // 2. pmSendStable, and every peer quiesced with its data in.
+        if !self.wait_markers(id, STABLE, |ep| ep.is_stable() && !ep.has_held())? {
+            return self.abandon_checkpoint(id, "a peer did not quiesce");
+        }
+        // 3. pmSaveContext: the live context, and the image (which leaves out the "saved"
+        // markers of peers that were quicker than us: they are not in those peers' images).
+        let ctx = self.ep.save_context().map_err(|e| self.map_err(e))?;
+        if let Some(dir) = self.ckpt.cfg.dir.clone() {
+            let mut image = ctx.clone();
+            for &p in self.ckpt.heard(id, SAVED).into_iter().flatten() {
+                image.forget_last_from(p);
+            }
+            let path = dir.join(format!("pm-{me}.img"));
+            let tmp = dir.join(format!(".pm-{me}.img.tmp"));
+            std::fs::write(&tmp, image.encode())
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| {
+                    P2pError::Other(format!(
+                        "pm: writing checkpoint image {}: {e}",
+                        path.display()
+                    ))
+                })?;
+        }
+        // 4. pmRestoreContext into a fresh endpoint, through the encoded form.
+        let back = PmContext::decode(&ctx.encode()).map_err(P2pError::Other)?;
+        let mut fresh = PmEndpoint::new(me, self.size, self.ep.epoch(), *self.ep.config());
+        fresh.restore_context(&back).map_err(|e| self.map_err(e))?;
+        fresh.carry_counters(&self.ep);
+        self.ep = fresh;
+        // 5. Saved: tell the peers, wait for theirs, resume.
+        for p in self.ep.peer_ranks() {
+            if !self.failed[p as usize] {
+                self.ep
+                    .send_marker(p, id, SAVED)
+                    .map_err(|e| self.map_err(e))?;
+            }
+        }
+        if !self.wait_markers(id, SAVED, |_| true)? {
+            return self.abandon_checkpoint(id, "a peer did not save");
+        }
+        self.ep.resume();
+        self.ckpt.finish(id, true);
+        Ok(())
+    }
+
+    fn abandon_checkpoint(&mut self, id: u32, why: &str) -> Result<(), P2pError> {
+        eprintln!(
+            "pm: rank {}: checkpoint {id} abandoned after {PATIENCE:?}: {why}",
+            self.ep.me()
+        );
+        self.ep.resume();
+        self.ckpt.finish(id, false);
+        Ok(())
+    }
+
+    /// Take the checkpoint that is due, if any (between deliveries: nothing set aside).
+    fn checkpoint_if_due(&mut self) -> Result<(), P2pError> {
+        self.note_markers();
+        if !self.ckpt.cfg.enabled() && self.ckpt.requested.is_none() {
+            return Ok(());
+        }
+        match self.ckpt.due(Instant::now()) {
+            Some(id) if self.stash.is_empty() && !self.ep.has_held() => self.checkpoint(id),
+            _ => Ok(()),
+        }
+    }
+
     /// Move every complete message out of the endpoint into the stash (during an RDMA
     /// read, so that rings and the receive pool keep room for what the read waits for).
     fn stash_received(&mut self) {
@@ -571,6 +718,13 @@ impl Drop for PmTransport {
             while self.ep.receive().is_some() {
                 self.ep.release();
             }
+            // A finished rank sends nothing more: it answers a checkpoint at once.
+            while let Some((from, id, phase)) = self.ep.take_marker() {
+                if phase == STABLE {
+                    let _ = self.ep.send_marker(from, id, STABLE);
+                    let _ = self.ep.send_marker(from, id, SAVED);
+                }
+            }
             self.flush(now);
             if self.ep.is_stable() {
                 let t = *stable_at.get_or_insert(now);
@@ -586,6 +740,14 @@ impl Drop for PmTransport {
             self.shared.sleep(0, Duration::from_millis(1));
         }
         self.shared.notify();
+        if self.ckpt.cfg.enabled() {
+            eprintln!(
+                "pm: rank {}: {} checkpoint(s) taken, {} abandoned",
+                self.ep.me(),
+                self.ckpt.taken,
+                self.ckpt.abandoned
+            );
+        }
     }
 }
 
@@ -679,6 +841,9 @@ impl Transport for PmTransport {
         }
         // Releasing made ring room visible and may have queued ACKs: send them now.
         self.flush(now);
+        if self.stash.is_empty() {
+            self.checkpoint_if_due()?;
+        }
         self.shared
             .busy
             .store(self.ep.has_received(), Ordering::Release);
