@@ -47,8 +47,8 @@ ip link set tsgpmbr up
 i=2
 for h in a b; do
     ip netns add "tsgpm-$h"
-    ip link add "tsgpv$h" type veth peer name eth0 netns "tsgpm-$h"
-    ip link set "tsgpv$h" master tsgpmbr up
+    ip link add "tsgpmv$h" type veth peer name eth0 netns "tsgpm-$h"
+    ip link set "tsgpmv$h" master tsgpmbr up
     ip -n "tsgpm-$h" addr add "10.77.251.$i/24" dev eth0
     ip -n "tsgpm-$h" link set eth0 up
     ip -n "tsgpm-$h" link set lo up
@@ -65,6 +65,8 @@ run_one() {
         pm-nocsum) extra=(--internode pm -x TSUNAGI_PM_CHECKSUM=0) ;;
         pm-pkt32k) extra=(--internode pm -x TSUNAGI_PM_PACKET=32768) ;;
         pm-pkt60k) extra=(--internode pm -x TSUNAGI_PM_PACKET=60000) ;;
+        pm-piece8k) extra=(--internode pm -x TSUNAGI_PM_RDMA_PIECE=8192) ;;
+        pm-nordma) extra=(--internode pm -x TSUNAGI_PM_RDMA=0) ;;
         pm-loss1) extra=(--internode pm -x TSUNAGI_PM_DROP=0.01) ;;
         pm-loss5) extra=(--internode pm -x TSUNAGI_PM_DROP=0.05) ;;
     esac

@@ -56,6 +56,10 @@ use crate::wire::{self, MAX_PACKET_PAYLOAD};
 /// A world rank.
 pub type Rank = u32;
 
+/// The largest PULL: its reply (10 bytes of work request in front) fills one packet.
+pub const MAX_PULL_PIECE: usize = 60 << 10;
+const _: () = assert!(MAX_PULL_PIECE + 10 <= MAX_PACKET_PAYLOAD);
+
 /// Ring records start at multiples of this many bytes.
 pub const ALIGN: usize = 64;
 /// Record header: total bytes u32, sequence u32, body bytes u32 (`u32::MAX`: wrap), zero.
@@ -89,6 +93,9 @@ pub struct PmConfig {
     pub receive: ReceiveMode,
     /// Data bytes per work request (one packet each).
     pub wr_data: usize,
+    /// Bytes one PULL of a rendezvous read asks for ([`PmEndpoint::pull_into`]; one reply
+    /// packet each, so at most [`MAX_PULL_PIECE`]).
+    pub rdma_piece: usize,
     /// Frames queued per link, at most, before a send says "no room".
     pub max_queued: usize,
 }
@@ -101,6 +108,7 @@ impl Default for PmConfig {
                 ring_bytes: 512 << 10,
             },
             wr_data: 8192,
+            rdma_piece: MAX_PULL_PIECE,
             max_queued: 256,
         }
     }
@@ -917,7 +925,7 @@ impl PmEndpoint {
                 } => {
                     let read = self.regions.remote_read(region, offset, len as usize, src);
                     let resp = match read {
-                        Ok(d) if d.len() + 10 <= self.cfg.wr_data + WR_OVERHEAD => {
+                        Ok(d) if d.len() + 10 <= MAX_PACKET_PAYLOAD => {
                             if region >= self.peers.len() as u32 + 2 {
                                 self.stats.rdma_pulls_served += 1;
                             }
@@ -1265,10 +1273,10 @@ impl PmEndpoint {
         local_offset: u64,
         len: usize,
     ) -> Result<Option<u64>, PmError> {
-        if len > self.cfg.wr_data {
+        if len > self.cfg.rdma_piece.min(MAX_PULL_PIECE) {
             return Err(PmError::Usage(format!(
                 "pm: PULL of {len} bytes exceeds {}",
-                self.cfg.wr_data
+                self.cfg.rdma_piece.min(MAX_PULL_PIECE)
             )));
         }
         let (max_queued, stopped) = (self.cfg.max_queued, self.stopped);

@@ -18,7 +18,7 @@
 //! the send buffer in place and grants the receiver the right to PULL it, and announces
 //! the region's key (as `key << 40 | offset`); the receiver's [`Transport::read_remote`]
 //! registers the receive buffer and PULLs into it in work-request-sized pieces, up to
-//! [`PULLS_IN_FLIGHT`] at once, over the reliable link (so loss, reordering and
+//! [`PULLS_IN_FLIGHT`] and [`PULL_BYTES_IN_FLIGHT`] at once, over the reliable link (so loss, reordering and
 //! duplication are the link's business), then INVALIDATEs the sender's region. The read
 //! blocks, driving the whole endpoint meanwhile: PULLs of ours that peers serve, PULLs of
 //! theirs that we serve, and messages that arrive (set aside, handed out by the next
@@ -55,8 +55,10 @@ pub const LINGER: Duration = Duration::from_secs(5);
 /// Socket buffer sizes asked for (the kernel may give less).
 const SOCKET_BUFFER: usize = 8 << 20;
 /// PULL work requests one RDMA read keeps outstanding at most (the link's window paces
-/// them on the wire; more keep its backlog from running dry between acknowledgements).
+/// them on the wire; more keep its backlog from running dry between acknowledgements)...
 pub const PULLS_IN_FLIGHT: usize = 64;
+/// ... and bytes asked for and not yet in, at most (what the socket buffers must hold).
+pub const PULL_BYTES_IN_FLIGHT: usize = 2 << 20;
 /// An announced RDMA address is `key << RDMA_KEY_SHIFT | offset`.
 const RDMA_KEY_SHIFT: u32 = 40;
 
@@ -89,6 +91,7 @@ pub struct PmTransportConfig {
 impl PmTransportConfig {
     /// From the environment (`getenv`): `TSUNAGI_PM_RECEIVE` (`rings`, the default, or
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
+    /// `TSUNAGI_PM_RDMA_PIECE` (bytes per PULL of a rendezvous read, 1024–61440),
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
     /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
@@ -117,6 +120,9 @@ impl PmTransportConfig {
         let mut pm = PmConfig::default();
         if let Some(b) = num("TSUNAGI_PM_PACKET", 1024, 60_000)? {
             pm.wr_data = b;
+        }
+        if let Some(b) = num("TSUNAGI_PM_RDMA_PIECE", 1024, crate::pm::MAX_PULL_PIECE)? {
+            pm.rdma_piece = b;
         }
         if let Some(w) = num("TSUNAGI_PM_WINDOW", 1, 32)? {
             pm.link.window = w as u32;
@@ -249,6 +255,13 @@ fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
         call,
         errno: e.raw_os_error().unwrap_or(0),
     }
+}
+
+/// One line to stderr in one write, so that ranks sharing the job's stderr do not
+/// interleave their lines.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 fn random_u32() -> u32 {
@@ -591,10 +604,10 @@ impl PmTransport {
     }
 
     fn abandon_checkpoint(&mut self, id: u32, why: &str) -> Result<(), P2pError> {
-        eprintln!(
-            "pm: rank {}: checkpoint {id} abandoned after {PATIENCE:?}: {why}",
+        say(&format!(
+            "pm: rank {}: checkpoint {id} abandoned after {PATIENCE:?}: {why}\n",
             self.ep.me()
-        );
+        ));
         self.ep.resume();
         self.ckpt.finish(id, false);
         Ok(())
@@ -635,11 +648,12 @@ impl PmTransport {
         // SAFETY: `dst` is borrowed mutably for this whole call, and every PULL into the
         // region either finishes or is abandoned (its reply then dropped) before we return.
         let local = unsafe { self.ep.register_local(dst.as_mut_ptr(), len) };
-        let piece = self.ep.config().wr_data;
+        let piece = self.ep.config().rdma_piece;
+        let max_pulls = (PULL_BYTES_IN_FLIGHT / piece).clamp(2, PULLS_IN_FLIGHT);
         let mut inflight: VecDeque<u64> = VecDeque::new();
         let mut next = 0usize;
         let result = loop {
-            while next < len && inflight.len() < PULLS_IN_FLIGHT {
+            while next < len && inflight.len() < max_pulls {
                 let n = piece.min(len - next);
                 let at = offset + next as u64;
                 match self.ep.pull_into(peer, key, at, local, next as u64, n) {
@@ -741,12 +755,12 @@ impl Drop for PmTransport {
         }
         self.shared.notify();
         if self.ckpt.cfg.enabled() {
-            eprintln!(
-                "pm: rank {}: {} checkpoint(s) taken, {} abandoned",
+            say(&format!(
+                "pm: rank {}: {} checkpoint(s) taken, {} abandoned\n",
                 self.ep.me(),
                 self.ckpt.taken,
                 self.ckpt.abandoned
-            );
+            ));
         }
     }
 }
