@@ -163,6 +163,13 @@ for (kind, size) in sorted(data, key=lambda k: (k[0] != "lat", k[1])):
     cells = " | ".join(f"{med[n]:.2f}" if n in med else "-" for n in names)
     rs = " | ".join(f"{med[a] / med[b]:.2f}" if med.get(a) and med.get(b) else "-" for _, a, b in ratios)
     print(f"| {kind} {'µs' if kind == 'lat' else 'MB/s'} | {size} | {cells} | {rs} |")
+# Message rate: the 8-byte streaming bandwidth in messages (MB/s / 8 B = million msg/s).
+if ("bw", 8) in data:
+    row = data[("bw", 8)]
+    med = {n: statistics.median(row[n]) / 8 for n in names if n in row}
+    cells = " | ".join(f"{med[n]:.4f}" if n in med else "-" for n in names)
+    rs = " | ".join(f"{med[a] / med[b]:.2f}" if med.get(a) and med.get(b) else "-" for _, a, b in ratios)
+    print(f"| rate Mmsg/s | 8 | {cells} | {rs} |")
 PY
 fi
 
