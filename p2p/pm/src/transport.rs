@@ -162,7 +162,15 @@ impl PmTransportConfig {
             eager_limit: max_payload.min(32 << 10),
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
-            checkpoint: CheckpointConfig::from_env(&getenv)?,
+            checkpoint: {
+                let c = CheckpointConfig::from_env(&getenv)?;
+                if c.enabled() && matches!(pm.receive, ReceiveMode::Shared { .. }) {
+                    return Err("TSUNAGI_PM_CHECKPOINT needs TSUNAGI_PM_RECEIVE=rings: the \
+                                shared receive queue is not checkpointed"
+                        .into());
+                }
+                c
+            },
         })
     }
 }
@@ -549,6 +557,11 @@ impl PmTransport {
     /// Take checkpoint `id` (see [`crate::checkpoint`] for the steps).
     fn checkpoint(&mut self, id: u32) -> Result<(), P2pError> {
         let me = self.ep.me();
+        if matches!(self.ep.config().receive, ReceiveMode::Shared { .. }) {
+            // The pool's context is not saved (PM/InfiniBand-FJ saved queue pairs, not a
+            // shared receive queue): refuse without disturbing the traffic.
+            return self.abandon_checkpoint(id, "the shared receive queue is not checkpointed");
+        }
         // 1. Quiesce and tell every peer.
         self.ep.quiesce();
         for p in self.ep.peer_ranks() {
@@ -560,7 +573,7 @@ impl PmTransport {
         }
         // 2. pmSendStable, and every peer quiesced with its data in.
         if !self.wait_markers(id, STABLE, |ep| ep.is_stable() && !ep.has_held())? {
-            return self.abandon_checkpoint(id, "a peer did not quiesce");
+            return self.abandon_checkpoint(id, "a peer did not quiesce in time");
         }
         // 3. pmSaveContext: the live context, and the image (which leaves out the "saved"
         // markers of peers that were quicker than us: they are not in those peers' images).
@@ -596,7 +609,7 @@ impl PmTransport {
             }
         }
         if !self.wait_markers(id, SAVED, |_| true)? {
-            return self.abandon_checkpoint(id, "a peer did not save");
+            return self.abandon_checkpoint(id, "a peer did not save in time");
         }
         self.ep.resume();
         self.ckpt.finish(id, true);
@@ -605,7 +618,7 @@ impl PmTransport {
 
     fn abandon_checkpoint(&mut self, id: u32, why: &str) -> Result<(), P2pError> {
         say(&format!(
-            "pm: rank {}: checkpoint {id} abandoned after {PATIENCE:?}: {why}\n",
+            "pm: rank {}: checkpoint {id} abandoned: {why}\n",
             self.ep.me()
         ));
         self.ep.resume();
@@ -908,13 +921,19 @@ impl Transport for PmTransport {
         remote_addr: u64,
         dst: &mut [u8],
     ) -> Result<(), P2pError> {
+        let key = (remote_addr >> RDMA_KEY_SHIFT) as u32;
+        let offset = remote_addr & ((1 << RDMA_KEY_SHIFT) - 1);
         if !self.single_copy(peer) {
+            let reachable = peer != self.ep.me() && self.destination(peer).is_some();
+            if reachable && !self.failed[peer as usize] {
+                // RDMA is off here but the peer announced a region: end its grant anyway.
+                let _ = self.ep.invalidate(peer, key);
+                self.flush(Instant::now());
+            }
             return Err(P2pError::Unsupported(format!(
                 "pm: no RDMA read from rank {peer}"
             )));
         }
-        let key = (remote_addr >> RDMA_KEY_SHIFT) as u32;
-        let offset = remote_addr & ((1 << RDMA_KEY_SHIFT) - 1);
         let r = if dst.is_empty() {
             Ok(())
         } else {
@@ -976,9 +995,21 @@ mod tests {
             ("TSUNAGI_PM_WINDOW", "64"),
             ("TSUNAGI_PM_RECEIVE", "magic"),
             ("TSUNAGI_PM_RING", "100000"),
+            ("TSUNAGI_PM_CHECKPOINT", "soon"),
+            ("TSUNAGI_PM_RDMA", "2"),
+            ("TSUNAGI_PM_RDMA_PIECE", "100000"),
         ] {
             let e = PmTransportConfig::from_env(env(&[bad])).unwrap_err();
             assert!(e.starts_with(bad.0), "{e}");
         }
+        let c =
+            PmTransportConfig::from_env(env(&[("TSUNAGI_PM_CHECKPOINT", "signal,100")])).unwrap();
+        assert!(c.checkpoint.signal && c.rdma);
+        let e = PmTransportConfig::from_env(env(&[
+            ("TSUNAGI_PM_CHECKPOINT", "100"),
+            ("TSUNAGI_PM_RECEIVE", "srq"),
+        ]))
+        .unwrap_err();
+        assert!(e.contains("TSUNAGI_PM_RECEIVE=rings"), "{e}");
     }
 }
