@@ -40,6 +40,9 @@ use tsunagi_p2p::Rank;
 /// How long a rank waits for its peers' markers before it abandons a checkpoint.
 pub const PATIENCE: Duration = Duration::from_secs(5);
 
+/// How long a signalled checkpoint may wait for an idle rank to notice the signal.
+pub const SIGNAL_LATENCY: Duration = Duration::from_millis(100);
+
 /// Marker phases.
 pub const STABLE: u8 = 0;
 pub const SAVED: u8 = 1;
@@ -190,6 +193,20 @@ impl Coordinator {
         self.requested
     }
 
+    /// When a sleeping rank must look again: a checkpoint asked for, the next period, and
+    /// with signals every [`SIGNAL_LATENCY`] (a signal may interrupt another thread's
+    /// sleep, not the one that would take the checkpoint).
+    pub fn next_deadline(&self, now: Instant) -> Option<Instant> {
+        if self.requested.is_some() {
+            return Some(now);
+        }
+        let signal = self.cfg.signal.then(|| now + SIGNAL_LATENCY);
+        match (self.next_at, signal) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
     /// Peers whose marker of `phase` for `id` arrived.
     pub fn heard(&self, id: u32, phase: u8) -> Option<&HashSet<Rank>> {
         self.marks
@@ -229,7 +246,21 @@ mod tests {
             let e = CheckpointConfig::from_env(env(bad)).unwrap_err();
             assert!(e.starts_with("TSUNAGI_PM_CHECKPOINT="), "{e}");
         }
+        let now = Instant::now();
+        let mut k = Coordinator::new(c);
+        let d = k.next_deadline(now).unwrap();
+        assert!(
+            d <= now + SIGNAL_LATENCY && d > now,
+            "signals are looked for when idle"
+        );
+        k.request();
+        assert_eq!(
+            k.next_deadline(now),
+            Some(now),
+            "a requested checkpoint is due now"
+        );
         let mut k = Coordinator::new(CheckpointConfig::default());
+        assert_eq!(k.next_deadline(now), None);
         assert_eq!(k.due(Instant::now()), None);
         // A peer's marker asks for its checkpoint.
         k.note(3, 1, STABLE);

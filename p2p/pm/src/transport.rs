@@ -952,7 +952,14 @@ impl Transport for PmTransport {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        self.ep.next_deadline()
+        let ep = self.ep.next_deadline();
+        if !self.ckpt.cfg.enabled() && self.ckpt.requested.is_none() {
+            return ep;
+        }
+        match (ep, self.ckpt.next_deadline(Instant::now())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
