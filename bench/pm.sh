@@ -62,6 +62,9 @@ out="$(mktemp -d "${TMPDIR:-/tmp}/tsunagi-pm-bench.XXXXXX")"
 cleanup() {
     ip netns del tsgpm-a 2>/dev/null || true
     ip netns del tsgpm-b 2>/dev/null || true
+    # A process left in a namespace keeps it (and our veth ends) alive: remove them too.
+    ip link del tsgpmva 2>/dev/null || true
+    ip link del tsgpmvb 2>/dev/null || true
     ip link del tsgpmbr 2>/dev/null || true
     rm -rf "$out"
 }
