@@ -9,6 +9,8 @@
 use std::time::{Duration, Instant};
 
 use tsunagi_p2p::{Header, Rank, Transport};
+use tsunagi_pm::pm::PmStats;
+use tsunagi_pm::reliable::LinkStats;
 use tsunagi_pm::transport::{Faults, PmTransport, PmTransportConfig};
 
 const RTS: u8 = 1;
@@ -50,8 +52,9 @@ fn send(t: &mut PmTransport, peer: Rank, h: Header, payload: &[u8]) {
 }
 
 /// One rank: announce every size, read every announcement of the peer, answer FIN.
-/// Returns the bytes it pulled.
-fn rank(mut t: PmTransport, me: Rank) -> (PmTransport, usize) {
+/// Returns the bytes it pulled and its counters; the transport is dropped here, as at a
+/// process's end (it lingers until the peer has all of our data).
+fn rank(mut t: PmTransport, me: Rank) -> (PmStats, LinkStats, usize) {
     let peer = 1 - me;
     assert!(t.single_copy(peer) && !t.single_copy(me));
     let mine: Vec<Vec<u8>> = SIZES
@@ -133,25 +136,27 @@ fn rank(mut t: PmTransport, me: Rank) -> (PmTransport, usize) {
     }
     // Every grant of ours was invalidated before the peer's FIN reached us.
     assert_eq!(t.endpoint().open_grants(), 0);
+    let stats = (t.endpoint().stats(), t.endpoint().link_stats(), pulled);
+    drop(t);
     drop(mine);
-    (t, pulled)
+    stats
 }
 
-fn both_ways(faults: Faults) -> [PmTransport; 2] {
+fn both_ways(faults: Faults) -> [(PmStats, LinkStats); 2] {
     let (a, b) = pair(faults);
     let tb = std::thread::spawn(move || rank(b, 1));
-    let (a, pa) = rank(a, 0);
-    let (b, pb) = tb.join().unwrap();
+    let (sa, la, pa) = rank(a, 0);
+    let (sb, lb, pb) = tb.join().unwrap();
     let total: usize = SIZES.iter().sum();
     assert_eq!((pa, pb), (total, total));
-    [a, b]
+    [(sa, la), (sb, lb)]
 }
 
 #[test]
 fn rdma_reads_land_in_the_receive_buffer() {
     let t0 = Instant::now();
-    let mut t = both_ways(Faults::default());
-    let s = t[0].endpoint().stats();
+    let t = both_ways(Faults::default());
+    let s = t[0].0;
     eprintln!("{:?} {s:?}", t0.elapsed());
     let total: u64 = SIZES.iter().sum::<usize>() as u64;
     assert_eq!(s.rdma_bytes_pulled, total);
@@ -167,8 +172,8 @@ fn rdma_reads_under_five_percent_loss_duplication_and_reordering() {
         duplicate: 0.05,
         reorder: 0.05,
     };
-    let mut t = both_ways(faults);
-    let s = t[1].endpoint().link_stats();
+    let t = both_ways(faults);
+    let s = t[1].1;
     assert!(s.retransmitted > 0 && s.duplicates > 0, "{s:?}");
 }
 
