@@ -898,7 +898,9 @@ impl Runner {
                 (Some(_), _) => a
                     .out
                     .extend_from_slice(Msg::Signal(sig).encode().as_bytes()),
-                // Not connected (yet): stop the launch command itself.
+                // Not connected (yet): stop the launch command itself — but a checkpoint
+                // request (SIGUSR2) is for ranks, and this host has none running yet.
+                (None, true) if sig == libc::SIGUSR2 => {}
                 (None, true) => {
                     // SAFETY: a pid we spawned and have not reaped.
                     unsafe { libc::kill(a.pid, sig) };
