@@ -30,7 +30,8 @@
 #   cargo build --release -p tsunagi-launcher --bin mpirun
 #   cargo build --release -p tsunagi-c-abi --lib        (NPB and memory tables: libmpi.so)
 # (CARGO_TARGET_DIR is honoured), mpicc.openmpi for the Open MPI column and NPB, gfortran
-# not needed. The namespaces (tsgpm-a/-b, bridge tsgpmbr, 10.77.251.0/24) are removed at exit.
+# not needed. The namespaces (tsgpm-a/-b, bridge tsgpmbr, 10.77.251.0/24; PM_BENCH_NS and
+# PM_BENCH_NET change the name and the third byte) are removed at exit.
 # The machine is shared: every table states the load average (`uptime`) while it ran.
 set -euo pipefail
 
@@ -58,28 +59,30 @@ have_ompi=0
 command -v mpicc.openmpi >/dev/null && command -v mpirun.openmpi >/dev/null && have_ompi=1
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
+# PM_BENCH_NS / PM_BENCH_NET name the namespaces and the /24, so that two runs can coexist.
+ns="${PM_BENCH_NS:-tsgpm}" net="10.77.${PM_BENCH_NET:-251}"
 out="$(mktemp -d "${TMPDIR:-/tmp}/tsunagi-pm-bench.XXXXXX")"
 cleanup() {
-    ip netns del tsgpm-a 2>/dev/null || true
-    ip netns del tsgpm-b 2>/dev/null || true
+    ip netns del $ns-a 2>/dev/null || true
+    ip netns del $ns-b 2>/dev/null || true
     # A process left in a namespace keeps it (and our veth ends) alive: remove them too.
-    ip link del tsgpmva 2>/dev/null || true
-    ip link del tsgpmvb 2>/dev/null || true
-    ip link del tsgpmbr 2>/dev/null || true
+    ip link del ${ns}va 2>/dev/null || true
+    ip link del ${ns}vb 2>/dev/null || true
+    ip link del ${ns}br 2>/dev/null || true
     rm -rf "$out"
 }
 trap cleanup EXIT
-ip link add tsgpmbr type bridge
-ip addr add 10.77.251.1/24 dev tsgpmbr
-ip link set tsgpmbr up
+ip link add ${ns}br type bridge
+ip addr add $net.1/24 dev ${ns}br
+ip link set ${ns}br up
 i=2
 for h in a b; do
-    ip netns add "tsgpm-$h"
-    ip link add "tsgpmv$h" type veth peer name eth0 netns "tsgpm-$h"
-    ip link set "tsgpmv$h" master tsgpmbr up
-    ip -n "tsgpm-$h" addr add "10.77.251.$i/24" dev eth0
-    ip -n "tsgpm-$h" link set eth0 up
-    ip -n "tsgpm-$h" link set lo up
+    ip netns add "$ns-$h"
+    ip link add "${ns}v$h" type veth peer name eth0 netns "$ns-$h"
+    ip link set "${ns}v$h" master ${ns}br up
+    ip -n "$ns-$h" addr add "$net.$i/24" dev eth0
+    ip -n "$ns-$h" link set eth0 up
+    ip -n "$ns-$h" link set lo up
     i=$((i + 1))
 done
 
@@ -88,15 +91,15 @@ load() { cut -d' ' -f1-3 /proc/loadavg; }
 # Our mpirun across the two hosts, K ranks each; the rest of the arguments follow.
 tsunagi() {
     local k="$1"; shift
-    "$target/mpirun" --host "tsgpm-a:$k,tsgpm-b:$k" --launch-agent 'ip netns exec {host}' \
-        --launch-addr 10.77.251.1 "$@"
+    "$target/mpirun" --host "$ns-a:$k,$ns-b:$k" --launch-agent 'ip netns exec {host}' \
+        --launch-addr $net.1 "$@"
 }
 # Open MPI's TCP BTL across the two hosts, one rank each.
 openmpi() {
-    PMIX_MCA_ptl_tcp_if_include=tsgpmbr PMIX_MCA_ptl_tcp_remote_connections=1 \
+    PMIX_MCA_ptl_tcp_if_include=${ns}br PMIX_MCA_ptl_tcp_remote_connections=1 \
         mpirun.openmpi --allow-run-as-root --mca pml ob1 --mca btl tcp,self \
         --mca btl_tcp_if_include eth0 \
-        -n 1 ip netns exec tsgpm-a "$@" : -n 1 ip netns exec tsgpm-b "$@"
+        -n 1 ip netns exec $ns-a "$@" : -n 1 ip netns exec $ns-b "$@"
 }
 
 # Tsunagi's C interface (release libmpi.so) in a private prefix, for C programs.
@@ -140,7 +143,7 @@ if [[ "$parts" == *p* ]]; then
     for r in $(seq "$reps"); do
         loads+=("$(load)")
         for n in "${names[@]}"; do
-            timeout 600 bash -c "$(declare -f run_one tsunagi openmpi); target=$target out=$out run_one $n" \
+            timeout 600 bash -c "$(declare -f run_one tsunagi openmpi); target=$target out=$out ns=$ns net=$net run_one $n" \
                 > "$out/$n.$r" 2> "$out/$n.$r.err" ||
                 { echo "pm.sh: $n failed:" >&2; tail -5 "$out/$n.$r.err" >&2; exit 1; }
         done
@@ -194,8 +197,8 @@ if [[ "$parts" == *n* ]] && c_interface; then
             for c in "${cols[@]}"; do
                 log="$out/npb.$kern.$c.$r"
                 case "$c" in
-                    openmpi) timeout 900 bash -c "$(declare -f openmpi); openmpi $out/npb-o/$kern $class" > "$log" 2>&1 || true ;;
-                    *) timeout 900 bash -c "$(declare -f tsunagi); target=$target tsunagi 1 --internode $c $out/npb-t/$kern $class" > "$log" 2>&1 || true ;;
+                    openmpi) timeout 900 bash -c "$(declare -f openmpi); ns=$ns openmpi $out/npb-o/$kern $class" > "$log" 2>&1 || true ;;
+                    *) timeout 900 bash -c "$(declare -f tsunagi); target=$target ns=$ns net=$net tsunagi 1 --internode $c $out/npb-t/$kern $class" > "$log" 2>&1 || true ;;
                 esac
             done
         done
