@@ -205,7 +205,7 @@ if [[ "$parts" == *n* ]] && c_interface; then
     done
     echo
     echo "## NPB class $class, 2 hosts x 1 rank, seconds (median of $reps; verification); load average: $l0 -> $(load)"
-    echo "| kernel | ${cols[*]// / | } |"
+    echo "| kernel |$(printf ' %s |' "${cols[@]}")"
     echo "|---|$(printf -- '---:|%.0s' "${cols[@]}")"
     for kern in cg mg; do
         row="| $kern |"
