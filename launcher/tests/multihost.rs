@@ -116,7 +116,12 @@ fn pm_checkpoint_mid_traffic_across_namespaces() {
         let what = format!("pm checkpoints, 2 hosts x 2, {progress}");
         let mut c = h.mpirun(2);
         c.args(["--internode", "pm", "--progress", progress])
-            .args(["-x", "TSUNAGI_PM_DROP=0.05", "-x", "TSUNAGI_PM_REORDER=0.05"])
+            .args([
+                "-x",
+                "TSUNAGI_PM_DROP=0.05",
+                "-x",
+                "TSUNAGI_PM_REORDER=0.05",
+            ])
             .args(["-x", "TSUNAGI_PM_CHECKPOINT=signal,150", "-x"])
             .arg(format!("TSUNAGI_PM_CHECKPOINT_DIR={}", dir.display()))
             .arg(p2p_check())
@@ -162,10 +167,17 @@ fn pm_checkpoint_mid_traffic_across_namespaces() {
                 .lines()
                 .find(|l| l.starts_with(&format!("pm: rank {r}: ")) && l.contains("taken"))
                 .unwrap_or_else(|| panic!("{what}: rank {r} reports no checkpoints: {stderr}"));
-            let taken: u64 = line.split_whitespace().nth(3).and_then(|n| n.parse().ok()).unwrap_or_else(|| panic!("{what}: {line:?} in {stderr}"));
+            let taken: u64 = line
+                .split_whitespace()
+                .nth(3)
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("{what}: {line:?} in {stderr}"));
             assert!(taken >= 2, "{what}: {line}");
             let img = dir.join(format!("pm-{r}.img"));
-            assert!(std::fs::metadata(&img).is_ok_and(|m| m.len() > 0), "{what}: no {img:?}");
+            assert!(
+                std::fs::metadata(&img).is_ok_and(|m| m.len() > 0),
+                "{what}: no {img:?}"
+            );
         }
         eprintln!(
             "{what}: {signals} SIGUSR2 sent; {}",
