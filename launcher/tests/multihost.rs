@@ -114,6 +114,9 @@ fn pm_checkpoint_mid_traffic_across_namespaces() {
     let tests = ["sizes", "order", "modes"];
     for progress in ["polling", "threaded"] {
         let what = format!("pm checkpoints, 2 hosts x 2, {progress}");
+        for r in 0..4 {
+            let _ = std::fs::remove_file(dir.join(format!("pm-{r}.count")));
+        }
         let mut c = h.mpirun(2);
         c.args(["--internode", "pm", "--progress", progress])
             .args([
@@ -163,16 +166,15 @@ fn pm_checkpoint_mid_traffic_across_namespaces() {
         assert_ok(&out, &tests, &what);
         let stderr = String::from_utf8_lossy(&out.stderr);
         for r in 0..4 {
-            let line = stderr
-                .lines()
-                .find(|l| l.starts_with(&format!("pm: rank {r}: ")) && l.contains("taken"))
-                .unwrap_or_else(|| panic!("{what}: rank {r} reports no checkpoints: {stderr}"));
-            let taken: u64 = line
+            // Each rank leaves its count (taken, abandoned) beside its image.
+            let count = std::fs::read_to_string(dir.join(format!("pm-{r}.count")))
+                .unwrap_or_else(|e| panic!("{what}: rank {r} left no count ({e}): {stderr}"));
+            let taken: u64 = count
                 .split_whitespace()
-                .nth(3)
+                .next()
                 .and_then(|n| n.parse().ok())
-                .unwrap_or_else(|| panic!("{what}: {line:?} in {stderr}"));
-            assert!(taken >= 2, "{what}: {line}");
+                .unwrap_or_else(|| panic!("{what}: rank {r}: count {count:?}"));
+            assert!(taken >= 2, "{what}: rank {r}: {count}");
             let img = dir.join(format!("pm-{r}.img"));
             assert!(
                 std::fs::metadata(&img).is_ok_and(|m| m.len() > 0),

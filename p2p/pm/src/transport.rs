@@ -767,6 +767,14 @@ impl Drop for PmTransport {
             self.shared.sleep(0, Duration::from_millis(1));
         }
         self.shared.notify();
+        if let Some(dir) = &self.ckpt.cfg.dir {
+            // The count where the images are, for scripts and tests (stderr lines of
+            // several ranks may interleave).
+            let _ = std::fs::write(
+                dir.join(format!("pm-{}.count", self.ep.me())),
+                format!("{} {}\n", self.ckpt.taken, self.ckpt.abandoned),
+            );
+        }
         if self.ckpt.cfg.enabled() {
             say(&format!(
                 "pm: rank {}: {} checkpoint(s) taken, {} abandoned\n",
