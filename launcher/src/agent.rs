@@ -591,7 +591,10 @@ fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
             }
         }
         for s in sigs.drain() {
-            if s != libc::SIGCHLD {
+            if s == libc::SIGUSR2 {
+                // Forwarded to the ranks (PM's checkpoint request), not a reason to stop.
+                kill_all(&ranks, s);
+            } else if s != libc::SIGCHLD {
                 // The agent itself is told to stop (ssh hang-up, Ctrl-C): stop the ranks.
                 kill_all(&ranks, libc::SIGKILL);
                 ctl_open = false;

@@ -223,6 +223,10 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
             for &sig in &signals::CAUGHT {
                 libc::signal(sig, libc::SIG_DFL);
             }
+            // A forwarded SIGUSR2 (PM's checkpoint request) must not kill a rank that has
+            // not installed its handler yet: ignored until then (the disposition survives
+            // exec; a handler installed later replaces it).
+            libc::signal(libc::SIGUSR2, libc::SIG_IGN);
             // Die with mpirun, however it dies: no orphaned ranks.
             if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
                 return Err(io::Error::last_os_error());
@@ -358,6 +362,8 @@ impl Runner {
                     );
                 }
             }
+            // Forwarded to every rank, here and on the other hosts (PM's checkpoint).
+            libc::SIGUSR2 => self.signal_all(sig),
             _ => {} // SIGCHLD: reaping happens on every turn of the loop.
         }
     }
@@ -896,7 +902,9 @@ impl Runner {
                 (Some(_), _) => a
                     .out
                     .extend_from_slice(Msg::Signal(sig).encode().as_bytes()),
-                // Not connected (yet): stop the launch command itself.
+                // Not connected (yet): stop the launch command itself — but a checkpoint
+                // request (SIGUSR2) is for ranks, and this host has none running yet.
+                (None, true) if sig == libc::SIGUSR2 => {}
                 (None, true) => {
                     // SAFETY: a pid we spawned and have not reaped.
                     unsafe { libc::kill(a.pid, sig) };

@@ -7,7 +7,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicI32, Ordering};
 
 /// The signals mpirun catches; children get them back at their default before exec.
-pub const CAUGHT: [libc::c_int; 4] = [libc::SIGCHLD, libc::SIGINT, libc::SIGTERM, libc::SIGHUP];
+/// SIGUSR2 is forwarded to every rank (PM's checkpoint request, `TSUNAGI_PM_CHECKPOINT`).
+pub const CAUGHT: [libc::c_int; 5] = [
+    libc::SIGCHLD,
+    libc::SIGINT,
+    libc::SIGTERM,
+    libc::SIGHUP,
+    libc::SIGUSR2,
+];
 
 /// Write end of the pipe, read by the handler (a handler can only reach globals).
 static WRITE_FD: AtomicI32 = AtomicI32::new(-1);

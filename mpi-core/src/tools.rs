@@ -100,6 +100,10 @@ impl Transport for Counting {
             sink(peer, hdr, payload)
         })
     }
+    unsafe fn expose(&mut self, peer: Rank, addr: *const u8, len: usize) -> Result<u64, P2pError> {
+        // SAFETY: the caller's contract, passed on unchanged.
+        unsafe { self.inner.expose(peer, addr, len) }
+    }
     fn read_remote(&mut self, peer: Rank, addr: u64, dst: &mut [u8]) -> Result<(), P2pError> {
         self.inner.read_remote(peer, addr, dst)?;
         // A single-copy read moves a message's data without a message: count its bytes.

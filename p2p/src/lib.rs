@@ -188,8 +188,34 @@ pub trait Transport: Send {
     /// many were delivered. A transport may bound the number delivered per call.
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError>;
 
+    /// Make `len` bytes at `addr` readable by `peer` through its [`Transport::read_remote`],
+    /// for a rendezvous the caller is about to announce; returns the address to announce
+    /// (what the peer passes to `read_remote`). Only asked where `single_copy(peer)`.
+    ///
+    /// The default returns `addr` itself: CMA and a shared address space read raw
+    /// addresses and need no registration. A transport whose NIC needs registered memory
+    /// (PM) registers the buffer here (through its pin-down cache) and returns a key that
+    /// names the region; it drops the peer's right to read when the peer's read ends (the
+    /// peer's NIC says so on the same ordered path, before the peer's FIN).
+    ///
+    /// # Safety
+    /// `addr..addr + len` must stay valid and unmodified until `peer` has answered the
+    /// announcement (its FIN, or its CTS when it falls back to streaming): the MPI contract
+    /// of a send buffer until the send completes.
+    unsafe fn expose(
+        &mut self,
+        _peer: Rank,
+        addr: *const u8,
+        _len: usize,
+    ) -> Result<u64, P2pError> {
+        Ok(addr as u64)
+    }
+
     /// Copy `dst.len()` bytes from address `remote_addr` in `peer`'s address space into
-    /// `dst` (single copy, e.g. process_vm_readv). Only valid where `single_copy(peer)`.
+    /// `dst` (single copy, e.g. process_vm_readv or an RDMA read). `remote_addr` is what
+    /// the peer's [`Transport::expose`] returned, plus an offset. Only valid where
+    /// `single_copy(peer)`. May block until the data is in (PM pulls it over the network),
+    /// serving the peers' own remote accesses meanwhile.
     fn read_remote(
         &mut self,
         peer: Rank,

@@ -827,8 +827,14 @@ impl Engine {
                 Some(a)
             };
             if let Some(a) = addr {
-                payload = a.to_ne_bytes();
-                flags = FLAG_CMA;
+                // The transport may announce another address (PM: a registered region).
+                let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
+                // SAFETY: the send buffer (or the request's packed copy) stays valid and
+                // untouched until the receiver answers with FIN or CTS (MPI contract).
+                if let Ok(announced) = unsafe { t.expose(dest, a as *const u8, bytes) } {
+                    payload = announced.to_ne_bytes();
+                    flags = FLAG_CMA;
+                }
             }
         }
         req.status.bytes = bytes;

@@ -4,7 +4,10 @@
 //! * `link`: the reliability layer alone (push, encode with/without CRC, decode, in-order
 //!   delivery, batched ACKs back);
 //! * `pm`: the whole endpoint (send buffer, ring record, PUSH work request, link, ring
-//!   poll, release).
+//!   poll, release);
+//! * `rdma`: a rendezvous read of a 1 MiB send buffer registered in place, pulled into a
+//!   registered receive buffer in 60 KiB pieces (PULL requests, replies, ACKs), as MB/s of
+//!   the state machines alone (with CRC-32): the software NIC's ceiling.
 //!
 //! `cargo run --release -p tsunagi-pm --example pm_cost [n]`; prints ns per message.
 
@@ -72,6 +75,49 @@ fn pm_cost(n: u64) -> f64 {
     t0.elapsed().as_nanos() as f64 / n as f64
 }
 
+fn rdma_rate(rounds: u64) -> f64 {
+    let cfg = PmConfig::default();
+    let mut a = PmEndpoint::new(0, 2, 1, cfg);
+    let mut b = PmEndpoint::new(1, 2, 2, cfg);
+    a.add_peer(1, 2);
+    b.add_peer(0, 1);
+    let src = vec![5u8; 1 << 20];
+    let mut dst = vec![0u8; 1 << 20];
+    let mut buf = Vec::new();
+    let piece = cfg.rdma_piece;
+    let t0 = Instant::now();
+    for _ in 0..rounds {
+        // SAFETY: both buffers outlive the endpoints' use of them (the grant is revoked by
+        // the INVALIDATE below before the next round, and every PULL is done).
+        let key = unsafe { a.expose(1, src.as_ptr(), src.len()) }.unwrap();
+        let local = unsafe { b.register_local(dst.as_mut_ptr(), dst.len()) };
+        let mut tags = Vec::new();
+        let mut next = 0;
+        while next < src.len() || !tags.is_empty() {
+            while next < src.len() && tags.len() < 32 {
+                let n = piece.min(src.len() - next);
+                let t = b
+                    .pull_into(0, key, next as u64, local, next as u64, n)
+                    .unwrap();
+                tags.push(t.expect("room"));
+                next += n;
+            }
+            let now = Instant::now();
+            while let Some(to) = b.poll_transmit(now, &mut buf) {
+                assert_eq!(to, 0);
+                a.handle_datagram(now, &buf);
+            }
+            while a.poll_transmit(now, &mut buf).is_some() {
+                b.handle_datagram(now, &buf);
+            }
+            tags.retain(|&t| b.pull_status(t).is_none());
+        }
+        b.invalidate(0, key).unwrap();
+    }
+    assert!(dst.iter().all(|&x| x == 5));
+    (rounds << 20) as f64 / t0.elapsed().as_secs_f64() / 1e6
+}
+
 fn main() {
     let n: u64 = std::env::args()
         .nth(1)
@@ -80,4 +126,8 @@ fn main() {
     println!("link, CRC-32 on:  {:.0} ns/message", link_cost(n, true));
     println!("link, CRC-32 off: {:.0} ns/message", link_cost(n, false));
     println!("pm endpoint:      {:.0} ns/message", pm_cost(n));
+    println!(
+        "rdma read 1 MiB:  {:.0} MB/s",
+        rdma_rate((n / 2000).max(10))
+    );
 }

@@ -12,6 +12,11 @@ use crate::wire;
 /// (one per 0xff-separated piece, as if from rank 1 with epoch 7) must not panic whatever
 /// work requests they carry.
 pub fn pm_packet(data: &[u8]) {
+    // A checkpoint image: refused or read back byte for byte (never restored here: its
+    // user-buffer addresses would be arbitrary).
+    if let Ok(ctx) = crate::pm::PmContext::decode(data) {
+        assert_eq!(ctx.encode(), data);
+    }
     if let Ok(p) = wire::decode(data) {
         let mut again = Vec::new();
         let checksum = data[4] & 1 != 0;

@@ -17,13 +17,16 @@
 //!   injection for tests; [`FACTORY`] plugs it into the registry;
 //! * [`lids`]: several ports per endpoint standing for InfiniBand LIDs and the fat-tree
 //!   planner's choice among them per connection;
+//! * [`checkpoint`]: checkpoints of a running job (SIGUSR2 or a period), coordinated by
+//!   markers on PM's links: quiesce, stable, save, restore, resume;
 //! * [`lossy`]: the simulated lossy network the tests drive the state machines through.
 //!
 //! Boundary: this crate moves messages (the request layer's 32-byte header plus payload)
 //! between world ranks; MPI matching, rendezvous and collectives are the request layer's
-//! (`tsunagi-core`). Large messages are streamed by the request layer in chunks of
-//! [`tsunagi_p2p::Transport::max_payload`]; the transport does not offer its PUSH/PULL to
-//! the core (the core's single-copy read takes raw addresses, not registered regions).
+//! (`tsunagi-core`). Large messages go by the request layer's single-copy rendezvous, which
+//! PM carries out as RDMA reads (PULL) of the sender's registered buffer into the
+//! receiver's ([`transport`]); with `TSUNAGI_PM_RDMA=0` the request layer streams them in
+//! chunks of [`tsunagi_p2p::Transport::max_payload`] through the rings.
 //!
 //! **Several LIDs per host** (issue 19 item 5): with `TSUNAGI_PM_LIDS=K` an endpoint binds K
 //! UDP ports, receives on all of them and publishes all K in its card
@@ -39,6 +42,7 @@
 //! choice is the TCP transport's (`tsunagi_tcp::config`), so `TSUNAGI_TCP_IF` applies too; **tsunagi-fattree** for the
 //! LID planner.
 
+pub mod checkpoint;
 mod factory;
 pub mod fuzzing;
 pub mod lids;

@@ -13,7 +13,19 @@
 //! * `1` PUSH: region u32, offset u64, data (the rest);
 //! * `2` PULL request: region u32, offset u64, length u32, tag u64;
 //! * `3` PULL response: tag u64, status u8 (0 ok, 1 access error), data (the rest);
-//! * `4` SEND: data (the rest), placed by the receiver into its shared receive queue.
+//! * `4` SEND: data (the rest), placed by the receiver into its shared receive queue;
+//! * `5` INVALIDATE: region u32 — the sender is done reading the receiver's user region
+//!   (InfiniBand's send-with-invalidate): its right to PULL it ends;
+//! * `6` MARKER: checkpoint id u32, phase u8 (0: the sender is quiesced, everything it
+//!   sent before arrived; 1: the sender saved its context) — the coordinated checkpoint of
+//!   [`crate::transport`].
+//!
+//! Regions hold either the NIC's own memory (rings, the pool, the control words) or a
+//! **user buffer registered in place** ([`UserMem`]): the software NIC lives in the process
+//! whose buffer it is, so a PULL of a user region reads the application's send buffer and
+//! a PULL reply lands in the application's receive buffer, with no staging copy. A user
+//! region is readable only by the peers it was granted to ([`Regions::grant`]), and only
+//! until they invalidate it.
 
 use std::fmt;
 
@@ -38,6 +50,13 @@ pub enum Wr<'a> {
     },
     Send {
         data: &'a [u8],
+    },
+    Invalidate {
+        region: u32,
+    },
+    Marker {
+        id: u32,
+        phase: u8,
     },
 }
 
@@ -90,6 +109,15 @@ impl Wr<'_> {
             Wr::Send { data } => {
                 out.push(4);
                 out.extend_from_slice(data);
+            }
+            Wr::Invalidate { region } => {
+                out.push(5);
+                out.extend_from_slice(&region.to_le_bytes());
+            }
+            Wr::Marker { id, phase } => {
+                out.push(6);
+                out.extend_from_slice(&id.to_le_bytes());
+                out.push(phase);
             }
         }
     }
@@ -144,6 +172,13 @@ impl Wr<'_> {
                 })
             }
             4 => Ok(Wr::Send { data: &f[1..] }),
+            5 if f.len() == 5 => Ok(Wr::Invalidate { region: u32_at(1) }),
+            5 => Err(BadWr(format!("INVALIDATE of {} bytes, need 5", f.len()))),
+            6 if f.len() == 6 && f[5] <= 1 => Ok(Wr::Marker {
+                id: u32_at(1),
+                phase: f[5],
+            }),
+            6 => Err(BadWr("malformed checkpoint MARKER".into())),
             op => Err(BadWr(format!("unknown operation {op}"))),
         }
     }
@@ -156,9 +191,37 @@ pub struct Access {
     pub remote_read: bool,
 }
 
+/// A user buffer registered in place: its address and length in this process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UserMem {
+    pub ptr: *mut u8,
+    pub len: usize,
+}
+
+// SAFETY: a UserMem is an address and a length. It is dereferenced only by the NIC that
+// registered it, in the process that owns the buffer, under the registration contract of
+// [`Regions::register_user`]; moving the descriptor between threads changes nothing.
+unsafe impl Send for UserMem {}
+
+enum Memory {
+    Owned(Vec<u8>),
+    User(UserMem),
+}
+
 struct Region {
-    mem: Vec<u8>,
+    mem: Memory,
     access: Access,
+    /// Peers that may PULL a user region now (one entry per grant).
+    readers: Vec<u32>,
+}
+
+impl Region {
+    fn len(&self) -> usize {
+        match &self.mem {
+            Memory::Owned(v) => v.len(),
+            Memory::User(u) => u.len,
+        }
+    }
 }
 
 /// The NIC's table of registered memory regions; a region's key is its index.
@@ -174,6 +237,39 @@ pub struct AccessError(pub String);
 impl Regions {
     /// Register `len` zeroed bytes under the lowest free key (or `key`, if given and free).
     pub fn register(&mut self, key: Option<u32>, len: usize, access: Access) -> u32 {
+        self.insert(
+            key,
+            Region {
+                mem: Memory::Owned(vec![0; len]),
+                access,
+                readers: Vec::new(),
+            },
+        )
+    }
+
+    /// Register a user buffer in place under the lowest free key (or `key`). Remote PULLs
+    /// need a [`Regions::grant`] on top; local writes ([`Regions::local_write`]) are
+    /// allowed.
+    ///
+    /// # Safety
+    /// Whenever the region is granted to a peer, and whenever the caller writes into it
+    /// with [`Regions::local_write`], `mem` must be valid for reads (and writes) of
+    /// `mem.len` bytes and not otherwise accessed concurrently.
+    pub unsafe fn register_user(&mut self, key: Option<u32>, mem: UserMem) -> u32 {
+        self.insert(
+            key,
+            Region {
+                mem: Memory::User(mem),
+                access: Access {
+                    remote_write: false,
+                    remote_read: true,
+                },
+                readers: Vec::new(),
+            },
+        )
+    }
+
+    fn insert(&mut self, key: Option<u32>, region: Region) -> u32 {
         let k = match key {
             Some(k) => k as usize,
             None => self
@@ -186,11 +282,63 @@ impl Regions {
             self.regions.resize_with(k + 1, || None);
         }
         assert!(self.regions[k].is_none(), "region key {k} is taken");
-        self.regions[k] = Some(Region {
-            mem: vec![0; len],
-            access,
-        });
+        self.regions[k] = Some(region);
         k as u32
+    }
+
+    /// Let `peer` PULL user region `key` (once more; each grant is ended by one
+    /// [`Regions::revoke`]). False if `key` is not a user region.
+    pub fn grant(&mut self, key: u32, peer: u32) -> bool {
+        match self.regions.get_mut(key as usize).and_then(Option::as_mut) {
+            Some(
+                r @ Region {
+                    mem: Memory::User(_),
+                    ..
+                },
+            ) => {
+                r.readers.push(peer);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// End one grant of user region `key` to `peer`; false if there was none.
+    pub fn revoke(&mut self, key: u32, peer: u32) -> bool {
+        let Some(r) = self.regions.get_mut(key as usize).and_then(Option::as_mut) else {
+            return false;
+        };
+        match r.readers.iter().position(|&p| p == peer) {
+            Some(i) => {
+                r.readers.swap_remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Whether user region `key` is granted to anyone.
+    pub fn granted(&self, key: u32) -> bool {
+        self.regions
+            .get(key as usize)
+            .and_then(Option::as_ref)
+            .is_some_and(|r| !r.readers.is_empty())
+    }
+
+    /// The user buffers registered, with their grants (checkpoints carry them over).
+    pub fn user_regions(&self) -> Vec<(u32, UserMem, Vec<u32>)> {
+        self.regions
+            .iter()
+            .enumerate()
+            .filter_map(|(k, r)| match r {
+                Some(Region {
+                    mem: Memory::User(u),
+                    readers,
+                    ..
+                }) => Some((k as u32, *u, readers.clone())),
+                _ => None,
+            })
+            .collect()
     }
 
     /// Drop a region; later remote accesses to its key fail.
@@ -201,24 +349,57 @@ impl Regions {
     }
 
     /// Bytes registered in all regions.
+    /// Bytes of the NIC's own memory in all regions (user buffers are the application's).
     pub fn bytes(&self) -> usize {
-        self.regions.iter().flatten().map(|r| r.mem.len()).sum()
+        self.regions
+            .iter()
+            .flatten()
+            .map(|r| match &r.mem {
+                Memory::Owned(v) => v.len(),
+                Memory::User(_) => 0,
+            })
+            .sum()
     }
 
     /// A copy of a region and its rights (checkpoints).
     pub fn snapshot(&self, key: u32) -> Option<(Vec<u8>, Access)> {
         let r = self.regions.get(key as usize)?.as_ref()?;
-        Some((r.mem.clone(), r.access))
+        match &r.mem {
+            Memory::Owned(v) => Some((v.clone(), r.access)),
+            Memory::User(_) => None,
+        }
     }
 
-    /// Local access (no rights checked).
+    /// Local access to one of the NIC's own regions (no rights checked).
     pub fn local(&self, key: u32) -> &[u8] {
-        &self.regions[key as usize].as_ref().expect("registered").mem
+        match &self.regions[key as usize].as_ref().expect("registered").mem {
+            Memory::Owned(v) => v,
+            Memory::User(_) => panic!("region {key} is a user buffer"),
+        }
     }
 
-    /// Local access (no rights checked).
+    /// Local access to one of the NIC's own regions (no rights checked).
     pub fn local_mut(&mut self, key: u32) -> &mut [u8] {
-        &mut self.regions[key as usize].as_mut().expect("registered").mem
+        match &mut self.regions[key as usize].as_mut().expect("registered").mem {
+            Memory::Owned(v) => v,
+            Memory::User(_) => panic!("region {key} is a user buffer"),
+        }
+    }
+
+    /// Write `data` at `offset` into region `key` locally (a PULL reply landing in the
+    /// buffer it was asked for), bounds checked.
+    pub fn local_write(&mut self, key: u32, offset: u64, data: &[u8]) -> Result<(), AccessError> {
+        let (s, e) = self.span(key, offset, data.len())?;
+        match &mut self.regions[key as usize].as_mut().unwrap().mem {
+            Memory::Owned(v) => v[s..e].copy_from_slice(data),
+            // SAFETY: `s..e` lies inside the registered buffer (span checked it), which the
+            // registration contract of `register_user` keeps valid and unshared while the
+            // owner writes into it.
+            Memory::User(u) => unsafe {
+                std::ptr::copy_nonoverlapping(data.as_ptr(), u.ptr.add(s), data.len())
+            },
+        }
+        Ok(())
     }
 
     fn span(&self, key: u32, offset: u64, len: usize) -> Result<(usize, usize), AccessError> {
@@ -229,10 +410,10 @@ impl Regions {
             .ok_or_else(|| AccessError(format!("no region {key}")))?;
         let start = usize::try_from(offset).ok();
         match start.and_then(|s| s.checked_add(len).map(|e| (s, e))) {
-            Some((s, e)) if e <= r.mem.len() => Ok((s, e)),
+            Some((s, e)) if e <= r.len() => Ok((s, e)),
             _ => Err(AccessError(format!(
                 "{len} bytes at {offset} outside region {key} of {} bytes",
-                r.mem.len()
+                r.len()
             ))),
         }
     }
@@ -246,12 +427,23 @@ impl Regions {
                 "region {key} is not remotely writable"
             )));
         }
-        r.mem[s..e].copy_from_slice(data);
+        match &mut r.mem {
+            Memory::Owned(v) => v[s..e].copy_from_slice(data),
+            Memory::User(_) => {
+                return Err(AccessError(format!("user region {key} is not writable")))
+            }
+        }
         Ok(())
     }
 
-    /// Serve a remote PULL.
-    pub fn remote_read(&self, key: u32, offset: u64, len: usize) -> Result<&[u8], AccessError> {
+    /// Serve a remote PULL by `peer`.
+    pub fn remote_read(
+        &self,
+        key: u32,
+        offset: u64,
+        len: usize,
+        peer: u32,
+    ) -> Result<&[u8], AccessError> {
         let (s, e) = self.span(key, offset, len)?;
         let r = self.regions[key as usize].as_ref().unwrap();
         if !r.access.remote_read {
@@ -259,7 +451,15 @@ impl Regions {
                 "region {key} is not remotely readable"
             )));
         }
-        Ok(&r.mem[s..e])
+        match &r.mem {
+            Memory::Owned(v) => Ok(&v[s..e]),
+            Memory::User(_) if !r.readers.contains(&peer) => Err(AccessError(format!(
+                "user region {key} is not granted to rank {peer}"
+            ))),
+            // SAFETY: the region is granted to `peer`, so by the contract of
+            // `register_user` the buffer is valid and unmodified; `s..e` lies inside it.
+            Memory::User(u) => Ok(unsafe { std::slice::from_raw_parts(u.ptr.add(s), e - s) }),
+        }
     }
 }
 
@@ -293,6 +493,8 @@ mod tests {
                 data: &[],
             },
             Wr::Send { data: b"x" },
+            Wr::Invalidate { region: 9 },
+            Wr::Marker { id: 3, phase: 1 },
         ];
         for wr in cases {
             wr.encode(&mut out);
@@ -318,6 +520,10 @@ mod tests {
             &[2; 26],
             &[3, 0, 0, 0, 0, 0, 0, 0, 0, 2],
             &[3, 0, 0, 0, 0, 0, 0, 0, 0, 1, 5],
+            &[5, 0, 0, 0],
+            &[5, 0, 0, 0, 0, 0],
+            &[6, 0, 0, 0, 0, 2],
+            &[6, 0, 0, 0, 0],
         ] {
             assert!(Wr::decode(bad).is_err(), "{bad:?}");
         }
@@ -347,10 +553,55 @@ mod tests {
         assert!(r.remote_write(a, u64::MAX, &[1]).is_err());
         assert!(r.remote_write(b, 0, &[1]).is_err());
         assert!(r.remote_write(4, 0, &[1]).is_err());
-        assert_eq!(r.remote_read(a, 14, 2).unwrap(), &[3, 4]);
-        assert!(r.remote_read(a, 15, 2).is_err());
+        assert_eq!(r.remote_read(a, 14, 2, 0).unwrap(), &[3, 4]);
+        assert!(r.remote_read(a, 15, 2, 0).is_err());
         r.deregister(a);
-        assert!(r.remote_read(a, 0, 1).is_err());
+        assert!(r.remote_read(a, 0, 1, 0).is_err());
         assert_eq!(r.register(None, 4, rw), 0);
+    }
+
+    #[test]
+    fn user_regions_are_read_in_place_only_while_granted() {
+        let mut r = Regions::default();
+        let mut send = *b"0123456789";
+        let mut recv = [0u8; 6];
+        // SAFETY: both arrays outlive `r`'s uses below and are not touched meanwhile.
+        let (s, d) = unsafe {
+            (
+                r.register_user(
+                    None,
+                    UserMem {
+                        ptr: send.as_mut_ptr(),
+                        len: send.len(),
+                    },
+                ),
+                r.register_user(
+                    None,
+                    UserMem {
+                        ptr: recv.as_mut_ptr(),
+                        len: recv.len(),
+                    },
+                ),
+            )
+        };
+        assert_eq!(r.bytes(), 0, "user buffers are not NIC memory");
+        assert!(r.remote_read(s, 0, 4, 7).is_err(), "not granted yet");
+        assert!(r.grant(s, 7) && r.grant(s, 7) && r.granted(s));
+        assert_eq!(r.remote_read(s, 2, 4, 7).unwrap(), b"2345");
+        assert!(r.remote_read(s, 2, 4, 8).is_err(), "granted to 7 only");
+        assert!(r.remote_read(s, 8, 4, 7).is_err(), "out of bounds");
+        assert!(
+            r.remote_write(s, 0, b"x").is_err(),
+            "never remotely writable"
+        );
+        r.local_write(d, 1, b"abcd").unwrap();
+        assert!(r.local_write(d, 3, b"abcd").is_err());
+        assert!(r.revoke(s, 7) && r.granted(s) && r.revoke(s, 7));
+        assert!(!r.revoke(s, 7) && !r.granted(s));
+        assert!(r.remote_read(s, 0, 1, 7).is_err(), "invalidated");
+        assert_eq!(r.user_regions().len(), 2);
+        assert!(r.snapshot(s).is_none());
+        drop(r);
+        assert_eq!(&recv, b"\0abcd\0");
     }
 }

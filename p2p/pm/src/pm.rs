@@ -28,6 +28,15 @@
 //! write and read a peer's region by key. The pin-down cache
 //! ([`PmEndpoint::register_cached`]) reuses a registration for the same buffer.
 //!
+//! Rendezvous by RDMA read into the user's buffer: the sender registers its send buffer
+//! in place and grants the receiver the right to read it ([`PmEndpoint::expose`], through
+//! the pin-down cache of user buffers); the receiver registers its receive buffer
+//! ([`PmEndpoint::register_local`]) and PULLs into it in work-request-sized pieces, many
+//! in flight ([`PmEndpoint::pull_into`]); each reply lands in the receive buffer where it
+//! belongs. Then it INVALIDATEs the sender's region ([`PmEndpoint::invalidate`]): on the
+//! same ordered link, the sender's NIC ends the grant before any later message (the FIN)
+//! reaches the sender, so a buffer is never read after its send completed.
+//!
 //! # Checkpoint (seed 000)
 //!
 //! [`PmEndpoint::quiesce`] stops new sends (pmSendStable waits until
@@ -40,12 +49,16 @@ use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::time::Instant;
 
-use crate::nic::{Access, Regions, Wr, WR_OVERHEAD};
+use crate::nic::{Access, Regions, UserMem, Wr, WR_OVERHEAD};
 use crate::reliable::{Link, LinkConfig, LinkContext, LinkStats};
 use crate::wire::{self, MAX_PACKET_PAYLOAD};
 
 /// A world rank.
 pub type Rank = u32;
+
+/// The largest PULL: its reply (10 bytes of work request in front) fills one packet.
+pub const MAX_PULL_PIECE: usize = 60 << 10;
+const _: () = assert!(MAX_PULL_PIECE + 10 <= MAX_PACKET_PAYLOAD);
 
 /// Ring records start at multiples of this many bytes.
 pub const ALIGN: usize = 64;
@@ -80,6 +93,9 @@ pub struct PmConfig {
     pub receive: ReceiveMode,
     /// Data bytes per work request (one packet each).
     pub wr_data: usize,
+    /// Bytes one PULL of a rendezvous read asks for ([`PmEndpoint::pull_into`]; one reply
+    /// packet each, so at most [`MAX_PULL_PIECE`]).
+    pub rdma_piece: usize,
     /// Frames queued per link, at most, before a send says "no room".
     pub max_queued: usize,
 }
@@ -92,6 +108,7 @@ impl Default for PmConfig {
                 ring_bytes: 512 << 10,
             },
             wr_data: 8192,
+            rdma_piece: MAX_PULL_PIECE,
             max_queued: 256,
         }
     }
@@ -141,6 +158,10 @@ pub struct PmStats {
     pub pool_full: u64,
     pub pin_hits: u64,
     pub pin_misses: u64,
+    /// PULL work requests served from user buffers (RDMA rendezvous, sender side).
+    pub rdma_pulls_served: u64,
+    /// Bytes pulled into user buffers (RDMA rendezvous, receiver side).
+    pub rdma_bytes_pulled: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -169,7 +190,21 @@ struct Peer {
 enum Pull {
     Tail(Rank),
     User(Option<Result<Vec<u8>, String>>),
+    /// A PULL into local region `key` at `offset` of `len` bytes; `done` once answered.
+    Into {
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        len: usize,
+        done: Option<Result<(), String>>,
+    },
+    /// A PULL whose asker gave up: its reply is dropped.
+    Abandoned(Rank),
 }
+
+/// User buffers kept registered in the pin-down cache without a grant, at most; older
+/// ungranted entries are dropped beyond it.
+const USER_PIN_LIMIT: usize = 64;
 
 /// A message handed out by [`PmEndpoint::receive`], valid until [`PmEndpoint::release`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -194,6 +229,193 @@ pub struct PmContext {
     me: Rank,
     peers: Vec<Option<(u32, LinkContext, TxRing, RxRing)>>,
     regions: Vec<(u32, Vec<u8>, Access)>,
+    /// User buffers registered in place, with their grants (valid in this process only).
+    user: Vec<(u32, UserMem, Vec<u32>)>,
+}
+
+const CONTEXT_MAGIC: &[u8; 8] = b"PMCTX01\0";
+
+impl PmContext {
+    /// The context as bytes (an image file's content; little-endian, see
+    /// [`PmContext::decode`]). User buffers are recorded by address: an image restores
+    /// into the process that saved it.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut o = Vec::new();
+        let u32s = |o: &mut Vec<u8>, v: u32| o.extend_from_slice(&v.to_le_bytes());
+        let u64s = |o: &mut Vec<u8>, v: u64| o.extend_from_slice(&v.to_le_bytes());
+        o.extend_from_slice(CONTEXT_MAGIC);
+        u32s(&mut o, self.me);
+        u32s(&mut o, self.peers.len() as u32);
+        for p in &self.peers {
+            let Some((epoch, link, tx, rx)) = p else {
+                o.push(0);
+                continue;
+            };
+            o.push(1);
+            u32s(&mut o, *epoch);
+            u32s(&mut o, link.next_seq);
+            u32s(&mut o, link.expected);
+            u32s(&mut o, link.early.len() as u32);
+            for (d, f) in &link.early {
+                u32s(&mut o, *d);
+                u32s(&mut o, f.len() as u32);
+                o.extend_from_slice(f);
+            }
+            u64s(&mut o, tx.head);
+            u64s(&mut o, tx.tail);
+            u32s(&mut o, tx.seq);
+            o.push(tx.pulling as u8);
+            u64s(&mut o, rx.tail);
+            u32s(&mut o, rx.seq);
+        }
+        u32s(&mut o, self.regions.len() as u32);
+        for (k, mem, a) in &self.regions {
+            u32s(&mut o, *k);
+            o.push(a.remote_write as u8 | (a.remote_read as u8) << 1);
+            u64s(&mut o, mem.len() as u64);
+            o.extend_from_slice(mem);
+        }
+        u32s(&mut o, self.user.len() as u32);
+        for (k, m, readers) in &self.user {
+            u32s(&mut o, *k);
+            u64s(&mut o, m.ptr as u64);
+            u64s(&mut o, m.len as u64);
+            u32s(&mut o, readers.len() as u32);
+            for &r in readers {
+                u32s(&mut o, r);
+            }
+        }
+        o
+    }
+
+    /// Parse [`PmContext::encode`]'s bytes; malformed input is refused, never a panic.
+    pub fn decode(b: &[u8]) -> Result<PmContext, String> {
+        struct Cur<'a>(&'a [u8], usize);
+        impl<'a> Cur<'a> {
+            fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
+                let end = self.1.checked_add(n).filter(|&e| e <= self.0.len());
+                let end = end.ok_or_else(|| format!("PM context truncated at byte {}", self.1))?;
+                let s = &self.0[self.1..end];
+                self.1 = end;
+                Ok(s)
+            }
+            fn u8(&mut self) -> Result<u8, String> {
+                Ok(self.take(1)?[0])
+            }
+            fn u32(&mut self) -> Result<u32, String> {
+                Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
+            }
+            fn u64(&mut self) -> Result<u64, String> {
+                Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
+            }
+            fn len(&mut self) -> Result<usize, String> {
+                let n = self.u64()?;
+                usize::try_from(n)
+                    .ok()
+                    .filter(|&n| n <= self.0.len() - self.1)
+                    .ok_or_else(|| format!("PM context: length {n} beyond its end"))
+            }
+        }
+        let mut c = Cur(b, 0);
+        if c.take(8)? != CONTEXT_MAGIC {
+            return Err("not a PM context image".into());
+        }
+        let me = c.u32()?;
+        let n = c.u32()? as usize;
+        if n > b.len() {
+            return Err(format!("PM context: {n} peers in {} bytes", b.len()));
+        }
+        let mut peers = Vec::with_capacity(n);
+        for _ in 0..n {
+            match c.u8()? {
+                0 => peers.push(None),
+                1 => {
+                    let epoch = c.u32()?;
+                    let next_seq = c.u32()?;
+                    let expected = c.u32()?;
+                    let k = c.u32()? as usize;
+                    let mut early = Vec::new();
+                    for _ in 0..k.min(1024) {
+                        let d = c.u32()?;
+                        let len = c.u32()? as usize;
+                        early.push((d, c.take(len)?.to_vec()));
+                    }
+                    if k > 1024 {
+                        return Err("PM context: too many early frames".into());
+                    }
+                    let tx = TxRing {
+                        head: c.u64()?,
+                        tail: c.u64()?,
+                        seq: c.u32()?,
+                        pulling: c.u8()? != 0,
+                    };
+                    let rx = RxRing {
+                        tail: c.u64()?,
+                        seq: c.u32()?,
+                    };
+                    let link = LinkContext {
+                        next_seq,
+                        expected,
+                        early,
+                    };
+                    peers.push(Some((epoch, link, tx, rx)));
+                }
+                t => return Err(format!("PM context: peer tag {t}")),
+            }
+        }
+        let nr = c.u32()? as usize;
+        let mut regions = Vec::new();
+        for _ in 0..nr {
+            let k = c.u32()?;
+            let a = c.u8()?;
+            if a > 3 {
+                return Err(format!("PM context: access bits {a}"));
+            }
+            let len = c.len()?;
+            let access = Access {
+                remote_write: a & 1 != 0,
+                remote_read: a & 2 != 0,
+            };
+            regions.push((k, c.take(len)?.to_vec(), access));
+        }
+        let nu = c.u32()? as usize;
+        let mut user = Vec::new();
+        for _ in 0..nu {
+            let k = c.u32()?;
+            let ptr = c.u64()? as usize as *mut u8;
+            let len = c.u64()? as usize;
+            let nreaders = c.u32()? as usize;
+            if nreaders > n {
+                return Err("PM context: more grants than peers".into());
+            }
+            let readers = (0..nreaders).map(|_| c.u32()).collect::<Result<_, _>>()?;
+            user.push((k, UserMem { ptr, len }, readers));
+        }
+        if c.1 != b.len() {
+            return Err("PM context: trailing bytes".into());
+        }
+        Ok(PmContext {
+            me,
+            peers,
+            regions,
+            user,
+        })
+    }
+
+    /// Count the last frame received from `peer` as not received (its sequence number is
+    /// expected again). A coordinated checkpoint uses it for a peer's "saved" marker that
+    /// arrived before this rank saved: the marker was sent after the peer's image was
+    /// taken, so this rank's image must not include it either.
+    pub fn forget_last_from(&mut self, peer: Rank) {
+        if let Some(Some((_, link, _, _))) = self.peers.get_mut(peer as usize) {
+            link.expected = link.expected.wrapping_sub(1);
+        }
+    }
+
+    /// The rank whose context this is.
+    pub fn rank(&self) -> Rank {
+        self.me
+    }
 }
 
 /// One process's PM: links, NIC regions, rings.
@@ -216,6 +438,10 @@ pub struct PmEndpoint {
     stopped: bool,
     next_user_key: u32,
     pins: HashMap<(usize, usize), u32>,
+    /// The pin-down cache of user buffers registered in place: (address, length) to key.
+    user_pins: HashMap<(usize, usize), u32>,
+    /// Checkpoint markers executed, oldest first: (from, checkpoint id, phase).
+    markers: VecDeque<(Rank, u32, u8)>,
     stats: PmStats,
 }
 
@@ -273,6 +499,8 @@ impl PmEndpoint {
             stopped: false,
             next_user_key: size as u32 + 2,
             pins: HashMap::new(),
+            user_pins: HashMap::new(),
+            markers: VecDeque::new(),
             stats: PmStats::default(),
         }
     }
@@ -695,8 +923,12 @@ impl PmEndpoint {
                     len,
                     tag,
                 } => {
-                    let resp = match self.regions.remote_read(region, offset, len as usize) {
-                        Ok(d) if d.len() + 10 <= self.cfg.wr_data + WR_OVERHEAD => {
+                    let read = self.regions.remote_read(region, offset, len as usize, src);
+                    let resp = match read {
+                        Ok(d) if d.len() + 10 <= MAX_PACKET_PAYLOAD => {
+                            if region >= self.peers.len() as u32 + 2 {
+                                self.stats.rdma_pulls_served += 1;
+                            }
                             let mut f = Vec::new();
                             Wr::PullResp {
                                 tag,
@@ -735,11 +967,41 @@ impl PmEndpoint {
                             Err(format!("rank {src} refused the PULL"))
                         });
                     }
+                    Some(Pull::Into {
+                        peer,
+                        key,
+                        offset,
+                        len,
+                        done: done @ None,
+                    }) if *peer == src => {
+                        *done = Some(if !ok {
+                            Err(format!("rank {src} refused the PULL"))
+                        } else if data.len() != *len {
+                            Err(format!("PULL of {len} bytes answered with {}", data.len()))
+                        } else {
+                            self.stats.rdma_bytes_pulled += *len as u64;
+                            self.regions
+                                .local_write(*key, *offset, data)
+                                .map_err(|e| e.0)
+                        });
+                    }
+                    Some(Pull::Abandoned(r)) if *r == src => {
+                        self.pulls.remove(&tag);
+                    }
                     _ => self.errors.push_back(PmError::Protocol(
                         src,
                         format!("unexpected PULL reply {tag}"),
                     )),
                 },
+                Wr::Invalidate { region } => {
+                    // The reader is done: end its grant. One that was not granted (a
+                    // duplicate cannot reach here: the link suppresses those) is the
+                    // peer's bug, not ours to fail on.
+                    if !self.regions.revoke(region, src) {
+                        self.stats.stray_datagrams += 1;
+                    }
+                }
+                Wr::Marker { id, phase } => self.markers.push_back((src, id, phase)),
                 Wr::Send { .. } => unreachable!("handled above"),
             }
         }
@@ -919,6 +1181,170 @@ impl PmEndpoint {
         }
     }
 
+    /// Register the user buffer `ptr..ptr + len` in place (pin-down cache: the same buffer
+    /// keeps its key) and let `peer` PULL it until `peer` invalidates it. Returns the key.
+    ///
+    /// # Safety
+    /// The buffer must stay valid and unmodified until `peer` has invalidated the grant
+    /// (or has failed): the MPI contract of a send buffer during a rendezvous.
+    pub unsafe fn expose(
+        &mut self,
+        peer: Rank,
+        ptr: *const u8,
+        len: usize,
+    ) -> Result<u32, PmError> {
+        self.peer(peer)?;
+        // SAFETY: the caller's contract covers the grant below.
+        let key = unsafe { self.pin_user(ptr as *mut u8, len) };
+        self.regions.grant(key, peer);
+        Ok(key)
+    }
+
+    /// Register the local buffer `ptr..ptr + len` in place (pin-down cache) as the
+    /// destination of [`PmEndpoint::pull_into`]. Returns its key; no peer may access it.
+    ///
+    /// # Safety
+    /// The buffer must be valid for writes and not otherwise accessed while PULLs into it
+    /// are pending (until each is finished or abandoned).
+    pub unsafe fn register_local(&mut self, ptr: *mut u8, len: usize) -> u32 {
+        // SAFETY: the caller's contract.
+        unsafe { self.pin_user(ptr, len) }
+    }
+
+    /// # Safety
+    /// As [`PmEndpoint::expose`] for grants and [`PmEndpoint::register_local`] for writes.
+    unsafe fn pin_user(&mut self, ptr: *mut u8, len: usize) -> u32 {
+        if let Some(&k) = self.user_pins.get(&(ptr as usize, len)) {
+            self.stats.pin_hits += 1;
+            return k;
+        }
+        self.stats.pin_misses += 1;
+        if self.user_pins.len() >= USER_PIN_LIMIT {
+            // Drop cached registrations nobody may read (a pending local PULL destination
+            // is in use only inside one read, which finishes before the next pin).
+            let idle: Vec<_> = self
+                .user_pins
+                .iter()
+                .filter(|(_, &k)| !self.regions.granted(k) && !self.pull_targets(k))
+                .map(|(&a, &k)| (a, k))
+                .collect();
+            for (a, k) in idle {
+                self.user_pins.remove(&a);
+                self.regions.deregister(k);
+            }
+        }
+        let k = self.next_user_key;
+        self.next_user_key += 1;
+        // SAFETY: the caller's contract is the registration's.
+        unsafe { self.regions.register_user(Some(k), UserMem { ptr, len }) };
+        self.user_pins.insert((ptr as usize, len), k);
+        k
+    }
+
+    fn pull_targets(&self, key: u32) -> bool {
+        self.pulls
+            .values()
+            .any(|p| matches!(p, Pull::Into { key: k, .. } if *k == key))
+    }
+
+    /// Registered user buffers in the pin-down cache.
+    pub fn user_pins(&self) -> usize {
+        self.user_pins.len()
+    }
+
+    /// Grants of user buffers not yet invalidated by their readers.
+    pub fn open_grants(&self) -> usize {
+        self.regions
+            .user_regions()
+            .iter()
+            .map(|(_, _, readers)| readers.len())
+            .sum()
+    }
+
+    /// PULL `len` bytes (at most one work request's data) from `offset` in `peer`'s region
+    /// `key` into local region `local` at `local_offset`; returns a tag for
+    /// [`PmEndpoint::pull_status`], or `None` for no room yet.
+    pub fn pull_into(
+        &mut self,
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        local: u32,
+        local_offset: u64,
+        len: usize,
+    ) -> Result<Option<u64>, PmError> {
+        if len > self.cfg.rdma_piece.min(MAX_PULL_PIECE) {
+            return Err(PmError::Usage(format!(
+                "pm: PULL of {len} bytes exceeds {}",
+                self.cfg.rdma_piece.min(MAX_PULL_PIECE)
+            )));
+        }
+        let (max_queued, stopped) = (self.cfg.max_queued, self.stopped);
+        let p = self.peer(peer)?;
+        if stopped || p.link.queued() >= max_queued {
+            return Ok(None);
+        }
+        let tag = self.next_tag;
+        self.next_tag += 1;
+        self.pulls.insert(
+            tag,
+            Pull::Into {
+                peer,
+                key: local,
+                offset: local_offset,
+                len,
+                done: None,
+            },
+        );
+        self.wr_to(
+            peer,
+            Wr::PullReq {
+                region: key,
+                offset,
+                len: len as u32,
+                tag,
+            },
+            false,
+        );
+        Ok(Some(tag))
+    }
+
+    /// Whether a [`PmEndpoint::pull_into`] is finished: `Some(Ok)` once its data is in the
+    /// local region (the tag is then forgotten), `Some(Err)` if the peer refused it.
+    pub fn pull_status(&mut self, tag: u64) -> Option<Result<(), String>> {
+        match self.pulls.get_mut(&tag) {
+            Some(Pull::Into { done, .. }) if done.is_some() => {
+                let r = done.take();
+                self.pulls.remove(&tag);
+                r
+            }
+            _ => None,
+        }
+    }
+
+    /// Give up waiting for a [`PmEndpoint::pull_into`]: its reply, if it comes, is dropped
+    /// without touching the local region.
+    pub fn abandon_pull(&mut self, tag: u64) {
+        if let Some(p) = self.pulls.get_mut(&tag) {
+            match p {
+                Pull::Into { done: Some(_), .. } => {
+                    self.pulls.remove(&tag);
+                }
+                Pull::Into { peer, .. } => *p = Pull::Abandoned(*peer),
+                _ => {}
+            }
+        }
+    }
+
+    /// Tell `peer` that we are done reading its region `key` (INVALIDATE): its NIC ends
+    /// the grant before it executes anything we send later. Not held back by a quiesce or
+    /// a long queue: it is what lets the peer's send complete.
+    pub fn invalidate(&mut self, peer: Rank, key: u32) -> Result<(), PmError> {
+        self.peer(peer)?;
+        self.wr_to(peer, Wr::Invalidate { region: key }, false);
+        Ok(())
+    }
+
     // -------------------------------------------------------------------------------
     // Checkpoint.
 
@@ -967,6 +1393,7 @@ impl PmEndpoint {
                 .map(|p| p.as_ref().map(|p| (p.epoch, p.link.save(), p.tx, p.rx)))
                 .collect(),
             regions,
+            user: self.regions.user_regions(),
         })
     }
 
@@ -981,6 +1408,17 @@ impl PmEndpoint {
             self.regions.register(Some(*k), mem.len(), *access);
             self.regions.local_mut(*k).copy_from_slice(mem);
         }
+        self.user_pins.clear();
+        for (k, mem, readers) in &ctx.user {
+            self.regions.deregister(*k);
+            // SAFETY: the same registration, in the same process, that the saved endpoint
+            // held under the same contract (grants included).
+            unsafe { self.regions.register_user(Some(*k), *mem) };
+            for &r in readers {
+                self.regions.grant(*k, r);
+            }
+            self.user_pins.insert((mem.ptr as usize, mem.len), *k);
+        }
         self.dirty.clear();
         for (r, saved) in ctx.peers.iter().enumerate() {
             if let Some((epoch, link, tx, rx)) = saved {
@@ -990,7 +1428,7 @@ impl PmEndpoint {
                 }
                 let p = self.peers[r].as_mut().unwrap();
                 p.epoch = *epoch;
-                p.link.restore(*link);
+                p.link.restore(link.clone());
                 p.tx = *tx;
                 p.rx = *rx;
                 // Messages may wait in the restored ring.
@@ -1000,9 +1438,40 @@ impl PmEndpoint {
         }
         self.next_user_key = self
             .next_user_key
-            .max(ctx.regions.iter().map(|r| r.0 + 1).max().unwrap_or(0));
+            .max(ctx.regions.iter().map(|r| r.0 + 1).max().unwrap_or(0))
+            .max(ctx.user.iter().map(|r| r.0 + 1).max().unwrap_or(0));
         self.stopped = true;
         Ok(())
+    }
+
+    /// The ranks this endpoint has as peers (failed ones included).
+    pub fn peer_ranks(&self) -> Vec<Rank> {
+        (0..self.peers.len() as Rank)
+            .filter(|&r| self.peers[r as usize].is_some())
+            .collect()
+    }
+
+    /// Send a checkpoint marker to `peer` (also while quiesced: it is the checkpoint's own
+    /// traffic). It arrives after everything sent to `peer` before it.
+    pub fn send_marker(&mut self, peer: Rank, id: u32, phase: u8) -> Result<(), PmError> {
+        self.peer(peer)?;
+        self.wr_to(peer, Wr::Marker { id, phase }, false);
+        Ok(())
+    }
+
+    /// The next checkpoint marker that arrived: (from, checkpoint id, phase).
+    pub fn take_marker(&mut self) -> Option<(Rank, u32, u8)> {
+        self.markers.pop_front()
+    }
+
+    /// Whether a received message is held (handed out and not released).
+    pub fn has_held(&self) -> bool {
+        self.held.is_some()
+    }
+
+    /// Take over the counters of the endpoint this one replaces (a restored checkpoint).
+    pub fn carry_counters(&mut self, old: &PmEndpoint) {
+        self.stats = old.stats;
     }
 
     /// pmControlSend: let sends go again.

@@ -87,10 +87,13 @@ pub struct LinkStats {
 }
 
 /// The sequence state saved by a checkpoint ([`Link::save`]).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LinkContext {
     pub next_seq: u32,
     pub expected: u32,
+    /// Frames that arrived ahead of `expected` (reordered), by distance from it: the
+    /// sender may count them as selectively acknowledged and not send them again.
+    pub early: Vec<(u32, Vec<u8>)>,
 }
 
 struct Outstanding {
@@ -224,6 +227,12 @@ impl Link {
         LinkContext {
             next_seq: self.next_seq,
             expected: self.expected,
+            early: self
+                .reorder
+                .iter()
+                .enumerate()
+                .filter_map(|(d, f)| f.as_ref().map(|f| (d as u32, f.clone())))
+                .collect(),
         }
     }
 
@@ -233,6 +242,11 @@ impl Link {
         self.expected = ctx.expected;
         self.inflight.clear();
         self.reorder.iter_mut().for_each(|s| *s = None);
+        for (d, f) in ctx.early {
+            if let Some(slot) = self.reorder.get_mut(d as usize) {
+                *slot = Some(f);
+            }
+        }
         self.delivered.clear();
         self.ack_due = None;
         self.ack_now = false;

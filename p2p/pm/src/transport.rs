@@ -13,10 +13,24 @@
 //! for `notify`; `busy` makes a sleeper return at once while messages are complete but
 //! were not handed out yet.
 //!
+//! **Large messages by RDMA read into the user's buffer.** The transport offers single-copy
+//! rendezvous ([`Transport::single_copy`]): the sender's [`Transport::expose`] registers
+//! the send buffer in place and grants the receiver the right to PULL it, and announces
+//! the region's key (as `key << 40 | offset`); the receiver's [`Transport::read_remote`]
+//! registers the receive buffer and PULLs into it in work-request-sized pieces, up to
+//! [`PULLS_IN_FLIGHT`] and [`PULL_BYTES_IN_FLIGHT`] at once, over the reliable link (so loss, reordering and
+//! duplication are the link's business), then INVALIDATEs the sender's region. The read
+//! blocks, driving the whole endpoint meanwhile: PULLs of ours that peers serve, PULLs of
+//! theirs that we serve, and messages that arrive (set aside, handed out by the next
+//! `poll`, so that a full ring or receive pool cannot hold a PULL reply back).
+//! `TSUNAGI_PM_RDMA=0` turns it off (the request layer then streams large messages
+//! through the rings).
+//!
 //! Fault injection for tests ([`Faults`], from `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`,
 //! `TSUNAGI_PM_REORDER`): fractions of outgoing datagrams dropped, sent twice, or held back
 //! behind the next one.
 
+use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,9 +40,10 @@ use std::time::{Duration, Instant};
 use socket2::{Domain, Protocol, Socket, Type};
 use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
 
+use crate::checkpoint::{CheckpointConfig, Coordinator, PATIENCE, SAVED, STABLE};
 use crate::lids::{LidConfig, LidWiring};
 use crate::lossy::Rng;
-use crate::pm::{PmConfig, PmEndpoint, PmError, ReceiveMode};
+use crate::pm::{PmConfig, PmContext, PmEndpoint, PmError, ReceiveMode};
 use crate::Card;
 
 /// Datagrams read per poll at most, so that a flood cannot starve the caller.
@@ -39,6 +54,13 @@ const DELIVER_BUDGET: usize = 256;
 pub const LINGER: Duration = Duration::from_secs(5);
 /// Socket buffer sizes asked for (the kernel may give less).
 const SOCKET_BUFFER: usize = 8 << 20;
+/// PULL work requests one RDMA read keeps outstanding at most (the link's window paces
+/// them on the wire; more keep its backlog from running dry between acknowledgements)...
+pub const PULLS_IN_FLIGHT: usize = 64;
+/// ... and bytes asked for and not yet in, at most (what the socket buffers must hold).
+pub const PULL_BYTES_IN_FLIGHT: usize = 2 << 20;
+/// An announced RDMA address is `key << RDMA_KEY_SHIFT | offset`.
+const RDMA_KEY_SHIFT: u32 = 40;
 
 /// Fault injection on outgoing datagrams (tests only).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -60,11 +82,16 @@ pub struct PmTransportConfig {
     /// Ports per endpoint and the fat-tree planner's input (`TSUNAGI_PM_LIDS`,
     /// `TSUNAGI_FATTREE`, `TSUNAGI_FATTREE_NODES`).
     pub lids: LidConfig,
+    /// Rendezvous by RDMA read into the user's buffer (`TSUNAGI_PM_RDMA`, default 1).
+    pub rdma: bool,
+    /// Checkpoints of the running job ([`crate::checkpoint`]).
+    pub checkpoint: CheckpointConfig,
 }
 
 impl PmTransportConfig {
     /// From the environment (`getenv`): `TSUNAGI_PM_RECEIVE` (`rings`, the default, or
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
+    /// `TSUNAGI_PM_RDMA_PIECE` (bytes per PULL of a rendezvous read, 1024–61440),
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
     /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
@@ -93,6 +120,9 @@ impl PmTransportConfig {
         let mut pm = PmConfig::default();
         if let Some(b) = num("TSUNAGI_PM_PACKET", 1024, 60_000)? {
             pm.wr_data = b;
+        }
+        if let Some(b) = num("TSUNAGI_PM_RDMA_PIECE", 1024, crate::pm::MAX_PULL_PIECE)? {
+            pm.rdma_piece = b;
         }
         if let Some(w) = num("TSUNAGI_PM_WINDOW", 1, 32)? {
             pm.link.window = w as u32;
@@ -131,6 +161,16 @@ impl PmTransportConfig {
             },
             eager_limit: max_payload.min(32 << 10),
             lids,
+            rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
+            checkpoint: {
+                let c = CheckpointConfig::from_env(&getenv)?;
+                if c.enabled() && matches!(pm.receive, ReceiveMode::Shared { .. }) {
+                    return Err("TSUNAGI_PM_CHECKPOINT needs TSUNAGI_PM_RECEIVE=rings: the \
+                                shared receive queue is not checkpointed"
+                        .into());
+                }
+                c
+            },
         })
     }
 }
@@ -153,6 +193,22 @@ impl EventSource for Shared {
         if self.busy.load(Ordering::Acquire) {
             return;
         }
+        self.wait(timeout);
+    }
+
+    fn cancel(&self) {}
+
+    fn notify(&self) {
+        let v = 1u64;
+        // SAFETY: writes 8 bytes from `v` to our own eventfd; failure (counter full) means
+        // a wake-up is pending anyway.
+        unsafe { libc::write(self.wake.as_raw_fd(), (&v as *const u64).cast(), 8) };
+    }
+}
+
+impl Shared {
+    /// Block until a socket is readable, a notification comes, or `timeout` passes.
+    fn wait(&self, timeout: Duration) {
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let pollfd = |fd| libc::pollfd {
             fd,
@@ -170,15 +226,6 @@ impl EventSource for Shared {
             // SAFETY: reads 8 bytes into `v` from our own non-blocking eventfd.
             unsafe { libc::read(self.wake.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
         }
-    }
-
-    fn cancel(&self) {}
-
-    fn notify(&self) {
-        let v = 1u64;
-        // SAFETY: writes 8 bytes from `v` to our own eventfd; failure (counter full) means
-        // a wake-up is pending anyway.
-        unsafe { libc::write(self.wake.as_raw_fd(), (&v as *const u64).cast(), 8) };
     }
 }
 
@@ -203,6 +250,12 @@ pub struct PmTransport {
     out: Vec<u8>,
     inbuf: Vec<u8>,
     failed: Vec<bool>,
+    rdma: bool,
+    size: usize,
+    ckpt: Coordinator,
+    /// Messages that arrived during an RDMA read, each the 32-byte header and payload, in
+    /// arrival order: handed out by the next `poll` before anything else.
+    stash: VecDeque<(Rank, Vec<u8>)>,
 }
 
 fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
@@ -210,6 +263,13 @@ fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
         call,
         errno: e.raw_os_error().unwrap_or(0),
     }
+}
+
+/// One line to stderr in one write, so that ranks sharing the job's stderr do not
+/// interleave their lines.
+fn say(line: &str) {
+    use std::io::Write;
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
 
 fn random_u32() -> u32 {
@@ -220,6 +280,9 @@ fn random_u32() -> u32 {
 impl PmTransport {
     /// Bind `cfg.lids.lids` UDP sockets for rank `me` of a job of `size` ranks.
     pub fn bind(me: Rank, size: usize, cfg: &PmTransportConfig) -> Result<PmTransport, P2pError> {
+        if cfg.checkpoint.signal {
+            crate::checkpoint::install_signal_handler().map_err(P2pError::Other)?;
+        }
         let (bind_ip, publish) = tsunagi_tcp::config::choose_address(
             cfg.interface.as_deref(),
             &tsunagi_tcp::config::interfaces(),
@@ -280,6 +343,10 @@ impl PmTransport {
             out: Vec::new(),
             inbuf: vec![0; 65_536],
             failed: vec![false; size],
+            rdma: cfg.rdma,
+            size,
+            ckpt: Coordinator::new(cfg.checkpoint.clone()),
+            stash: VecDeque::new(),
         })
     }
 
@@ -429,6 +496,240 @@ impl PmTransport {
     }
 }
 
+impl PmTransport {
+    /// Ask for a checkpoint of the job; it is taken during a coming `poll`.
+    pub fn request_checkpoint(&mut self) {
+        self.ckpt.request();
+    }
+
+    /// Checkpoints taken and abandoned so far.
+    pub fn checkpoints(&self) -> (u64, u64) {
+        (self.ckpt.taken, self.ckpt.abandoned)
+    }
+
+    fn note_markers(&mut self) {
+        while let Some((from, id, phase)) = self.ep.take_marker() {
+            self.ckpt.note(from, id, phase);
+        }
+    }
+
+    /// Drive the network until every live peer's marker of `phase` for `id` arrived and
+    /// `also` holds; false after [`PATIENCE`].
+    fn wait_markers(
+        &mut self,
+        id: u32,
+        phase: u8,
+        also: impl Fn(&PmEndpoint) -> bool,
+    ) -> Result<bool, P2pError> {
+        let start = Instant::now();
+        loop {
+            let now = Instant::now();
+            self.flush(now);
+            self.receive_datagrams(now)?;
+            self.note_markers();
+            if let Some(e) = self.ep.take_error() {
+                return Err(self.map_err(e));
+            }
+            let peers = self.ep.peer_ranks();
+            let heard = self.ckpt.heard(id, phase);
+            let all = peers
+                .iter()
+                .all(|p| self.failed[*p as usize] || heard.is_some_and(|h| h.contains(p)));
+            if all && also(&self.ep) {
+                self.flush(now);
+                return Ok(true);
+            }
+            if start.elapsed() > PATIENCE {
+                return Ok(false);
+            }
+            let until = self
+                .ep
+                .next_deadline()
+                .map(|d| d.saturating_duration_since(now));
+            let cap = Duration::from_millis(5);
+            let wait = until.unwrap_or(cap).min(cap);
+            if !wait.is_zero() {
+                self.shared.wait(wait);
+            }
+        }
+    }
+
+    /// Take checkpoint `id` (see [`crate::checkpoint`] for the steps).
+    fn checkpoint(&mut self, id: u32) -> Result<(), P2pError> {
+        let me = self.ep.me();
+        if matches!(self.ep.config().receive, ReceiveMode::Shared { .. }) {
+            // The pool's context is not saved (PM/InfiniBand-FJ saved queue pairs, not a
+            // shared receive queue): refuse without disturbing the traffic.
+            return self.abandon_checkpoint(id, "the shared receive queue is not checkpointed");
+        }
+        // 1. Quiesce and tell every peer.
+        self.ep.quiesce();
+        for p in self.ep.peer_ranks() {
+            if !self.failed[p as usize] {
+                self.ep
+                    .send_marker(p, id, STABLE)
+                    .map_err(|e| self.map_err(e))?;
+            }
+        }
+        // 2. pmSendStable, and every peer quiesced with its data in.
+        if !self.wait_markers(id, STABLE, |ep| ep.is_stable() && !ep.has_held())? {
+            return self.abandon_checkpoint(id, "a peer did not quiesce in time");
+        }
+        // 3. pmSaveContext: the live context, and the image (which leaves out the "saved"
+        // markers of peers that were quicker than us: they are not in those peers' images).
+        let ctx = self.ep.save_context().map_err(|e| self.map_err(e))?;
+        if let Some(dir) = self.ckpt.cfg.dir.clone() {
+            let mut image = ctx.clone();
+            for &p in self.ckpt.heard(id, SAVED).into_iter().flatten() {
+                image.forget_last_from(p);
+            }
+            let path = dir.join(format!("pm-{me}.img"));
+            let tmp = dir.join(format!(".pm-{me}.img.tmp"));
+            std::fs::write(&tmp, image.encode())
+                .and_then(|()| std::fs::rename(&tmp, &path))
+                .map_err(|e| {
+                    P2pError::Other(format!(
+                        "pm: writing checkpoint image {}: {e}",
+                        path.display()
+                    ))
+                })?;
+        }
+        // 4. pmRestoreContext into a fresh endpoint, through the encoded form.
+        let back = PmContext::decode(&ctx.encode()).map_err(P2pError::Other)?;
+        let mut fresh = PmEndpoint::new(me, self.size, self.ep.epoch(), *self.ep.config());
+        fresh.restore_context(&back).map_err(|e| self.map_err(e))?;
+        fresh.carry_counters(&self.ep);
+        self.ep = fresh;
+        // 5. Saved: tell the peers, wait for theirs, resume.
+        for p in self.ep.peer_ranks() {
+            if !self.failed[p as usize] {
+                self.ep
+                    .send_marker(p, id, SAVED)
+                    .map_err(|e| self.map_err(e))?;
+            }
+        }
+        if !self.wait_markers(id, SAVED, |_| true)? {
+            return self.abandon_checkpoint(id, "a peer did not save in time");
+        }
+        self.ep.resume();
+        self.ckpt.finish(id, true);
+        Ok(())
+    }
+
+    fn abandon_checkpoint(&mut self, id: u32, why: &str) -> Result<(), P2pError> {
+        say(&format!(
+            "pm: rank {}: checkpoint {id} abandoned: {why}\n",
+            self.ep.me()
+        ));
+        self.ep.resume();
+        self.ckpt.finish(id, false);
+        Ok(())
+    }
+
+    /// Take the checkpoint that is due, if any (between deliveries: nothing set aside).
+    fn checkpoint_if_due(&mut self) -> Result<(), P2pError> {
+        self.note_markers();
+        if !self.ckpt.cfg.enabled() && self.ckpt.requested.is_none() {
+            return Ok(());
+        }
+        match self.ckpt.due(Instant::now()) {
+            Some(id) if self.stash.is_empty() && !self.ep.has_held() => self.checkpoint(id),
+            _ => Ok(()),
+        }
+    }
+
+    /// Move every complete message out of the endpoint into the stash (during an RDMA
+    /// read, so that rings and the receive pool keep room for what the read waits for).
+    fn stash_received(&mut self) {
+        while let Some(r) = self.ep.receive() {
+            let body = self.ep.message(&r).to_vec();
+            self.ep.release();
+            self.stash.push_back((r.peer, body));
+        }
+    }
+
+    /// The body of [`Transport::read_remote`]: PULL `dst.len()` bytes from `peer`'s region
+    /// `key` at `offset` into `dst`, pieces of at most one work request, many in flight.
+    fn pull_region(
+        &mut self,
+        peer: Rank,
+        key: u32,
+        offset: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        let len = dst.len();
+        // SAFETY: `dst` is borrowed mutably for this whole call, and every PULL into the
+        // region either finishes or is abandoned (its reply then dropped) before we return.
+        let local = unsafe { self.ep.register_local(dst.as_mut_ptr(), len) };
+        let piece = self.ep.config().rdma_piece;
+        let max_pulls = (PULL_BYTES_IN_FLIGHT / piece).clamp(2, PULLS_IN_FLIGHT);
+        let mut inflight: VecDeque<u64> = VecDeque::new();
+        let mut next = 0usize;
+        let result = loop {
+            while next < len && inflight.len() < max_pulls {
+                let n = piece.min(len - next);
+                let at = offset + next as u64;
+                match self.ep.pull_into(peer, key, at, local, next as u64, n) {
+                    Ok(Some(tag)) => inflight.push_back(tag),
+                    Ok(None) => break,
+                    Err(e) => return self.abandon(inflight, Err(e)),
+                }
+                next += n;
+            }
+            let now = Instant::now();
+            self.flush(now);
+            let mut failed = None;
+            inflight.retain(|&tag| match self.ep.pull_status(tag) {
+                None => true,
+                Some(Ok(())) => false,
+                Some(Err(e)) => {
+                    failed.get_or_insert(e);
+                    false
+                }
+            });
+            if let Some(why) = failed {
+                break Err(P2pError::Other(format!(
+                    "pm: RDMA read from rank {peer}: {why}"
+                )));
+            }
+            if next >= len && inflight.is_empty() {
+                break Ok(());
+            }
+            if let Some(e) = self.ep.take_error() {
+                return self.abandon(inflight, Err(e));
+            }
+            let before = self.received_per_lid.iter().sum::<u64>();
+            if let Err(e) = self.receive_datagrams(now) {
+                break Err(e);
+            }
+            self.stash_received();
+            if self.received_per_lid.iter().sum::<u64>() == before {
+                // Nothing came: sleep until a datagram does or a timer is due.
+                let until = self
+                    .ep
+                    .next_deadline()
+                    .map(|d| d.saturating_duration_since(now));
+                let cap = Duration::from_millis(10);
+                let wait = until.unwrap_or(cap).min(cap);
+                if !wait.is_zero() {
+                    self.shared.wait(wait);
+                }
+            }
+        };
+        for tag in inflight {
+            self.ep.abandon_pull(tag);
+        }
+        result
+    }
+
+    fn abandon(&mut self, inflight: VecDeque<u64>, r: Result<(), PmError>) -> Result<(), P2pError> {
+        for tag in inflight {
+            self.ep.abandon_pull(tag);
+        }
+        r.map_err(|e| self.map_err(e))
+    }
+}
+
 impl Drop for PmTransport {
     fn drop(&mut self) {
         // Keep the network going until our data is acknowledged (the peers may still need
@@ -443,6 +744,13 @@ impl Drop for PmTransport {
             }
             while self.ep.receive().is_some() {
                 self.ep.release();
+            }
+            // A finished rank sends nothing more: it answers a checkpoint at once.
+            while let Some((from, id, phase)) = self.ep.take_marker() {
+                if phase == STABLE {
+                    let _ = self.ep.send_marker(from, id, STABLE);
+                    let _ = self.ep.send_marker(from, id, SAVED);
+                }
             }
             self.flush(now);
             if self.ep.is_stable() {
@@ -459,6 +767,22 @@ impl Drop for PmTransport {
             self.shared.sleep(0, Duration::from_millis(1));
         }
         self.shared.notify();
+        if let Some(dir) = &self.ckpt.cfg.dir {
+            // The count where the images are, for scripts and tests (stderr lines of
+            // several ranks may interleave).
+            let _ = std::fs::write(
+                dir.join(format!("pm-{}.count", self.ep.me())),
+                format!("{} {}\n", self.ckpt.taken, self.ckpt.abandoned),
+            );
+        }
+        if self.ckpt.cfg.enabled() {
+            say(&format!(
+                "pm: rank {}: {} checkpoint(s) taken, {} abandoned\n",
+                self.ep.me(),
+                self.ckpt.taken,
+                self.ckpt.abandoned
+            ));
+        }
     }
 }
 
@@ -512,8 +836,27 @@ impl Transport for PmTransport {
 
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
         let now = Instant::now();
-        self.receive_datagrams(now)?;
         let mut n = 0;
+        while n < DELIVER_BUDGET {
+            let Some((peer, body)) = self.stash.pop_front() else {
+                break;
+            };
+            if body.len() < tsunagi_p2p::HEADER_BYTES {
+                self.failed[peer as usize] = true;
+                return Err(P2pError::PeerFailed {
+                    peer,
+                    why: format!("PM message of {} bytes has no header", body.len()),
+                });
+            }
+            let hdr = Header::from_bytes(body[..tsunagi_p2p::HEADER_BYTES].try_into().unwrap());
+            sink(peer, &hdr, &body[tsunagi_p2p::HEADER_BYTES..]);
+            n += 1;
+        }
+        if !self.stash.is_empty() {
+            self.shared.busy.store(true, Ordering::Release);
+            return Ok(n);
+        }
+        self.receive_datagrams(now)?;
         while n < DELIVER_BUDGET {
             let Some(r) = self.ep.receive() else { break };
             let body = self.ep.message(&r);
@@ -533,6 +876,9 @@ impl Transport for PmTransport {
         }
         // Releasing made ring room visible and may have queued ACKs: send them now.
         self.flush(now);
+        if self.stash.is_empty() {
+            self.checkpoint_if_due()?;
+        }
         self.shared
             .busy
             .store(self.ep.has_received(), Ordering::Release);
@@ -550,16 +896,78 @@ impl Transport for PmTransport {
         TransportCaps {
             eager_limit: self.eager_limit,
             max_payload: self.max_payload,
-            rdma_read: false,
+            rdma_read: self.rdma,
             rdma_write: false,
-            needs_registration: false,
+            needs_registration: true,
             ordered: true,
             timers: true,
         }
     }
 
+    fn single_copy(&self, peer: Rank) -> bool {
+        self.rdma
+            && peer != self.ep.me()
+            && self.addrs.get(peer as usize).copied().flatten().is_some()
+            && !self.failed[peer as usize]
+    }
+
+    unsafe fn expose(&mut self, peer: Rank, addr: *const u8, len: usize) -> Result<u64, P2pError> {
+        if !self.single_copy(peer) || len as u64 >= 1 << RDMA_KEY_SHIFT {
+            return Err(P2pError::Unsupported(format!(
+                "pm: no RDMA to rank {peer} for {len} bytes"
+            )));
+        }
+        // SAFETY: the caller's contract (valid and unmodified until the peer answers) is
+        // the endpoint's; the peer's INVALIDATE, executed before its answer, ends the grant.
+        let key = unsafe { self.ep.expose(peer, addr, len) }.map_err(|e| self.map_err(e))?;
+        Ok((key as u64) << RDMA_KEY_SHIFT)
+    }
+
+    fn read_remote(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: &mut [u8],
+    ) -> Result<(), P2pError> {
+        let key = (remote_addr >> RDMA_KEY_SHIFT) as u32;
+        let offset = remote_addr & ((1 << RDMA_KEY_SHIFT) - 1);
+        if !self.single_copy(peer) {
+            let reachable = peer != self.ep.me() && self.destination(peer).is_some();
+            if reachable && !self.failed[peer as usize] {
+                // RDMA is off here but the peer announced a region: end its grant anyway.
+                let _ = self.ep.invalidate(peer, key);
+                self.flush(Instant::now());
+            }
+            return Err(P2pError::Unsupported(format!(
+                "pm: no RDMA read from rank {peer}"
+            )));
+        }
+        let r = if dst.is_empty() {
+            Ok(())
+        } else {
+            self.pull_region(peer, key, offset, dst)
+        };
+        // Done with the sender's buffer, also when the read failed (the request layer then
+        // asks for the data by CTS instead): end our grant before our answer reaches it.
+        if let Err(e) = self.ep.invalidate(peer, key) {
+            return Err(self.map_err(e));
+        }
+        self.flush(Instant::now());
+        if !self.stash.is_empty() {
+            self.shared.busy.store(true, Ordering::Release);
+        }
+        r
+    }
+
     fn next_deadline(&self) -> Option<Instant> {
-        self.ep.next_deadline()
+        let ep = self.ep.next_deadline();
+        if !self.ckpt.cfg.enabled() && self.ckpt.requested.is_none() {
+            return ep;
+        }
+        match (ep, self.ckpt.next_deadline(Instant::now())) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
     }
 }
 
@@ -602,9 +1010,21 @@ mod tests {
             ("TSUNAGI_PM_WINDOW", "64"),
             ("TSUNAGI_PM_RECEIVE", "magic"),
             ("TSUNAGI_PM_RING", "100000"),
+            ("TSUNAGI_PM_CHECKPOINT", "soon"),
+            ("TSUNAGI_PM_RDMA", "2"),
+            ("TSUNAGI_PM_RDMA_PIECE", "100000"),
         ] {
             let e = PmTransportConfig::from_env(env(&[bad])).unwrap_err();
             assert!(e.starts_with(bad.0), "{e}");
         }
+        let c =
+            PmTransportConfig::from_env(env(&[("TSUNAGI_PM_CHECKPOINT", "signal,100")])).unwrap();
+        assert!(c.checkpoint.signal && c.rdma);
+        let e = PmTransportConfig::from_env(env(&[
+            ("TSUNAGI_PM_CHECKPOINT", "100"),
+            ("TSUNAGI_PM_RECEIVE", "srq"),
+        ]))
+        .unwrap_err();
+        assert!(e.contains("TSUNAGI_PM_RECEIVE=rings"), "{e}");
     }
 }

@@ -247,11 +247,13 @@ fn bogus_acks_and_wrapped_sequence_numbers() {
     let ctx = tsunagi_pm::reliable::LinkContext {
         next_seq: u32::MAX - 5,
         expected: 0,
+        ..Default::default()
     };
     a.restore(ctx);
     b.restore(tsunagi_pm::reliable::LinkContext {
         next_seq: 0,
         expected: u32::MAX - 5,
+        ..Default::default()
     });
     let now = Instant::now();
     let mut buf = Vec::new();
