@@ -81,6 +81,37 @@ impl Default for Status {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReqId(pub u32);
 
+/// First id of the requests that are not in the table: an eager send that left this process
+/// at once (the common case of a small message) keeps no state, and its id says how many
+/// bytes it sent, `SENT_BASE + bytes`, so that a wait or test can give its status. Table ids
+/// stay below (the C library's handles hold ids below 2^25).
+pub const SENT_BASE: u32 = 0x01fe_0000;
+/// The largest eager send that can complete without a request.
+const SENT_MAX_BYTES: usize = 0xffff;
+
+impl ReqId {
+    /// The id of a completed eager send of `bytes` (at most [`SENT_MAX_BYTES`]).
+    fn sent(bytes: usize) -> ReqId {
+        debug_assert!(bytes <= SENT_MAX_BYTES);
+        ReqId(SENT_BASE + bytes as u32)
+    }
+
+    /// Bytes of a completed eager send that kept no request, or None for a table id.
+    #[inline]
+    pub fn sent_bytes(self) -> Option<usize> {
+        (self.0 >= SENT_BASE && self.0 <= SENT_BASE + SENT_MAX_BYTES as u32)
+            .then(|| (self.0 - SENT_BASE) as usize)
+    }
+}
+
+/// The status a completed send reports.
+fn sent_status(bytes: usize) -> Status {
+    Status {
+        bytes,
+        ..Status::EMPTY
+    }
+}
+
 /// A handle to a message taken off the queues by MPI_Mprobe/MPI_Improbe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct MsgId(pub u32);
@@ -624,6 +655,23 @@ impl Engine {
         persistent: bool,
     ) -> ReqId {
         let context = self.core.comm(comm).map(|c| c.context).unwrap_or(0);
+        self.new_request_on(send, buf, count, dtype, comm, peer, tag, context, persistent)
+    }
+
+    /// [`Engine::new_request`] with the communicator's context already looked up.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_request_on(
+        &mut self,
+        send: Option<SendMode>,
+        buf: Buf,
+        count: usize,
+        dtype: TypeRef,
+        comm: CommId,
+        peer: i32,
+        tag: i32,
+        context: u32,
+        persistent: bool,
+    ) -> ReqId {
         let capacity = count * dtype.size();
         let id = self.core.reqs.insert(Request {
             op: match send {
@@ -647,7 +695,53 @@ impl Engine {
             expected: 0,
             received: 0,
         });
+        assert!(id < SENT_BASE, "request table full");
         ReqId(id)
+    }
+
+    /// The lean path of a small standard or ready send: when `data` fits the eager limit
+    /// of the transport that reaches world rank `dest`, nothing waits before it for that
+    /// peer (order), no device serves the peer and the transport has room, the message
+    /// goes out now and the send is complete: returns its request-less id. Otherwise
+    /// nothing happened and the caller takes the general path.
+    pub(crate) fn send_eager_now(
+        &mut self,
+        dest: Rank,
+        tag: i32,
+        context: u32,
+        data: &[u8],
+    ) -> MpiResult<Option<ReqId>> {
+        let core = &mut self.core;
+        if data.len() > SENT_MAX_BYTES
+            || dest == core.me
+            || core.fault.is_some()
+            || core
+                .pending
+                .get(dest as usize)
+                .is_none_or(|q| !q.is_empty())
+            || self.router.device_of(dest).is_some()
+        {
+            return Ok(None);
+        }
+        let Some(t) = self.router.to(dest) else {
+            return Ok(None);
+        };
+        if data.len() > t.eager_limit() {
+            return Ok(None);
+        }
+        let hdr = Header {
+            kind: EAGER,
+            src: core.me,
+            tag,
+            context,
+            len: data.len() as u64,
+            ..Header::default()
+        };
+        match t.try_send(dest, &hdr, data) {
+            Ok(true) => Ok(Some(ReqId::sent(data.len()))),
+            Ok(false) => Ok(None),
+            Err(e) => Err(core.set_fault(p2p_fault(e))),
+        }
     }
 
     /// Start a request made by [`Engine::new_request`] (MPI_Start for persistent ones).
@@ -669,7 +763,13 @@ impl Engine {
         req.expected = 0;
         match req.op {
             Op::Send(mode) => self.start_send(id, mode)?,
-            Op::Recv => self.start_recv(id)?,
+            Op::Recv => {
+                self.start_recv(id)?;
+                // A receive that was only posted left nothing to carry out.
+                if !self.core.has_deferred() {
+                    return Ok(());
+                }
+            }
             Op::Scheduled => return Ok(()),
         }
         self.flush()
@@ -927,6 +1027,9 @@ impl Engine {
     /// Has the request completed? Returns its status if so (and releases non-persistent
     /// requests).
     pub(crate) fn test(&mut self, id: ReqId) -> MpiResult<Option<Status>> {
+        if let Some(bytes) = id.sent_bytes() {
+            return Ok(Some(sent_status(bytes)));
+        }
         let req = self
             .core
             .reqs
@@ -949,6 +1052,9 @@ impl Engine {
 
     /// True when the request is done (or inactive) without collecting it.
     pub(crate) fn is_done(&self, id: ReqId) -> bool {
+        if id.sent_bytes().is_some() {
+            return true;
+        }
         self.core
             .reqs
             .get(id.0)
@@ -958,6 +1064,9 @@ impl Engine {
 
     /// Status of a done request without collecting it (MPI_Request_get_status).
     pub(crate) fn peek(&self, id: ReqId) -> MpiResult<Option<Status>> {
+        if let Some(bytes) = id.sent_bytes() {
+            return Ok(Some(sent_status(bytes)));
+        }
         let req = self
             .core
             .reqs
@@ -971,7 +1080,7 @@ impl Engine {
     }
 
     pub(crate) fn request_exists(&self, id: ReqId) -> bool {
-        self.core.reqs.get(id.0).is_some()
+        id.sent_bytes().is_some() || self.core.reqs.get(id.0).is_some()
     }
 
     pub(crate) fn is_persistent(&self, id: ReqId) -> bool {
@@ -985,6 +1094,9 @@ impl Engine {
     /// Active in MPI's sense: started and not yet collected by a wait or test (it may
     /// already be complete).
     pub(crate) fn is_active(&self, id: ReqId) -> bool {
+        if id.sent_bytes().is_some() {
+            return true;
+        }
         self.core
             .reqs
             .get(id.0)
@@ -994,6 +1106,9 @@ impl Engine {
 
     /// MPI_Request_free: forget the request; an active one completes in the background.
     pub(crate) fn free_request(&mut self, id: ReqId) -> MpiResult<()> {
+        if id.sent_bytes().is_some() {
+            return Ok(());
+        }
         let req = self
             .core
             .reqs
@@ -1069,6 +1184,10 @@ impl Engine {
     /// if its first message has not left this process yet; otherwise the operation
     /// completes normally and MPI_Test_cancelled reports false.
     pub(crate) fn cancel(&mut self, id: ReqId) -> MpiResult<()> {
+        if id.sent_bytes().is_some() {
+            // The message has left this process: the send completes normally.
+            return Ok(());
+        }
         let core = &mut self.core;
         let req = core
             .reqs
@@ -1197,6 +1316,12 @@ impl Core {
                 .unwrap_or(-1),
             None => -1,
         }
+    }
+
+    /// True when `flush` has anything to do.
+    #[inline]
+    fn has_deferred(&self) -> bool {
+        self.self_dirty || self.fault.is_some() || self.has_outgoing()
     }
 
     /// True while anything waits to be sent or read.
@@ -1403,9 +1528,10 @@ impl Core {
 
     /// Copy eager data into a matched receive and complete it.
     fn deliver_eager(&mut self, id: ReqId, src: Rank, tag: i32, data: &[u8]) {
-        let source = {
-            let comm = self.reqs.get(id.0).expect("live").comm;
-            self.comm_rank_of(comm, src)
+        let source = match self.reqs.get(id.0).expect("live") {
+            // A receive that named its source matched only that rank.
+            r if r.peer >= 0 => r.peer,
+            r => self.comm_rank_of(r.comm, src),
         };
         let req = self.reqs.get_mut(id.0).expect("matched a live request");
         let take = data.len().min(req.capacity);
