@@ -105,12 +105,6 @@ pub struct Runtime {
     sleep_turn: std::sync::atomic::AtomicUsize,
     /// Rung by progress threads when requests complete (threaded engine).
     completion_bell: Arc<LocalDoorbell>,
-    /// Threaded engine: application threads that poll the transports themselves while
-    /// they wait (`progress.rs`); the progress threads stand aside while any does.
-    pollers: std::sync::atomic::AtomicUsize,
-    /// Rung when the last such application thread stops polling: the progress threads
-    /// sleep on it while they stand aside.
-    pollers_gone: LocalDoorbell,
     stop_threads: Arc<AtomicBool>,
     threads: Mutex<Vec<JoinHandle<()>>>,
     /// How this process was started; asked again to abort and at finalize.
@@ -280,8 +274,6 @@ impl Runtime {
             sources,
             sleep_turn: std::sync::atomic::AtomicUsize::new(0),
             completion_bell: LocalDoorbell::new(),
-            pollers: Default::default(),
-            pollers_gone: LocalDoorbell::default(),
             stop_threads: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
             appnum: boot.appnum(),

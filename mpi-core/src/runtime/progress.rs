@@ -38,20 +38,6 @@ impl Runtime {
         // of microseconds (far more in a VM), which is the whole latency budget.
         let mut idle: u32 = 0;
         while !stop.load(Ordering::Acquire) {
-            if self.pollers.load(Ordering::SeqCst) > 0 {
-                // An application thread polls while it waits: a second poller would only
-                // take the lock and the CPU from it. Sleep until it stops (it rings
-                // `pollers_gone`, then polls once more itself, so nothing that arrived
-                // meanwhile is left unseen; see `Poller`).
-                let token = self.pollers_gone.prepare();
-                if self.pollers.load(Ordering::SeqCst) > 0 {
-                    self.pollers_gone.sleep(token, Duration::from_millis(20));
-                } else {
-                    self.pollers_gone.cancel();
-                }
-                idle = 0;
-                continue;
-            }
             let sleeping = idle >= self.thread_spin.saturating_add(self.thread_yields);
             let token = if sleeping {
                 src.prepare()
@@ -132,12 +118,6 @@ impl Runtime {
     ) -> MpiResult<()> {
         let mut iter: u32 = 0;
         let threaded = self.mode == ProgressMode::Threaded;
-        // Threaded engine: while it spins and yields, the waiting thread polls the
-        // transports itself, as the polling engine does, so that a completion needs no
-        // hand-off from a progress thread (a wake-up and context switches that cost more
-        // than the message); it then leaves the transports to the progress threads and
-        // sleeps on the completion doorbell.
-        let mut poller = Poller::start(self, threaded);
         // Read the clock only when stall reports are on: every blocking call comes here.
         let mut report_after = self.stall_report.map(|t| (Instant::now(), t));
         loop {
@@ -160,10 +140,6 @@ impl Runtime {
                 if let Some(f) = &e.core.fault {
                     return Err(f.clone());
                 }
-                if poller.active {
-                    e.progress()?;
-                    self.publish_completions(&e);
-                }
             } else {
                 e.progress()?;
             }
@@ -171,7 +147,7 @@ impl Runtime {
                 return Ok(());
             }
             iter = iter.saturating_add(1);
-            let (spin, yields) = if threaded && !poller.active {
+            let (spin, yields) = if threaded {
                 (0, 0)
             } else {
                 (self.spin, self.yields)
@@ -192,13 +168,6 @@ impl Runtime {
                 // after a while.
                 let seen = self.completed.load(Ordering::Acquire);
                 let token = self.completion_bell.prepare();
-                if poller.active {
-                    // Hand the transports back, then look once more: what arrived
-                    // before the progress threads took over is seen here.
-                    poller.stop();
-                    e.progress()?;
-                    self.publish_completions(&e);
-                }
                 if done(&mut e)? {
                     self.completion_bell.cancel();
                     return Ok(());
@@ -293,55 +262,6 @@ impl Runtime {
                 }
             }
         }
-    }
-}
-
-impl Runtime {
-    /// Tell threads that wait on the completion doorbell about completions this thread's
-    /// own polling made (threaded engine).
-    fn publish_completions(&self, e: &Engine) {
-        if self.completed.load(Ordering::Relaxed) != e.core.completions {
-            self.completed.store(e.core.completions, Ordering::Release);
-            self.completion_bell.ring();
-        }
-    }
-}
-
-/// An application thread counted in `Runtime::pollers` while it polls in a wait of the
-/// threaded engine. Stopping (or leaving the wait) uncounts it and, for the last one, wakes
-/// the progress threads. The order that loses no arrival: the progress thread announces its
-/// sleep on `pollers_gone` before it reads the count; the application thread uncounts
-/// itself and rings before its last poll. So either the progress thread sees the count at
-/// zero and polls, or the application thread's last poll comes after the arrival.
-struct Poller<'a> {
-    rt: &'a Runtime,
-    active: bool,
-}
-
-impl<'a> Poller<'a> {
-    fn start(rt: &'a Runtime, threaded: bool) -> Poller<'a> {
-        if threaded {
-            rt.pollers.fetch_add(1, Ordering::SeqCst);
-        }
-        Poller {
-            rt,
-            active: threaded,
-        }
-    }
-
-    fn stop(&mut self) {
-        if self.active {
-            self.active = false;
-            if self.rt.pollers.fetch_sub(1, Ordering::SeqCst) == 1 {
-                self.rt.pollers_gone.ring();
-            }
-        }
-    }
-}
-
-impl Drop for Poller<'_> {
-    fn drop(&mut self) {
-        self.stop();
     }
 }
 
