@@ -710,5 +710,6 @@ fn communicators_do_not_match_each_other() {
 }
 
 mod device;
+mod lean;
 mod ordering;
 mod random;

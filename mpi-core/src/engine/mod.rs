@@ -13,9 +13,15 @@ use std::collections::{HashMap, VecDeque};
 use tsunagi_p2p::device::DataRep;
 use tsunagi_p2p::{Header, P2pError, Rank, Router};
 
+mod core;
 mod device;
+mod matching;
+mod requests;
 mod tools_view;
 use device::{DeviceArrival, DeviceRecv};
+use matching::Body;
+#[doc(hidden)]
+pub use matching::{Arrived, Posted, Queues};
 
 pub(crate) use crate::slab::Slab;
 
@@ -80,6 +86,37 @@ impl Default for Status {
 /// A handle to a request in the engine.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct ReqId(pub u32);
+
+/// First id of the requests that are not in the table: an eager send that left this process
+/// at once (the common case of a small message) keeps no state, and its id says how many
+/// bytes it sent, `SENT_BASE + bytes`, so that a wait or test can give its status. Table ids
+/// stay below (the C library's handles hold ids below 2^25).
+pub const SENT_BASE: u32 = 0x01fe_0000;
+/// The largest eager send that can complete without a request.
+const SENT_MAX_BYTES: usize = 0xffff;
+
+impl ReqId {
+    /// The id of a completed eager send of `bytes` (at most [`SENT_MAX_BYTES`]).
+    fn sent(bytes: usize) -> ReqId {
+        debug_assert!(bytes <= SENT_MAX_BYTES);
+        ReqId(SENT_BASE + bytes as u32)
+    }
+
+    /// Bytes of a completed eager send that kept no request, or None for a table id.
+    #[inline]
+    pub fn sent_bytes(self) -> Option<usize> {
+        (self.0 >= SENT_BASE && self.0 <= SENT_BASE + SENT_MAX_BYTES as u32)
+            .then(|| (self.0 - SENT_BASE) as usize)
+    }
+}
+
+/// The status a completed send reports.
+fn sent_status(bytes: usize) -> Status {
+    Status {
+        bytes,
+        ..Status::EMPTY
+    }
+}
 
 /// A handle to a message taken off the queues by MPI_Mprobe/MPI_Improbe.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -147,106 +184,6 @@ struct Request {
 impl Request {
     fn bytes(&self) -> usize {
         self.count * self.dtype.size()
-    }
-}
-
-/// A message that arrived before its receive was posted (or was taken by mprobe).
-/// `#[doc(hidden)] pub` (like [`Posted`] and [`Queues`]) only for the matching benchmark.
-#[doc(hidden)]
-pub struct Arrived {
-    src: Rank,
-    tag: i32,
-    len: usize,
-    body: Body,
-}
-
-enum Body {
-    Eager {
-        data: Vec<u8>,
-        sync: Option<u64>,
-    },
-    Rts {
-        cookie: u64,
-        addr: Option<u64>,
-    },
-    /// Announced by a native device, which carries the rest itself.
-    Device(DeviceArrival),
-}
-
-impl Arrived {
-    /// An announced rendezvous message without a single-copy address, as an RTS over a
-    /// streaming transport leaves it in the unexpected queue (the matching benchmark
-    /// fills queues with these; the engine builds its entries in `arrive_matchable`).
-    #[doc(hidden)]
-    pub fn rendezvous(src: Rank, tag: i32, len: usize, cookie: u64) -> Arrived {
-        Arrived {
-            src,
-            tag,
-            len,
-            body: Body::Rts { cookie, addr: None },
-        }
-    }
-}
-
-/// A posted receive: its request and the world rank (or [`ANY_WORLD`]) and tag (or
-/// [`ANY_TAG`]) it accepts.
-#[doc(hidden)]
-#[derive(Clone, Copy, Debug)]
-pub struct Posted {
-    pub id: ReqId,
-    pub src: Rank,
-    pub tag: i32,
-}
-
-/// The matching queues of one context id. Both are searched front to back, which gives
-/// MPI's ordering: the first posted receive that accepts an arrival, the earliest arrival
-/// that a new receive accepts.
-#[doc(hidden)]
-#[derive(Default)]
-pub struct Queues {
-    posted: VecDeque<Posted>,
-    unexpected: VecDeque<Arrived>,
-}
-
-impl Queues {
-    /// A message from world rank `src` with `tag` arrived: remove and return the first
-    /// posted receive that accepts it.
-    #[inline]
-    pub fn take_posted(&mut self, src: Rank, tag: i32) -> Option<Posted> {
-        crate::tools::bump(&crate::tools::POSTED_MATCH_ATTEMPTS, 1);
-        let pos = self
-            .posted
-            .iter()
-            .position(|r| matches(r.src, r.tag, src, tag))?;
-        self.posted.remove(pos)
-    }
-
-    /// Queue a receive that no unexpected message matched.
-    #[inline]
-    pub fn post(&mut self, p: Posted) {
-        self.posted.push_back(p);
-    }
-
-    /// Position of the earliest unexpected message that a receive for world rank `src`
-    /// (or [`ANY_WORLD`]) and `tag` (or [`ANY_TAG`]) accepts.
-    #[inline]
-    pub fn find_unexpected(&self, src: Rank, tag: i32) -> Option<usize> {
-        crate::tools::bump(&crate::tools::UNEXPECTED_MATCH_ATTEMPTS, 1);
-        self.unexpected
-            .iter()
-            .position(|a| matches(src, tag, a.src, a.tag))
-    }
-
-    /// Remove the unexpected message at `pos` (from [`Queues::find_unexpected`]).
-    #[inline]
-    pub fn take_unexpected(&mut self, pos: usize) -> Option<Arrived> {
-        self.unexpected.remove(pos)
-    }
-
-    /// Queue a message that no posted receive accepted.
-    #[inline]
-    pub fn push_unexpected(&mut self, a: Arrived) {
-        self.unexpected.push_back(a);
     }
 }
 
@@ -624,6 +561,25 @@ impl Engine {
         persistent: bool,
     ) -> ReqId {
         let context = self.core.comm(comm).map(|c| c.context).unwrap_or(0);
+        self.new_request_on(
+            send, buf, count, dtype, comm, peer, tag, context, persistent,
+        )
+    }
+
+    /// [`Engine::new_request`] with the communicator's context already looked up.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new_request_on(
+        &mut self,
+        send: Option<SendMode>,
+        buf: Buf,
+        count: usize,
+        dtype: TypeRef,
+        comm: CommId,
+        peer: i32,
+        tag: i32,
+        context: u32,
+        persistent: bool,
+    ) -> ReqId {
         let capacity = count * dtype.size();
         let id = self.core.reqs.insert(Request {
             op: match send {
@@ -647,7 +603,58 @@ impl Engine {
             expected: 0,
             received: 0,
         });
+        assert!(id < SENT_BASE, "request table full");
         ReqId(id)
+    }
+
+    /// The lean path of a small standard or ready send: when `data` fits the eager limit
+    /// of the transport that reaches world rank `dest`, nothing waits before it for that
+    /// peer (order), no device serves the peer and the transport has room, the message
+    /// goes out now and the send is complete: returns its request-less id. Otherwise
+    /// nothing happened and the caller takes the general path.
+    pub(crate) fn send_eager_now(
+        &mut self,
+        dest: Rank,
+        tag: i32,
+        context: u32,
+        data: &[u8],
+    ) -> MpiResult<Option<ReqId>> {
+        let core = &mut self.core;
+        if data.len() > SENT_MAX_BYTES
+            || dest == core.me
+            || core.fault.is_some()
+            || core
+                .pending
+                .get(dest as usize)
+                .is_none_or(|q| !q.is_empty())
+            || self.router.device_of(dest).is_some()
+        {
+            return Ok(None);
+        }
+        let Some(t) = self.router.to(dest) else {
+            return Ok(None);
+        };
+        if data.len() > t.eager_limit() {
+            return Ok(None);
+        }
+        let hdr = Header {
+            kind: EAGER,
+            src: core.me,
+            tag,
+            context,
+            len: data.len() as u64,
+            ..Header::default()
+        };
+        match t.try_send(dest, &hdr, data) {
+            Ok(true) => {
+                // A completion like any other for whoever watches the counter (the
+                // threaded engine's progress threads advance services on it).
+                core.completions = core.completions.wrapping_add(1);
+                Ok(Some(ReqId::sent(data.len())))
+            }
+            Ok(false) => Ok(None),
+            Err(e) => Err(core.set_fault(p2p_fault(e))),
+        }
     }
 
     /// Start a request made by [`Engine::new_request`] (MPI_Start for persistent ones).
@@ -669,7 +676,13 @@ impl Engine {
         req.expected = 0;
         match req.op {
             Op::Send(mode) => self.start_send(id, mode)?,
-            Op::Recv => self.start_recv(id)?,
+            Op::Recv => {
+                self.start_recv(id)?;
+                // A receive that was only posted left nothing to carry out.
+                if !self.core.has_deferred() {
+                    return Ok(());
+                }
+            }
             Op::Scheduled => return Ok(()),
         }
         self.flush()
@@ -929,238 +942,6 @@ impl Engine {
         }
         Ok(Some((status, None)))
     }
-
-    /// Has the request completed? Returns its status if so (and releases non-persistent
-    /// requests).
-    pub(crate) fn test(&mut self, id: ReqId) -> MpiResult<Option<Status>> {
-        let req = self
-            .core
-            .reqs
-            .get_mut(id.0)
-            .ok_or_else(|| bad_request("MPI_Test", id))?;
-        match req.phase {
-            Phase::Done => {
-                let st = req.status;
-                if req.persistent {
-                    req.phase = Phase::Inactive;
-                } else {
-                    self.core.reqs.remove(id.0);
-                }
-                Ok(Some(st))
-            }
-            Phase::Inactive => Ok(Some(Status::EMPTY)),
-            Phase::Active => Ok(None),
-        }
-    }
-
-    /// True when the request is done (or inactive) without collecting it.
-    pub(crate) fn is_done(&self, id: ReqId) -> bool {
-        self.core
-            .reqs
-            .get(id.0)
-            .map(|r| r.phase != Phase::Active)
-            .unwrap_or(true)
-    }
-
-    /// Status of a done request without collecting it (MPI_Request_get_status).
-    pub(crate) fn peek(&self, id: ReqId) -> MpiResult<Option<Status>> {
-        let req = self
-            .core
-            .reqs
-            .get(id.0)
-            .ok_or_else(|| bad_request("MPI_Request_get_status", id))?;
-        Ok(match req.phase {
-            Phase::Done => Some(req.status),
-            Phase::Inactive => Some(Status::EMPTY),
-            Phase::Active => None,
-        })
-    }
-
-    pub(crate) fn request_exists(&self, id: ReqId) -> bool {
-        self.core.reqs.get(id.0).is_some()
-    }
-
-    pub(crate) fn is_persistent(&self, id: ReqId) -> bool {
-        self.core
-            .reqs
-            .get(id.0)
-            .map(|r| r.persistent)
-            .unwrap_or(false)
-    }
-
-    /// Active in MPI's sense: started and not yet collected by a wait or test (it may
-    /// already be complete).
-    pub(crate) fn is_active(&self, id: ReqId) -> bool {
-        self.core
-            .reqs
-            .get(id.0)
-            .map(|r| r.phase != Phase::Inactive)
-            .unwrap_or(false)
-    }
-
-    /// MPI_Request_free: forget the request; an active one completes in the background.
-    pub(crate) fn free_request(&mut self, id: ReqId) -> MpiResult<()> {
-        let req = self
-            .core
-            .reqs
-            .get_mut(id.0)
-            .ok_or_else(|| bad_request("MPI_Request_free", id))?;
-        if req.op == Op::Scheduled && !(req.persistent && req.phase == Phase::Inactive) {
-            // MPI-3.1 §5.12: freeing a non-blocking collective's request is erroneous
-            // (an active schedule would go on writing the user's buffers).
-            return Err(mpi_err(
-                ErrorClass::Request,
-                "MPI_Request_free: the request of an active non-blocking collective cannot be freed".into(),
-            ));
-        }
-        if req.phase == Phase::Active {
-            req.detached = true;
-        } else {
-            self.core.reqs.remove(id.0);
-        }
-        Ok(())
-    }
-
-    /// A request for work advanced outside the engine, active from the start; it completes
-    /// when [`Engine::finish_scheduled`] is called.
-    pub(crate) fn new_scheduled(&mut self) -> ReqId {
-        let byte = self.byte_type();
-        let id = self.new_request(
-            None,
-            Buf(std::ptr::null_mut()),
-            0,
-            byte,
-            CommId::WORLD,
-            PROC_NULL,
-            0,
-            false,
-        );
-        let req = self.core.reqs.get_mut(id.0).expect("just made");
-        req.op = Op::Scheduled;
-        req.phase = Phase::Active;
-        id
-    }
-
-    /// A persistent request for work advanced outside the engine, inactive until started
-    /// (a persistent collective); each start is completed by
-    /// [`Engine::finish_scheduled_with`].
-    pub(crate) fn new_persistent_scheduled(&mut self) -> ReqId {
-        let byte = self.byte_type();
-        let id = self.new_request(
-            None,
-            Buf(std::ptr::null_mut()),
-            0,
-            byte,
-            CommId::WORLD,
-            PROC_NULL,
-            0,
-            true,
-        );
-        self.core.reqs.get_mut(id.0).expect("just made").op = Op::Scheduled;
-        id
-    }
-
-    /// Complete a request of [`Engine::new_scheduled`] with `status` (its error field an
-    /// MPI error code, 0 for success; a generalized request's status comes from its query
-    /// function).
-    pub(crate) fn finish_scheduled_with(&mut self, id: ReqId, status: Status) {
-        if let Some(req) = self.core.reqs.get_mut(id.0) {
-            debug_assert!(req.op == Op::Scheduled);
-            req.status = status;
-            self.core.complete(id);
-        }
-    }
-
-    /// MPI_Cancel. A receive still in the posted queue is cancelled; a send is cancelled
-    /// if its first message has not left this process yet; otherwise the operation
-    /// completes normally and MPI_Test_cancelled reports false.
-    pub(crate) fn cancel(&mut self, id: ReqId) -> MpiResult<()> {
-        let core = &mut self.core;
-        let req = core
-            .reqs
-            .get(id.0)
-            .ok_or_else(|| bad_request("MPI_Cancel", id))?;
-        if req.op == Op::Scheduled {
-            // MPI-3.1 §5.12: cancelling a non-blocking collective is erroneous.
-            return Err(mpi_err(
-                ErrorClass::Request,
-                "MPI_Cancel: a non-blocking collective request cannot be cancelled".into(),
-            ));
-        }
-        if req.phase != Phase::Active {
-            return Ok(());
-        }
-        match req.op {
-            Op::Recv => {
-                let context = req.context;
-                let q = core.queue(context);
-                if let Some(pos) = q.posted.iter().position(|p| p.id == id) {
-                    q.posted.remove(pos);
-                    let req = core.reqs.get_mut(id.0).expect("live");
-                    req.status = Status::EMPTY;
-                    req.status.cancelled = true;
-                    core.complete(id);
-                }
-            }
-            Op::Send(_) => {
-                if req.peer == PROC_NULL {
-                    return Ok(());
-                }
-                let dest = core
-                    .comm(req.comm)
-                    .map(|c| c.peer_group().world_rank(req.peer as usize))
-                    .unwrap_or(0);
-                if let Some(dev) = self.router.device_of(dest) {
-                    return self.cancel_device_send(id, dev);
-                }
-                let core = &mut self.core;
-                let q = &mut core.pending[dest as usize];
-                // The last envelope with this cookie: earlier ones belong to completed
-                // eager sends whose request id this one reuses (they are still queued
-                // behind a full transport, but their senders were told they are done).
-                if let Some(pos) = q.iter().rposition(|o| {
-                    (o.hdr.kind == EAGER || o.hdr.kind == RTS) && o.hdr.cookie == id.0 as u64
-                }) {
-                    q.remove(pos);
-                    if q.is_empty() {
-                        core.pending_peers -= 1;
-                    }
-                    let req = core.reqs.get_mut(id.0).expect("live");
-                    req.status.cancelled = true;
-                    req.status.bytes = 0;
-                    if req.phase == Phase::Active {
-                        core.complete(id);
-                    } else if let Some(r) = core.reqs.get_mut(id.0) {
-                        // An eager send completed locally when queued: report it cancelled.
-                        r.status.cancelled = true;
-                    }
-                }
-            }
-            Op::Scheduled => unreachable!("refused above"),
-        }
-        Ok(())
-    }
-
-    /// Whether any request (pending, or persistent and inactive) uses communicator `comm`.
-    pub(crate) fn requests_on_comm(&self, comm: CommId) -> bool {
-        self.core.reqs.iter().any(|(_, r)| r.comm == comm)
-    }
-
-    /// Number of live requests (for leak checks in tests).
-    pub(crate) fn live_requests(&self) -> usize {
-        self.core.reqs.len()
-    }
-
-    /// Make the request an internal one that vanishes at completion.
-    pub(crate) fn detach(&mut self, id: ReqId) {
-        if let Some(r) = self.core.reqs.get_mut(id.0) {
-            if r.phase == Phase::Active {
-                r.detached = true;
-            } else {
-                self.core.reqs.remove(id.0);
-            }
-        }
-    }
 }
 
 fn no_route(peer: Rank) -> MpiError {
@@ -1180,466 +961,9 @@ fn bad_request(call: &str, id: ReqId) -> MpiError {
     )
 }
 
-#[inline]
-fn matches(want_src: Rank, want_tag: i32, src: Rank, tag: i32) -> bool {
-    (want_src == ANY_WORLD || want_src == src) && (want_tag == ANY_TAG || want_tag == tag)
-}
-
-impl Core {
-    pub(crate) fn comm(&self, id: CommId) -> Option<&CommData> {
-        self.comms.get(id.0 as usize).and_then(|c| c.as_ref())
-    }
-
-    pub(crate) fn comm_mut(&mut self, id: CommId) -> Option<&mut CommData> {
-        self.comms.get_mut(id.0 as usize).and_then(|c| c.as_mut())
-    }
-
-    fn comm_rank_of(&self, comm: CommId, world: Rank) -> i32 {
-        match self.comm(comm) {
-            Some(c) => c
-                .peer_group()
-                .rank_of(world)
-                .map(|r| r as i32)
-                .unwrap_or(-1),
-            None => -1,
-        }
-    }
-
-    /// True while anything waits to be sent or read.
-    pub(crate) fn has_outgoing(&self) -> bool {
-        self.pending_peers > 0
-            || !self.streams.is_empty()
-            || !self.ctrl.is_empty()
-            || !self.cma.is_empty()
-            || !self.dev_accepts.is_empty()
-    }
-
-    fn set_fault(&mut self, e: MpiError) -> MpiError {
-        if self.fault.is_none() {
-            self.fault = Some(e.clone());
-        }
-        e
-    }
-
-    fn queue(&mut self, context: u32) -> &mut Queues {
-        let i = context as usize;
-        if i >= self.queues.len() {
-            self.queues.resize_with(i + 1, Queues::default);
-        }
-        &mut self.queues[i]
-    }
-
-    fn complete(&mut self, id: ReqId) {
-        let Some(req) = self.reqs.get_mut(id.0) else {
-            return;
-        };
-        req.phase = Phase::Done;
-        req.packed = None;
-        if req.bsend_bytes > 0 {
-            self.bsend_used -= req.bsend_bytes;
-            req.bsend_bytes = 0;
-        }
-        if req.detached {
-            self.reqs.remove(id.0);
-        }
-        self.completions = self.completions.wrapping_add(1);
-    }
-
-    /// Whether a control message (CTS, DATA, FIN, SYNC_ACK) from world rank `src` may act
-    /// on request `id`: the request exists, is a send (`send`) or a receive, and talks to
-    /// `src`: a send's destination, a receive's matched source. A transport delivers from
-    /// `src` only what came over that rank's own connection, so a frame naming another
-    /// peer's request is forged (or a bug) and is dropped; it must not complete a request
-    /// of someone else (issue 14, item 4).
-    fn control_from_peer(&self, id: ReqId, src: Rank, send: bool) -> bool {
-        let Some(req) = self.reqs.get(id.0) else {
-            return false;
-        };
-        let counterpart = match req.op {
-            Op::Send(_) if send => req.peer,
-            Op::Recv if !send => req.status.source,
-            _ => return false,
-        };
-        let ok = counterpart >= 0
-            && self.comm(req.comm).is_some_and(|c| {
-                (counterpart as usize) < c.peer_size()
-                    && c.peer_group().world_rank(counterpart as usize) == src
-            });
-        if !ok && !FORGED_REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
-            eprintln!(
-                "tsunagi: rank {} ignored a control message from rank {src} for a request it \
-                 does not belong to (further ones are not reported)",
-                self.me
-            );
-        }
-        ok
-    }
-
-    /// What a stalled rank is waiting for (`TSUNAGI_STALL_REPORT`): a diagnostic, one line
-    /// per item.
-    pub(crate) fn stall_report(&self) -> String {
-        use std::fmt::Write;
-        let mut out = String::new();
-        let mut active = 0;
-        let mut done = Vec::new();
-        for (i, r) in self.reqs.iter() {
-            if r.phase != Phase::Active {
-                if r.phase == Phase::Done {
-                    done.push(i);
-                }
-                continue;
-            }
-            active += 1;
-            let _ = writeln!(
-                out,
-                "  req {i}: {:?} peer {} tag {} ctx {} bytes {} expected {} received {} source {}",
-                r.op,
-                r.peer,
-                r.tag,
-                r.context,
-                r.bytes(),
-                r.expected,
-                r.received,
-                r.status.source
-            );
-        }
-        for (ctx, q) in self.queues.iter().enumerate() {
-            if q.posted.is_empty() && q.unexpected.is_empty() {
-                continue;
-            }
-            let unexpected: Vec<String> = q
-                .unexpected
-                .iter()
-                .map(|a| {
-                    let kind = match a.body {
-                        Body::Eager { .. } => "eager",
-                        Body::Rts { .. } => "rts",
-                        Body::Device(_) => "device",
-                    };
-                    format!("{}:{}:{}:{kind}", a.src, a.tag, a.len)
-                })
-                .collect();
-            let _ = writeln!(
-                out,
-                "  ctx {ctx}: {} posted, unexpected [{}]",
-                q.posted.len(),
-                unexpected.join(" ")
-            );
-        }
-        let pending: usize = self.pending.iter().map(|q| q.len()).sum();
-        let _ = writeln!(
-            out,
-            "  {active} active requests, {} complete and not collected {done:?}, {} completions, {pending} sends waiting for room ({} peers), {} control, {} single-copy reads, {} streams",
-            done.len(),
-            self.completions,
-            self.pending_peers,
-            self.ctrl.len(),
-            self.cma.len(),
-            self.streams.len()
-        );
-        out
-    }
-
-    /// Handle one message from a transport (inside its poll).
-    fn on_arrival(&mut self, src: Rank, h: &Header, p: &[u8]) {
-        let id = ReqId(h.cookie as u32);
-        match h.kind {
-            EAGER | RTS => self.arrive_matchable(src, h, p),
-            CTS if self.control_from_peer(id, src, true) => self.streams.push(Stream {
-                send: id,
-                recv_cookie: h.len,
-                peer: src,
-                offset: 0,
-            }),
-            DATA if self.control_from_peer(id, src, false) => self.arrive_data(h, p),
-            FIN | SYNC_ACK if self.control_from_peer(id, src, true) => self.complete(id),
-            CTS | DATA | FIN | SYNC_ACK => {}
-            k => {
-                self.set_fault(mpi_err(
-                    ErrorClass::Intern,
-                    format!("protocol error: message kind {k} from rank {src}"),
-                ));
-            }
-        }
-    }
-
-    fn arrive_matchable(&mut self, src: Rank, h: &Header, p: &[u8]) {
-        if let Some(posted) = self.queue(h.context).take_posted(src, h.tag) {
-            if h.kind == EAGER {
-                self.deliver_eager(posted.id, src, h.tag, p);
-                if h.flags & FLAG_SYNC != 0 {
-                    self.ctrl.push((src, sync_ack(self.me, h.cookie)));
-                }
-            } else {
-                let a = Arrived {
-                    src,
-                    tag: h.tag,
-                    len: h.len as usize,
-                    body: Body::Rts {
-                        cookie: h.cookie,
-                        addr: rts_addr(h, p),
-                    },
-                };
-                self.consume(posted.id, a);
-            }
-            return;
-        }
-        let body = if h.kind == EAGER {
-            let mut data = self.pool.pop().unwrap_or_default();
-            data.clear();
-            data.extend_from_slice(p);
-            Body::Eager {
-                data,
-                sync: (h.flags & FLAG_SYNC != 0).then_some(h.cookie),
-            }
-        } else {
-            Body::Rts {
-                cookie: h.cookie,
-                addr: rts_addr(h, p),
-            }
-        };
-        let a = Arrived {
-            src,
-            tag: h.tag,
-            len: h.len as usize,
-            body,
-        };
-        self.queue(h.context).push_unexpected(a);
-    }
-
-    /// Copy eager data into a matched receive and complete it.
-    fn deliver_eager(&mut self, id: ReqId, src: Rank, tag: i32, data: &[u8]) {
-        let source = {
-            let comm = self.reqs.get(id.0).expect("live").comm;
-            self.comm_rank_of(comm, src)
-        };
-        let req = self.reqs.get_mut(id.0).expect("matched a live request");
-        let take = data.len().min(req.capacity);
-        if take > 0 {
-            match req.dtype.contiguous_offset() {
-                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`.
-                Some(off) => unsafe {
-                    std::ptr::copy_nonoverlapping(data.as_ptr(), req.buf.0.offset(off), take)
-                },
-                // SAFETY: the receive buffer holds `count` elements of `dtype`.
-                None => unsafe {
-                    req.dtype
-                        .unpack_range(req.buf.0, req.count, 0, &data[..take])
-                },
-            }
-        }
-        req.status = Status {
-            source,
-            tag,
-            error: if data.len() > req.capacity {
-                ErrorClass::Truncate as i32
-            } else {
-                0
-            },
-            bytes: take,
-            cancelled: false,
-        };
-        self.complete(id);
-    }
-
-    /// A matched message (from the unexpected queue, an mprobe, or an RTS) meets its
-    /// receive request.
-    fn consume(&mut self, id: ReqId, a: Arrived) {
-        match a.body {
-            Body::Eager { data, sync } => {
-                self.deliver_eager(id, a.src, a.tag, &data);
-                if let Some(cookie) = sync {
-                    self.ctrl.push((a.src, sync_ack(self.me, cookie)));
-                }
-                self.pool.push(data);
-            }
-            Body::Device(d) => self.consume_device(id, a.src, a.tag, d),
-            Body::Rts { cookie, addr } => {
-                let source = {
-                    let comm = self.reqs.get(id.0).expect("live").comm;
-                    self.comm_rank_of(comm, a.src)
-                };
-                let req = self.reqs.get_mut(id.0).expect("live");
-                req.status = Status {
-                    source,
-                    tag: a.tag,
-                    error: if a.len > req.capacity {
-                        ErrorClass::Truncate as i32
-                    } else {
-                        0
-                    },
-                    bytes: a.len.min(req.capacity),
-                    cancelled: false,
-                };
-                req.expected = a.len;
-                req.received = 0;
-                match addr {
-                    Some(addr) => self.cma.push(CmaRead {
-                        recv: id,
-                        peer: a.src,
-                        addr,
-                        len: a.len,
-                        sender_cookie: cookie,
-                    }),
-                    None => self.ctrl.push((
-                        a.src,
-                        Header {
-                            kind: CTS,
-                            src: self.me,
-                            cookie,
-                            len: id.0 as u64,
-                            ..Header::default()
-                        },
-                    )),
-                }
-            }
-        }
-    }
-
-    fn arrive_data(&mut self, h: &Header, p: &[u8]) {
-        let id = ReqId(h.cookie as u32);
-        let offset = h.len as usize;
-        let Some(req) = self.reqs.get_mut(id.0) else {
-            self.set_fault(mpi_err(
-                ErrorClass::Intern,
-                format!("protocol error: data for unknown request {}", id.0),
-            ));
-            return;
-        };
-        if offset < req.capacity && !p.is_empty() {
-            let take = p.len().min(req.capacity - offset);
-            match req.dtype.contiguous_offset() {
-                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`, and
-                // `offset + take <= capacity`.
-                Some(off) => unsafe {
-                    std::ptr::copy_nonoverlapping(
-                        p.as_ptr(),
-                        req.buf.0.offset(off).add(offset),
-                        take,
-                    )
-                },
-                // SAFETY: the receive buffer holds `count` elements of `dtype`.
-                None => unsafe {
-                    req.dtype
-                        .unpack_range(req.buf.0, req.count, offset, &p[..take])
-                },
-            }
-        }
-        req.received += p.len();
-        if req.received >= req.expected {
-            self.complete(id);
-        }
-    }
-}
-
-/// A forged control message was reported (once per process).
-static FORGED_REPORTED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-fn sync_ack(me: Rank, cookie: u64) -> Header {
-    Header {
-        kind: SYNC_ACK,
-        src: me,
-        cookie,
-        ..Header::default()
-    }
-}
-
-fn rts_addr(h: &Header, p: &[u8]) -> Option<u64> {
-    if h.flags & FLAG_CMA != 0 && p.len() >= 8 {
-        Some(u64::from_ne_bytes(p[..8].try_into().expect("8 bytes")))
-    } else {
-        None
-    }
-}
-
 impl Engine {
     /// Internal use: a byte type for packed buffers.
     pub(crate) fn byte_type(&self) -> TypeRef {
         self.core.byte_type.clone()
-    }
-}
-
-#[cfg(test)]
-mod forged_control_tests {
-    use super::*;
-    use crate::comm::ErrHandler;
-    use crate::group::Group;
-    use std::sync::Arc;
-
-    /// Rank 0 of 3 with WORLD and one active request to `peer`; no transports needed:
-    /// arrivals are fed to `on_arrival` as a transport's poll would.
-    fn engine_with(send: bool, peer: i32) -> (Engine, ReqId) {
-        let mut e = Engine::new(0, 3, Router::new(3));
-        e.core.comms.push(Some(CommData {
-            group: Arc::new(Group::new(vec![0, 1, 2])),
-            rank: 0,
-            context: 0,
-            name: "WORLD".into(),
-            errhandler: ErrHandler::Fatal,
-            attrs: Default::default(),
-            nodes: Arc::new(vec![0, 0, 1]),
-            inter: None,
-        }));
-        let mode = send.then_some(SendMode::Synchronous);
-        let id = e.new_request(
-            mode,
-            Buf(std::ptr::null_mut()),
-            0,
-            Datatype::builtin(Builtin::Byte),
-            CommId(0),
-            peer,
-            0,
-            false,
-        );
-        let req = e.core.reqs.get_mut(id.0).unwrap();
-        req.phase = Phase::Active;
-        if !send {
-            req.status.source = peer;
-            req.expected = 1;
-        }
-        (e, id)
-    }
-
-    fn ctl(kind: u8, cookie: u32) -> Header {
-        Header {
-            kind,
-            cookie: cookie as u64,
-            ..Header::default()
-        }
-    }
-
-    /// Issue 14, item 4: FIN / SYNC_ACK / CTS / DATA naming a request act only when they
-    /// come from the peer that request talks to.
-    #[test]
-    fn control_messages_from_other_peers_are_ignored() {
-        for kind in [FIN, SYNC_ACK] {
-            let (mut e, id) = engine_with(true, 1);
-            e.core.on_arrival(2, &ctl(kind, id.0), &[]);
-            assert!(
-                !e.is_done(id),
-                "kind {kind} from rank 2 completed a send to rank 1"
-            );
-            e.core.on_arrival(1, &ctl(kind, id.0), &[]);
-            assert!(e.is_done(id), "kind {kind} from rank 1 must complete it");
-        }
-        let (mut e, id) = engine_with(true, 1);
-        e.core.on_arrival(2, &ctl(CTS, id.0), &[]);
-        assert!(
-            e.core.streams.is_empty(),
-            "a CTS from rank 2 started a stream"
-        );
-        e.core.on_arrival(1, &ctl(CTS, id.0), &[]);
-        assert_eq!(e.core.streams.len(), 1);
-        // A FIN naming a receive, or no request at all, does nothing.
-        let (mut e, id) = engine_with(false, 1);
-        e.core.on_arrival(1, &ctl(FIN, id.0), &[]);
-        e.core.on_arrival(1, &ctl(FIN, 999), &[]);
-        assert!(!e.is_done(id));
-        // DATA for a receive matched to rank 1 is taken only from rank 1.
-        e.core.on_arrival(2, &ctl(DATA, id.0), &[1]);
-        assert!(!e.is_done(id));
-        e.core.on_arrival(1, &ctl(DATA, id.0), &[1]);
-        assert!(e.is_done(id));
-        assert!(e.core.fault.is_none());
     }
 }

@@ -23,6 +23,7 @@ impl Runtime {
         persistent: bool,
     ) -> MpiResult<ReqId> {
         let c = self.check_comm(e, call, comm)?;
+        let (context, peer_size) = (c.context, c.peer_size());
         let count = Self::check_count(call, count)?;
         Self::check_type(call, dtype)?;
         Self::check_buf(call, buf, count, dtype)?;
@@ -32,10 +33,10 @@ impl Runtime {
             call,
             if is_recv { "source" } else { "destination" },
             peer,
-            c.peer_size(),
+            peer_size,
             is_recv,
         )?;
-        Ok(e.new_request(
+        Ok(e.new_request_on(
             send,
             Buf(buf),
             count,
@@ -43,6 +44,7 @@ impl Runtime {
             comm,
             peer,
             tag,
+            context,
             persistent,
         ))
     }
@@ -72,6 +74,58 @@ impl Runtime {
         Ok(id)
     }
 
+    /// The lean path of a small standard or ready send of contiguous data: the checks of
+    /// [`Runtime::make_request`] that such a send needs, one communicator lookup, and the
+    /// message straight into the transport (`Engine::send_eager_now`), with no request.
+    /// `None`: the send is not of that kind, or found the peer busy; nothing happened and
+    /// the general path (which also reports any argument error) takes it.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn send_lean(
+        e: &mut Engine,
+        buf: *const u8,
+        count: i64,
+        dtype: &TypeRef,
+        dest: i32,
+        tag: i32,
+        comm: CommId,
+        mode: SendMode,
+    ) -> MpiResult<Option<ReqId>> {
+        if !matches!(mode, SendMode::Standard | SendMode::Ready)
+            || count < 0
+            || dest < 0
+            || tag < 0
+            || tag > tag_ub()
+            || !dtype.is_committed()
+        {
+            return Ok(None);
+        }
+        let Some(off) = dtype.contiguous_offset() else {
+            return Ok(None);
+        };
+        let Some(c) = e.core.comm(comm) else {
+            return Ok(None);
+        };
+        if dest as usize >= c.peer_size() {
+            return Ok(None);
+        }
+        let bytes = (count as usize).saturating_mul(dtype.size());
+        let data: &[u8] = if bytes == 0 {
+            // A zero-byte message may come from a NULL buffer: no slice from it.
+            &[]
+        } else if buf.is_null() {
+            return Ok(None);
+        } else {
+            // SAFETY: the send buffer holds `count` elements of the contiguous `dtype`,
+            // `bytes` bytes from `buf + off` (MPI contract); the slice lives only for
+            // this call, which copies it into the transport.
+            unsafe { std::slice::from_raw_parts(buf.offset(off), bytes) }
+        };
+        let world = c.peer_group().world_rank(dest as usize);
+        let context = c.context;
+        e.send_eager_now(world, tag, context, data)
+    }
+
     /// MPI_Isend / MPI_Issend / MPI_Irsend / MPI_Ibsend.
     ///
     /// # Safety
@@ -90,6 +144,9 @@ impl Runtime {
         mode: SendMode,
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
+        if let Some(id) = Self::send_lean(&mut e, buf, count, dtype, dest, tag, comm, mode)? {
+            return Ok(id);
+        }
         self.start_new(
             &mut e,
             call,
@@ -141,6 +198,9 @@ impl Runtime {
     ) -> MpiResult<()> {
         let id = {
             let mut e = self.lock();
+            if Self::send_lean(&mut e, buf, count, dtype, dest, tag, comm, mode)?.is_some() {
+                return Ok(());
+            }
             let id = self.start_new(
                 &mut e,
                 call,
@@ -313,7 +373,33 @@ impl Runtime {
     /// empty status. Truncation shows in the statuses' `error` fields.
     pub fn waitall(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Vec<Status>> {
         let mut out = vec![Status::EMPTY; ids.len()];
-        let mut left: Vec<usize> = (0..ids.len()).filter(|&i| ids[i].is_some()).collect();
+        {
+            // Everything already complete (a window of eager sends): collect it under one
+            // lock, with no progress pass and no bookkeeping of what is left.
+            let mut e = self.lock();
+            let mut all_done = true;
+            for (i, id) in ids.iter().enumerate() {
+                if let Some(id) = *id {
+                    if !e.request_exists(id) {
+                        return Err(MpiError::new(
+                            ErrorClass::Request,
+                            format!("{call}: invalid request at index {i}"),
+                        ));
+                    }
+                    all_done &= e.is_done(id);
+                }
+            }
+            if all_done {
+                for (o, id) in out.iter_mut().zip(ids) {
+                    if let Some(id) = *id {
+                        *o = e.test(id)?.unwrap_or(Status::EMPTY);
+                    }
+                }
+                return Ok(out);
+            }
+        }
+        let mut left: Vec<usize> = Vec::with_capacity(ids.len());
+        left.extend((0..ids.len()).filter(|&i| ids[i].is_some()));
         // Every completion bumps the engine's counter: while it stands still, nothing in
         // `left` can have finished, so a spinning wait skips the O(n) rescan.
         let mut scanned_at: Option<u64> = None;
