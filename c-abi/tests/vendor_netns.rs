@@ -29,7 +29,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use common::{check, have, mpirun, prefix, run, src_dir};
@@ -37,33 +37,24 @@ use common::{check, have, mpirun, prefix, run, src_dir};
 /// One job at a time: the namespaces share two cores.
 static ONE_JOB_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-fn sh(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+/// Two namespaces on a bridge (10.79.N.0/24, test-only, `tsunagi_testkit::netns`) and an
+/// agent script that runs a command "on" one of them, all removed on drop.
+struct Hosts {
+    net: tsunagi_testkit::netns::Hosts,
+    dir: PathBuf,
 }
 
-/// Two namespaces on a bridge (10.79.N.0/24, test-only), an agent script that runs a
-/// command "on" one of them, all removed on drop.
-struct Hosts {
-    names: Vec<String>,
-    bridge: String,
-    net: u32,
-    dir: PathBuf,
+impl std::ops::Deref for Hosts {
+    type Target = tsunagi_testkit::netns::Hosts;
+    fn deref(&self) -> &Self::Target {
+        &self.net
+    }
 }
 
 impl Hosts {
     fn new(vendor: &str) -> Option<Hosts> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            tsunagi_testkit::missing("netns", "network-namespace tests need root");
-            return None;
-        }
-        if !sh(&["ip", "netns", "list"]) || !have("unshare") {
-            tsunagi_testkit::missing("netns", "`ip netns` or `unshare` is not available");
+        if !have("unshare") {
+            tsunagi_testkit::missing("netns", "`unshare` is not available");
             return None;
         }
         let launcher = match vendor {
@@ -77,35 +68,10 @@ impl Hosts {
             );
             return None;
         }
-        let pid = std::process::id();
-        let tag = pid % 1_000_000;
         let h = Hosts {
-            names: (1..=2).map(|i| format!("tsgvn{tag}h{i}")).collect(),
-            bridge: format!("tsgvnb{tag}"),
-            net: pid * 17 % 250 + 1,
-            dir: std::env::temp_dir().join(format!("tsunagi-vendor-netns-{pid}")),
+            net: tsunagi_testkit::netns::Hosts::new("tsgvn", 79, 2)?,
+            dir: std::env::temp_dir().join(format!("tsunagi-vendor-netns-{}", std::process::id())),
         };
-        let gw = format!("10.79.{}.1/24", h.net);
-        let ok = sh(&["ip", "link", "add", &h.bridge, "type", "bridge"])
-            && sh(&["ip", "addr", "add", &gw, "dev", &h.bridge])
-            && sh(&["ip", "link", "set", &h.bridge, "up"])
-            && h.names.iter().enumerate().all(|(i, ns)| {
-                let veth = format!("tsgvnv{tag}{i}");
-                let addr = format!("{}/24", h.ip(i));
-                sh(&["ip", "netns", "add", ns])
-                    && sh(&[
-                        "ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0",
-                        "netns", ns,
-                    ])
-                    && sh(&["ip", "link", "set", &veth, "master", &h.bridge, "up"])
-                    && sh(&["ip", "-n", ns, "addr", "add", &addr, "dev", "eth0"])
-                    && sh(&["ip", "-n", ns, "link", "set", "eth0", "up"])
-                    && sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
-            });
-        if !ok {
-            tsunagi_testkit::missing("netns", "could not create network namespaces");
-            return None;
-        }
         std::fs::create_dir_all(&h.dir).unwrap();
         // The remote-shell agent: `agent [-options] HOST COMMAND...` (Hydra's ssh launcher
         // passes `-x`, Open MPI's rsh agent none), HOST one of this test's addresses.
@@ -125,10 +91,6 @@ impl Hosts {
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(h.agent(), std::fs::Permissions::from_mode(0o755)).unwrap();
         Some(h)
-    }
-
-    fn ip(&self, i: usize) -> String {
-        format!("10.79.{}.{}", self.net, i + 2)
     }
 
     fn agent(&self) -> PathBuf {
@@ -155,43 +117,17 @@ impl Hosts {
             .arg(exe)
             .env("HYDRA_LAUNCHER", "ssh")
             .env("HYDRA_LAUNCHER_EXEC", self.agent())
-            .env("HYDRA_IFACE", &self.bridge)
+            .env("HYDRA_IFACE", self.bridge())
             .env("OMPI_MCA_plm_rsh_agent", self.agent())
             .env_remove("TSUNAGI_NODE_MAP")
             .env_remove("TSUNAGI_INTERNODE");
         c
     }
-
-    /// Processes still running in either namespace.
-    fn leftovers(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        for ns in &self.names {
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                v.extend(
-                    String::from_utf8_lossy(&o.stdout)
-                        .split_whitespace()
-                        .map(|p| format!("{ns}: {p}")),
-                );
-            }
-        }
-        v
-    }
 }
 
 impl Drop for Hosts {
+    // The namespaces (and anything left in them) go when `net` drops, after this.
     fn drop(&mut self) {
-        for ns in &self.names {
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    if let Ok(p) = pid.parse::<i32>() {
-                        // SAFETY: signalling a process left in a namespace this test made.
-                        unsafe { libc::kill(p, libc::SIGKILL) };
-                    }
-                }
-            }
-            sh(&["ip", "netns", "del", ns]);
-        }
-        sh(&["ip", "link", "del", &self.bridge]);
         let _ = std::fs::remove_dir_all(&self.dir);
         // Open MPI's shared-memory segments are named by host name, here the namespaces'
         // own: a job this test had to kill (a failed check, the watchdog) can leave them.

@@ -5,6 +5,8 @@
 //! CI: `TSUNAGI_REQUIRE` lists the prerequisites that must be there (comma-separated names,
 //! or `all`); `.ci/run` sets `TSUNAGI_REQUIRE=all`, and any run with `CI` set demands all.
 
+pub mod netns;
+
 /// True when `TSUNAGI_REQUIRE` demands `prereq`, or `CI` is set.
 pub fn required(prereq: &str) -> bool {
     std::env::var_os("CI").is_some()

@@ -4,7 +4,7 @@
 
 use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 /// One job at a time: they share two cores.
@@ -56,141 +56,28 @@ pub fn coll_check() -> PathBuf {
     p
 }
 
-pub fn sh(args: &[&str]) -> bool {
-    Command::new(args[0])
-        .args(&args[1..])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
+#[allow(unused_imports)] // each test binary uses its own subset
+pub use tsunagi_testkit::netns::sh;
 
-/// Namespaces `tsgt<pid>-<k>-h<i>` on a bridge; deleted on drop.
-pub struct Hosts {
-    pub names: Vec<String>,
-    bridge: String,
-    net: u32,
-}
+/// Network namespaces as hosts (`tsunagi_testkit::netns`), in 10.77.N.0/24.
+pub struct Hosts(tsunagi_testkit::netns::Hosts);
 
-pub static NEXT: AtomicU32 = AtomicU32::new(0);
+impl std::ops::Deref for Hosts {
+    type Target = tsunagi_testkit::netns::Hosts;
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
+}
 
 impl Hosts {
-    /// `n` hosts, or None (with a message) where namespaces cannot be made.
+    /// `n` hosts, or None (with a message; a failure in CI) where namespaces cannot be made.
     pub fn new(n: usize) -> Option<Hosts> {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
-            tsunagi_testkit::missing("netns", "network-namespace tests need root");
-            return None;
-        }
-        if !sh(&["ip", "netns", "list"]) {
-            tsunagi_testkit::missing("netns", "`ip netns` is not available");
-            return None;
-        }
-        let k = NEXT.fetch_add(1, Ordering::Relaxed);
-        let pid = std::process::id();
-        // A /24 per test: 10.77.N.0, N from the pid and a counter, so concurrent runs of
-        // this suite do not collide.
-        let net = (pid * 7 + k * 31) % 250 + 1;
-        let tag = format!("{}{}", pid % 100_000, k);
-        let h = Hosts {
-            names: (1..=n).map(|i| format!("tsgt{tag}h{i}")).collect(),
-            bridge: format!("tsgb{tag}"),
-            net,
-        };
-        let gw = format!("10.77.{net}.1/24");
-        let ok = sh(&["ip", "link", "add", &h.bridge, "type", "bridge"])
-            && sh(&["ip", "addr", "add", &gw, "dev", &h.bridge])
-            && sh(&["ip", "link", "set", &h.bridge, "up"])
-            && h.names.iter().enumerate().all(|(i, ns)| {
-                let veth = format!("tsgv{tag}{i}");
-                let addr = format!("{}/24", h.ip(i));
-                sh(&["ip", "netns", "add", ns])
-                    && sh(&[
-                        "ip", "link", "add", &veth, "type", "veth", "peer", "name", "eth0",
-                        "netns", ns,
-                    ])
-                    && sh(&["ip", "link", "set", &veth, "master", &h.bridge, "up"])
-                    && sh(&["ip", "-n", ns, "addr", "add", &addr, "dev", "eth0"])
-                    && sh(&["ip", "-n", ns, "link", "set", "eth0", "up"])
-                    && sh(&["ip", "-n", ns, "link", "set", "lo", "up"])
-            });
-        if !ok {
-            tsunagi_testkit::missing(
-                "netns",
-                "could not create network namespaces and veth pairs",
-            );
-            return None; // the guard drops and removes what was made
-        }
-        Some(h)
-    }
-
-    pub fn ip(&self, i: usize) -> String {
-        format!("10.77.{}.{}", self.net, i + 2)
-    }
-
-    pub fn gateway(&self) -> String {
-        format!("10.77.{}.1", self.net)
-    }
-
-    /// `h1:k,h2:k,...`
-    pub fn host_list(&self, k: usize) -> String {
-        self.names
-            .iter()
-            .map(|n| format!("{n}:{k}"))
-            .collect::<Vec<_>>()
-            .join(",")
-    }
-
-    /// Processes still running in any of the namespaces.
-    pub fn leftovers(&self) -> Vec<String> {
-        let mut v = Vec::new();
-        for ns in &self.names {
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    let cmd = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-                    v.push(format!(
-                        "{ns}: {pid} {}",
-                        String::from_utf8_lossy(&cmd).replace('\0', " ")
-                    ));
-                }
-            }
-        }
-        v
+        tsunagi_testkit::netns::Hosts::new("tsgt", 77, n).map(Hosts)
     }
 
     /// mpirun over these hosts with `k` slots each.
     pub fn mpirun(&self, k: usize) -> Command {
-        let mut c = Command::new(mpirun());
-        c.arg("--host")
-            .arg(self.host_list(k))
-            .arg("--launch-agent")
-            .arg("ip netns exec {host}")
-            .arg("--launch-addr")
-            .arg(self.gateway());
-        // Four or six ranks share two cores: spin briefly before sleeping.
-        c.env("TSUNAGI_SPIN", "50").env("TSUNAGI_YIELDS", "20");
-        c.env_remove("TSUNAGI_NODE_MAP")
-            .env_remove("TSUNAGI_INTERNODE");
-        c
-    }
-}
-
-impl Drop for Hosts {
-    fn drop(&mut self) {
-        for ns in &self.names {
-            // Kill whatever a failed test left in the namespace, then delete it (its veth
-            // pair goes with it).
-            if let Ok(o) = Command::new("ip").args(["netns", "pids", ns]).output() {
-                for pid in String::from_utf8_lossy(&o.stdout).split_whitespace() {
-                    if let Ok(p) = pid.parse::<i32>() {
-                        // SAFETY: signalling a process in a namespace this test created.
-                        unsafe { libc::kill(p, libc::SIGKILL) };
-                    }
-                }
-            }
-            sh(&["ip", "netns", "del", ns]);
-        }
-        sh(&["ip", "link", "del", &self.bridge]);
+        self.0.mpirun(mpirun(), k)
     }
 }
 
