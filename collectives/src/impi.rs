@@ -357,11 +357,7 @@ pub(crate) unsafe fn bcast(
         unsafe { master_bcast(ctx, h, buf, count, dtype, root)? };
     }
     let local = h.local_team();
-    let local_root = if local_to_root {
-        root
-    } else {
-        h.leaders[h.my_node]
-    };
+    let local_root = h.local_root(root);
     let bytes = count * dtype.size();
     if local.len() > 1 && bytes > 0 {
         let idx = local
@@ -491,11 +487,7 @@ pub(crate) unsafe fn reduce(
     // Local phase (the site's own algorithm), into the root or the site's master.
     let local_to_root = h.node_of[me] == h.node_of[root];
     let local = h.local_team();
-    let local_root = if local_to_root {
-        root
-    } else {
-        h.leaders[h.my_node]
-    };
+    let local_root = h.local_root(root);
     if local.len() > 1 {
         let idx = local
             .ranks
@@ -579,13 +571,8 @@ pub(crate) unsafe fn gather(
     let me = ctx.rank;
     let is_root = me == root;
     let site = h.my_node;
-    let root_site = h.node_of[root];
     let members = &h.members[site];
-    let local_root = if site == root_site {
-        root
-    } else {
-        h.leaders[site]
-    };
+    let local_root = h.local_root(root);
     // Bytes per rank: the same everywhere (matching type signatures).
     let block = if is_root {
         rc * recvtype.size()
@@ -694,13 +681,8 @@ pub(crate) unsafe fn scatter(
     let me = ctx.rank;
     let is_root = me == root;
     let site = h.my_node;
-    let root_site = h.node_of[root];
     let members = &h.members[site];
-    let local_root = if site == root_site {
-        root
-    } else {
-        h.leaders[site]
-    };
+    let local_root = h.local_root(root);
     let block = if is_root {
         sc * sendtype.size()
     } else {

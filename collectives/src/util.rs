@@ -455,6 +455,16 @@ impl Hier {
         }
     }
 
+    /// Where a rooted operation meets inside this rank's node: the root itself if it is
+    /// on this node, else the node's leader.
+    pub fn local_root(&self, root: usize) -> usize {
+        if self.node_of[root] == self.my_node {
+            root
+        } else {
+            self.leaders[self.my_node]
+        }
+    }
+
     pub fn is_leader(&self) -> bool {
         self.my_local == 0
     }
