@@ -333,7 +333,7 @@ impl Core {
             }
             // The peer may be reading from this process at the same time.
             self.serve_gets()?;
-            spins += 1;
+            spins = spins.wrapping_add(1);
             if spins.is_multiple_of(64) {
                 if !self.sends.is_empty() {
                     self.test_sends()?;
@@ -839,15 +839,26 @@ mod tests {
         let (a_addr, b_addr) = (a_data.as_ptr() as u64, b_data.as_ptr() as u64);
         // Rank 1 reads rank 0's memory while rank 0 reads rank 1's: each serves the
         // other's request from inside its own wait.
+        // Rank 1 may finish its read before it has seen rank 0's request: like an
+        // engine, it then keeps polling (which serves requests) until rank 0 has its
+        // bytes. Without this the test raced (rank 0 waited for ever).
+        let a_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let a_done_seen = a_done.clone();
         let reader_b = std::thread::spawn(move || {
             let mut dst = vec![0u8; 300_000];
             b.read_remote(0, a_addr, &mut dst).unwrap();
             // Zero bytes: nothing asked, nothing waited for.
             b.read_remote(0, a_addr, &mut []).unwrap();
+            while !a_done_seen.load(Ordering::SeqCst) {
+                b.poll(&mut |_, _, _| panic!("no message was sent"))
+                    .unwrap();
+                std::thread::yield_now();
+            }
             (b, dst)
         });
         let mut dst = vec![0u8; 70_000];
         a.read_remote(1, b_addr, &mut dst).unwrap();
+        a_done.store(true, Ordering::SeqCst);
         assert_eq!(dst, b_data);
         // Rank 0 keeps polling (as its engine would) until rank 1 has its bytes.
         while !reader_b.is_finished() {
