@@ -10,6 +10,7 @@
 
 pub mod boot;
 pub mod comm;
+mod comm_table;
 pub mod datatype;
 mod engine;
 pub mod error;

@@ -81,11 +81,11 @@ impl Job {
         let e = (0..n as Rank)
             .map(|me| {
                 let mut e = Engine::new(me, n, router(me));
-                e.core.comms.push(Some(comm_data(n, me, 0, "WORLD")));
+                e.comms_mut().insert(comm_data(n, me, 0, "WORLD"));
                 let mut self_comm = comm_data(1, 0, 2, "SELF");
                 self_comm.group = Arc::new(Group::new(vec![me]));
-                e.core.comms.push(Some(self_comm));
-                e.core.comms.push(Some(comm_data(n, me, 4, "DUP")));
+                e.comms_mut().insert(self_comm);
+                e.comms_mut().insert(comm_data(n, me, 4, "DUP"));
                 e.core.bsend_buffer = Some((0, 1 << 30));
                 e
             })

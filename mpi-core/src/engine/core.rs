@@ -9,23 +9,10 @@
 use super::*;
 
 impl Core {
-    pub(crate) fn comm(&self, id: CommId) -> Option<&CommData> {
-        self.comms.get(id.0 as usize).and_then(|c| c.as_ref())
-    }
-
-    pub(crate) fn comm_mut(&mut self, id: CommId) -> Option<&mut CommData> {
-        self.comms.get_mut(id.0 as usize).and_then(|c| c.as_mut())
-    }
-
+    /// MPI_SOURCE of a message from world rank `world` on communicator `comm`.
+    #[inline]
     pub(super) fn comm_rank_of(&self, comm: CommId, world: Rank) -> i32 {
-        match self.comm(comm) {
-            Some(c) => c
-                .peer_group()
-                .rank_of(world)
-                .map(|r| r as i32)
-                .unwrap_or(-1),
-            None => -1,
-        }
+        self.comms.comm_rank(comm, world)
     }
 
     /// True when `flush` has anything to do.
@@ -90,10 +77,7 @@ impl Core {
             _ => return false,
         };
         let ok = counterpart >= 0
-            && self.comm(req.comm).is_some_and(|c| {
-                (counterpart as usize) < c.peer_size()
-                    && c.peer_group().world_rank(counterpart as usize) == src
-            });
+            && self.comms.world_rank(req.comm, counterpart as usize) == Some(src);
         if !ok && !FORGED_REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
                 "tsunagi: rank {} ignored a control message from rank {src} for a request it \
@@ -393,7 +377,7 @@ mod forged_control_tests {
     /// arrivals are fed to `on_arrival` as a transport's poll would.
     fn engine_with(send: bool, peer: i32) -> (Engine, ReqId) {
         let mut e = Engine::new(0, 3, Router::new(3));
-        e.core.comms.push(Some(CommData {
+        e.comms_mut().insert(CommData {
             group: Arc::new(Group::new(vec![0, 1, 2])),
             rank: 0,
             context: 0,
@@ -402,7 +386,7 @@ mod forged_control_tests {
             attrs: Default::default(),
             nodes: Arc::new(vec![0, 0, 1]),
             inter: None,
-        }));
+        });
         let mode = send.then_some(SendMode::Synchronous);
         let id = e.new_request(
             mode,

@@ -25,7 +25,8 @@ pub use matching::{Arrived, Posted, Queues};
 
 pub(crate) use crate::slab::Slab;
 
-use crate::comm::{CommData, CommId};
+use crate::comm::CommId;
+use crate::comm_table::CommTable;
 use crate::datatype::{Builtin, Datatype, TypeRef};
 use crate::error::{ErrorClass, MpiError, MpiResult};
 use crate::protocol::*;
@@ -223,7 +224,9 @@ pub(crate) struct Core {
     streams: Vec<Stream>,
     scratch: Vec<u8>,
     pool: Vec<Vec<u8>>,
-    pub comms: Vec<Option<CommData>>,
+    /// Live communicators; the request layer asks it only for contexts and rank
+    /// translations (`comm_table.rs`).
+    comms: CommTable,
     /// The first transport failure; every later call reports it.
     pub fault: Option<MpiError>,
     /// Bumped whenever a request completes (threaded waits watch it).
@@ -276,7 +279,7 @@ impl Engine {
                 streams: Vec::new(),
                 scratch: Vec::new(),
                 pool: Vec::new(),
-                comms: Vec::new(),
+                comms: CommTable::default(),
                 fault: None,
                 completions: 0,
                 self_dirty: false,
@@ -560,7 +563,7 @@ impl Engine {
         tag: i32,
         persistent: bool,
     ) -> ReqId {
-        let context = self.core.comm(comm).map(|c| c.context).unwrap_or(0);
+        let context = self.core.comms.context(comm).unwrap_or(0);
         self.new_request_on(
             send, buf, count, dtype, comm, peer, tag, context, persistent,
         )
@@ -695,7 +698,7 @@ impl Engine {
 
     /// Re-home a not yet started request on another communicator.
     pub(crate) fn set_request_comm(&mut self, id: ReqId, comm: CommId) {
-        let context = self.core.comm(comm).map(|c| c.context).unwrap_or(0);
+        let context = self.core.comms.context(comm).unwrap_or(0);
         if let Some(r) = self.core.reqs.get_mut(id.0) {
             r.comm = comm;
             r.context = context;
@@ -719,8 +722,11 @@ impl Engine {
         let (comm_id, peer) = (req.comm, req.peer);
         let context = req.context;
         let (tag, bytes) = (req.tag, req.bytes());
-        let comm = self.core.comm(comm_id).expect("checked by the API");
-        let dest = comm.peer_group().world_rank(peer as usize);
+        let dest = self
+            .core
+            .comms
+            .world_rank(comm_id, peer as usize)
+            .expect("checked by the API");
         let me = self.core.me;
         let device = self.router.device_of(dest);
         let (eager_limit, single_copy) = if device.is_some() {
@@ -874,11 +880,12 @@ impl Engine {
             return Ok(());
         }
         let (comm_id, peer, tag, context) = (req.comm, req.peer, req.tag, req.context);
-        let comm = core.comm(comm_id).expect("checked by the API");
         let src = if peer == ANY_SOURCE {
             ANY_WORLD
         } else {
-            comm.peer_group().world_rank(peer as usize)
+            core.comms
+                .world_rank(comm_id, peer as usize)
+                .expect("checked by the API")
         };
         let q = core.queue(context);
         if let Some(pos) = q.find_unexpected(src, tag) {
@@ -914,13 +921,14 @@ impl Engine {
         take: bool,
     ) -> MpiResult<Option<(Status, Option<MsgId>)>> {
         let core = &mut self.core;
-        let c = core.comm(comm).expect("checked by the API");
         let src = if peer == ANY_SOURCE {
             ANY_WORLD
         } else {
-            c.peer_group().world_rank(peer as usize)
+            core.comms
+                .world_rank(comm, peer as usize)
+                .expect("checked by the API")
         };
-        let context = c.context;
+        let context = core.comms.context(comm).expect("checked by the API");
         let q = core.queue(context);
         let Some(pos) = q.find_unexpected(src, tag) else {
             return Ok(None);
@@ -962,6 +970,18 @@ fn bad_request(call: &str, id: ReqId) -> MpiError {
 }
 
 impl Engine {
+    /// The communicator table (the runtime's view: every field of every communicator).
+    #[inline]
+    pub(crate) fn comms(&self) -> &CommTable {
+        &self.core.comms
+    }
+
+    /// The communicator table, to add, change or remove communicators.
+    #[inline]
+    pub(crate) fn comms_mut(&mut self) -> &mut CommTable {
+        &mut self.core.comms
+    }
+
     /// Internal use: a byte type for packed buffers.
     pub(crate) fn byte_type(&self) -> TypeRef {
         self.core.byte_type.clone()

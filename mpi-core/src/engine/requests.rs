@@ -200,8 +200,8 @@ impl Engine {
                     return Ok(());
                 }
                 let dest = core
-                    .comm(req.comm)
-                    .map(|c| c.peer_group().world_rank(req.peer as usize))
+                    .comms
+                    .world_rank(req.comm, req.peer as usize)
                     .unwrap_or(0);
                 if let Some(dev) = self.router.device_of(dest) {
                     return self.cancel_device_send(id, dev);

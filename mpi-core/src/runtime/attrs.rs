@@ -43,11 +43,8 @@ impl Runtime {
     /// Whether any communicator holds an attribute of `keyval`.
     fn keyval_in_use(&self, keyval: i32) -> bool {
         let e = self.lock();
-        e.core
-            .comms
-            .iter()
-            .flatten()
-            .any(|c| c.attrs.contains_key(&keyval))
+        let in_use = e.comms().iter().any(|c| c.attrs.contains_key(&keyval));
+        in_use
     }
 
     /// After an attribute of `keyval` went: deallocate the keyval if the program freed it
@@ -110,8 +107,8 @@ impl Runtime {
         }
         let mut e = self.lock();
         self.check_comm(&e, call, comm)?;
-        e.core
-            .comm_mut(comm)
+        e.comms_mut()
+            .get_mut(comm)
             .expect("checked")
             .attrs
             .insert(keyval, val);
@@ -149,7 +146,7 @@ impl Runtime {
 
     /// Drop the attribute `keyval` of `comm` (its delete callback ran).
     fn forget_attr(&self, comm: CommId, keyval: i32) {
-        if let Some(c) = self.lock().core.comm_mut(comm) {
+        if let Some(c) = self.lock().comms_mut().get_mut(comm) {
             c.attrs.remove(&keyval);
         }
         if comm == CommId::SELF {

@@ -9,7 +9,7 @@ impl Runtime {
         call: &str,
         comm: CommId,
     ) -> MpiResult<&'e CommData> {
-        e.core.comm(comm).ok_or_else(|| {
+        e.comms().get(comm).ok_or_else(|| {
             MpiError::new(
                 ErrorClass::Comm,
                 format!(

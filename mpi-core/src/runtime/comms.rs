@@ -7,17 +7,16 @@ use super::*;
 /// `comm_free`). One runtime per process, so process-wide.
 static FREED_WITH_PENDING: Mutex<Vec<CommId>> = Mutex::new(Vec::new());
 
-/// The last step of freeing a communicator: its slot becomes free; returns its context id
-/// for `release_context` (called without the engine lock).
-/// Empty a freed communicator's slot (and its hidden local communicator's, for an
-/// intercommunicator); the context ids to release.
+/// The last step of freeing a communicator: empty its slot in the table (and its hidden
+/// local communicator's, for an intercommunicator); returns the context ids for
+/// `release_context` (called without the engine lock).
 fn take_comm_slot(e: &mut Engine, comm: CommId) -> Vec<u32> {
-    let Some(c) = e.core.comms[comm.0 as usize].take() else {
+    let Some(c) = e.comms_mut().remove(comm) else {
         return Vec::new();
     };
     let mut contexts = vec![c.context];
     if let Some(inter) = &c.inter {
-        if let Some(l) = e.core.comms[inter.local_comm.0 as usize].take() {
+        if let Some(l) = e.comms_mut().remove(inter.local_comm) {
             contexts.push(l.context);
         }
     }
@@ -77,7 +76,7 @@ impl Runtime {
     pub fn comm_set_name(&self, comm: CommId, name: &str) -> MpiResult<()> {
         let mut e = self.lock();
         self.check_comm(&e, "MPI_Comm_set_name", comm)?;
-        e.core.comm_mut(comm).expect("checked").name = name.to_string();
+        e.comms_mut().get_mut(comm).expect("checked").name = name.to_string();
         Ok(())
     }
 
@@ -235,7 +234,7 @@ impl Runtime {
         {
             let mut e = self.lock();
             let byte = e.byte_type();
-            let ctx = e.core.comm(comm).expect("checked").coll_context();
+            let ctx = e.comms().get(comm).expect("checked").coll_context();
             for (r, buf) in out.iter_mut().enumerate() {
                 if r == rank || !member(r) {
                     continue;
@@ -467,18 +466,7 @@ impl Runtime {
             nodes,
             inter: None,
         };
-        let slot = e.core.comms.iter().position(|c| c.is_none());
-        let id = match slot {
-            Some(i) if i >= 2 => {
-                e.core.comms[i] = Some(data);
-                i
-            }
-            _ => {
-                e.core.comms.push(Some(data));
-                e.core.comms.len() - 1
-            }
-        };
-        Ok(CommId(id as u32))
+        Ok(e.comms_mut().insert(data))
     }
 
     /// MPI_Comm_dup (attributes copied through their keyvals' copy callbacks).
@@ -514,7 +502,7 @@ impl Runtime {
             {
                 if let Some(v) = f(comm, kv, extra, val)? {
                     let mut e = self.lock();
-                    e.core.comm_mut(new).expect("just made").attrs.insert(kv, v);
+                    e.comms_mut().get_mut(new).expect("just made").attrs.insert(kv, v);
                 }
             }
         }
@@ -629,7 +617,7 @@ impl Runtime {
             self.run_delete(comm, kv, val)?;
         }
         let mut e = self.lock();
-        e.core.comm_mut(comm).expect("checked").attrs.clear();
+        e.comms_mut().get_mut(comm).expect("checked").attrs.clear();
         // Operations still pending on the communicator complete normally (MPI 4.1
         // §7.4.3): its slot and context stay taken until the last of them is gone, so
         // that no new communicator gets its context id (and their messages) or its id.

@@ -12,7 +12,7 @@ impl Runtime {
     pub fn set_errhandler(&self, comm: CommId, h: ErrHandler) -> MpiResult<()> {
         let mut e = self.lock();
         self.check_comm(&e, "MPI_Comm_set_errhandler", comm)?;
-        e.core.comm_mut(comm).expect("checked").errhandler = h;
+        e.comms_mut().get_mut(comm).expect("checked").errhandler = h;
         Ok(())
     }
 
@@ -29,9 +29,9 @@ impl Runtime {
         let c = comm.unwrap_or(CommId::WORLD);
         let h = {
             let e = self.lock();
-            e.core
-                .comm(c)
-                .or_else(|| e.core.comm(CommId::WORLD))
+            e.comms()
+                .get(c)
+                .or_else(|| e.comms().get(CommId::WORLD))
                 .map(|c| c.errhandler.clone())
                 .unwrap_or(ErrHandler::Fatal)
         };

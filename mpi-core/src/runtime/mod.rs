@@ -244,7 +244,7 @@ impl Runtime {
         let mut engine = Engine::new(rank, size, router);
         let nodes = Arc::new(nodes);
         let world_group = Arc::new(Group::new((0..size as u32).collect()));
-        engine.core.comms.push(Some(CommData {
+        engine.comms_mut().insert(CommData {
             group: world_group,
             rank: rank as usize,
             context: 0,
@@ -253,8 +253,8 @@ impl Runtime {
             attrs: Default::default(),
             nodes: nodes.clone(),
             inter: None,
-        }));
-        engine.core.comms.push(Some(CommData {
+        });
+        engine.comms_mut().insert(CommData {
             group: Arc::new(Group::new(vec![rank])),
             rank: 0,
             context: 2,
@@ -263,7 +263,7 @@ impl Runtime {
             attrs: Default::default(),
             nodes: Arc::new(vec![my_node]),
             inter: None,
-        }));
+        });
 
         let universe_size = size as i32;
         Ok(Runtime {

@@ -254,7 +254,7 @@ impl Runtime {
         if let Some(new) = new {
             // The new communicator takes the error handler of `comm`, not of the local one.
             let eh = self.with_comm(call, comm, |c| c.errhandler.clone())?;
-            if let Some(c) = self.lock().core.comm_mut(new) {
+            if let Some(c) = self.lock().comms_mut().get_mut(new) {
                 c.errhandler = eh;
             }
         }

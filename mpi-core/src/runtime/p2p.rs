@@ -103,7 +103,7 @@ impl Runtime {
         let Some(off) = dtype.contiguous_offset() else {
             return Ok(None);
         };
-        let Some(c) = e.core.comm(comm) else {
+        let Some(c) = e.comms().get(comm) else {
             return Ok(None);
         };
         if dest as usize >= c.peer_size() {

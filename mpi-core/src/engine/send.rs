@@ -1,0 +1,244 @@
+//! The protocol core's send side: starting a send over a byte mover. The core decides
+//! between eager and rendezvous (and whether a rendezvous offers single copy) and queues
+//! the message as a [`SendAction`] in `Core::outbox`; the driver (`Engine::flush_outbox`)
+//! carries it out over the router, in order, behind anything already queued for that
+//! peer. The core learns what it needs of the transport (its eager limit, whether it
+//! offers single copy) from the driver and touches none.
+//!
+//! Not through here: the lean path of a small standard send (`Engine::send_eager_now`),
+//! which writes into the transport at once and keeps no request, and sends to peers behind
+//! a native device (`engine/device.rs`), which runs its own protocols.
+
+use super::*;
+
+/// A message the core decided to send: to `peer`, this header, with this body.
+pub(super) struct SendAction {
+    pub peer: Rank,
+    /// Its `cookie` is the send request's id.
+    pub hdr: Header,
+    pub body: SendBody,
+}
+
+/// What follows a [`SendAction`]'s header on the wire.
+pub(super) enum SendBody {
+    /// The send request's data (EAGER); with `complete`, the request completes once the
+    /// message is sent or queued (a standard or ready send; a synchronous one waits for
+    /// the SYNC_ACK).
+    Data { complete: bool },
+    /// Nothing (an RTS whose receiver answers CTS).
+    Empty,
+    /// An RTS offering single copy of the request's bytes at `addr` in this process: the
+    /// driver asks the transport what to announce for them (`Transport::expose`) and
+    /// sends a plain RTS (CTS/DATA follow) when it refuses.
+    Expose { addr: u64 },
+}
+
+impl Core {
+    /// Start send request `id` to world rank `dest` over a transport whose eager limit is
+    /// `eager_limit`; `single_copy` says whether that transport offers single copy to
+    /// `dest` (asked only for a rendezvous). Queues the first message in the outbox.
+    pub(super) fn start_send(
+        &mut self,
+        id: ReqId,
+        mode: SendMode,
+        dest: Rank,
+        eager_limit: usize,
+        single_copy: impl FnOnce() -> bool,
+    ) {
+        let me = self.me;
+        let req = self.reqs.get_mut(id.0).expect("live request");
+        let bytes = req.bytes();
+        req.status.bytes = bytes;
+        let sync = mode == SendMode::Synchronous;
+        let mut hdr = Header {
+            kind: EAGER,
+            flags: if sync { FLAG_SYNC } else { 0 },
+            src: me,
+            tag: req.tag,
+            context: req.context,
+            len: bytes as u64,
+            cookie: id.0 as u64,
+            ..Header::default()
+        };
+        if bytes <= eager_limit {
+            self.outbox.push(SendAction {
+                peer: dest,
+                hdr,
+                body: SendBody::Data { complete: !sync },
+            });
+            return;
+        }
+        // Rendezvous: a synchronous send needs no flag, the receiver's answer (FIN or the
+        // last DATA's request) comes only after the match.
+        hdr.kind = RTS;
+        hdr.flags = 0;
+        let body = if single_copy() {
+            let addr = if let Some(p) = &req.packed {
+                p.as_ptr() as u64
+            } else if let Some(off) = req.dtype.contiguous_offset() {
+                // SAFETY: pointer arithmetic within the user's buffer (MPI contract).
+                (unsafe { req.buf.0.offset(off) }) as u64
+            } else {
+                let mut packed = vec![0u8; bytes];
+                // SAFETY: the send buffer holds `count` elements of `dtype`.
+                unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
+                let a = packed.as_ptr() as u64;
+                req.packed = Some(packed);
+                a
+            };
+            SendBody::Expose { addr }
+        } else {
+            SendBody::Empty
+        };
+        self.outbox.push(SendAction {
+            peer: dest,
+            hdr,
+            body,
+        });
+    }
+
+    /// Make the internal copy of buffered send `id` (MPI_Bsend, MPI_Ibsend): its data is
+    /// packed into space of the attached buffer, `id` completes now, and the copy (a
+    /// standard send that gives the space back when it is done) is returned for the
+    /// caller to start. MPI_ERR_BUFFER when the attached buffer has no room.
+    pub(super) fn buffered_copy(&mut self, id: ReqId) -> MpiResult<ReqId> {
+        let req = self.reqs.get_mut(id.0).expect("live request");
+        let bytes = req.bytes();
+        let need = bytes + BSEND_OVERHEAD;
+        let (_, size) = self.bsend_buffer.unwrap_or((0, 0));
+        if self.bsend_used + need > size {
+            let free = size.saturating_sub(self.bsend_used);
+            req.phase = Phase::Done;
+            return Err(mpi_err(
+                ErrorClass::Buffer,
+                format!(
+                    "MPI_Bsend: insufficient buffer space: the message needs {need} bytes \
+                     (data + MPI_BSEND_OVERHEAD), {free} of {size} attached bytes are free"
+                ),
+            ));
+        }
+        self.bsend_used += need;
+        let mut packed = vec![0u8; bytes];
+        // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
+        unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
+        req.status.bytes = bytes;
+        let copy = Request {
+            op: Op::Send(SendMode::Standard),
+            phase: Phase::Active,
+            persistent: false,
+            detached: true,
+            status: Status::EMPTY,
+            buf: Buf(packed.as_mut_ptr()),
+            count: bytes,
+            dtype: self.byte_type.clone(),
+            comm: req.comm,
+            peer: req.peer,
+            tag: req.tag,
+            context: req.context,
+            packed: Some(packed),
+            bsend_bytes: need,
+            capacity: bytes,
+            expected: 0,
+            received: 0,
+        };
+        let copy = self.reqs.insert(copy);
+        assert!(copy < SENT_BASE, "request table full");
+        self.complete(id);
+        Ok(ReqId(copy))
+    }
+}
+
+impl Engine {
+    /// Start send request `id` (made by `new_request`, checked by the API).
+    pub(super) fn start_send(&mut self, id: ReqId, mode: SendMode) -> MpiResult<()> {
+        let req = self.core.reqs.get_mut(id.0).expect("live request");
+        if req.peer == PROC_NULL {
+            req.status = Status::PROC_NULL;
+            self.core.complete(id);
+            return Ok(());
+        }
+        if mode == SendMode::Buffered {
+            let copy = self.core.buffered_copy(id)?;
+            return self.start_send(copy, SendMode::Standard);
+        }
+        let dest = self
+            .core
+            .comms
+            .world_rank(req.comm, req.peer as usize)
+            .expect("checked by the API");
+        if let Some(dev) = self.router.device_of(dest) {
+            return self.start_device_send(id, mode, dev, dest);
+        }
+        let Engine { router, core } = self;
+        let t = router.to(dest).ok_or_else(|| no_route(dest))?;
+        core.start_send(id, mode, dest, t.eager_limit(), || t.single_copy(dest));
+        Ok(())
+    }
+
+    /// Carry out the sends the core started, in the order it started them.
+    pub(super) fn flush_outbox(&mut self) -> MpiResult<()> {
+        let mut actions = std::mem::take(&mut self.core.outbox);
+        let mut result = Ok(());
+        for a in actions.drain(..) {
+            result = self.send_action(a);
+            if result.is_err() {
+                break;
+            }
+        }
+        // Keep the allocation for the next sends (nothing adds to the outbox meanwhile).
+        actions.clear();
+        if self.core.outbox.is_empty() {
+            self.core.outbox = actions;
+        }
+        result
+    }
+
+    fn send_action(&mut self, a: SendAction) -> MpiResult<()> {
+        let SendAction { peer, mut hdr, body } = a;
+        let id = ReqId(hdr.cookie as u32);
+        match body {
+            SendBody::Data { complete } => {
+                let req = self.core.reqs.get_mut(id.0).expect("live request");
+                let bytes = hdr.len as usize;
+                if let Some(p) = req.packed.take() {
+                    self.send_or_queue(peer, hdr, &p)?;
+                } else if let Some(off) = req.dtype.contiguous_offset() {
+                    let data: &[u8] = if bytes == 0 {
+                        // A zero-byte message may come from a NULL buffer: no slice from it.
+                        &[]
+                    } else {
+                        // SAFETY: the send buffer holds `bytes` bytes from `buf + off`.
+                        unsafe { std::slice::from_raw_parts(req.buf.0.offset(off), bytes) }
+                    };
+                    self.send_or_queue(peer, hdr, data)?;
+                } else {
+                    let mut tmp = std::mem::take(&mut self.core.scratch);
+                    tmp.resize(bytes, 0);
+                    // SAFETY: the send buffer holds `count` elements of `dtype`.
+                    unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut tmp) };
+                    let r = self.send_or_queue(peer, hdr, &tmp);
+                    self.core.scratch = tmp;
+                    r?;
+                }
+                if complete {
+                    self.core.complete(id);
+                }
+                Ok(())
+            }
+            SendBody::Empty => self.send_or_queue(peer, hdr, &[]),
+            SendBody::Expose { addr } => {
+                let t = self.router.to(peer).ok_or_else(|| no_route(peer))?;
+                // SAFETY: the send buffer (or the request's packed copy) stays valid and
+                // untouched until the receiver answers with FIN or CTS (MPI contract).
+                match unsafe { t.expose(peer, addr as *const u8, hdr.len as usize) } {
+                    // The transport may announce another address (PM: a registered region).
+                    Ok(announced) => {
+                        hdr.flags |= FLAG_CMA;
+                        self.send_or_queue(peer, hdr, &announced.to_ne_bytes())
+                    }
+                    Err(_) => self.send_or_queue(peer, hdr, &[]),
+                }
+            }
+        }
+    }
+}
