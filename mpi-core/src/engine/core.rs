@@ -24,6 +24,7 @@ impl Core {
     /// True while anything waits to be sent or read.
     pub(crate) fn has_outgoing(&self) -> bool {
         self.pending_peers > 0
+            || !self.outbox.is_empty()
             || !self.streams.is_empty()
             || !self.ctrl.is_empty()
             || !self.cma.is_empty()
@@ -369,7 +370,7 @@ pub(super) fn rts_addr(h: &Header, p: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod forged_control_tests {
     use super::*;
-    use crate::comm::ErrHandler;
+    use crate::comm::{CommData, ErrHandler};
     use crate::group::Group;
     use std::sync::Arc;
 

@@ -6,7 +6,9 @@
 //! inside the transport's poll callback, which borrows the router; anything that needs to
 //! *send* or *read remote memory* in response (CTS, FIN, SYNC_ACK, single-copy reads,
 //! streamed chunks, sends that found no room) is queued in the core and carried out by
-//! [`Engine::flush`] right after the poll returns.
+//! [`Engine::flush`] right after the poll returns. Starting a send works the same way: the
+//! core chooses eager or rendezvous and queues the message (`send.rs`), the driver sends
+//! it; only the lean path of a small send (`Engine::send_eager_now`) writes at once.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -17,9 +19,11 @@ mod core;
 mod device;
 mod matching;
 mod requests;
+mod send;
 mod tools_view;
 use device::{DeviceArrival, DeviceRecv};
 use matching::Body;
+use send::SendAction;
 #[doc(hidden)]
 pub use matching::{Arrived, Posted, Queues};
 
@@ -219,6 +223,8 @@ pub(crate) struct Core {
     msgs: Slab<(CommId, Arrived)>,
     pending: Vec<VecDeque<Outgoing>>,
     pending_peers: usize,
+    /// Sends the core started, for the driver to carry out (`engine/send.rs`).
+    outbox: Vec<SendAction>,
     ctrl: Vec<(Rank, Header)>,
     cma: Vec<CmaRead>,
     streams: Vec<Stream>,
@@ -274,6 +280,7 @@ impl Engine {
                 msgs: Slab::default(),
                 pending: (0..size).map(|_| VecDeque::new()).collect(),
                 pending_peers: 0,
+                outbox: Vec::new(),
                 ctrl: Vec::new(),
                 cma: Vec::new(),
                 streams: Vec::new(),
@@ -331,10 +338,11 @@ impl Engine {
         Ok(n)
     }
 
-    /// Carry out what arrivals and API calls queued: control messages, single-copy reads,
-    /// streamed chunks, and sends that waited for room.
+    /// Carry out what arrivals and API calls queued: sends that waited for room, sends just
+    /// started, control messages, single-copy reads and streamed chunks.
     pub(crate) fn flush(&mut self) -> MpiResult<()> {
         if let Some(f) = &self.core.fault {
+            self.core.outbox.clear();
             return Err(f.clone());
         }
         let r = self.flush_inner();
@@ -347,6 +355,9 @@ impl Engine {
     fn flush_inner(&mut self) -> MpiResult<()> {
         if self.core.pending_peers > 0 {
             self.retry_pending()?;
+        }
+        if !self.core.outbox.is_empty() {
+            self.flush_outbox()?;
         }
         // Messages to self are delivered here, at once, so that no progress thread or
         // later poll is needed for them (the self path has no thread of its own).
@@ -710,165 +721,6 @@ impl Engine {
         if let Some(r) = self.core.reqs.get_mut(id.0) {
             r.context = context;
         }
-    }
-
-    fn start_send(&mut self, id: ReqId, mode: SendMode) -> MpiResult<()> {
-        let req = self.core.reqs.get_mut(id.0).expect("live request");
-        if req.peer == PROC_NULL {
-            req.status = Status::PROC_NULL;
-            self.core.complete(id);
-            return Ok(());
-        }
-        let (comm_id, peer) = (req.comm, req.peer);
-        let context = req.context;
-        let (tag, bytes) = (req.tag, req.bytes());
-        let dest = self
-            .core
-            .comms
-            .world_rank(comm_id, peer as usize)
-            .expect("checked by the API");
-        let me = self.core.me;
-        let device = self.router.device_of(dest);
-        let (eager_limit, single_copy) = if device.is_some() {
-            (usize::MAX, false)
-        } else {
-            let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
-            let eager_limit = t.eager_limit();
-            // Asked only for rendezvous: eager messages (the latency-bound case) never
-            // need it.
-            (eager_limit, bytes > eager_limit && t.single_copy(dest))
-        };
-
-        if mode == SendMode::Buffered {
-            let req = self.core.reqs.get_mut(id.0).expect("live request");
-            let need = bytes + BSEND_OVERHEAD;
-            let (_, size) = self.core.bsend_buffer.unwrap_or((0, 0));
-            if self.core.bsend_used + need > size {
-                let free = size.saturating_sub(self.core.bsend_used);
-                req.phase = Phase::Done;
-                return Err(mpi_err(
-                    ErrorClass::Buffer,
-                    format!(
-                        "MPI_Bsend: insufficient buffer space: the message needs {need} bytes \
-                         (data + MPI_BSEND_OVERHEAD), {free} of {size} attached bytes are free"
-                    ),
-                ));
-            }
-            self.core.bsend_used += need;
-            let mut packed = vec![0u8; bytes];
-            // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
-            unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
-            // A buffered send completes locally: the copy travels as an internal request
-            // (standard mode, eager or rendezvous) that gives the attached-buffer space
-            // back when it is done, and the user's request completes now.
-            let (comm, peer, context) = (req.comm, req.peer, req.context);
-            req.status.bytes = bytes;
-            let byte = self.core.byte_type.clone();
-            let copy = self.new_request(
-                Some(SendMode::Standard),
-                Buf(packed.as_mut_ptr()),
-                bytes,
-                byte,
-                comm,
-                peer,
-                tag,
-                false,
-            );
-            let creq = self.core.reqs.get_mut(copy.0).expect("just made");
-            creq.context = context;
-            creq.packed = Some(packed);
-            creq.bsend_bytes = need;
-            creq.detached = true;
-            creq.phase = Phase::Active;
-            self.core.complete(id);
-            return self.start_send(copy, SendMode::Standard);
-        }
-
-        if let Some(dev) = device {
-            return self.start_device_send(id, mode, dev, dest);
-        }
-        let req = self.core.reqs.get_mut(id.0).expect("live request");
-        if bytes <= eager_limit {
-            let sync = mode == SendMode::Synchronous;
-            let hdr = Header {
-                kind: EAGER,
-                flags: if sync { FLAG_SYNC } else { 0 },
-                src: me,
-                tag,
-                context,
-                len: bytes as u64,
-                cookie: id.0 as u64,
-                ..Header::default()
-            };
-            if let Some(p) = req.packed.take() {
-                self.send_or_queue(dest, hdr, &p)?;
-            } else if let Some(off) = req.dtype.contiguous_offset() {
-                let data: &[u8] = if bytes == 0 {
-                    // A zero-byte message may come from a NULL buffer: no slice from it.
-                    &[]
-                } else {
-                    // SAFETY: the send buffer holds `bytes` bytes from `buf + off`.
-                    unsafe { std::slice::from_raw_parts(req.buf.0.offset(off), bytes) }
-                };
-                self.send_or_queue(dest, hdr, data)?;
-            } else {
-                let mut tmp = std::mem::take(&mut self.core.scratch);
-                tmp.resize(bytes, 0);
-                // SAFETY: the send buffer holds `count` elements of `dtype`.
-                unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut tmp) };
-                let r = self.send_or_queue(dest, hdr, &tmp);
-                self.core.scratch = tmp;
-                r?;
-            }
-            let req = self.core.reqs.get_mut(id.0).expect("live request");
-            req.status.bytes = bytes;
-            if !sync {
-                self.core.complete(id);
-            }
-            return Ok(());
-        }
-
-        // Rendezvous.
-        let mut payload = [0u8; 8];
-        let mut flags = 0;
-        if single_copy {
-            let addr = if let Some(p) = &req.packed {
-                Some(p.as_ptr() as u64)
-            } else if let Some(off) = req.dtype.contiguous_offset() {
-                // SAFETY: pointer arithmetic within the user's buffer (MPI contract).
-                Some(unsafe { req.buf.0.offset(off) } as u64)
-            } else {
-                let mut packed = vec![0u8; bytes];
-                // SAFETY: the send buffer holds `count` elements of `dtype`.
-                unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
-                let a = packed.as_ptr() as u64;
-                req.packed = Some(packed);
-                Some(a)
-            };
-            if let Some(a) = addr {
-                // The transport may announce another address (PM: a registered region).
-                let t = self.router.to(dest).ok_or_else(|| no_route(dest))?;
-                // SAFETY: the send buffer (or the request's packed copy) stays valid and
-                // untouched until the receiver answers with FIN or CTS (MPI contract).
-                if let Ok(announced) = unsafe { t.expose(dest, a as *const u8, bytes) } {
-                    payload = announced.to_ne_bytes();
-                    flags = FLAG_CMA;
-                }
-            }
-        }
-        req.status.bytes = bytes;
-        let hdr = Header {
-            kind: RTS,
-            flags,
-            src: me,
-            tag,
-            context,
-            len: bytes as u64,
-            cookie: id.0 as u64,
-            ..Header::default()
-        };
-        let body: &[u8] = if flags & FLAG_CMA != 0 { &payload } else { &[] };
-        self.send_or_queue(dest, hdr, body)
     }
 
     fn start_recv(&mut self, id: ReqId) -> MpiResult<()> {
