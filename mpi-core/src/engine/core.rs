@@ -77,8 +77,8 @@ impl Core {
             Op::Recv if !send => req.status.source,
             _ => return false,
         };
-        let ok = counterpart >= 0
-            && self.comms.world_rank(req.comm, counterpart as usize) == Some(src);
+        let ok =
+            counterpart >= 0 && self.comms.world_rank(req.comm, counterpart as usize) == Some(src);
         if !ok && !FORGED_REPORTED.swap(true, std::sync::atomic::Ordering::Relaxed) {
             eprintln!(
                 "tsunagi: rank {} ignored a control message from rank {src} for a request it \

@@ -23,9 +23,9 @@ mod send;
 mod tools_view;
 use device::{DeviceArrival, DeviceRecv};
 use matching::Body;
-use send::SendAction;
 #[doc(hidden)]
 pub use matching::{Arrived, Posted, Queues};
+use send::SendAction;
 
 pub(crate) use crate::slab::Slab;
 

@@ -194,7 +194,11 @@ impl Engine {
     }
 
     fn send_action(&mut self, a: SendAction) -> MpiResult<()> {
-        let SendAction { peer, mut hdr, body } = a;
+        let SendAction {
+            peer,
+            mut hdr,
+            body,
+        } = a;
         let id = ReqId(hdr.cookie as u32);
         match body {
             SendBody::Data { complete } => {
@@ -240,5 +244,150 @@ impl Engine {
                 }
             }
         }
+    }
+}
+
+/// The send side's decisions as actions, without any transport: the router is empty and
+/// nothing is carried out.
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::{CommData, ErrHandler};
+    use crate::group::Group;
+    use std::cell::Cell;
+    use std::sync::Arc;
+
+    fn engine() -> Engine {
+        let mut e = Engine::new(0, 2, Router::new(2));
+        e.comms_mut().insert(CommData {
+            group: Arc::new(Group::new(vec![0, 1])),
+            rank: 0,
+            context: 0,
+            name: "WORLD".into(),
+            errhandler: ErrHandler::Return,
+            attrs: Default::default(),
+            nodes: Arc::new(vec![0, 0]),
+            inter: None,
+        });
+        e
+    }
+
+    fn byte() -> TypeRef {
+        Datatype::builtin(Builtin::Byte)
+    }
+
+    fn send(e: &mut Engine, mode: SendMode, data: &[u8], dtype: TypeRef, count: usize) -> ReqId {
+        let id = e.new_request(
+            Some(mode),
+            Buf(data.as_ptr() as *mut u8),
+            count,
+            dtype,
+            CommId::WORLD,
+            1,
+            7,
+            false,
+        );
+        e.core.reqs.get_mut(id.0).unwrap().phase = Phase::Active;
+        id
+    }
+
+    #[test]
+    fn eager_up_to_the_limit_and_single_copy_asked_only_for_rendezvous() {
+        let mut e = engine();
+        let data = [5u8; 100];
+        let asked = Cell::new(0);
+        for (len, mode) in [(64, SendMode::Standard), (64, SendMode::Synchronous)] {
+            let id = send(&mut e, mode, &data, byte(), len);
+            e.core.start_send(id, mode, 1, 64, || {
+                asked.set(asked.get() + 1);
+                true
+            });
+            let a = e.core.outbox.pop().expect("one action");
+            assert_eq!((a.peer, a.hdr.kind, a.hdr.len), (1, EAGER, 64));
+            assert_eq!((a.hdr.tag, a.hdr.cookie), (7, id.0 as u64));
+            let sync = mode == SendMode::Synchronous;
+            assert_eq!(a.hdr.flags & FLAG_SYNC != 0, sync);
+            assert!(matches!(a.body, SendBody::Data { complete } if complete == !sync));
+            assert!(!e.is_done(id), "completes only once the driver sent it");
+        }
+        assert_eq!(asked.get(), 0, "an eager send never asks for single copy");
+        // One byte more: a rendezvous, with or without single copy.
+        for offered in [true, false] {
+            let id = send(&mut e, SendMode::Synchronous, &data, byte(), 65);
+            e.core
+                .start_send(id, SendMode::Synchronous, 1, 64, || offered);
+            let a = e.core.outbox.pop().expect("one action");
+            assert_eq!((a.hdr.kind, a.hdr.flags, a.hdr.len), (RTS, 0, 65));
+            match a.body {
+                SendBody::Expose { addr } => {
+                    assert!(offered);
+                    assert_eq!(addr, data.as_ptr() as u64, "the user's buffer, no copy");
+                }
+                SendBody::Empty => assert!(!offered),
+                SendBody::Data { .. } => panic!("a rendezvous carries no data"),
+            }
+        }
+        assert!(e.core.outbox.is_empty());
+    }
+
+    #[test]
+    fn single_copy_of_non_contiguous_data_offers_a_packed_copy() {
+        let mut e = engine();
+        let int = Datatype::builtin(Builtin::Int);
+        let strided: TypeRef = Arc::new(Datatype::vector(40, 1, 2, &int).unwrap());
+        strided.commit();
+        let src: Vec<i32> = (0..80).collect();
+        // SAFETY: the 80 ints of `src` are 320 initialized bytes, alive to the end.
+        let bytes: &[u8] = unsafe { std::slice::from_raw_parts(src.as_ptr().cast(), 320) };
+        let id = send(&mut e, SendMode::Standard, bytes, strided, 1);
+        e.core.start_send(id, SendMode::Standard, 1, 64, || true);
+        let a = e.core.outbox.pop().expect("one action");
+        let SendBody::Expose { addr } = a.body else {
+            panic!("single copy offered")
+        };
+        let packed = e
+            .core
+            .reqs
+            .get(id.0)
+            .unwrap()
+            .packed
+            .as_ref()
+            .expect("packed");
+        assert_eq!(addr, packed.as_ptr() as u64);
+        let even: Vec<u8> = (0..80)
+            .step_by(2)
+            .flat_map(|i: i32| i.to_ne_bytes())
+            .collect();
+        assert_eq!(packed, &even, "every other int, packed once");
+    }
+
+    #[test]
+    fn buffered_sends_copy_into_the_attached_buffer_or_fail_with_err_buffer() {
+        let mut e = engine();
+        let data = [9u8; 40];
+        let id = send(&mut e, SendMode::Buffered, &data, byte(), 40);
+        let err = e.core.buffered_copy(id).expect_err("nothing attached");
+        assert_eq!(err.class, ErrorClass::Buffer);
+        assert!(err.message.starts_with("MPI_Bsend"), "{}", err.message);
+        e.core.bsend_buffer = Some((0, 40 + BSEND_OVERHEAD));
+        let id = send(&mut e, SendMode::Buffered, &data, byte(), 40);
+        let copy = e.core.buffered_copy(id).expect("room for one");
+        assert!(e.is_done(id), "the program's request completes at once");
+        assert_eq!(e.core.bsend_used, 40 + BSEND_OVERHEAD);
+        let c = e.core.reqs.get(copy.0).unwrap();
+        assert_eq!(c.packed.as_deref(), Some(&data[..]));
+        assert!(c.detached && c.phase == Phase::Active);
+        let id = send(&mut e, SendMode::Buffered, &data, byte(), 1);
+        assert_eq!(
+            e.core.buffered_copy(id).unwrap_err().class,
+            ErrorClass::Buffer,
+            "the space is in use until the copy is sent"
+        );
+        // The copy is a standard send: sent, it gives the space back.
+        e.core.start_send(copy, SendMode::Standard, 1, 64, || false);
+        e.core.outbox.clear();
+        e.core.complete(copy);
+        assert_eq!(e.core.bsend_used, 0);
+        assert!(e.core.reqs.get(copy.0).is_none(), "a detached copy is gone");
     }
 }

@@ -502,7 +502,11 @@ impl Runtime {
             {
                 if let Some(v) = f(comm, kv, extra, val)? {
                     let mut e = self.lock();
-                    e.comms_mut().get_mut(new).expect("just made").attrs.insert(kv, v);
+                    e.comms_mut()
+                        .get_mut(new)
+                        .expect("just made")
+                        .attrs
+                        .insert(kv, v);
                 }
             }
         }

@@ -243,7 +243,8 @@ impl Runtime {
         let (context, _) = self.new_context(call, parent, &[])?;
         let (group, rank) = self.with_comm(call, parent, |c| ((*c.group).clone(), c.rank))?;
         let id = self.insert_comm(parent, group, rank, context)?;
-        self.lock().comms_mut().get_mut(id).expect("just made").name = format!("{call} local group");
+        self.lock().comms_mut().get_mut(id).expect("just made").name =
+            format!("{call} local group");
         Ok(id)
     }
 
@@ -258,7 +259,11 @@ impl Runtime {
             ((*c.group).clone(), c.rank)
         })?;
         let id = self.insert_comm(parent, group, rank, context)?;
-        self.lock().comms_mut().get_mut(id).expect("just made").inter = Some(InterData {
+        self.lock()
+            .comms_mut()
+            .get_mut(id)
+            .expect("just made")
+            .inter = Some(InterData {
             remote: Arc::new(remote),
             local_comm: local,
         });
@@ -466,8 +471,11 @@ impl Runtime {
         let remote = pick(&remote_all, &data.remote);
         match local {
             Some(local) if color != crate::group::UNDEFINED && !remote.is_empty() => {
-                self.lock().comms_mut().get_mut(local).expect("just made").name =
-                    format!("{call} local group");
+                self.lock()
+                    .comms_mut()
+                    .get_mut(local)
+                    .expect("just made")
+                    .name = format!("{call} local group");
                 self.insert_inter(comm, local, Group::new(remote), context)
                     .map(Some)
             }
