@@ -68,8 +68,7 @@ impl CommTable {
     /// a rank of the remote group); None if either is not valid.
     #[inline]
     pub(crate) fn world_rank(&self, id: CommId, peer: usize) -> Option<Rank> {
-        let c = self.get(id)?;
-        (peer < c.peer_size()).then(|| c.peer_group().world_rank(peer))
+        self.get(id)?.peer_group().world_ranks().get(peer).copied()
     }
 
     /// The peer rank that world rank `world` has in communicator `id`, or -1 if it is not

@@ -24,7 +24,6 @@ impl Core {
     /// True while anything waits to be sent or read.
     pub(crate) fn has_outgoing(&self) -> bool {
         self.pending_peers > 0
-            || !self.outbox.is_empty()
             || !self.streams.is_empty()
             || !self.ctrl.is_empty()
             || !self.cma.is_empty()

@@ -223,7 +223,8 @@ pub(crate) struct Core {
     msgs: Slab<(CommId, Arrived)>,
     pending: Vec<VecDeque<Outgoing>>,
     pending_peers: usize,
-    /// Sends the core started, for the driver to carry out (`engine/send.rs`).
+    /// Sends the core started, for the driver to carry out at once (`engine/send.rs`):
+    /// empty whenever the engine lock is free.
     outbox: Vec<SendAction>,
     ctrl: Vec<(Rank, Header)>,
     cma: Vec<CmaRead>,
@@ -338,11 +339,10 @@ impl Engine {
         Ok(n)
     }
 
-    /// Carry out what arrivals and API calls queued: sends that waited for room, sends just
-    /// started, control messages, single-copy reads and streamed chunks.
+    /// Carry out what arrivals and API calls queued: sends that waited for room, control
+    /// messages, single-copy reads and streamed chunks.
     pub(crate) fn flush(&mut self) -> MpiResult<()> {
         if let Some(f) = &self.core.fault {
-            self.core.outbox.clear();
             return Err(f.clone());
         }
         let r = self.flush_inner();
@@ -355,9 +355,6 @@ impl Engine {
     fn flush_inner(&mut self) -> MpiResult<()> {
         if self.core.pending_peers > 0 {
             self.retry_pending()?;
-        }
-        if !self.core.outbox.is_empty() {
-            self.flush_outbox()?;
         }
         // Messages to self are delivered here, at once, so that no progress thread or
         // later poll is needed for them (the self path has no thread of its own).

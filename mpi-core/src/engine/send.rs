@@ -1,8 +1,9 @@
 //! The protocol core's send side: starting a send over a byte mover. The core decides
 //! between eager and rendezvous (and whether a rendezvous offers single copy) and queues
 //! the message as a [`SendAction`] in `Core::outbox`; the driver (`Engine::flush_outbox`)
-//! carries it out over the router, in order, behind anything already queued for that
-//! peer. The core learns what it needs of the transport (its eager limit, whether it
+//! carries it out over the router at once, behind anything already queued for that peer
+//! (so the outbox is empty whenever the engine lock is free, and no progress step needs
+//! to look at it). The core learns what it needs of the transport (its eager limit, whether it
 //! offers single copy) from the driver and touches none.
 //!
 //! Not through here: the lean path of a small standard send (`Engine::send_eager_now`),
@@ -172,7 +173,7 @@ impl Engine {
         let Engine { router, core } = self;
         let t = router.to(dest).ok_or_else(|| no_route(dest))?;
         core.start_send(id, mode, dest, t.eager_limit(), || t.single_copy(dest));
-        Ok(())
+        self.flush_outbox()
     }
 
     /// Carry out the sends the core started, in the order it started them.
@@ -185,11 +186,8 @@ impl Engine {
                 break;
             }
         }
-        // Keep the allocation for the next sends (nothing adds to the outbox meanwhile).
-        actions.clear();
-        if self.core.outbox.is_empty() {
-            self.core.outbox = actions;
-        }
+        // Keep the allocation for the next sends (nothing added to the outbox meanwhile).
+        self.core.outbox = actions;
         result
     }
 
