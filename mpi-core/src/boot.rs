@@ -23,26 +23,8 @@ fn p2p_err(e: MpiError) -> P2pError {
     P2pError::Other(e.message)
 }
 
-/// This host's name (MPI_Get_processor_name).
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: gethostname writes at most buf.len() bytes into our stack buffer.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    if rc != 0 {
-        return "localhost".into();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// What identifies a host: its name and its network namespace (so that network
-/// namespaces on one machine count as separate hosts).
-fn host_id() -> String {
-    let ns = std::fs::read_link("/proc/self/ns/net")
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    format!("{}|{}", hostname(), ns)
-}
+pub use tsunagi_p2p::boot::hostname;
+use tsunagi_p2p::boot::{host_id, nodes_of};
 
 /// Parse TSUNAGI_NODE_MAP: either "K" (K consecutive ranks per node) or a comma list of a
 /// node id per rank.
@@ -234,23 +216,14 @@ pub(crate) fn placement(boot: &mut dyn Bootstrap) -> MpiResult<Placement> {
     boot.put(&format!("tsunagi-host-{rank}"), &host_id())
         .map_err(init_err)?;
     boot.fence().map_err(init_err)?;
-    let mut ids: Vec<String> = Vec::new();
-    let mut nodes = Vec::with_capacity(size);
-    for r in 0..size {
-        let h = boot
-            .get(&format!("tsunagi-host-{r}"))
-            .map_err(init_err)?
-            .ok_or_else(|| init_err(format!("rank {r} published no host id")))?;
-        let id = match ids.iter().position(|x| *x == h) {
-            Some(i) => i,
-            None => {
-                ids.push(h);
-                ids.len() - 1
-            }
-        };
-        nodes.push(id as u32);
-    }
-    Ok(Placement::one_site(nodes))
+    let ids = (0..size)
+        .map(|r| {
+            boot.get(&format!("tsunagi-host-{r}"))
+                .map_err(init_err)?
+                .ok_or_else(|| init_err(format!("rank {r} published no host id")))
+        })
+        .collect::<MpiResult<Vec<String>>>()?;
+    Ok(Placement::one_site(nodes_of(&ids)))
 }
 
 /// Bring up the self path and one registered transport per reach that has peers, and

@@ -252,3 +252,52 @@ mod tests {
         assert!(empty.choose(Reach::Node, "").is_err());
     }
 }
+
+/// This host's name (MPI_Get_processor_name, and the first half of [`host_id`]).
+pub fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into our stack buffer.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
+    if rc != 0 {
+        return "localhost".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// What identifies a host in a start-up exchange of host ids: its name and its network
+/// namespace (so that network namespaces on one machine count as separate hosts).
+pub fn host_id() -> String {
+    let ns = std::fs::read_link("/proc/self/ns/net")
+        .map(|p| p.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    format!("{}|{}", hostname(), ns)
+}
+
+/// Node ids from the ranks' host ids: ranks with one host id share a node, nodes numbered
+/// in order of their first rank.
+pub fn nodes_of(ids: &[String]) -> Vec<u32> {
+    let mut seen: Vec<&str> = Vec::new();
+    ids.iter()
+        .map(|h| match seen.iter().position(|s| *s == h) {
+            Some(i) => i as u32,
+            None => {
+                seen.push(h);
+                (seen.len() - 1) as u32
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod host_tests {
+    use super::*;
+
+    #[test]
+    fn host_ids_name_the_host_and_nodes_number_by_first_rank() {
+        let id = host_id();
+        assert!(id.starts_with(&format!("{}|", hostname())), "{id}");
+        let ids: Vec<String> = ["b", "a", "b", "c"].iter().map(|s| s.to_string()).collect();
+        assert_eq!(nodes_of(&ids), vec![0, 1, 0, 2]);
+    }
+}

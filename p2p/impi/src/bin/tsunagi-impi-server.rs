@@ -136,7 +136,7 @@ fn printable_host(bound: IpAddr) -> IpAddr {
     if !bound.is_unspecified() {
         return bound;
     }
-    let name = hostname();
+    let name = tsunagi_p2p::boot::hostname();
     if let Ok(addrs) = (name.as_str(), 0).to_socket_addrs() {
         for a in addrs {
             if let IpAddr::V4(v4) = a.ip() {
@@ -147,12 +147,6 @@ fn printable_host(bound: IpAddr) -> IpAddr {
         }
     }
     IpAddr::V4(Ipv4Addr::LOCALHOST)
-}
-
-fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|s| s.trim().to_string())
-        .unwrap_or_default()
 }
 
 fn main() -> ExitCode {
