@@ -48,36 +48,9 @@ pub struct VendorBootstrap {
 /// Bytes of a host id in the start-up exchange.
 const HOST_ID_BYTES: usize = 256;
 
-fn host_id() -> String {
-    let mut buf = [0u8; 128];
-    // SAFETY: gethostname writes at most buf.len() bytes into our buffer.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr() as *mut libc::c_char, buf.len()) };
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    let name = if rc == 0 {
-        String::from_utf8_lossy(&buf[..end]).into_owned()
-    } else {
-        "localhost".into()
-    };
-    // Network namespaces on one machine count as hosts (as in the core's own exchange).
-    let ns = std::fs::read_link("/proc/self/ns/net")
-        .map(|p| p.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    format!("{name}|{ns}")
-}
-
-/// Node ids from host ids: ranks with one host id share a node, numbered by first rank.
-pub fn nodes_of(ids: &[String]) -> Vec<u32> {
-    let mut seen: Vec<&str> = Vec::new();
-    ids.iter()
-        .map(|h| match seen.iter().position(|s| *s == h) {
-            Some(i) => i as u32,
-            None => {
-                seen.push(h);
-                (seen.len() - 1) as u32
-            }
-        })
-        .collect()
-}
+// One host id and one numbering of nodes for every exchange of host ids (the core's too).
+use tsunagi_p2p::boot::host_id;
+pub use tsunagi_p2p::boot::nodes_of;
 
 /// Encode cards as `key NUL value NUL ...` (keys and values never hold NUL).
 pub fn encode_cards(cards: &[(String, String)]) -> Vec<u8> {
