@@ -1,6 +1,10 @@
-//! The shared-memory fast path of small collectives (barrier, bcast, reduce, allreduce up
-//! to [`SLOT_BYTES`]) on communicators whose ranks are all on one node: the driver of the
-//! slot protocol of `node_area.rs`.
+//! The shared-memory fast path of small collectives on communicators whose ranks are all
+//! on one node: the driver of the slot protocol of `node_area.rs`. It serves barrier,
+//! bcast, reduce and allreduce of up to [`SLOT_BYTES`] per rank, gather and allgather
+//! with blocks of up to [`SLOT_BYTES`], and scatter, alltoall and reduce_scatter_block
+//! when all the blocks one rank posts fit [`SLOT_BYTES`], and scan/exscan (whose vectors
+//! fit). Data goes through the slots packed (derived datatypes are packed into and
+//! unpacked out of them); reductions fold in rank order.
 //!
 //! **The area.** Made collectively at the first call that would use it (every rank takes
 //! the same decision: it depends on the communicator, the message size and the
@@ -17,15 +21,20 @@
 //! `MPI_Comm_free`) clears the entry and unmaps the area once the last call using it is
 //! over.
 //!
-//! **Choosing it.** `shm` is an algorithm of the barrier, bcast, reduce and allreduce
-//! families (`TSUNAGI_COLL_<NAME>=shm` forces it wherever it can run; forcing any other
-//! algorithm turns it off for that family). Automatically it serves communicators of up
-//! to [`AUTO_MAX_RANKS`] ranks and messages of 1 to [`SLOT_BYTES`] bytes.
+//! **Choosing it.** `shm` is an algorithm of every family but the v/w forms
+//! (`TSUNAGI_COLL_<NAME>=shm` forces it wherever it can run; forcing any other algorithm
+//! turns it off for that family). Automatically it serves communicators of up to
+//! [`AUTO_MAX_RANKS`] ranks and calls whose slot data is 1 to [`SLOT_BYTES`] bytes. The
+//! fast path of each collective is entered after the ordinary argument checks (bcast,
+//! reduce and allreduce repeat the few they need, to stay lean), so errors are reported
+//! as before.
 //!
 //! **Waiting** spins briefly, then makes progress on the engine (so that one-sided
-//! targets and queued sends move while a rank waits here), yields, and after a while
-//! sleeps in short, growing naps (8 ranks on 2 cores must not starve the rank they wait
-//! for).
+//! targets and queued sends move while a rank waits here) and yields for a short while
+//! (`TSUNAGI_SHM_YIELD_US`, 20 µs), then sleeps in the kernel on the awaited word until
+//! its writer wakes it (timeouts growing to 1 ms keep the engine progressing): with more
+//! ranks than cores, the rank we wait for gets our core at once, and 8 ranks on 2 cores
+//! do not spin.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
