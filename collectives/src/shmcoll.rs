@@ -29,8 +29,10 @@
 //! reduce and allreduce repeat the few they need, to stay lean), so errors are reported
 //! as before.
 //!
-//! **Waiting** spins briefly, then makes progress on the engine (so that one-sided
-//! targets and queued sends move while a rank waits here) and yields for a short while
+//! **Waiting** spins (for up to 1 ms when the job has no more ranks on this node than
+//! processors, polling the engine now and then; only briefly otherwise), then makes
+//! progress on the engine (so that one-sided targets and queued sends move while a rank
+//! waits here) and yields for a short while
 //! (`TSUNAGI_SHM_YIELD_US`, 20 µs), then sleeps in the kernel on the awaited word until
 //! its writer wakes it (timeouts growing to 1 ms keep the engine progressing): with more
 //! ranks than cores, the rank we wait for gets our core at once, and 8 ranks on 2 cores
@@ -60,6 +62,9 @@ pub(crate) const NAME: &str = "shm";
 pub(crate) struct Node {
     area: Area,
     _mem: Memory,
+    /// More ranks of the job on this node than processors to run them: waiting ranks
+    /// hand their core over soon instead of spinning.
+    crowded: bool,
 }
 
 enum Entry {
@@ -232,7 +237,24 @@ fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
     // SAFETY: `mem` maps the initialised area of `n` ranks for the life of the Node; every
     // rank uses its own comm rank.
     let area = unsafe { Area::new(mem.base, n, ctx.rank) };
-    Ok(Entry::On(Arc::new(Node { area, _mem: mem })))
+    Ok(Entry::On(Arc::new(Node {
+        area,
+        _mem: mem,
+        crowded: crowded(rt),
+    })))
+}
+
+/// Whether the job has more ranks on this node than this process may use processors.
+fn crowded(rt: &Runtime) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let here = match rt.comm_nodes(CommId::WORLD) {
+        Ok(nodes) => {
+            let mine = nodes.get(rt.world_rank()).copied();
+            nodes.iter().filter(|&&x| Some(x) == mine).count()
+        }
+        Err(_) => rt.world_size(),
+    };
+    here > cpus
 }
 
 /// A shared mapping, unmapped on drop.
@@ -326,22 +348,33 @@ impl Memory {
     }
 }
 
-/// Waiting inside the runtime: progress and yield for a short while, then sleep on the
-/// awaited word (the writer wakes us), with a timeout that grows to [`MAX_SLEEP`] so that
-/// the engine still makes progress now and then.
+/// Waiting inside the runtime. With a processor per rank (`crowded` false) the rank
+/// spins for [`SPIN_FOR`] first, polling the engine now and then: a yield on a loaded
+/// machine hands the core to unrelated work for a whole time slice, which is what makes a
+/// collective slow there. Then (at once when crowded) it makes progress and yields for a
+/// short while, then sleeps on the awaited word (the writer wakes it), with a timeout
+/// that grows to [`MAX_SLEEP`] so that the engine still makes progress now and then.
 struct RtIdle<'a> {
     rt: &'a Runtime,
+    crowded: bool,
     since: Option<Instant>,
 }
 
-impl<'a> RtIdle<'a> {
-    fn new(rt: &'a Runtime) -> RtIdle<'a> {
-        RtIdle { rt, since: None }
+impl Node {
+    fn idle<'a>(&self, rt: &'a Runtime) -> RtIdle<'a> {
+        RtIdle {
+            rt,
+            crowded: self.crowded,
+            since: None,
+        }
     }
 }
 
 /// Longest sleep between two progress calls of a waiting rank.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// How long a rank that has a processor of its own spins before it yields.
+const SPIN_FOR: Duration = Duration::from_millis(1);
 
 /// How long a waiting rank yields before it sleeps in the kernel: a yield hands the core
 /// to a peer that shares it at once, but on a core shared with unrelated work it can
@@ -359,9 +392,24 @@ fn yield_for() -> Duration {
 
 impl Idle for RtIdle<'_> {
     fn idle(&mut self, round: u32) -> MpiResult<Pause> {
-        self.rt.progress()?;
         let since = *self.since.get_or_insert_with(Instant::now);
-        if since.elapsed() < yield_for() {
+        let waited = since.elapsed();
+        let spin = if self.crowded {
+            Duration::ZERO
+        } else {
+            SPIN_FOR
+        };
+        if waited < spin {
+            if round % 32 == 0 {
+                self.rt.progress()?;
+            }
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+            return Ok(Pause::Again);
+        }
+        self.rt.progress()?;
+        if waited < spin + yield_for() {
             std::thread::yield_now();
             Ok(Pause::Again)
         } else {
@@ -424,7 +472,7 @@ impl Node {
     }
 
     pub(crate) fn barrier(&self, rt: &Runtime) -> MpiResult<()> {
-        self.area.barrier(&mut RtIdle::new(rt))
+        self.area.barrier(&mut self.idle(rt))
     }
 
     /// Bcast of `count` elements (`count * size` in 1..=SLOT_BYTES bytes).
@@ -441,12 +489,12 @@ impl Node {
     ) -> MpiResult<()> {
         let bytes = count * dtype.size();
         if self.area.rank() == root {
-            self.area.bcast_root(&mut RtIdle::new(rt), bytes, |slot| {
+            self.area.bcast_root(&mut self.idle(rt), bytes, |slot| {
                 // SAFETY: the root's buffer is readable; the slot holds `bytes`.
                 unsafe { pack(buf, count, dtype, slot) }
             })
         } else {
-            self.area.bcast_recv(&mut RtIdle::new(rt), root, |slot| {
+            self.area.bcast_recv(&mut self.idle(rt), root, |slot| {
                 // SAFETY: the slot holds this call's `bytes`; our buffer is writable.
                 unsafe { unpack(slot, count, dtype, buf) }
             })
@@ -472,7 +520,7 @@ impl Node {
             SendBuf::Ptr(p) => p,
         };
         self.area.allreduce(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             bytes,
             // SAFETY: the input is readable; the slot holds `bytes`.
             |slot| unsafe { pack(input, count, dtype, slot) },
@@ -509,7 +557,7 @@ impl Node {
             _ => None,
         };
         self.area.reduce(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             root,
             bytes,
             direct.is_none(),
@@ -557,7 +605,7 @@ impl Node {
             SendBuf::InPlace => std::ptr::null(),
         };
         self.area.reduce(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             root,
             bytes,
             false,
@@ -611,7 +659,7 @@ impl Node {
     ) -> MpiResult<()> {
         let me = self.area.rank();
         let n = self.area.size();
-        let mut idle = RtIdle::new(rt);
+        let mut idle = self.idle(rt);
         if me == root {
             let block = sendcount * sendtype.size();
             self.area.bcast_root(&mut idle, n * block, |slot| {
@@ -666,7 +714,7 @@ impl Node {
         let me = self.area.rank();
         let bytes = recvcount * recvtype.size();
         self.area.exchange(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             Some(bytes),
             |slot| match sendbuf {
                 // SAFETY: the send buffer is readable; the slot holds `bytes`.
@@ -717,7 +765,7 @@ impl Node {
         let n = self.area.size();
         let block = recvcount * recvtype.size();
         self.area.exchange(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             Some(n * block),
             |slot| {
                 for d in 0..n {
@@ -756,7 +804,7 @@ impl Node {
         let n = self.area.size();
         let block = count * dtype.size();
         self.area.exchange(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             Some(n * block),
             // SAFETY: the input holds n * count elements; the slot n * block bytes.
             |slot| unsafe { pack(input, n * count, dtype, slot) },
@@ -797,7 +845,7 @@ impl Node {
         };
         let upto = if exclusive { me } else { me + 1 };
         self.area.exchange(
-            &mut RtIdle::new(rt),
+            &mut self.idle(rt),
             Some(bytes),
             // SAFETY: the input is readable; the slot holds `bytes`.
             |slot| unsafe { pack(input, count, dtype, slot) },
