@@ -662,7 +662,13 @@ fn test_alltoall(t: &T) {
                 } else {
                     a
                 };
-                let fallback = a == "sites" && ran == Some("pairwise");
+                // "shm" needs one node, 2 to 16 ranks and all blocks in one slot.
+                let shm_fits = n > 1 && n <= 16 && count > 0 && n * count * 4 <= 8192 && {
+                    let nodes = ok(t.rt.comm_nodes(W), "nodes");
+                    nodes.iter().all(|&x| x == nodes[0])
+                };
+                let fallback =
+                    (a == "sites" || (a == "shm" && !shm_fits)) && ran == Some("pairwise");
                 check!(
                     ran.is_some() && (a == "auto" || ran == Some(want) || fallback),
                     "alltoall forced {a} ran {ran:?}"
@@ -2521,6 +2527,128 @@ fn four_calls(t: &T, comm: CommId, count: usize, what: &str) {
     }
 }
 
+/// `f` with `alg` forced for every family of `fams`.
+fn with_all(fams: &[Coll], alg: &str, f: &dyn Fn() -> u64) -> u64 {
+    match fams.split_first() {
+        None => f(),
+        Some((c, rest)) => select::with_algorithm(*c, alg, || with_all(rest, alg, f)).unwrap(),
+    }
+}
+
+/// One call each of gather (root size - 1), scatter (root 0), allgather, alltoall,
+/// reduce_scatter_block, scan and exscan with blocks of `count` longs on `comm`, with
+/// their results checked (the families the area took over after the first four).
+fn seven_calls(t: &T, comm: CommId, count: usize, what: &str) {
+    let rt = t.rt;
+    let (me, n) = (
+        ok(rt.comm_rank(comm), "rank"),
+        ok(rt.comm_size(comm), "size"),
+    );
+    let long = b(Builtin::Long);
+    let c = count as i64;
+    // Block j of rank r's vectors: lval(r * n + j, k).
+    let mine: Vec<i64> = (0..count).map(|k| lval(me, k)).collect();
+    let blocks = |r: usize| -> Vec<i64> {
+        (0..n)
+            .flat_map(|j| (0..count).map(move |k| lval(r * n + j, k)))
+            .collect()
+    };
+    let send_all = blocks(me);
+    let mut gathered = vec![0i64; n * count];
+    let mut part = vec![0i64; count];
+    let mut all = vec![0i64; n * count];
+    let mut a2a = vec![0i64; n * count];
+    let mut rsb = vec![0i64; count];
+    let mut sc = vec![0i64; count];
+    let mut ex = vec![-5i64; count];
+    let root = n - 1;
+    // SAFETY: every buffer holds what its call reads or writes.
+    unsafe {
+        ok(
+            coll::gather(
+                rt,
+                sp(&mine),
+                c,
+                &long,
+                pm(&mut gathered),
+                c,
+                &long,
+                root as i32,
+                comm,
+            ),
+            what,
+        );
+        ok(
+            coll::scatter(
+                rt,
+                p(&send_all),
+                c,
+                &long,
+                RecvBuf::Ptr(pm(&mut part)),
+                c,
+                &long,
+                0,
+                comm,
+            ),
+            what,
+        );
+        ok(
+            coll::allgather(rt, sp(&mine), c, &long, pm(&mut all), c, &long, comm),
+            what,
+        );
+        ok(
+            coll::alltoall(rt, sp(&send_all), c, &long, pm(&mut a2a), c, &long, comm),
+            what,
+        );
+        ok(
+            coll::reduce_scatter_block(rt, sp(&send_all), pm(&mut rsb), c, &long, &Op::Sum, comm),
+            what,
+        );
+        ok(
+            coll::scan(rt, sp(&mine), pm(&mut sc), c, &long, &Op::Sum, comm),
+            what,
+        );
+        ok(
+            coll::exscan(rt, sp(&mine), pm(&mut ex), c, &long, &Op::Sum, comm),
+            what,
+        );
+    }
+    let by_rank: Vec<i64> = (0..n)
+        .flat_map(|r| (0..count).map(move |k| lval(r, k)))
+        .collect();
+    if me == root {
+        check!(gathered == by_rank, "{what}: gather");
+    }
+    check!(
+        part == blocks(0)[me * count..(me + 1) * count],
+        "{what}: scatter"
+    );
+    check!(all == by_rank, "{what}: allgather");
+    let want: Vec<i64> = (0..n)
+        .flat_map(|r| blocks(r)[me * count..(me + 1) * count].to_vec())
+        .collect();
+    check!(a2a == want, "{what}: alltoall");
+    let want: Vec<i64> = (0..count)
+        .map(|k| (0..n).map(|r| lval(r * n + me, k)).sum())
+        .collect();
+    check!(rsb == want, "{what}: reduce_scatter_block");
+    let want: Vec<i64> = (0..count)
+        .map(|k| (0..=me).map(|r| lval(r, k)).sum())
+        .collect();
+    check!(sc == want, "{what}: scan");
+    if me > 0 {
+        let want: Vec<i64> = (0..count)
+            .map(|k| (0..me).map(|r| lval(r, k)).sum())
+            .collect();
+        check!(ex == want, "{what}: exscan");
+    } else {
+        check!(
+            ex.iter().all(|&x| x == -5),
+            "{what}: exscan touched rank 0's buffer"
+        );
+    }
+}
+
 /// The shared-memory fast path is taken where it should be (one node, 2 to 8 ranks
 /// automatically, up to 16 when forced, messages up to 8 KiB) and nowhere else, forcing
 /// another algorithm turns it off, and freed communicators leave no mapping behind.
@@ -2608,6 +2736,61 @@ fn test_shm(t: &T) {
             "after free #{i}: {} mappings, {m0} before",
             mappings()
         );
+    }
+    // The other families: on the area when small (a slot holds every block a rank
+    // posts), not when large, not when forced to another algorithm, forced on up to 16.
+    let more = [
+        Coll::Gather,
+        Coll::Scatter,
+        Coll::Allgather,
+        Coll::Alltoall,
+        Coll::ReduceScatter,
+        Coll::Scan,
+    ];
+    let took = served(&|| seven_calls(t, W, 3, "shm auto (more)"));
+    check!(
+        took == if auto_on { 7 } else { 0 },
+        "auto (more): {took} calls on the area"
+    );
+    // 1100 longs per block: gather and allgather still fit (8800 bytes do not: none).
+    let took = served(&|| seven_calls(t, W, 1100, "shm large (more)"));
+    check!(took == 0, "large (more): {took} calls on the area");
+    // 1000 longs (8000 bytes) per block: gather, allgather, scan and exscan fit, the
+    // others (n blocks per slot) do not.
+    let took = served(&|| seven_calls(t, W, 1000, "shm 8000 bytes (more)"));
+    check!(
+        took == if auto_on { 4 } else { 0 },
+        "8000 bytes (more): {took} calls on the area"
+    );
+    for f in more {
+        let off = f.algorithms()[0];
+        let took =
+            select::with_algorithm(f, off, || served(&|| seven_calls(t, W, 2, off))).unwrap();
+        let want = match (auto_on, f) {
+            (false, _) => 0,
+            (true, Coll::Scan) => 5,
+            (true, _) => 6,
+        };
+        check!(
+            took == want,
+            "{f:?} forced to {off}: {took} calls on the area"
+        );
+    }
+    let took = with_all(&more, "shm", &|| {
+        served(&|| seven_calls(t, W, 2, "shm forced (more)"))
+    });
+    check!(
+        took == if forced_on { 7 } else { 0 },
+        "forced (more): {took} calls on the area"
+    );
+    // Sub-communicators (a new area each, with its own sequence numbers) mixed with the
+    // world's.
+    for i in 0..3 {
+        let c = ok(rt.comm_split(W, (t.me % 2) as i32, -(t.me as i32)), "split").expect("member");
+        seven_calls(t, c, 1 + i, "shm sub-communicator (more)");
+        seven_calls(t, W, 2 + i, "shm world between (more)");
+        four_calls(t, c, 1 + i, "shm sub-communicator (mixed)");
+        ok(rt.comm_free(c), "free");
     }
     t.done("shm");
 }

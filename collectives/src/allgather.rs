@@ -47,6 +47,27 @@ pub unsafe fn allgather(
     let call = "MPI_Allgather";
     let ctx = Ctx::new(rt, comm, call)?;
     let rc = check_count(call, recvcount)?;
+    // On one node, small blocks through the shared-memory area (`shmcoll.rs`); arguments
+    // that fail the checks go the ordinary way, which reports them.
+    let block = rc * recvtype.size();
+    if ctx.size > 1 && block > 0 && recvtype.is_committed() && !recvbuf.is_null() {
+        let send = match sendbuf {
+            SendBuf::InPlace => Some(0),
+            SendBuf::Ptr(s) => {
+                let sc = check_count(call, sendcount)?;
+                (sendtype.is_committed()
+                    && sc * sendtype.size() == block
+                    && (!s.is_null() || sendtype.true_lb() != 0))
+                    .then_some(sc)
+            }
+        };
+        if let Some(sc) = send {
+            if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Allgather, block)? {
+                // SAFETY: forwarded caller contract.
+                return unsafe { node.allgather(rt, sendbuf, sc, sendtype, recvbuf, rc, recvtype) };
+            }
+        }
+    }
     if let Some(h) = crate::wan::sites(&ctx)? {
         check_type(call, recvtype)?;
         // SAFETY: forwarded caller contract.

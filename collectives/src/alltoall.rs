@@ -143,6 +143,27 @@ pub unsafe fn alltoall(
     let p = ctx.size;
     let rc = check_count(call, recvcount)?;
     check_type(call, recvtype)?;
+    // On one node, when all blocks of a rank fit one slot: the shared-memory area
+    // (`shmcoll.rs`); a send side that fails the checks below goes the ordinary way.
+    let block = rc * recvtype.size();
+    if p > 1 && block > 0 {
+        let send = match sendbuf {
+            SendBuf::InPlace => Some((recvbuf as *const u8, rc, recvtype)),
+            SendBuf::Ptr(s) => {
+                let sc = check_count(call, sendcount)?;
+                check_type(call, sendtype)?;
+                (sc * sendtype.size() == block).then_some((s, sc, sendtype))
+            }
+        };
+        if let Some((s, sc, st)) = send {
+            if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Alltoall, p * block)? {
+                record(crate::shmcoll::NAME);
+                // SAFETY: forwarded caller contract (in place: the send blocks are the
+                // receive blocks, which the area copies out before writing them).
+                return unsafe { node.alltoall(rt, s, sc, st, recvbuf, rc, recvtype) };
+            }
+        }
+    }
     let rext = recvtype.extent();
     let recv: Vec<Spec> = (0..p)
         .map(|j| {

@@ -63,6 +63,13 @@ pub unsafe fn gather(
     } else {
         sc * sendtype.size()
     };
+    // On one node, small blocks through the shared-memory area (`shmcoll.rs`).
+    if p > 1 && block > 0 {
+        if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Gather, block)? {
+            // SAFETY: caller contract (checked above).
+            return unsafe { node.gather(rt, sendbuf, sc, sendtype, recvbuf, rc, recvtype, root) };
+        }
+    }
     // Across sites: the IMPI-style algorithm (one message per site to the root).
     let sites = if p > 1 {
         crate::impi::sites(&ctx)?
@@ -394,6 +401,17 @@ pub unsafe fn scatter(
     } else {
         rc * recvtype.size()
     };
+    // On one node, when every block fits one slot: the shared-memory area (`shmcoll.rs`).
+    if p > 1 && block > 0 {
+        if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Scatter, p * block)? {
+            let recv = match recvbuf {
+                RecvBuf::Ptr(r) => Some(r),
+                RecvBuf::InPlace => None,
+            };
+            // SAFETY: caller contract (checked above).
+            return unsafe { node.scatter(rt, sendbuf, sc, sendtype, recv, rc, recvtype, root) };
+        }
+    }
     // Across sites: the IMPI-style algorithm (one message per site from the root).
     let sites = if p > 1 {
         crate::impi::sites(&ctx)?

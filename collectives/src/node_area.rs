@@ -1,12 +1,19 @@
-//! The slot protocol of the shared-memory small collectives: barrier, bcast, reduce and
-//! allreduce among the ranks of one communicator that all live on one node, through one
-//! memory area they all map (see `shmcoll.rs` for how the area is made and found).
+//! The slot protocol of the shared-memory small collectives among the ranks of one
+//! communicator that all live on one node, through one memory area they all map (see
+//! `shmcoll.rs` for how the area is made and found). Every collective of the fast path is
+//! one [`Area::exchange`]: a rank optionally *posts* a slot of data, then reads the slots
+//! some set of other ranks posted for the same call ([`Peers`]): bcast and scatter read
+//! the root's slot, reduce and gather let the root read everyone's, allreduce, allgather,
+//! alltoall, reduce_scatter_block and the barrier read all, scan and exscan read the
+//! slots of the lower ranks.
 //!
 //! Layout (every part on its own 128-byte line pair, so that adjacent-line prefetching does
 //! not make two writers share a line):
 //! - a header line: magic, rank count, depth, slot size, and a nonce that attaching
 //!   ranks check (they must have mapped the leader's area, not some other memory);
 //! - per rank `i` a *done* line holding one `u64` that only rank `i` writes;
+//! - per rank `i` a *sleepers* line: how many ranks sleep in the kernel (futex) on one of
+//!   rank `i`'s words, so that `i` knows it must wake them;
 //! - per rank `i`, `DEPTH` slots, which only rank `i` writes: a *stamp* (`u64`) and, from
 //!   byte 16 on (so that small messages share the stamp's cache line), up to
 //!   `SLOT_BYTES` of data.
@@ -15,27 +22,41 @@
 //! all ranks call the communicator's collectives in the same order, so they agree on `s`).
 //! Its data goes into slot `s % DEPTH` of the writing rank. A rank stores the slot's
 //! `stamp = s` (Release) once its contribution to call `s` is in the slot (or, in a
-//! barrier, once it has arrived), and `done = s` when it has finished call `s` and reads
-//! nobody's slots any more. So:
+//! barrier, once it has arrived), and publishes `done >= s` when it has finished call `s`
+//! and reads nobody's slots any more. So:
 //! - a reader waits for rank `j`'s stamp of slot `s % DEPTH` to reach `s` (Acquire)
 //!   before reading the slot; rank `j` cannot reuse the slot (stamp `s + DEPTH`) before
 //!   the reader said `done >= s` (below), so what it reads is call `s`'s data;
 //! - a writer about to fill its slot for call `s` waits until every other rank has
 //!   `done >= s - DEPTH` (the previous user of the slot was call `s - DEPTH`). A rank that
-//!   need not wait for others (a bcast root, a reduce non-root) therefore runs up to
-//!   `DEPTH - 1` calls ahead of the slowest reader, whatever the roots of the calls;
-//! - seeing rank `j`'s stamp `s` also proves `done[j] >= s - 1` (a rank finishes a call before
-//!   it starts the next), which the all-to-all calls (barrier, allreduce) use to learn
-//!   that slots are free without reading the done lines.
+//!   need not wait for others (a bcast root, a reduce non-root) therefore runs ahead of
+//!   the slowest reader, whatever the roots of the calls;
+//! - `done` is published lazily, at every [`DONE_STRIDE`]-th call only: a rank that reads
+//!   another's done line (a writer running ahead) then costs the line's owner a cache-line
+//!   transfer once per stride instead of once per call. The published value is at most
+//!   `DONE_STRIDE - 1` calls behind the truth, so the protocol behaves like the eager one
+//!   with depth `DEPTH - DONE_STRIDE + 1` (>= 1: no deadlock; safe, since it is never
+//!   ahead of the truth);
+//! - seeing rank `j`'s stamp `s` also proves that `j` finished call `s - 1` (a rank
+//!   finishes a call before it starts the next), which the all-to-all calls (barrier,
+//!   allreduce, ...) use to learn that slots are free without reading the done lines.
 //!
-//! Reductions fold the contributions in rank order on every rank, from the right
-//! (`d0 op (d1 op (... op dn-1))`), so non-commutative ops are right and every rank of an
-//! allreduce computes bit-identical results.
+//! Reductions fold the contributions in rank order (`d0 op (d1 op (... op dn-1))`, see
+//! `shmcoll.rs`), so non-commutative ops are right and every rank of an allreduce computes
+//! bit-identical results.
 //!
-//! Waiting spins a little, then hands control to an [`Idle`] (the runtime driver makes
-//! progress on the engine, yields and, after a while, sleeps).
+//! **Waiting** spins a little, then asks an [`Idle`] what to do: the runtime driver makes
+//! progress on the engine and yields for a while, then has the rank sleep in the kernel on
+//! the word it waits for (`FUTEX_WAIT` on its low half, with a timeout so that the engine
+//! still makes progress now and then). A sleeper counts itself in the word owner's
+//! sleepers line first; the owner, after each store a sleeper may wait for, checks that
+//! count (a `SeqCst` fence between the store and the check on one side, the count's
+//! `SeqCst` increment before the final check of the word on the other: one of the two
+//! sees the other) and wakes the word's sleepers. Ranks that share a core therefore hand
+//! the core over at once instead of after a nap.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use tsunagi_core::MpiResult;
 
@@ -43,6 +64,9 @@ use tsunagi_core::MpiResult;
 pub(crate) const LINE: usize = 128;
 /// Slots per rank: how many calls a rank may run ahead of the slowest other rank.
 pub(crate) const DEPTH: usize = 8;
+/// `done` is published at every call whose number is a multiple of this (see the module
+/// doc); at most `DEPTH`.
+pub(crate) const DONE_STRIDE: u64 = 4;
 /// Data bytes per slot: the largest message of the fast path.
 pub(crate) const SLOT_BYTES: usize = 8192;
 /// Where a slot's data starts (after the stamp; 16 keeps 16-byte alignment).
@@ -51,16 +75,27 @@ const DATA_OFFSET: usize = 16;
 const STRIDE: usize = (DATA_OFFSET + SLOT_BYTES).div_ceil(LINE) * LINE;
 /// Largest communicator the area is made for.
 pub(crate) const MAX_RANKS: usize = 16;
-/// "TSUNAGIc".
-pub(crate) const MAGIC: u64 = 0x5453_554e_4147_4963;
+/// "TSUNAGIc" (version 2: with the sleepers lines).
+pub(crate) const MAGIC: u64 = 0x5453_554e_4147_4963 + 2;
 /// Pause iterations before the first call of [`Idle::idle`].
 const SPIN: u32 = 64;
+
+const _: () = assert!(DONE_STRIDE >= 1 && DONE_STRIDE as usize <= DEPTH);
+
+/// What a waiting rank does next, once the short spin is over.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// Check again (the idle has yielded or made progress).
+    Again,
+    /// Sleep on the awaited word until its owner wakes us or the time is up.
+    Sleep(Duration),
+}
 
 /// What a waiting rank does between checks, once the short spin is over.
 pub(crate) trait Idle {
     /// Called with 0, 1, 2, ... while the condition stays false; an error ends the wait
     /// (a fault of the runtime, a dead peer).
-    fn idle(&mut self, round: u32) -> MpiResult<()>;
+    fn idle(&mut self, round: u32) -> MpiResult<Pause>;
 }
 
 /// Yield the processor (threads over an in-memory area).
@@ -68,15 +103,80 @@ pub(crate) trait Idle {
 pub(crate) struct YieldIdle;
 #[cfg(test)]
 impl Idle for YieldIdle {
-    fn idle(&mut self, _round: u32) -> MpiResult<()> {
+    fn idle(&mut self, _round: u32) -> MpiResult<Pause> {
         std::thread::yield_now();
-        Ok(())
+        Ok(Pause::Again)
     }
+}
+
+/// Sleep on the word at once, with a long timeout: a wait then only ends in time if the
+/// owner's wake-up works (threads over an in-memory area).
+#[cfg(test)]
+pub(crate) struct SleepIdle(pub Duration);
+#[cfg(test)]
+impl Idle for SleepIdle {
+    fn idle(&mut self, _round: u32) -> MpiResult<Pause> {
+        Ok(Pause::Sleep(self.0))
+    }
+}
+
+/// Which other ranks' slots a call reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Peers {
+    Nobody,
+    One(usize),
+    /// Ranks `0..k` (scan: the lower ranks).
+    Below(usize),
+    All,
 }
 
 /// Bytes of the area for `n` ranks.
 pub(crate) fn area_len(n: usize) -> usize {
-    LINE * (1 + n) + n * DEPTH * STRIDE
+    LINE * (1 + 2 * n) + n * DEPTH * STRIDE
+}
+
+/// `FUTEX_WAIT` (shared: the area is mapped by several processes) on the low half of
+/// `word` while it holds `seen`, for at most `timeout`.
+fn futex_wait(word: &AtomicU64, seen: u64, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: the address is an aligned, mapped word (its low half on little-endian
+    // machines, where the futex compares the low 32 bits); the kernel only reads it and
+    // the timespec. Spurious returns (EAGAIN, EINTR, ETIMEDOUT) are fine: callers re-check.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            low_half(word),
+            libc::FUTEX_WAIT,
+            seen as u32,
+            &ts as *const libc::timespec,
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+/// `FUTEX_WAKE` every sleeper on `word`.
+fn futex_wake(word: &AtomicU64) {
+    // SAFETY: as in futex_wait; waking has no memory effects.
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            low_half(word),
+            libc::FUTEX_WAKE,
+            i32::MAX,
+            std::ptr::null::<libc::timespec>(),
+            std::ptr::null::<u32>(),
+            0u32,
+        );
+    }
+}
+
+fn low_half(word: &AtomicU64) -> *const AtomicU32 {
+    const { assert!(cfg!(target_endian = "little")) };
+    word as *const AtomicU64 as *const AtomicU32
 }
 
 /// One rank's view of an area. Not `Sync` in spirit: one collective at a time per
@@ -87,7 +187,7 @@ pub(crate) struct Area {
     me: usize,
     /// Sequence number of the last call started here.
     seq: AtomicU64,
-    /// Every other rank is known to have `done >= free`.
+    /// Every other rank is known to have finished call `free`.
     free: AtomicU64,
 }
 
@@ -167,9 +267,13 @@ impl Area {
         self.word(LINE * (1 + r))
     }
 
+    fn sleepers(&self, r: usize) -> &AtomicU64 {
+        self.word(LINE * (1 + self.n + r))
+    }
+
     fn slot_offset(&self, r: usize, s: u64) -> usize {
         let k = (s % DEPTH as u64) as usize;
-        LINE * (1 + self.n) + (r * DEPTH + k) * STRIDE
+        LINE * (1 + 2 * self.n) + (r * DEPTH + k) * STRIDE
     }
 
     /// Rank `r`'s stamp of the slot of call `s`.
@@ -184,9 +288,14 @@ impl Area {
         unsafe { self.base.add(self.slot_offset(r, s) + DATA_OFFSET) }
     }
 
-    /// Publish this rank's slot of call `s`.
-    fn post(&self, s: u64) {
-        self.stamp(self.me, s).store(s, Ordering::Release);
+    /// Store one of this rank's words, then wake whoever sleeps on this rank's words.
+    fn publish(&self, word: &AtomicU64, v: u64) {
+        word.store(v, Ordering::Release);
+        // Pairs with the sleeper's SeqCst increment (see the module doc).
+        fence(Ordering::SeqCst);
+        if self.sleepers(self.me).load(Ordering::Relaxed) != 0 {
+            futex_wake(word);
+        }
     }
 
     fn next_seq(&self) -> u64 {
@@ -195,16 +304,30 @@ impl Area {
         s
     }
 
-    fn wait(&self, idle: &mut dyn Idle, mut cond: impl FnMut() -> bool) -> MpiResult<()> {
+    /// Wait until `word` (owned by rank `owner`) reaches `at_least`.
+    fn wait(
+        &self,
+        idle: &mut dyn Idle,
+        owner: usize,
+        word: &AtomicU64,
+        at_least: u64,
+    ) -> MpiResult<()> {
         let mut i = 0u32;
         loop {
-            if cond() {
+            let v = word.load(Ordering::Acquire);
+            if v >= at_least {
                 return Ok(());
             }
             if i < SPIN {
                 std::hint::spin_loop();
-            } else {
-                idle.idle(i - SPIN)?;
+            } else if let Pause::Sleep(t) = idle.idle(i - SPIN)? {
+                let count = self.sleepers(owner);
+                count.fetch_add(1, Ordering::SeqCst);
+                let v = word.load(Ordering::SeqCst);
+                if v < at_least {
+                    futex_wait(word, v, t);
+                }
+                count.fetch_sub(1, Ordering::Relaxed);
             }
             i = i.saturating_add(1);
         }
@@ -212,21 +335,7 @@ impl Area {
 
     /// Wait until rank `r` has arrived at call `s` (posted its slot).
     fn wait_arrive(&self, idle: &mut dyn Idle, r: usize, s: u64) -> MpiResult<()> {
-        let a = self.stamp(r, s);
-        self.wait(idle, || a.load(Ordering::Acquire) >= s)
-    }
-
-    /// Wait until every other rank arrived at call `s`; they have then finished `s - 1`.
-    fn wait_all_arrive(&self, idle: &mut dyn Idle, s: u64) -> MpiResult<()> {
-        for r in 0..self.n {
-            if r != self.me {
-                self.wait_arrive(idle, r, s)?;
-            }
-        }
-        if self.free.load(Ordering::Relaxed) < s - 1 {
-            self.free.store(s - 1, Ordering::Relaxed);
-        }
-        Ok(())
+        self.wait(idle, r, self.stamp(r, s), s)
     }
 
     /// Wait until this rank's slot for call `s` is free (every other rank is done with
@@ -240,7 +349,7 @@ impl Area {
         for r in 0..self.n {
             if r != self.me {
                 let d = self.done(r);
-                self.wait(idle, || d.load(Ordering::Acquire) >= need)?;
+                self.wait(idle, r, d, need)?;
                 low = low.min(d.load(Ordering::Acquire));
             }
         }
@@ -248,18 +357,61 @@ impl Area {
         Ok(())
     }
 
-    fn finish(&self, s: u64) {
-        self.done(self.me).store(s, Ordering::Release);
+    /// One call: if `post` is `Some(len)`, `fill` writes this rank's `len` bytes into its
+    /// slot (once the slot is free) and the slot is posted; then `take` gets, per rank,
+    /// the slot of this call if it was read (the ranks of `from`, and this rank if it
+    /// posted) or null.
+    pub(crate) fn exchange(
+        &self,
+        idle: &mut dyn Idle,
+        post: Option<usize>,
+        fill: impl FnOnce(*mut u8),
+        from: Peers,
+        take: impl FnOnce(&[*const u8]),
+    ) -> MpiResult<()> {
+        let s = self.next_seq();
+        let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
+        if let Some(len) = post {
+            assert!(len <= SLOT_BYTES);
+            self.wait_slot_free(idle, s)?;
+            let mine = self.slot(self.me, s);
+            fill(mine);
+            self.publish(self.stamp(self.me, s), s);
+            parts[self.me] = mine;
+        }
+        let upto = match from {
+            Peers::Nobody => 0,
+            Peers::One(r) => {
+                debug_assert!(r < self.n);
+                if r != self.me {
+                    self.wait_arrive(idle, r, s)?;
+                    parts[r] = self.slot(r, s);
+                }
+                0
+            }
+            Peers::Below(k) => k.min(self.n),
+            Peers::All => self.n,
+        };
+        for (r, p) in parts.iter_mut().enumerate().take(upto) {
+            if r != self.me {
+                self.wait_arrive(idle, r, s)?;
+                *p = self.slot(r, s);
+            }
+        }
+        if from == Peers::All && self.free.load(Ordering::Relaxed) < s - 1 {
+            // Everyone's stamp `s` proves they all finished `s - 1`.
+            self.free.store(s - 1, Ordering::Relaxed);
+        }
+        take(&parts[..self.n]);
+        if s % DONE_STRIDE == 0 {
+            self.publish(self.done(self.me), s);
+        }
+        Ok(())
     }
 
     /// Barrier: everyone arrives, everyone waits for everyone.
     pub(crate) fn barrier(&self, idle: &mut dyn Idle) -> MpiResult<()> {
-        let s = self.next_seq();
-        self.wait_slot_free(idle, s)?;
-        self.post(s);
-        self.wait_all_arrive(idle, s)?;
-        self.finish(s);
-        Ok(())
+        self.exchange(idle, Some(0), |_| {}, Peers::All, |_| {})
     }
 
     /// Broadcast from this rank: `fill` writes the `len` bytes into the slot. Returns
@@ -270,13 +422,7 @@ impl Area {
         len: usize,
         fill: impl FnOnce(*mut u8),
     ) -> MpiResult<()> {
-        assert!(len <= SLOT_BYTES);
-        let s = self.next_seq();
-        self.wait_slot_free(idle, s)?;
-        fill(self.slot(self.me, s));
-        self.post(s);
-        self.finish(s);
-        Ok(())
+        self.exchange(idle, Some(len), fill, Peers::Nobody, |_| {})
     }
 
     /// Receive a broadcast from `root`: `take` reads the bytes from the root's slot.
@@ -286,11 +432,13 @@ impl Area {
         root: usize,
         take: impl FnOnce(*const u8),
     ) -> MpiResult<()> {
-        let s = self.next_seq();
-        self.wait_arrive(idle, root, s)?;
-        take(self.slot(root, s));
-        self.finish(s);
-        Ok(())
+        self.exchange(
+            idle,
+            None,
+            |_| {},
+            Peers::One(root),
+            |parts| take(parts[root]),
+        )
     }
 
     /// Allreduce: `fill` writes this rank's packed contribution into its slot, then
@@ -302,46 +450,26 @@ impl Area {
         fill: impl FnOnce(*mut u8),
         fold: impl FnOnce(&[*const u8]),
     ) -> MpiResult<()> {
-        assert!(len <= SLOT_BYTES);
-        let s = self.next_seq();
-        self.wait_slot_free(idle, s)?;
-        fill(self.slot(self.me, s));
-        self.post(s);
-        self.wait_all_arrive(idle, s)?;
-        let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
-        for (r, p) in parts.iter_mut().enumerate().take(self.n) {
-            *p = self.slot(r, s);
-        }
-        fold(&parts[..self.n]);
-        self.finish(s);
-        Ok(())
+        self.exchange(idle, Some(len), fill, Peers::All, fold)
     }
 
-    /// Reduce to `root`: every rank's `fill` writes its contribution; the root's `fold`
-    /// gets them all in rank order. Non-roots return without waiting.
+    /// Reduce (or gather) to `root`: every non-root's `fill` writes its contribution; the
+    /// root's `fold` gets them all in rank order, its own slot only if `root_posts` (else
+    /// null: the root uses its input where it is). Non-roots return without waiting.
     pub(crate) fn reduce(
         &self,
         idle: &mut dyn Idle,
         root: usize,
         len: usize,
+        root_posts: bool,
         fill: impl FnOnce(*mut u8),
         fold: impl FnOnce(&[*const u8]),
     ) -> MpiResult<()> {
-        assert!(len <= SLOT_BYTES);
-        let s = self.next_seq();
-        self.wait_slot_free(idle, s)?;
-        fill(self.slot(self.me, s));
-        self.post(s);
         if self.me == root {
-            self.wait_all_arrive(idle, s)?;
-            let mut parts = [std::ptr::null::<u8>(); MAX_RANKS];
-            for (r, p) in parts.iter_mut().enumerate().take(self.n) {
-                *p = self.slot(r, s);
-            }
-            fold(&parts[..self.n]);
+            self.exchange(idle, root_posts.then_some(len), fill, Peers::All, fold)
+        } else {
+            self.exchange(idle, Some(len), fill, Peers::Nobody, |_| {})
         }
-        self.finish(s);
-        Ok(())
     }
 }
 
@@ -490,8 +618,13 @@ mod tests {
                             let mut got = Vec::new();
                             let fold = |parts: &[*const u8]| {
                                 for &q in parts {
-                                    // SAFETY: every slot holds this call's 2 bytes.
-                                    unsafe { got.extend([q.read(), q.add(1).read()]) };
+                                    if q.is_null() {
+                                        // The root's own input (it did not post).
+                                        got.extend([me as u8, s as u8]);
+                                    } else {
+                                        // SAFETY: every posted slot holds this call's 2 bytes.
+                                        unsafe { got.extend([q.read(), q.add(1).read()]) };
+                                    }
                                 }
                             };
                             let want: Vec<u8> = (0..n).flat_map(|r| [r as u8, s as u8]).collect();
@@ -499,7 +632,9 @@ mod tests {
                                 a.allreduce(&mut YieldIdle, 2, fill, fold).unwrap();
                                 assert_eq!(got, want);
                             } else {
-                                a.reduce(&mut YieldIdle, root, 2, fill, fold).unwrap();
+                                let root_posts = (s / 8) % 2 == 0;
+                                a.reduce(&mut YieldIdle, root, 2, root_posts, fill, fold)
+                                    .unwrap();
                                 if me == root {
                                     assert_eq!(got, want);
                                 } else {
@@ -570,6 +705,193 @@ mod tests {
             "the root never ran ahead (max lag {max_lag})"
         );
     }
+
+    /// Value of byte `i` of the block rank `src` sends to `dst` in call `s`.
+    fn val(s: u64, src: usize, dst: usize, i: usize) -> u8 {
+        (s as usize * 131 + src * 17 + dst * 7 + i) as u8
+    }
+
+    /// The patterns of the other collectives, mixed, with changing roots and lengths,
+    /// across many wraps of the ring: scatter (the root posts every rank's block, each
+    /// reads its own), gather (the root does not post), alltoall (everyone posts a block
+    /// per rank), scan and exscan (each reads the lower ranks only).
+    #[test]
+    fn scatter_gather_alltoall_scan_patterns() {
+        for n in [2, 3, 5, 8] {
+            on_threads(n, move |a| {
+                let me = a.rank();
+                for s in 0..1200u64 {
+                    let root = ((s / 5) % n as u64) as usize;
+                    let blk = 1 + (s as usize * 13) % (SLOT_BYTES / n).min(200);
+                    let fill_blocks = |src: usize| {
+                        move |p: *mut u8| {
+                            for d in 0..n {
+                                for i in 0..blk {
+                                    // SAFETY: n * blk <= SLOT_BYTES bytes of our slot.
+                                    unsafe { p.add(d * blk + i).write(val(s, src, d, i)) };
+                                }
+                            }
+                        }
+                    };
+                    let check = |p: *const u8, src: usize, at: usize| {
+                        for i in 0..blk {
+                            // SAFETY: the slot holds this call's n * blk bytes.
+                            let got = unsafe { p.add(at * blk + i).read() };
+                            assert_eq!(got, val(s, src, me, i), "n={n} call {s} from {src}");
+                        }
+                    };
+                    match s % 5 {
+                        0 => {
+                            // scatter
+                            let post = (me == root).then_some(n * blk);
+                            let from = if me == root {
+                                Peers::Nobody
+                            } else {
+                                Peers::One(root)
+                            };
+                            a.exchange(&mut YieldIdle, post, fill_blocks(me), from, |parts| {
+                                assert!(!parts[root].is_null());
+                                check(parts[root], root, me);
+                            })
+                            .unwrap();
+                        }
+                        1 => {
+                            // gather: rank r posts its block for the root (at offset 0).
+                            let mut seen = 0;
+                            a.reduce(
+                                &mut YieldIdle,
+                                root,
+                                blk,
+                                false,
+                                |p| {
+                                    for i in 0..blk {
+                                        // SAFETY: blk bytes of our slot.
+                                        unsafe { p.add(i).write(val(s, me, root, i)) };
+                                    }
+                                },
+                                |parts| {
+                                    for (r, &q) in parts.iter().enumerate() {
+                                        if r == root {
+                                            assert!(q.is_null(), "the root did not post");
+                                            continue;
+                                        }
+                                        for i in 0..blk {
+                                            // SAFETY: rank r's blk bytes of this call.
+                                            assert_eq!(
+                                                unsafe { q.add(i).read() },
+                                                val(s, r, me, i)
+                                            );
+                                        }
+                                        seen += 1;
+                                    }
+                                },
+                            )
+                            .unwrap();
+                            assert_eq!(seen, if me == root { n - 1 } else { 0 });
+                        }
+                        2 => {
+                            // alltoall
+                            let len = n * blk;
+                            a.exchange(
+                                &mut YieldIdle,
+                                Some(len),
+                                fill_blocks(me),
+                                Peers::All,
+                                |parts| {
+                                    for (r, &q) in parts.iter().enumerate() {
+                                        check(q, r, me);
+                                    }
+                                },
+                            )
+                            .unwrap();
+                        }
+                        k => {
+                            // scan (3) reads ranks 0..=me, exscan (4) ranks 0..me; both post.
+                            let below = if k == 3 { me + 1 } else { me };
+                            let mut seen = 0;
+                            a.exchange(
+                                &mut YieldIdle,
+                                Some(2),
+                                |p| {
+                                    // SAFETY: 2 bytes of our slot.
+                                    unsafe {
+                                        p.write(me as u8);
+                                        p.add(1).write(s as u8);
+                                    }
+                                },
+                                Peers::Below(below),
+                                |parts| {
+                                    for (r, &q) in parts.iter().enumerate() {
+                                        if r < me || r == me {
+                                            // Own slot: posted; lower ranks: read.
+                                            assert!(!q.is_null());
+                                            // SAFETY: rank r's 2 bytes of this call.
+                                            let got = unsafe { [q.read(), q.add(1).read()] };
+                                            assert_eq!(got, [r as u8, s as u8]);
+                                            seen += usize::from(r < below);
+                                        } else {
+                                            assert!(q.is_null(), "rank {r} was not waited for");
+                                        }
+                                    }
+                                },
+                            )
+                            .unwrap();
+                            assert_eq!(seen, below);
+                        }
+                    }
+                }
+            });
+        }
+    }
+
+    /// Ranks that sleep in the kernel at once (with a long timeout) are woken by the
+    /// owners of the words they wait on: a missed wake-up would cost the whole timeout.
+    #[test]
+    fn sleeping_waiters_are_woken() {
+        for n in [2, 4] {
+            let t = std::time::Instant::now();
+            on_threads(n, move |a| {
+                let me = a.rank();
+                let mut idle = SleepIdle(std::time::Duration::from_secs(10));
+                for s in 0..300u64 {
+                    let root = (s as usize / 3) % n;
+                    match s % 3 {
+                        0 => a.barrier(&mut idle).unwrap(),
+                        1 if me == root => a
+                            .bcast_root(&mut idle, 1, |p| {
+                                // SAFETY: one byte of our slot.
+                                unsafe { p.write(s as u8) }
+                            })
+                            .unwrap(),
+                        1 => a
+                            .bcast_recv(&mut idle, root, |p| {
+                                // SAFETY: one byte of this call.
+                                assert_eq!(unsafe { p.read() }, s as u8)
+                            })
+                            .unwrap(),
+                        _ => a
+                            .reduce(
+                                &mut idle,
+                                root,
+                                1,
+                                false,
+                                |p| unsafe { p.write(1) },
+                                |parts| {
+                                    let posted = parts.iter().filter(|q| !q.is_null()).count();
+                                    assert_eq!(posted, n - 1);
+                                },
+                            )
+                            .unwrap(),
+                    }
+                }
+            });
+            let took = t.elapsed();
+            assert!(
+                took < std::time::Duration::from_secs(8),
+                "n={n}: 300 calls took {took:?}: a sleeper was not woken"
+            );
+        }
+    }
 }
 
 /// Protocol cost on this machine, without MPI around it:
@@ -583,7 +905,7 @@ mod timing {
     #[ignore = "a measurement, not a check"]
     fn per_call_times() {
         const N: u64 = 200_000;
-        for what in ["barrier", "bcast8", "allreduce8"] {
+        for what in ["barrier", "bcast8", "allreduce8", "reduce8"] {
             let t = std::time::Instant::now();
             on_threads(2, move |a| {
                 let mut buf = [0u8; 8];
@@ -600,6 +922,18 @@ mod timing {
                             .bcast_recv(&mut YieldIdle, 0, |p| unsafe {
                                 std::ptr::copy_nonoverlapping(p, buf.as_mut_ptr(), 8)
                             })
+                            .unwrap(),
+                        "reduce8" => a
+                            .reduce(
+                                &mut YieldIdle,
+                                0,
+                                8,
+                                false,
+                                |p| unsafe { std::ptr::copy_nonoverlapping(buf.as_ptr(), p, 8) },
+                                |parts| unsafe {
+                                    std::ptr::copy_nonoverlapping(parts[1], out.as_mut_ptr(), 8)
+                                },
+                            )
                             .unwrap(),
                         _ => a
                             .allreduce(

@@ -773,6 +773,21 @@ pub unsafe fn reduce_scatter_block(
     let call = "MPI_Reduce_scatter_block";
     let ctx = Ctx::new(rt, comm, call)?;
     let rc = common_checks(call, recvcount, dtype, op)?;
+    // On one node, when a rank's whole input fits one slot: the shared-memory area.
+    let block = rc * dtype.size();
+    if ctx.size > 1 && block > 0 {
+        let input = match sendbuf {
+            SendBuf::InPlace => recvbuf as *const u8,
+            SendBuf::Ptr(s) => s,
+        };
+        check_buf(call, "sendbuf", input, rc * ctx.size, dtype)?;
+        check_buf(call, "recvbuf", recvbuf, rc, dtype)?;
+        let bytes = ctx.size * block;
+        if let Some(node) = crate::shmcoll::area(rt, comm, Coll::ReduceScatter, bytes)? {
+            // SAFETY: forwarded caller contract (checked above).
+            return unsafe { node.reduce_scatter_block(rt, input, recvbuf, rc, dtype, op) };
+        }
+    }
     let counts = vec![rc; ctx.size];
     // SAFETY: forwarded.
     unsafe { reduce_scatter_impl(ctx, sendbuf, recvbuf, &counts, dtype, op) }
@@ -1020,6 +1035,13 @@ unsafe fn scan_impl(
     check_buf(call, "recvbuf", recvbuf, count, dtype)?;
     let es = dtype.size();
     let bytes = count * es;
+    // On one node, small vectors through the shared-memory area (`shmcoll.rs`).
+    if ctx.size > 1 && bytes > 0 {
+        if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Scan, bytes)? {
+            // SAFETY: forwarded caller contract (checked above).
+            return unsafe { node.scan(rt, sendbuf, recvbuf, count, dtype, op, exclusive) };
+        }
+    }
     let red = Red {
         dtype: dtype.clone(),
         esize: es,

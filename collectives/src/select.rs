@@ -70,10 +70,17 @@ impl Coll {
                 "hierarchical",
                 "shm",
             ],
-            Coll::Gather => &["binomial", "linear"],
-            Coll::Scatter => &["binomial", "linear"],
-            Coll::Allgather => &["recursive_doubling", "bruck", "ring", "hierarchical"],
-            Coll::Alltoall => &["bruck", "pairwise", "two_level_ring", "linear", "sites"],
+            Coll::Gather => &["binomial", "linear", "shm"],
+            Coll::Scatter => &["binomial", "linear", "shm"],
+            Coll::Allgather => &["recursive_doubling", "bruck", "ring", "hierarchical", "shm"],
+            Coll::Alltoall => &[
+                "bruck",
+                "pairwise",
+                "two_level_ring",
+                "linear",
+                "sites",
+                "shm",
+            ],
             Coll::Reduce => &["binomial", "rabenseifner", "hierarchical", "shm"],
             Coll::Allreduce => &[
                 "recursive_doubling",
@@ -83,8 +90,8 @@ impl Coll {
                 "hierarchical",
                 "shm",
             ],
-            Coll::ReduceScatter => &["ring", "reduce_scatterv"],
-            Coll::Scan => &["recursive_doubling", "linear"],
+            Coll::ReduceScatter => &["ring", "reduce_scatterv", "shm"],
+            Coll::Scan => &["recursive_doubling", "linear", "shm"],
         }
     }
 

@@ -1,6 +1,10 @@
-//! The shared-memory fast path of small collectives (barrier, bcast, reduce, allreduce up
-//! to [`SLOT_BYTES`]) on communicators whose ranks are all on one node: the driver of the
-//! slot protocol of `node_area.rs`.
+//! The shared-memory fast path of small collectives on communicators whose ranks are all
+//! on one node: the driver of the slot protocol of `node_area.rs`. It serves barrier,
+//! bcast, reduce and allreduce of up to [`SLOT_BYTES`] per rank, gather and allgather
+//! with blocks of up to [`SLOT_BYTES`], and scatter, alltoall and reduce_scatter_block
+//! when all the blocks one rank posts fit [`SLOT_BYTES`], and scan/exscan (whose vectors
+//! fit). Data goes through the slots packed (derived datatypes are packed into and
+//! unpacked out of them); reductions fold in rank order.
 //!
 //! **The area.** Made collectively at the first call that would use it (every rank takes
 //! the same decision: it depends on the communicator, the message size and the
@@ -17,29 +21,36 @@
 //! `MPI_Comm_free`) clears the entry and unmaps the area once the last call using it is
 //! over.
 //!
-//! **Choosing it.** `shm` is an algorithm of the barrier, bcast, reduce and allreduce
-//! families (`TSUNAGI_COLL_<NAME>=shm` forces it wherever it can run; forcing any other
-//! algorithm turns it off for that family). Automatically it serves communicators of up
-//! to [`AUTO_MAX_RANKS`] ranks and messages of 1 to [`SLOT_BYTES`] bytes.
+//! **Choosing it.** `shm` is an algorithm of every family but the v/w forms
+//! (`TSUNAGI_COLL_<NAME>=shm` forces it wherever it can run; forcing any other algorithm
+//! turns it off for that family). Automatically it serves communicators of up to
+//! [`AUTO_MAX_RANKS`] ranks and calls whose slot data is 1 to [`SLOT_BYTES`] bytes. The
+//! fast path of each collective is entered after the ordinary argument checks (bcast,
+//! reduce and allreduce repeat the few they need, to stay lean), so errors are reported
+//! as before.
 //!
-//! **Waiting** spins briefly, then makes progress on the engine (so that one-sided
-//! targets and queued sends move while a rank waits here), yields, and after a while
-//! sleeps in short, growing naps (8 ranks on 2 cores must not starve the rank they wait
-//! for).
+//! **Waiting** spins (for up to 1 ms when the job has no more ranks on this node than
+//! processors, polling the engine now and then; only briefly otherwise), then makes
+//! progress on the engine (so that one-sided targets and queued sends move while a rank
+//! waits here) and yields for a short while
+//! (`TSUNAGI_SHM_YIELD_US`, 20 µs), then sleeps in the kernel on the awaited word until
+//! its writer wakes it (timeouts growing to 1 ms keep the engine progressing): with more
+//! ranks than cores, the rank we wait for gets our core at once, and 8 ranks on 2 cores
+//! do not spin.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use tsunagi_core::comm::Keyval;
 use tsunagi_core::datatype::TypeRef;
 use tsunagi_core::{CommId, MpiResult, Runtime};
 
-use crate::node_area::{area_len, Area, Idle, LINE, MAX_RANKS, SLOT_BYTES};
+use crate::node_area::{area_len, Area, Idle, Pause, Peers, LINE, MAX_RANKS, SLOT_BYTES};
 use crate::op::Op;
 use crate::select::{forced, Coll};
-use crate::util::{Ctx, Packed, SendBuf};
+use crate::util::{copy_typed, Ctx, Packed, SendBuf};
 
 /// Largest communicator the automatic choice sends through the area.
 pub(crate) const AUTO_MAX_RANKS: usize = 8;
@@ -51,6 +62,9 @@ pub(crate) const NAME: &str = "shm";
 pub(crate) struct Node {
     area: Area,
     _mem: Memory,
+    /// More ranks of the job on this node than processors to run them: waiting ranks
+    /// hand their core over soon instead of spinning.
+    crowded: bool,
 }
 
 enum Entry {
@@ -223,7 +237,24 @@ fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
     // SAFETY: `mem` maps the initialised area of `n` ranks for the life of the Node; every
     // rank uses its own comm rank.
     let area = unsafe { Area::new(mem.base, n, ctx.rank) };
-    Ok(Entry::On(Arc::new(Node { area, _mem: mem })))
+    Ok(Entry::On(Arc::new(Node {
+        area,
+        _mem: mem,
+        crowded: crowded(rt),
+    })))
+}
+
+/// Whether the job has more ranks on this node than this process may use processors.
+fn crowded(rt: &Runtime) -> bool {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let here = match rt.comm_nodes(CommId::WORLD) {
+        Ok(nodes) => {
+            let mine = nodes.get(rt.world_rank()).copied();
+            nodes.iter().filter(|&&x| Some(x) == mine).count()
+        }
+        Err(_) => rt.world_size(),
+    };
+    here > cpus
 }
 
 /// A shared mapping, unmapped on drop.
@@ -317,23 +348,74 @@ impl Memory {
     }
 }
 
-/// Waiting inside the runtime: progress, yield, then growing naps.
-struct RtIdle<'a>(&'a Runtime);
+/// Waiting inside the runtime. With a processor per rank (`crowded` false) the rank
+/// spins for [`SPIN_FOR`] first, polling the engine now and then: a yield on a loaded
+/// machine hands the core to unrelated work for a whole time slice, which is what makes a
+/// collective slow there. Then (at once when crowded) it makes progress and yields for a
+/// short while, then sleeps on the awaited word (the writer wakes it), with a timeout
+/// that grows to [`MAX_SLEEP`] so that the engine still makes progress now and then.
+struct RtIdle<'a> {
+    rt: &'a Runtime,
+    crowded: bool,
+    since: Option<Instant>,
+}
 
-/// Idle rounds spent yielding before the naps start: many, since a nap lasts at least the
-/// timer slack (50 µs) and with more ranks than cores the peer we wait for needs our core.
-const YIELDS: u32 = 50_000;
+impl Node {
+    fn idle<'a>(&self, rt: &'a Runtime) -> RtIdle<'a> {
+        RtIdle {
+            rt,
+            crowded: self.crowded,
+            since: None,
+        }
+    }
+}
+
+/// Longest sleep between two progress calls of a waiting rank.
+const MAX_SLEEP: Duration = Duration::from_millis(1);
+
+/// How long a rank that has a processor of its own spins before it yields.
+const SPIN_FOR: Duration = Duration::from_millis(1);
+
+/// How long a waiting rank yields before it sleeps in the kernel: a yield hands the core
+/// to a peer that shares it at once, but on a core shared with unrelated work it can
+/// cost a time slice, and a peer on the other core is better waited for asleep.
+/// `TSUNAGI_SHM_YIELD_US` (microseconds, read once) tunes it.
+fn yield_for() -> Duration {
+    static US: OnceLock<u64> = OnceLock::new();
+    Duration::from_micros(*US.get_or_init(|| {
+        std::env::var("TSUNAGI_SHM_YIELD_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(20)
+    }))
+}
 
 impl Idle for RtIdle<'_> {
-    fn idle(&mut self, round: u32) -> MpiResult<()> {
-        self.0.progress()?;
-        if round < YIELDS {
-            std::thread::yield_now();
+    fn idle(&mut self, round: u32) -> MpiResult<Pause> {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        let waited = since.elapsed();
+        let spin = if self.crowded {
+            Duration::ZERO
         } else {
-            let k = ((round - YIELDS) / 64).min(5);
-            std::thread::sleep(Duration::from_micros(4 << k));
+            SPIN_FOR
+        };
+        if waited < spin {
+            if round % 32 == 0 {
+                self.rt.progress()?;
+            }
+            for _ in 0..16 {
+                std::hint::spin_loop();
+            }
+            return Ok(Pause::Again);
         }
-        Ok(())
+        self.rt.progress()?;
+        if waited < spin + yield_for() {
+            std::thread::yield_now();
+            Ok(Pause::Again)
+        } else {
+            let k = (round / 16).min(5);
+            Ok(Pause::Sleep(Duration::from_micros(32 << k).min(MAX_SLEEP)))
+        }
     }
 }
 
@@ -343,6 +425,9 @@ impl Idle for RtIdle<'_> {
 /// The type map at `src` is readable; `dst` has `count * size` writable bytes.
 unsafe fn pack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
     let bytes = count * dtype.size();
+    if bytes == 0 {
+        return;
+    }
     match dtype.contiguous_offset() {
         // SAFETY: caller contract; a contiguous type's data is `bytes` bytes at src + off.
         Some(off) => unsafe { std::ptr::copy_nonoverlapping(src.wrapping_offset(off), dst, bytes) },
@@ -359,6 +444,9 @@ unsafe fn pack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
 /// `src` has `count * size` readable bytes; the type map at `dst` is writable.
 unsafe fn unpack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
     let bytes = count * dtype.size();
+    if bytes == 0 {
+        return;
+    }
     match dtype.contiguous_offset() {
         // SAFETY: caller contract.
         Some(off) => unsafe { std::ptr::copy_nonoverlapping(src, dst.wrapping_offset(off), bytes) },
@@ -367,6 +455,11 @@ unsafe fn unpack(src: *const u8, count: usize, dtype: &TypeRef, dst: *mut u8) {
             dtype.unpack_range(dst, count, 0, std::slice::from_raw_parts(src, bytes))
         },
     }
+}
+
+/// Block `i` of a buffer of blocks of `count` elements of `dtype`.
+fn block_at(buf: *const u8, i: usize, count: usize, dtype: &TypeRef) -> *const u8 {
+    buf.wrapping_offset(i as isize * count as isize * dtype.extent())
 }
 
 impl Node {
@@ -379,7 +472,7 @@ impl Node {
     }
 
     pub(crate) fn barrier(&self, rt: &Runtime) -> MpiResult<()> {
-        self.area.barrier(&mut RtIdle(rt))
+        self.area.barrier(&mut self.idle(rt))
     }
 
     /// Bcast of `count` elements (`count * size` in 1..=SLOT_BYTES bytes).
@@ -396,12 +489,12 @@ impl Node {
     ) -> MpiResult<()> {
         let bytes = count * dtype.size();
         if self.area.rank() == root {
-            self.area.bcast_root(&mut RtIdle(rt), bytes, |slot| {
+            self.area.bcast_root(&mut self.idle(rt), bytes, |slot| {
                 // SAFETY: the root's buffer is readable; the slot holds `bytes`.
                 unsafe { pack(buf, count, dtype, slot) }
             })
         } else {
-            self.area.bcast_recv(&mut RtIdle(rt), root, |slot| {
+            self.area.bcast_recv(&mut self.idle(rt), root, |slot| {
                 // SAFETY: the slot holds this call's `bytes`; our buffer is writable.
                 unsafe { unpack(slot, count, dtype, buf) }
             })
@@ -427,7 +520,7 @@ impl Node {
             SendBuf::Ptr(p) => p,
         };
         self.area.allreduce(
-            &mut RtIdle(rt),
+            &mut self.idle(rt),
             bytes,
             // SAFETY: the input is readable; the slot holds `bytes`.
             |slot| unsafe { pack(input, count, dtype, slot) },
@@ -437,10 +530,12 @@ impl Node {
     }
 
     /// Reduce to `root` (`count * size` in 1..=SLOT_BYTES bytes); the op passed its type
-    /// check; `sendbuf` is `InPlace` only at the root.
+    /// check; `sendbuf` is `InPlace` only at the root. A root whose input is contiguous
+    /// and not in place folds it where it is instead of posting it.
     ///
     /// # Safety
     /// As `MPI_Reduce`'s buffers.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn reduce(
         &self,
         rt: &Runtime,
@@ -456,15 +551,312 @@ impl Node {
             SendBuf::InPlace => recvbuf as *const u8,
             SendBuf::Ptr(p) => p,
         };
+        let at_root = self.area.rank() == root;
+        let direct = match (at_root, sendbuf, dtype.contiguous_offset()) {
+            (true, SendBuf::Ptr(p), Some(off)) => Some(p.wrapping_offset(off)),
+            _ => None,
+        };
         self.area.reduce(
-            &mut RtIdle(rt),
+            &mut self.idle(rt),
             root,
             bytes,
+            direct.is_none(),
             // SAFETY: the input is readable; the slot holds `bytes`.
             |slot| unsafe { pack(input, count, dtype, slot) },
-            // SAFETY: (root only) every part holds this call's contribution; recvbuf
-            // writable at the root.
-            |parts| unsafe { fold_into(parts, recvbuf, count, dtype, op) },
+            // SAFETY: (root only) every posted part holds this call's contribution, the
+            // root's own is its packed input where it did not post; recvbuf writable.
+            |parts| unsafe {
+                let mut all = [std::ptr::null::<u8>(); MAX_RANKS];
+                all[..parts.len()].copy_from_slice(parts);
+                if let Some(d) = direct {
+                    all[root] = d;
+                }
+                fold_into(&all[..parts.len()], recvbuf, count, dtype, op)
+            },
+        )
+    }
+
+    /// Gather to `root`: every rank's block is `bytes` bytes (`sendcount` elements of
+    /// `sendtype` elsewhere, `recvcount` of `recvtype` at the root; the caller checked
+    /// them); the root copies its own block itself.
+    ///
+    /// # Safety
+    /// As `MPI_Gather`'s buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gather(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        sendcount: usize,
+        sendtype: &TypeRef,
+        recvbuf: *mut u8,
+        recvcount: usize,
+        recvtype: &TypeRef,
+        root: usize,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let bytes = if me == root {
+            recvcount * recvtype.size()
+        } else {
+            sendcount * sendtype.size()
+        };
+        let send = match sendbuf {
+            SendBuf::Ptr(p) => p,
+            SendBuf::InPlace => std::ptr::null(),
+        };
+        self.area.reduce(
+            &mut self.idle(rt),
+            root,
+            bytes,
+            false,
+            // SAFETY: (non-roots) the send buffer is readable; the slot holds `bytes`.
+            |slot| unsafe { pack(send, sendcount, sendtype, slot) },
+            |parts| {
+                for (r, &q) in parts.iter().enumerate() {
+                    if r != root {
+                        let dst = block_at(recvbuf, r, recvcount, recvtype) as *mut u8;
+                        // SAFETY: rank r's block of this call; the root's block r is
+                        // writable.
+                        unsafe { unpack(q, recvcount, recvtype, dst) };
+                    }
+                }
+            },
+        )?;
+        if me == root && !send.is_null() {
+            let dst = block_at(recvbuf, root, recvcount, recvtype) as *mut u8;
+            // SAFETY: the root's send buffer is readable and its own block writable.
+            unsafe {
+                copy_typed(
+                    "MPI_Gather",
+                    send,
+                    sendcount,
+                    sendtype,
+                    dst,
+                    recvcount,
+                    recvtype,
+                )?
+            };
+        }
+        Ok(())
+    }
+
+    /// Scatter from `root`: the root posts every other rank's block (`bytes` each, all of
+    /// them fitting a slot), each rank copies its own out.
+    ///
+    /// # Safety
+    /// As `MPI_Scatter`'s buffers (`recvbuf` null for the root's `MPI_IN_PLACE`).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn scatter(
+        &self,
+        rt: &Runtime,
+        sendbuf: *const u8,
+        sendcount: usize,
+        sendtype: &TypeRef,
+        recvbuf: Option<*mut u8>,
+        recvcount: usize,
+        recvtype: &TypeRef,
+        root: usize,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let n = self.area.size();
+        let mut idle = self.idle(rt);
+        if me == root {
+            let block = sendcount * sendtype.size();
+            self.area.bcast_root(&mut idle, n * block, |slot| {
+                for r in (0..n).filter(|&r| r != root) {
+                    let src = block_at(sendbuf, r, sendcount, sendtype);
+                    // SAFETY: the root's send buffer holds n blocks; the slot n * block.
+                    unsafe { pack(src, sendcount, sendtype, slot.add(r * block)) };
+                }
+            })?;
+            if let Some(dst) = recvbuf {
+                let src = block_at(sendbuf, root, sendcount, sendtype);
+                // SAFETY: the root's own block is readable, its receive buffer writable.
+                unsafe {
+                    copy_typed(
+                        "MPI_Scatter",
+                        src,
+                        sendcount,
+                        sendtype,
+                        dst,
+                        recvcount,
+                        recvtype,
+                    )?
+                };
+            }
+            Ok(())
+        } else {
+            let block = recvcount * recvtype.size();
+            let dst = recvbuf.expect("checked: only the root may be in place");
+            self.area.bcast_recv(&mut idle, root, |slot| {
+                // SAFETY: the root's slot holds n blocks of this call; ours is writable.
+                unsafe { unpack(slot.add(me * block), recvcount, recvtype, dst) }
+            })
+        }
+    }
+
+    /// Allgather: blocks of `recvcount` elements of `recvtype` (`sendbuf`'s block, or
+    /// block `rank` of `recvbuf` in place, has the same size; the caller checked).
+    ///
+    /// # Safety
+    /// As `MPI_Allgather`'s buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn allgather(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        sendcount: usize,
+        sendtype: &TypeRef,
+        recvbuf: *mut u8,
+        recvcount: usize,
+        recvtype: &TypeRef,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let bytes = recvcount * recvtype.size();
+        self.area.exchange(
+            &mut self.idle(rt),
+            Some(bytes),
+            |slot| match sendbuf {
+                // SAFETY: the send buffer is readable; the slot holds `bytes`.
+                SendBuf::Ptr(p) => unsafe { pack(p, sendcount, sendtype, slot) },
+                // SAFETY: in place, our block of the receive buffer holds our data.
+                SendBuf::InPlace => unsafe {
+                    pack(
+                        block_at(recvbuf, me, recvcount, recvtype),
+                        recvcount,
+                        recvtype,
+                        slot,
+                    )
+                },
+            },
+            Peers::All,
+            |parts| {
+                for (r, &q) in parts.iter().enumerate() {
+                    if r == me && sendbuf == SendBuf::InPlace {
+                        continue;
+                    }
+                    let dst = block_at(recvbuf, r, recvcount, recvtype) as *mut u8;
+                    // SAFETY: rank r's block of this call; block r of recvbuf is writable.
+                    unsafe { unpack(q, recvcount, recvtype, dst) };
+                }
+            },
+        )
+    }
+
+    /// Alltoall: every rank posts its `size` blocks (all of them fitting a slot) and takes
+    /// its own block from every rank's slot (its own too, which makes `MPI_IN_PLACE`
+    /// work: the data is in the slot before the receive buffer is written).
+    ///
+    /// # Safety
+    /// As `MPI_Alltoall`'s buffers (in place: `sendbuf` = `recvbuf` with the receive
+    /// count and type).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn alltoall(
+        &self,
+        rt: &Runtime,
+        sendbuf: *const u8,
+        sendcount: usize,
+        sendtype: &TypeRef,
+        recvbuf: *mut u8,
+        recvcount: usize,
+        recvtype: &TypeRef,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let n = self.area.size();
+        let block = recvcount * recvtype.size();
+        self.area.exchange(
+            &mut self.idle(rt),
+            Some(n * block),
+            |slot| {
+                for d in 0..n {
+                    let src = block_at(sendbuf, d, sendcount, sendtype);
+                    // SAFETY: the send buffer holds n blocks; the slot n * block bytes.
+                    unsafe { pack(src, sendcount, sendtype, slot.add(d * block)) };
+                }
+            },
+            Peers::All,
+            |parts| {
+                for (r, &q) in parts.iter().enumerate() {
+                    let dst = block_at(recvbuf, r, recvcount, recvtype) as *mut u8;
+                    // SAFETY: rank r's slot holds n blocks of this call; block r of
+                    // recvbuf is writable.
+                    unsafe { unpack(q.add(me * block), recvcount, recvtype, dst) };
+                }
+            },
+        )
+    }
+
+    /// Reduce_scatter_block: every rank posts its whole input (`size * count` elements,
+    /// fitting a slot); each folds block `rank` of all of them, in rank order.
+    ///
+    /// # Safety
+    /// As `MPI_Reduce_scatter_block`'s buffers.
+    pub(crate) unsafe fn reduce_scatter_block(
+        &self,
+        rt: &Runtime,
+        input: *const u8,
+        recvbuf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        op: &Op,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let n = self.area.size();
+        let block = count * dtype.size();
+        self.area.exchange(
+            &mut self.idle(rt),
+            Some(n * block),
+            // SAFETY: the input holds n * count elements; the slot n * block bytes.
+            |slot| unsafe { pack(input, n * count, dtype, slot) },
+            Peers::All,
+            |parts| {
+                let mut mine = [std::ptr::null::<u8>(); MAX_RANKS];
+                for (m, &q) in mine.iter_mut().zip(parts) {
+                    *m = q.wrapping_add(me * block);
+                }
+                // SAFETY: block `me` of every slot holds this call's packed contribution;
+                // recvbuf is writable.
+                unsafe { fold_into(&mine[..n], recvbuf, count, dtype, op) }
+            },
+        )
+    }
+
+    /// Scan (`exclusive`: exscan, which leaves rank 0's receive buffer alone): each rank
+    /// posts its packed input and folds those of ranks `0..=rank` (`0..rank`).
+    ///
+    /// # Safety
+    /// As `MPI_Scan`'s buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn scan(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        recvbuf: *mut u8,
+        count: usize,
+        dtype: &TypeRef,
+        op: &Op,
+        exclusive: bool,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let bytes = count * dtype.size();
+        let input = match sendbuf {
+            SendBuf::InPlace => recvbuf as *const u8,
+            SendBuf::Ptr(p) => p,
+        };
+        let upto = if exclusive { me } else { me + 1 };
+        self.area.exchange(
+            &mut self.idle(rt),
+            Some(bytes),
+            // SAFETY: the input is readable; the slot holds `bytes`.
+            |slot| unsafe { pack(input, count, dtype, slot) },
+            Peers::Below(me),
+            |parts| {
+                if upto > 0 {
+                    // SAFETY: the slots of ranks 0..upto hold this call's packed
+                    // contributions (our own was posted); recvbuf is writable.
+                    unsafe { fold_into(&parts[..upto], recvbuf, count, dtype, op) }
+                }
+            },
         )
     }
 }
