@@ -6,6 +6,7 @@
 #![allow(clippy::too_many_arguments)]
 
 mod attr;
+mod buffer;
 pub(crate) mod coll;
 mod coll_init;
 mod comm;
@@ -27,6 +28,7 @@ mod tools;
 mod topo;
 
 pub(crate) use attr::*;
+pub(crate) use buffer::*;
 pub(crate) use coll::*;
 pub(crate) use coll_init::*;
 pub(crate) use comm::*;

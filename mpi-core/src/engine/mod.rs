@@ -13,14 +13,16 @@ use std::collections::{HashMap, VecDeque};
 use tsunagi_p2p::device::DataRep;
 use tsunagi_p2p::{Header, P2pError, Rank, Router};
 
+mod bsend;
 mod core;
 mod device;
 mod matching;
 mod requests;
 mod tools_view;
+#[doc(hidden)]
+pub use bsend::{BufferScope, ScopedBuffers};
 use device::{DeviceArrival, DeviceRecv};
 use matching::Body;
-#[doc(hidden)]
 pub use matching::{Arrived, Posted, Queues};
 
 pub(crate) use crate::slab::Slab;
@@ -175,6 +177,8 @@ struct Request {
     packed: Option<Vec<u8>>,
     /// Buffered send: bytes of the attached buffer to give back at completion.
     bsend_bytes: usize,
+    /// Buffered send: the buffer those bytes belong to.
+    bsend_scope: BufferScope,
     /// Receive side: bytes the buffer holds, bytes announced, bytes arrived.
     capacity: usize,
     expected: usize,
@@ -233,6 +237,8 @@ pub(crate) struct Core {
     /// Attached buffer for buffered sends: (address, size), and bytes in use.
     pub bsend_buffer: Option<(usize, usize)>,
     pub bsend_used: usize,
+    /// The communicators' and sessions' buffers (MPI 4.1).
+    pub bsend_scoped: ScopedBuffers,
     byte_type: TypeRef,
     /// Native devices: arrivals matched since the last flush (device, arrival id), to
     /// accept after the poll; matched receives whose data is still coming in; each
@@ -282,6 +288,7 @@ impl Engine {
                 self_dirty: false,
                 bsend_buffer: None,
                 bsend_used: 0,
+                bsend_scoped: ScopedBuffers::default(),
                 byte_type: Datatype::builtin(Builtin::Byte),
                 dev_accepts: Vec::new(),
                 dev_recvs: HashMap::new(),
@@ -599,6 +606,7 @@ impl Engine {
             context,
             packed: None,
             bsend_bytes: 0,
+            bsend_scope: BufferScope::Process,
             capacity,
             expected: 0,
             received: 0,
@@ -734,21 +742,21 @@ impl Engine {
         };
 
         if mode == SendMode::Buffered {
-            let req = self.core.reqs.get_mut(id.0).expect("live request");
             let need = bytes + BSEND_OVERHEAD;
-            let (_, size) = self.core.bsend_buffer.unwrap_or((0, 0));
-            if self.core.bsend_used + need > size {
-                let free = size.saturating_sub(self.core.bsend_used);
+            let scope = self.core.bsend_scoped.scope_for(comm_id);
+            let taken = self.core.take_bsend(scope, need);
+            let req = self.core.reqs.get_mut(id.0).expect("live request");
+            if let Err((free, size, whose)) = taken {
                 req.phase = Phase::Done;
                 return Err(mpi_err(
                     ErrorClass::Buffer,
                     format!(
                         "MPI_Bsend: insufficient buffer space: the message needs {need} bytes \
-                         (data + MPI_BSEND_OVERHEAD), {free} of {size} attached bytes are free"
+                         (data + MPI_BSEND_OVERHEAD), {free} of {size} bytes attached to \
+                         {whose} are free"
                     ),
                 ));
             }
-            self.core.bsend_used += need;
             let mut packed = vec![0u8; bytes];
             // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
             unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
@@ -772,6 +780,7 @@ impl Engine {
             creq.context = context;
             creq.packed = Some(packed);
             creq.bsend_bytes = need;
+            creq.bsend_scope = scope;
             creq.detached = true;
             creq.phase = Phase::Active;
             self.core.complete(id);

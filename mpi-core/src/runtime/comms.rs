@@ -478,6 +478,12 @@ impl Runtime {
                 e.core.comms.len() - 1
             }
         };
+        // A reused slot starts without a buffer; a communicator derived from a session's
+        // keeps using that session's buffer.
+        e.core.bsend_scoped.comm_freed(CommId(id as u32));
+        if let Some(s) = e.core.bsend_scoped.session_of(parent) {
+            e.core.bsend_scoped.set_session(CommId(id as u32), s);
+        }
         Ok(CommId(id as u32))
     }
 
