@@ -114,7 +114,9 @@ impl Func {
             || self.is_tools()
             // C's views of the Fortran 2008 status, and main's argc/argv (MPI 4.0).
             || self.name.contains("f08")
-            || self.name == "Info_create_env")
+            || self.name == "Info_create_env"
+            // Fortran's MPI_DUP_FN is written by hand (c-abi/src/fortran.rs).
+            || self.name == "DUP_FN")
     }
 
     /// For the sessions calls (MPI 4.0), how the entry point finds the session whose

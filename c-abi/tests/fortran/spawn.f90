@@ -8,8 +8,8 @@ program spawn
   implicit none
   integer :: rank, np, ierr, parent, ic, i, n, x, nargs
   integer :: errcodes(2), procs(2), infos(2), st(MPI_STATUS_SIZE)
-  character(len=16) :: args(3), argvs(2, 3), cmds(2), mode, which
-  character(len=512) :: self
+  character(len=16) :: args(3), argvs(2, 3), mode, which
+  character(len=512) :: self, cmds(2)
   integer(kind=MPI_ADDRESS_KIND) :: appnum
   logical :: found
 
