@@ -701,7 +701,7 @@ fn gen_coverage(funcs: &[Func], missing: &[Missing]) -> String {
         "Fortran 2008 status (`MPI_Status_*f08*`) and MPI_Info_create_env (main's argc/argv)\n",
     );
     s.push_str(
-        "also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated from the\nsame table; MPI_BUFFER_AUTOMATIC is C only.\n\n",
+        "also has its Fortran binding (mpif.h, `use mpi`, `use mpi_f08`), generated from the\nsame table.\n\n",
     );
     let nmiss: usize = missing.iter().map(|m| m.names.len()).sum();
     let nstub = funcs.iter().filter(|f| f.stub).count();

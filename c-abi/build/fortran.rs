@@ -545,6 +545,10 @@ fn f77_body(consts: &[Const], value_functions: bool) -> String {
       COMMON /MPIPRIV2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE
       COMMON /MPIPRIVC/ MPI_ARGVS_NULL, MPI_ARGV_NULL
       SAVE /MPIFCMB5/, /MPIFCMB9/, /MPIPRIV1/, /MPIPRIV2/, /MPIPRIVC/
+! MPI 4.1: attach a buffer the library sizes (our own block)
+      INTEGER MPI_BUFFER_AUTOMATIC
+      COMMON /MPIPRIVBA/ MPI_BUFFER_AUTOMATIC
+      SAVE /MPIPRIVBA/
 ! The predefined callbacks
       EXTERNAL MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN
       EXTERNAL MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN
@@ -862,6 +866,8 @@ pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
          common /mpipriv2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE\n  \
          common /mpiprivc/ MPI_ARGVS_NULL, MPI_ARGV_NULL\n  \
          save /mpifcmb5/, /mpifcmb9/, /mpipriv1/, /mpipriv2/, /mpiprivc/\n  \
+         integer :: MPI_BUFFER_AUTOMATIC\n  common /mpiprivba/ MPI_BUFFER_AUTOMATIC\n  \
+         save /mpiprivba/\n  \
          external :: MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN\n  \
          external :: MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, MPI_COMM_DUP_FN\n  \
          external :: MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, MPI_TYPE_DUP_FN\n  \

@@ -330,6 +330,9 @@ module mpi_f08
   common /mpipriv2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE
   common /mpiprivc/ MPI_ARGVS_NULL, MPI_ARGV_NULL
   save /mpifcmb5/, /mpifcmb9/, /mpipriv1/, /mpipriv2/, /mpiprivc/
+  integer :: MPI_BUFFER_AUTOMATIC
+  common /mpiprivba/ MPI_BUFFER_AUTOMATIC
+  save /mpiprivba/
   external :: MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN
   external :: MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, MPI_COMM_DUP_FN
   external :: MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, MPI_TYPE_DUP_FN

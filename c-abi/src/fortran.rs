@@ -62,6 +62,9 @@ pub static mut mpiprivc_: PrivC = PrivC {
     argvs_null: [0],
     argv_null: [0],
 };
+/// `/MPIPRIVBA/`: MPI_BUFFER_AUTOMATIC (MPI 4.1; a block of Tsunagi's own).
+#[no_mangle]
+pub static mut mpiprivba_: MPI_Fint = 0;
 #[no_mangle]
 pub static mut mpifcmb5_: MPI_Fint = 0;
 #[no_mangle]
@@ -75,6 +78,7 @@ struct Sentinels {
     statuses_ignore: usize,
     unweighted: usize,
     weights_empty: usize,
+    buffer_automatic: usize,
     /// MPICH's mpi_f08 sentinels (bind(C) variables; a program's copy-relocated copy).
     f08_bottom: usize,
     f08_in_place: usize,
@@ -100,6 +104,7 @@ fn sentinels() -> &'static Sentinels {
             statuses_ignore: at(p2, 0),
             unweighted: lookup(c"mpifcmb5_"),
             weights_empty: lookup(c"mpifcmb9_"),
+            buffer_automatic: lookup(c"mpiprivba_"),
             f08_bottom: lookup(c"MPIR_F08_MPI_BOTTOM"),
             f08_in_place: lookup(c"MPIR_F08_MPI_IN_PLACE"),
             f08_status_ignore: lookup(c"MPIR_F08_MPI_STATUS_IGNORE_OBJ"),
@@ -120,7 +125,8 @@ fn sentinels() -> &'static Sentinels {
     })
 }
 
-/// A choice buffer: MPI_BOTTOM becomes NULL and MPI_IN_PLACE `(void *)-1`, as in C.
+/// A choice buffer: MPI_BOTTOM becomes NULL, MPI_IN_PLACE `(void *)-1` and
+/// MPI_BUFFER_AUTOMATIC `(void *)2`, as in C.
 #[inline]
 pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
     let s = sentinels();
@@ -129,6 +135,8 @@ pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
         usize::MAX as *mut c_void
     } else if a != 0 && (a == s.bottom || a == s.f08_bottom) {
         std::ptr::null_mut()
+    } else if a != 0 && a == s.buffer_automatic {
+        std::ptr::without_provenance_mut(crate::imp::BUFFER_AUTOMATIC)
     } else {
         p
     }

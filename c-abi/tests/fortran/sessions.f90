@@ -1,7 +1,7 @@
 ! Sessions from Fortran with `use mpi_f08`: MPI_Session_init, the process sets and their
 ! info, a group and a communicator from mpi://WORLD, a collective on it, the session's
 ! error handler and its buffer for buffered sends (MPI 4.1: too small a session buffer
-! fails with MPI_ERR_BUFFER), the world model beside it in the same process,
+! fails with MPI_ERR_BUFFER), MPI_BUFFER_AUTOMATIC on the communicator, the world model beside it in the same process,
 ! MPI_Session_finalize. Prints OK at rank 0.
 program sessions
   use mpi_f08
@@ -78,6 +78,20 @@ program sessions
   call MPI_Session_detach_buffer(s, sbuf, n)
   call check(n == size(sbuf), 'detach gives the size back')
 
+  ! MPI_BUFFER_AUTOMATIC on the communicator: no size limit.
+  call MPI_Comm_attach_buffer(c, MPI_BUFFER_AUTOMATIC, 0)
+  if (np >= 2) then
+    if (rank == 0) then
+      big = 9
+      call MPI_Bsend(big, 100, MPI_INTEGER, 1, 9, c, ierr)
+      call check(ierr == MPI_SUCCESS, 'a large message through MPI_BUFFER_AUTOMATIC')
+    else if (rank == 1) then
+      call MPI_Recv(big, 100, MPI_INTEGER, 0, 9, c, st)
+      call check(all(big == 9), 'the automatic-buffered message')
+    end if
+  end if
+  call MPI_Comm_detach_buffer(c, sbuf, n)
+  call check(n == 0, 'an automatic buffer detaches with size 0')
   call MPI_Comm_free(c)
 
   ! The world model beside the session (one runtime: the last finalize ends it).
