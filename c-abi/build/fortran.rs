@@ -16,7 +16,34 @@ fn len_expr(e: &str) -> String {
     format!("(*{name}).max(0) as usize")
 }
 
+/// Fortran string arrays of the spawn calls: argv (`{fargv}`), commands (`{fstrs}`), argvs
+/// (`{fargvs}`): CHARACTER*(*) arrays with one hidden length.
+fn is_str_array(a: &Arg) -> bool {
+    a.has("fargv") || a.has("fstrs") || a.has("fargvs")
+}
+
+/// Whether an argument is followed by a hidden length in Fortran.
+fn has_hidden_len(a: &Arg) -> bool {
+    matches!(a.kind, Kind::StrIn | Kind::StrOut) || is_str_array(a)
+}
+
+/// MPI_Session is an `int` handle in C that the table's handle list does not decode (the
+/// sessions calls check it themselves); in Fortran it is an INTEGER like the others.
+fn is_session(a: &Arg) -> bool {
+    a.base == "MPI_Session" && !a.varargs
+}
+
 fn fortran_param_type(a: &Arg) -> String {
+    if is_str_array(a) {
+        return "*const c_char".into();
+    }
+    if is_session(a) {
+        return if a.depth == 0 {
+            "*const MPI_Fint".into()
+        } else {
+            "*mut MPI_Fint".into()
+        };
+    }
     match &a.kind {
         Kind::Handle(_) => "*const MPI_Fint".into(),
         Kind::Scalar(t) if a.has("fint") => {
@@ -73,6 +100,30 @@ fn entry(f: &Func, descriptors: bool, out: &mut String) {
         let unused = a.has("ftemp");
         let u = if unused { "_" } else { "" };
         params.push(format!("{u}{n}: {}", fortran_param_type(a)));
+        if is_str_array(a) {
+            lens.push(format!("{n}_len: usize"));
+            pre.push(if a.has("fargv") {
+                format!("let mut {n}_c = f::argv_in({n}, {n}_len);")
+            } else if a.has("fstrs") {
+                format!("let mut {n}_c = f::strs_in({n}, *count, {n}_len);")
+            } else {
+                format!("let mut {n}_c = f::argvs_in({n}, *count, {n}_len);")
+            });
+            pass.push(format!("{n}_c.as_ptr()"));
+            continue;
+        }
+        if a.has("ferrcodes") {
+            pass.push(format!("f::errcodes({n})"));
+            continue;
+        }
+        if is_session(a) {
+            pass.push(if a.depth == 0 {
+                format!("*{n}")
+            } else {
+                n.clone()
+            });
+            continue;
+        }
         match &a.kind {
             // MPI_Grequest_start from Fortran: the procedures take their arguments by
             // reference with an ierror, so the library gets C trampolines and a record of
@@ -431,6 +482,18 @@ pub fn constants(header: &str) -> Vec<Const> {
         let class = class.filter(|c| c != "File");
         out.push(Const { name, value, class });
     }
+    // An enumerator in mpi.h (MPI_Session has no handle cast there).
+    if let Some(v) = header
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("enum { MPI_SESSION_NULL = 0x"))
+        .and_then(|v| i64::from_str_radix(v.trim_end_matches(" };"), 16).ok())
+    {
+        out.push(Const {
+            name: "MPI_SESSION_NULL".into(),
+            value: v,
+            class: Some("Session".into()),
+        });
+    }
     out
 }
 
@@ -482,6 +545,10 @@ fn f77_body(consts: &[Const], value_functions: bool) -> String {
       COMMON /MPIPRIV2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE
       COMMON /MPIPRIVC/ MPI_ARGVS_NULL, MPI_ARGV_NULL
       SAVE /MPIFCMB5/, /MPIFCMB9/, /MPIPRIV1/, /MPIPRIV2/, /MPIPRIVC/
+! MPI 4.1: attach a buffer the library sizes (our own block)
+      INTEGER MPI_BUFFER_AUTOMATIC
+      COMMON /MPIPRIVBA/ MPI_BUFFER_AUTOMATIC
+      SAVE /MPIPRIVBA/
 ! The predefined callbacks
       EXTERNAL MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN
       EXTERNAL MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN
@@ -585,6 +652,15 @@ fn mpi_arg(a: &Arg) -> Option<Vec<String>> {
             f08_scalar_type(a, base)
         }
     };
+    if a.has("fargvs") {
+        return Some(vec![format!("character(len=*) :: {n}(count,*)")]);
+    }
+    if is_str_array(a) {
+        return Some(vec![format!("character(len=*) :: {n}(*)")]);
+    }
+    if is_session(a) {
+        return Some(vec![format!("integer :: {n}")]);
+    }
     Some(match &a.kind {
         Kind::Varargs | Kind::CArgs => vec![],
         Kind::Handle(_) => vec![format!("integer :: {n}")],
@@ -629,6 +705,7 @@ const F08_HANDLES: &[&str] = &[
     "Message",
     "Win",
     "File",
+    "Session",
 ];
 
 /// Free-form lines longer than 100 columns are continued with `&`.
@@ -669,6 +746,24 @@ fn f08_scalar_type(a: &Arg, base: &str) -> String {
 fn f08_arg(a: &Arg) -> Option<(Vec<String>, Vec<String>, Vec<String>)> {
     let n = &a.name;
     let one = |decl: String| (vec![decl.clone()], vec![decl], vec![n.clone()]);
+    if is_str_array(a) {
+        let dims = if a.has("fargvs") { "(count,*)" } else { "(*)" };
+        return Some((
+            vec![format!("character(len=*), intent(in) :: {n}{dims}")],
+            vec![format!("character(kind=c_char) :: {n}(*)")],
+            vec![n.clone()],
+        ));
+    }
+    if is_session(a) {
+        if a.depth == 0 {
+            return Some((
+                vec![format!("type(MPI_Session), intent(in) :: {n}")],
+                vec![format!("type(MPI_Session) :: {n}")],
+                vec![n.clone()],
+            ));
+        }
+        return Some(one(format!("type(MPI_Session) :: {n}")));
+    }
     Some(match &a.kind {
         Kind::Varargs | Kind::CArgs => (vec![], vec![], vec![]),
         Kind::Handle(c) => {
@@ -771,6 +866,8 @@ pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
          common /mpipriv2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE\n  \
          common /mpiprivc/ MPI_ARGVS_NULL, MPI_ARGV_NULL\n  \
          save /mpifcmb5/, /mpifcmb9/, /mpipriv1/, /mpipriv2/, /mpiprivc/\n  \
+         integer :: MPI_BUFFER_AUTOMATIC\n  common /mpiprivba/ MPI_BUFFER_AUTOMATIC\n  \
+         save /mpiprivba/\n  \
          external :: MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN\n  \
          external :: MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, MPI_COMM_DUP_FN\n  \
          external :: MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, MPI_TYPE_DUP_FN\n  \
@@ -804,7 +901,7 @@ pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
             }
             names.push(a.name.clone());
             decls.extend(idecl.iter().cloned());
-            if matches!(a.kind, Kind::StrIn | Kind::StrOut) {
+            if has_hidden_len(a) {
                 lens.push(format!("{}_len", a.name));
             }
         }
@@ -867,7 +964,7 @@ pub fn gen_f08_module(consts: &[Const], funcs: &[Func]) -> String {
             names.push(a.name.clone());
             decls.extend(mdecl.iter().cloned());
             actuals.extend(act.iter().cloned());
-            if matches!(a.kind, Kind::StrIn | Kind::StrOut) {
+            if has_hidden_len(a) {
                 lens.push(format!("len({}, kind=c_size_t)", a.name));
             }
         }

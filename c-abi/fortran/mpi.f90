@@ -554,6 +554,8 @@ module mpi
       PARAMETER (MPI_ERR_LASTCODE=1073741823)
       INTEGER MPI_MAX_PSET_NAME_LEN
       PARAMETER (MPI_MAX_PSET_NAME_LEN=256)
+      INTEGER MPI_SESSION_NULL
+      PARAMETER (MPI_SESSION_NULL=939524096)
       INTEGER MPI_SOURCE, MPI_TAG, MPI_ERROR, MPI_STATUS_SIZE
       PARAMETER (MPI_SOURCE=3, MPI_TAG=4, MPI_ERROR=5)
       PARAMETER (MPI_STATUS_SIZE=5)
@@ -579,6 +581,10 @@ module mpi
       COMMON /MPIPRIV2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE
       COMMON /MPIPRIVC/ MPI_ARGVS_NULL, MPI_ARGV_NULL
       SAVE /MPIFCMB5/, /MPIFCMB9/, /MPIPRIV1/, /MPIPRIV2/, /MPIPRIVC/
+! MPI 4.1: attach a buffer the library sizes (our own block)
+      INTEGER MPI_BUFFER_AUTOMATIC
+      COMMON /MPIPRIVBA/ MPI_BUFFER_AUTOMATIC
+      SAVE /MPIPRIVBA/
 ! The predefined callbacks
       EXTERNAL MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN
       EXTERNAL MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN
@@ -1133,6 +1139,55 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Buffer_iflush
+    subroutine MPI_Comm_attach_buffer(comm, buffer, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer :: size
+      integer :: ierror
+    end subroutine MPI_Comm_attach_buffer
+    subroutine MPI_Comm_detach_buffer(comm, buffer_addr, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+      type(*), dimension(*) :: buffer_addr
+      integer :: size
+      integer :: ierror
+    end subroutine MPI_Comm_detach_buffer
+    subroutine MPI_Comm_flush_buffer(comm, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: ierror
+    end subroutine MPI_Comm_flush_buffer
+    subroutine MPI_Comm_iflush_buffer(comm, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Comm_iflush_buffer
+    subroutine MPI_Comm_attach_buffer_c(comm, buffer, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Comm_attach_buffer_c
+    subroutine MPI_Comm_detach_buffer_c(comm, buffer_addr, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: comm
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+      type(*), dimension(*) :: buffer_addr
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Comm_detach_buffer_c
     subroutine MPI_Probe(source, tag, comm, status, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -2225,6 +2280,14 @@ module mpi
       integer :: op
       integer :: ierror
     end subroutine MPI_Op_create
+    subroutine MPI_Op_create_c(user_fn, commute, op, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      external :: user_fn
+      logical :: commute
+      integer :: op
+      integer :: ierror
+    end subroutine MPI_Op_create_c
     subroutine MPI_Op_free(op, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -3464,6 +3527,22 @@ module mpi
       integer :: combiner
       integer :: ierror
     end subroutine MPI_Type_get_envelope_c
+    subroutine MPI_Type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts, &
+        & max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts,  &
+        & array_of_datatypes, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: max_integers
+      integer(kind=MPI_COUNT_KIND) :: max_addresses
+      integer(kind=MPI_COUNT_KIND) :: max_large_counts
+      integer(kind=MPI_COUNT_KIND) :: max_datatypes
+      integer :: array_of_integers(*)
+      integer(kind=MPI_ADDRESS_KIND) :: array_of_addresses(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_large_counts(*)
+      integer :: array_of_datatypes(*)
+      integer :: ierror
+    end subroutine MPI_Type_get_contents_c
     subroutine MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize,  &
         & position, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
@@ -4519,6 +4598,22 @@ module mpi
       integer :: newtype
       integer :: ierror
     end subroutine MPI_Type_create_subarray_c
+    subroutine MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: size
+      integer :: rank
+      integer :: ndims
+      integer(kind=MPI_COUNT_KIND) :: array_of_gsizes(*)
+      integer :: array_of_distribs(*)
+      integer :: array_of_dargs(*)
+      integer :: array_of_psizes(*)
+      integer :: order
+      integer :: oldtype
+      integer :: newtype
+      integer :: ierror
+    end subroutine MPI_Type_create_darray_c
     subroutine MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -5138,6 +5233,201 @@ module mpi
       integer :: request
       integer :: ierror
     end subroutine MPI_Neighbor_alltoallw_init
+    subroutine MPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Gatherv_init_c
+    subroutine MPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      integer :: recvtype
+      integer :: root
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Scatterv_init_c
+    subroutine MPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, &
+        & recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Allgatherv_init_c
+    subroutine MPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Alltoallv_init_c
+    subroutine MPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Alltoallw_init_c
+    subroutine MPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm,  &
+        & info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer :: datatype
+      integer :: op
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Reduce_scatter_init_c
+    subroutine MPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcounts, displs, recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_allgatherv_init_c
+    subroutine MPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtype
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtype
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoallv_init_c
+    subroutine MPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      integer :: sendtypes(*)
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      integer :: recvtypes(*)
+      integer :: comm
+      integer :: info
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Neighbor_alltoallw_init_c
+    subroutine MPI_Comm_spawn(command, argv, maxprocs, info, root, comm, intercomm,  &
+        & array_of_errcodes, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: command
+      character(len=*) :: argv(*)
+      integer :: maxprocs
+      integer :: info
+      integer :: root
+      integer :: comm
+      integer :: intercomm
+      integer :: array_of_errcodes(*)
+      integer :: ierror
+    end subroutine MPI_Comm_spawn
+    subroutine MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv,  &
+        & array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: count
+      character(len=*) :: array_of_commands(*)
+      character(len=*) :: array_of_argv(count,*)
+      integer :: array_of_maxprocs(*)
+      integer :: array_of_info(*)
+      integer :: root
+      integer :: comm
+      integer :: intercomm
+      integer :: array_of_errcodes(*)
+      integer :: ierror
+    end subroutine MPI_Comm_spawn_multiple
     subroutine MPI_Comm_accept(port_name, info, root, comm, newcomm, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -6541,5 +6831,149 @@ module mpi
       type(*), dimension(*) :: extra_state
       integer :: ierror
     end subroutine MPI_Register_datarep
+    subroutine MPI_Register_datarep_c(datarep, read_conversion_fn, write_conversion_fn,  &
+        & dtype_file_extent_fn, extra_state, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      character(len=*) :: datarep
+      external :: read_conversion_fn
+      external :: write_conversion_fn
+      external :: dtype_file_extent_fn
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
+      type(*), dimension(*) :: extra_state
+      integer :: ierror
+    end subroutine MPI_Register_datarep_c
+    subroutine MPI_Session_init(info, errhandler, session, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: info
+      integer :: errhandler
+      integer :: session
+      integer :: ierror
+    end subroutine MPI_Session_init
+    subroutine MPI_Session_finalize(session, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: ierror
+    end subroutine MPI_Session_finalize
+    subroutine MPI_Session_get_num_psets(session, info, npset_names, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: info
+      integer :: npset_names
+      integer :: ierror
+    end subroutine MPI_Session_get_num_psets
+    subroutine MPI_Session_get_nth_pset(session, info, n, pset_len, pset_name, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: info
+      integer :: n
+      integer :: pset_len
+      character(len=*) :: pset_name
+      integer :: ierror
+    end subroutine MPI_Session_get_nth_pset
+    subroutine MPI_Session_get_pset_info(session, pset_name, info, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      character(len=*) :: pset_name
+      integer :: info
+      integer :: ierror
+    end subroutine MPI_Session_get_pset_info
+    subroutine MPI_Session_get_info(session, info_used, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: info_used
+      integer :: ierror
+    end subroutine MPI_Session_get_info
+    subroutine MPI_Group_from_session_pset(session, pset_name, newgroup, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      character(len=*) :: pset_name
+      integer :: newgroup
+      integer :: ierror
+    end subroutine MPI_Group_from_session_pset
+    subroutine MPI_Session_create_errhandler(session_errhandler_fn, errhandler, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      external :: session_errhandler_fn
+      integer :: errhandler
+      integer :: ierror
+    end subroutine MPI_Session_create_errhandler
+    subroutine MPI_Session_set_errhandler(session, errhandler, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: errhandler
+      integer :: ierror
+    end subroutine MPI_Session_set_errhandler
+    subroutine MPI_Session_get_errhandler(session, errhandler, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: errhandler
+      integer :: ierror
+    end subroutine MPI_Session_get_errhandler
+    subroutine MPI_Session_call_errhandler(session, errorcode, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: errorcode
+      integer :: ierror
+    end subroutine MPI_Session_call_errhandler
+    subroutine MPI_Session_attach_buffer(session, buffer, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer :: size
+      integer :: ierror
+    end subroutine MPI_Session_attach_buffer
+    subroutine MPI_Session_detach_buffer(session, buffer_addr, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+      type(*), dimension(*) :: buffer_addr
+      integer :: size
+      integer :: ierror
+    end subroutine MPI_Session_detach_buffer
+    subroutine MPI_Session_flush_buffer(session, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: ierror
+    end subroutine MPI_Session_flush_buffer
+    subroutine MPI_Session_iflush_buffer(session, request, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      integer :: request
+      integer :: ierror
+    end subroutine MPI_Session_iflush_buffer
+    subroutine MPI_Session_attach_buffer_c(session, buffer, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Session_attach_buffer_c
+    subroutine MPI_Session_detach_buffer_c(session, buffer_addr, size, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: session
+      !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+      type(*), dimension(*) :: buffer_addr
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer :: ierror
+    end subroutine MPI_Session_detach_buffer_c
   end interface
 end module mpi

@@ -33,6 +33,9 @@ module mpi_f08
   type, bind(C) :: MPI_File
     integer(c_int) :: MPI_VAL
   end type MPI_File
+  type, bind(C) :: MPI_Session
+    integer(c_int) :: MPI_VAL
+  end type MPI_Session
   type, bind(C) :: MPI_Status
     integer(c_int) :: count_lo, count_hi_and_cancelled, MPI_SOURCE, MPI_TAG, MPI_ERROR
   end type MPI_Status
@@ -314,6 +317,7 @@ module mpi_f08
   integer, parameter :: MPI_T_ERR_NOT_SUPPORTED = 78
   integer, parameter :: MPI_ERR_LASTCODE = 1073741823
   integer, parameter :: MPI_MAX_PSET_NAME_LEN = 256
+  type(MPI_Session), parameter :: MPI_SESSION_NULL = MPI_Session(939524096)
   type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)
   ! The sentinels: mpif.h's common blocks.
   integer :: MPI_BOTTOM, MPI_IN_PLACE, MPI_UNWEIGHTED, MPI_WEIGHTS_EMPTY
@@ -326,6 +330,9 @@ module mpi_f08
   common /mpipriv2/ MPI_STATUSES_IGNORE, MPI_ERRCODES_IGNORE
   common /mpiprivc/ MPI_ARGVS_NULL, MPI_ARGV_NULL
   save /mpifcmb5/, /mpifcmb9/, /mpipriv1/, /mpipriv2/, /mpiprivc/
+  integer :: MPI_BUFFER_AUTOMATIC
+  common /mpiprivba/ MPI_BUFFER_AUTOMATIC
+  save /mpiprivba/
   external :: MPI_NULL_COPY_FN, MPI_NULL_DELETE_FN, MPI_DUP_FN
   external :: MPI_COMM_NULL_COPY_FN, MPI_COMM_NULL_DELETE_FN, MPI_COMM_DUP_FN
   external :: MPI_TYPE_NULL_COPY_FN, MPI_TYPE_NULL_DELETE_FN, MPI_TYPE_DUP_FN
@@ -389,6 +396,12 @@ module mpi_f08
   end interface
   interface operator(/=)
     module procedure tsunagi_File_ne
+  end interface
+  interface operator(==)
+    module procedure tsunagi_Session_eq
+  end interface
+  interface operator(/=)
+    module procedure tsunagi_Session_ne
   end interface
   interface
     subroutine tsunagi_init(ierror) bind(C, name="mpi_init_")
@@ -881,6 +894,50 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_buffer_iflush
+    subroutine tsunagi_comm_attach_buffer(comm, buffer, size, ierror) bind(C,  &
+        & name="mpi_comm_attach_buffer_")
+      import
+      type(MPI_Comm) :: comm
+      type(*), dimension(*) :: buffer
+      integer :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_attach_buffer
+    subroutine tsunagi_comm_detach_buffer(comm, buffer_addr, size, ierror) bind(C,  &
+        & name="mpi_comm_detach_buffer_")
+      import
+      type(MPI_Comm) :: comm
+      type(*), dimension(*) :: buffer_addr
+      integer :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_detach_buffer
+    subroutine tsunagi_comm_flush_buffer(comm, ierror) bind(C, name="mpi_comm_flush_buffer_")
+      import
+      type(MPI_Comm) :: comm
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_flush_buffer
+    subroutine tsunagi_comm_iflush_buffer(comm, request, ierror) bind(C,  &
+        & name="mpi_comm_iflush_buffer_")
+      import
+      type(MPI_Comm) :: comm
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_iflush_buffer
+    subroutine tsunagi_comm_attach_buffer_c(comm, buffer, size, ierror) bind(C,  &
+        & name="mpi_comm_attach_buffer_c_")
+      import
+      type(MPI_Comm) :: comm
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_attach_buffer_c
+    subroutine tsunagi_comm_detach_buffer_c(comm, buffer_addr, size, ierror) bind(C,  &
+        & name="mpi_comm_detach_buffer_c_")
+      import
+      type(MPI_Comm) :: comm
+      type(*), dimension(*) :: buffer_addr
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_comm_detach_buffer_c
     subroutine tsunagi_probe(source, tag, comm, status, ierror) bind(C, name="mpi_probe_")
       import
       integer :: source
@@ -1906,6 +1963,13 @@ module mpi_f08
       type(MPI_Op) :: op
       integer(c_int) :: ierror
     end subroutine tsunagi_op_create
+    subroutine tsunagi_op_create_c(user_fn, commute, op, ierror) bind(C, name="mpi_op_create_c_")
+      import
+      type(c_funptr), value :: user_fn
+      logical :: commute
+      type(MPI_Op) :: op
+      integer(c_int) :: ierror
+    end subroutine tsunagi_op_create_c
     subroutine tsunagi_op_free(op, ierror) bind(C, name="mpi_op_free_")
       import
       type(MPI_Op) :: op
@@ -3004,6 +3068,22 @@ module mpi_f08
       integer :: combiner
       integer(c_int) :: ierror
     end subroutine tsunagi_type_get_envelope_c
+    subroutine tsunagi_type_get_contents_c(datatype, max_integers, max_addresses,  &
+        & max_large_counts, max_datatypes, array_of_integers, array_of_addresses,  &
+        & array_of_large_counts, array_of_datatypes, ierror) bind(C,  &
+        & name="mpi_type_get_contents_c_")
+      import
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: max_integers
+      integer(kind=MPI_COUNT_KIND) :: max_addresses
+      integer(kind=MPI_COUNT_KIND) :: max_large_counts
+      integer(kind=MPI_COUNT_KIND) :: max_datatypes
+      integer :: array_of_integers(*)
+      integer(kind=MPI_ADDRESS_KIND) :: array_of_addresses(*)
+      integer(kind=MPI_COUNT_KIND) :: array_of_large_counts(*)
+      type(MPI_Datatype) :: array_of_datatypes(*)
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_get_contents_c
     subroutine tsunagi_pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize,  &
         & position, ierror, datarep_len) bind(C, name="mpi_pack_external_c_")
       import
@@ -3915,6 +3995,22 @@ module mpi_f08
       type(MPI_Datatype) :: newtype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_create_subarray_c
+    subroutine tsunagi_type_create_darray_c(size, rank, ndims, array_of_gsizes,  &
+        & array_of_distribs, array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)  &
+        & bind(C, name="mpi_type_create_darray_c_")
+      import
+      integer :: size
+      integer :: rank
+      integer :: ndims
+      integer(kind=MPI_COUNT_KIND) :: array_of_gsizes(*)
+      integer :: array_of_distribs(*)
+      integer :: array_of_dargs(*)
+      integer :: array_of_psizes(*)
+      integer :: order
+      type(MPI_Datatype) :: oldtype
+      type(MPI_Datatype) :: newtype
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_create_darray_c
     subroutine tsunagi_pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm,  &
         & ierror) bind(C, name="mpi_pack_c_")
       import
@@ -4447,6 +4543,183 @@ module mpi_f08
       type(MPI_Request) :: request
       integer(c_int) :: ierror
     end subroutine tsunagi_neighbor_alltoallw_init
+    subroutine tsunagi_gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, root, comm, info, request, ierror) bind(C, name="mpi_gatherv_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_gatherv_init_c
+    subroutine tsunagi_scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf,  &
+        & recvcount, recvtype, root, comm, info, request, ierror) bind(C,  &
+        & name="mpi_scatterv_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcount
+      type(MPI_Datatype) :: recvtype
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_scatterv_init_c
+    subroutine tsunagi_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, info, request, ierror) bind(C, name="mpi_allgatherv_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_allgatherv_init_c
+    subroutine tsunagi_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_alltoallv_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoallv_init_c
+    subroutine tsunagi_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror) bind(C,  &
+        & name="mpi_alltoallw_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_alltoallw_init_c
+    subroutine tsunagi_reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm,  &
+        & info, request, ierror) bind(C, name="mpi_reduce_scatter_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      type(MPI_Datatype) :: datatype
+      type(MPI_Op) :: op
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_reduce_scatter_init_c
+    subroutine tsunagi_neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf,  &
+        & recvcounts, displs, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_allgatherv_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcount
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_allgatherv_init_c
+    subroutine tsunagi_neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype,  &
+        & recvbuf, recvcounts, rdispls, recvtype, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_alltoallv_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtype
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtype
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoallv_init_c
+    subroutine tsunagi_neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes,  &
+        & recvbuf, recvcounts, rdispls, recvtypes, comm, info, request, ierror) bind(C,  &
+        & name="mpi_neighbor_alltoallw_init_c_")
+      import
+      type(*), dimension(*) :: sendbuf
+      integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+      type(MPI_Datatype) :: sendtypes(*)
+      type(*), dimension(*) :: recvbuf
+      integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+      integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+      type(MPI_Datatype) :: recvtypes(*)
+      type(MPI_Comm) :: comm
+      type(MPI_Info) :: info
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_neighbor_alltoallw_init_c
+    subroutine tsunagi_comm_spawn(command, argv, maxprocs, info, root, comm, intercomm,  &
+        & array_of_errcodes, ierror, command_len, argv_len) bind(C, name="mpi_comm_spawn_")
+      import
+      character(kind=c_char) :: command(*)
+      character(kind=c_char) :: argv(*)
+      integer :: maxprocs
+      type(MPI_Info) :: info
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Comm) :: intercomm
+      integer :: array_of_errcodes(*)
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: command_len
+      integer(c_size_t), value :: argv_len
+    end subroutine tsunagi_comm_spawn
+    subroutine tsunagi_comm_spawn_multiple(count, array_of_commands, array_of_argv,  &
+        & array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes, ierror,  &
+        & array_of_commands_len, array_of_argv_len) bind(C, name="mpi_comm_spawn_multiple_")
+      import
+      integer :: count
+      character(kind=c_char) :: array_of_commands(*)
+      character(kind=c_char) :: array_of_argv(*)
+      integer :: array_of_maxprocs(*)
+      type(MPI_Info) :: array_of_info(*)
+      integer :: root
+      type(MPI_Comm) :: comm
+      type(MPI_Comm) :: intercomm
+      integer :: array_of_errcodes(*)
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: array_of_commands_len
+      integer(c_size_t), value :: array_of_argv_len
+    end subroutine tsunagi_comm_spawn_multiple
     subroutine tsunagi_comm_accept(port_name, info, root, comm, newcomm, ierror,  &
         & port_name_len) bind(C, name="mpi_comm_accept_")
       import
@@ -5738,6 +6011,148 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: datarep_len
     end subroutine tsunagi_register_datarep
+    subroutine tsunagi_register_datarep_c(datarep, read_conversion_fn, write_conversion_fn,  &
+        & dtype_file_extent_fn, extra_state, ierror, datarep_len) bind(C,  &
+        & name="mpi_register_datarep_c_")
+      import
+      character(kind=c_char) :: datarep(*)
+      type(c_funptr), value :: read_conversion_fn
+      type(c_funptr), value :: write_conversion_fn
+      type(c_funptr), value :: dtype_file_extent_fn
+      type(*), dimension(*) :: extra_state
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: datarep_len
+    end subroutine tsunagi_register_datarep_c
+    subroutine tsunagi_session_init(info, errhandler, session, ierror) bind(C,  &
+        & name="mpi_session_init_")
+      import
+      type(MPI_Info) :: info
+      type(MPI_Errhandler) :: errhandler
+      type(MPI_Session) :: session
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_init
+    subroutine tsunagi_session_finalize(session, ierror) bind(C, name="mpi_session_finalize_")
+      import
+      type(MPI_Session) :: session
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_finalize
+    subroutine tsunagi_session_get_num_psets(session, info, npset_names, ierror) bind(C,  &
+        & name="mpi_session_get_num_psets_")
+      import
+      type(MPI_Session) :: session
+      type(MPI_Info) :: info
+      integer :: npset_names
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_get_num_psets
+    subroutine tsunagi_session_get_nth_pset(session, info, n, pset_len, pset_name, ierror,  &
+        & pset_name_len) bind(C, name="mpi_session_get_nth_pset_")
+      import
+      type(MPI_Session) :: session
+      type(MPI_Info) :: info
+      integer :: n
+      integer :: pset_len
+      character(kind=c_char) :: pset_name(*)
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: pset_name_len
+    end subroutine tsunagi_session_get_nth_pset
+    subroutine tsunagi_session_get_pset_info(session, pset_name, info, ierror, pset_name_len)  &
+        & bind(C, name="mpi_session_get_pset_info_")
+      import
+      type(MPI_Session) :: session
+      character(kind=c_char) :: pset_name(*)
+      type(MPI_Info) :: info
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: pset_name_len
+    end subroutine tsunagi_session_get_pset_info
+    subroutine tsunagi_session_get_info(session, info_used, ierror) bind(C,  &
+        & name="mpi_session_get_info_")
+      import
+      type(MPI_Session) :: session
+      type(MPI_Info) :: info_used
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_get_info
+    subroutine tsunagi_group_from_session_pset(session, pset_name, newgroup, ierror,  &
+        & pset_name_len) bind(C, name="mpi_group_from_session_pset_")
+      import
+      type(MPI_Session) :: session
+      character(kind=c_char) :: pset_name(*)
+      type(MPI_Group) :: newgroup
+      integer(c_int) :: ierror
+      integer(c_size_t), value :: pset_name_len
+    end subroutine tsunagi_group_from_session_pset
+    subroutine tsunagi_session_create_errhandler(session_errhandler_fn, errhandler, ierror)  &
+        & bind(C, name="mpi_session_create_errhandler_")
+      import
+      type(c_funptr), value :: session_errhandler_fn
+      type(MPI_Errhandler) :: errhandler
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_create_errhandler
+    subroutine tsunagi_session_set_errhandler(session, errhandler, ierror) bind(C,  &
+        & name="mpi_session_set_errhandler_")
+      import
+      type(MPI_Session) :: session
+      type(MPI_Errhandler) :: errhandler
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_set_errhandler
+    subroutine tsunagi_session_get_errhandler(session, errhandler, ierror) bind(C,  &
+        & name="mpi_session_get_errhandler_")
+      import
+      type(MPI_Session) :: session
+      type(MPI_Errhandler) :: errhandler
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_get_errhandler
+    subroutine tsunagi_session_call_errhandler(session, errorcode, ierror) bind(C,  &
+        & name="mpi_session_call_errhandler_")
+      import
+      type(MPI_Session) :: session
+      integer :: errorcode
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_call_errhandler
+    subroutine tsunagi_session_attach_buffer(session, buffer, size, ierror) bind(C,  &
+        & name="mpi_session_attach_buffer_")
+      import
+      type(MPI_Session) :: session
+      type(*), dimension(*) :: buffer
+      integer :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_attach_buffer
+    subroutine tsunagi_session_detach_buffer(session, buffer_addr, size, ierror) bind(C,  &
+        & name="mpi_session_detach_buffer_")
+      import
+      type(MPI_Session) :: session
+      type(*), dimension(*) :: buffer_addr
+      integer :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_detach_buffer
+    subroutine tsunagi_session_flush_buffer(session, ierror) bind(C,  &
+        & name="mpi_session_flush_buffer_")
+      import
+      type(MPI_Session) :: session
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_flush_buffer
+    subroutine tsunagi_session_iflush_buffer(session, request, ierror) bind(C,  &
+        & name="mpi_session_iflush_buffer_")
+      import
+      type(MPI_Session) :: session
+      type(MPI_Request) :: request
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_iflush_buffer
+    subroutine tsunagi_session_attach_buffer_c(session, buffer, size, ierror) bind(C,  &
+        & name="mpi_session_attach_buffer_c_")
+      import
+      type(MPI_Session) :: session
+      type(*), dimension(*) :: buffer
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_attach_buffer_c
+    subroutine tsunagi_session_detach_buffer_c(session, buffer_addr, size, ierror) bind(C,  &
+        & name="mpi_session_detach_buffer_c_")
+      import
+      type(MPI_Session) :: session
+      type(*), dimension(*) :: buffer_addr
+      integer(kind=MPI_COUNT_KIND) :: size
+      integer(c_int) :: ierror
+    end subroutine tsunagi_session_detach_buffer_c
   end interface
 contains
   elemental logical function tsunagi_Comm_eq(a, b)
@@ -5820,6 +6235,14 @@ contains
     type(MPI_File), intent(in) :: a, b
     tsunagi_File_ne = a%MPI_VAL /= b%MPI_VAL
   end function tsunagi_File_ne
+  elemental logical function tsunagi_Session_eq(a, b)
+    type(MPI_Session), intent(in) :: a, b
+    tsunagi_Session_eq = a%MPI_VAL == b%MPI_VAL
+  end function tsunagi_Session_eq
+  elemental logical function tsunagi_Session_ne(a, b)
+    type(MPI_Session), intent(in) :: a, b
+    tsunagi_Session_ne = a%MPI_VAL /= b%MPI_VAL
+  end function tsunagi_Session_ne
   subroutine MPI_Init(ierror)
     integer, optional, intent(out) :: ierror
     integer(c_int) :: ierror_c
@@ -6422,6 +6845,61 @@ contains
     call tsunagi_buffer_iflush(request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Buffer_iflush
+  subroutine MPI_Comm_attach_buffer(comm, buffer, size, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer, intent(in) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_attach_buffer(comm, buffer, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_attach_buffer
+  subroutine MPI_Comm_detach_buffer(comm, buffer_addr, size, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+    type(*), dimension(*) :: buffer_addr
+    integer :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_detach_buffer(comm, buffer_addr, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_detach_buffer
+  subroutine MPI_Comm_flush_buffer(comm, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_flush_buffer(comm, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_flush_buffer
+  subroutine MPI_Comm_iflush_buffer(comm, request, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_iflush_buffer(comm, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_iflush_buffer
+  subroutine MPI_Comm_attach_buffer_c(comm, buffer, size, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_attach_buffer_c(comm, buffer, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_attach_buffer_c
+  subroutine MPI_Comm_detach_buffer_c(comm, buffer_addr, size, ierror)
+    type(MPI_Comm), intent(in) :: comm
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+    type(*), dimension(*) :: buffer_addr
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_detach_buffer_c(comm, buffer_addr, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_detach_buffer_c
   subroutine MPI_Probe(source, tag, comm, status, ierror)
     integer, intent(in) :: source
     integer, intent(in) :: tag
@@ -7661,6 +8139,15 @@ contains
     call tsunagi_op_create(c_funloc(user_fn), commute, op, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Op_create
+  subroutine MPI_Op_create_c(user_fn, commute, op, ierror)
+    external :: user_fn
+    logical, intent(in) :: commute
+    type(MPI_Op) :: op
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_op_create_c(c_funloc(user_fn), commute, op, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Op_create_c
   subroutine MPI_Op_free(op, ierror)
     type(MPI_Op) :: op
     integer, optional, intent(out) :: ierror
@@ -9034,6 +9521,25 @@ contains
         & num_datatypes, combiner, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_get_envelope_c
+  subroutine MPI_Type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts,  &
+      & max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts,  &
+      & array_of_datatypes, ierror)
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND), intent(in) :: max_integers
+    integer(kind=MPI_COUNT_KIND), intent(in) :: max_addresses
+    integer(kind=MPI_COUNT_KIND), intent(in) :: max_large_counts
+    integer(kind=MPI_COUNT_KIND), intent(in) :: max_datatypes
+    integer :: array_of_integers(*)
+    integer(kind=MPI_ADDRESS_KIND) :: array_of_addresses(*)
+    integer(kind=MPI_COUNT_KIND) :: array_of_large_counts(*)
+    type(MPI_Datatype) :: array_of_datatypes(*)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_get_contents_c(datatype, max_integers, max_addresses, max_large_counts,  &
+        & max_datatypes, array_of_integers, array_of_addresses, array_of_large_counts,  &
+        & array_of_datatypes, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_get_contents_c
   subroutine MPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position,  &
       & ierror)
     character(len=*) :: datarep
@@ -10213,6 +10719,24 @@ contains
         & array_of_starts, order, oldtype, newtype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_create_subarray_c
+  subroutine MPI_Type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+      & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror)
+    integer, intent(in) :: size
+    integer, intent(in) :: rank
+    integer, intent(in) :: ndims
+    integer(kind=MPI_COUNT_KIND) :: array_of_gsizes(*)
+    integer :: array_of_distribs(*)
+    integer :: array_of_dargs(*)
+    integer :: array_of_psizes(*)
+    integer, intent(in) :: order
+    type(MPI_Datatype), intent(in) :: oldtype
+    type(MPI_Datatype) :: newtype
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_create_darray_c(size, rank, ndims, array_of_gsizes, array_of_distribs,  &
+        & array_of_dargs, array_of_psizes, order, oldtype, newtype, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_create_darray_c
   subroutine MPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm, ierror)
     !GCC$ ATTRIBUTES NO_ARG_CHECK :: inbuf
     type(*), dimension(*) :: inbuf
@@ -10897,6 +11421,224 @@ contains
         & recvcounts, rdispls, recvtypes, comm, info, request, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Neighbor_alltoallw_init
+  subroutine MPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Gatherv_init_c
+  subroutine MPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+      & recvtype, root, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: recvcount
+    type(MPI_Datatype), intent(in) :: recvtype
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,  &
+        & recvtype, root, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Scatterv_init_c
+  subroutine MPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+      & recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,  &
+        & recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Allgatherv_init_c
+  subroutine MPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+      & rdispls, recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,  &
+        & rdispls, recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoallv_init_c
+  subroutine MPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, &
+      & rdispls, recvtypes, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts, &
+        & rdispls, recvtypes, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Alltoallw_init_c
+  subroutine MPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,  &
+      & request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    type(MPI_Datatype), intent(in) :: datatype
+    type(MPI_Op), intent(in) :: op
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,  &
+        & request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Reduce_scatter_init_c
+  subroutine MPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+      & displs, recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND), intent(in) :: sendcount
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: displs(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,  &
+        & displs, recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_allgatherv_init_c
+  subroutine MPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+      & recvcounts, rdispls, recvtype, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype), intent(in) :: sendtype
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype), intent(in) :: recvtype
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,  &
+        & recvcounts, rdispls, recvtype, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoallv_init_c
+  subroutine MPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+      & recvcounts, rdispls, recvtypes, comm, info, request, ierror)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: sendbuf
+    type(*), dimension(*) :: sendbuf
+    integer(kind=MPI_COUNT_KIND) :: sendcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: sdispls(*)
+    type(MPI_Datatype) :: sendtypes(*)
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: recvbuf
+    type(*), dimension(*) :: recvbuf
+    integer(kind=MPI_COUNT_KIND) :: recvcounts(*)
+    integer(kind=MPI_ADDRESS_KIND) :: rdispls(*)
+    type(MPI_Datatype) :: recvtypes(*)
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,  &
+        & recvcounts, rdispls, recvtypes, comm, info, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Neighbor_alltoallw_init_c
+  subroutine MPI_Comm_spawn(command, argv, maxprocs, info, root, comm, intercomm,  &
+      & array_of_errcodes, ierror)
+    character(len=*) :: command
+    character(len=*), intent(in) :: argv(*)
+    integer, intent(in) :: maxprocs
+    type(MPI_Info), intent(in) :: info
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Comm) :: intercomm
+    integer :: array_of_errcodes(*)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_spawn(command, argv, maxprocs, info, root, comm, intercomm,  &
+        & array_of_errcodes, ierror_c, len(command, kind=c_size_t), len(argv, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_spawn
+  subroutine MPI_Comm_spawn_multiple(count, array_of_commands, array_of_argv,  &
+      & array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes, ierror)
+    integer, intent(in) :: count
+    character(len=*), intent(in) :: array_of_commands(*)
+    character(len=*), intent(in) :: array_of_argv(count,*)
+    integer :: array_of_maxprocs(*)
+    type(MPI_Info) :: array_of_info(*)
+    integer, intent(in) :: root
+    type(MPI_Comm), intent(in) :: comm
+    type(MPI_Comm) :: intercomm
+    integer :: array_of_errcodes(*)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_comm_spawn_multiple(count, array_of_commands, array_of_argv,  &
+        & array_of_maxprocs, array_of_info, root, comm, intercomm, array_of_errcodes, ierror_c, &
+        & len(array_of_commands, kind=c_size_t), len(array_of_argv, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Comm_spawn_multiple
   subroutine MPI_Comm_accept(port_name, info, root, comm, newcomm, ierror)
     character(len=*) :: port_name
     type(MPI_Info), intent(in) :: info
@@ -12466,4 +13208,171 @@ contains
         & len(datarep, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Register_datarep
+  subroutine MPI_Register_datarep_c(datarep, read_conversion_fn, write_conversion_fn,  &
+      & dtype_file_extent_fn, extra_state, ierror)
+    character(len=*) :: datarep
+    external :: read_conversion_fn
+    external :: write_conversion_fn
+    external :: dtype_file_extent_fn
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: extra_state
+    type(*), dimension(*) :: extra_state
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_register_datarep_c(datarep, c_funloc(read_conversion_fn),  &
+        & c_funloc(write_conversion_fn), c_funloc(dtype_file_extent_fn), extra_state, ierror_c, &
+        & len(datarep, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Register_datarep_c
+  subroutine MPI_Session_init(info, errhandler, session, ierror)
+    type(MPI_Info), intent(in) :: info
+    type(MPI_Errhandler), intent(in) :: errhandler
+    type(MPI_Session) :: session
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_init(info, errhandler, session, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_init
+  subroutine MPI_Session_finalize(session, ierror)
+    type(MPI_Session) :: session
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_finalize(session, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_finalize
+  subroutine MPI_Session_get_num_psets(session, info, npset_names, ierror)
+    type(MPI_Session), intent(in) :: session
+    type(MPI_Info), intent(in) :: info
+    integer :: npset_names
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_get_num_psets(session, info, npset_names, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_get_num_psets
+  subroutine MPI_Session_get_nth_pset(session, info, n, pset_len, pset_name, ierror)
+    type(MPI_Session), intent(in) :: session
+    type(MPI_Info), intent(in) :: info
+    integer, intent(in) :: n
+    integer :: pset_len
+    character(len=*) :: pset_name
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_get_nth_pset(session, info, n, pset_len, pset_name, ierror_c,  &
+        & len(pset_name, kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_get_nth_pset
+  subroutine MPI_Session_get_pset_info(session, pset_name, info, ierror)
+    type(MPI_Session), intent(in) :: session
+    character(len=*) :: pset_name
+    type(MPI_Info) :: info
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_get_pset_info(session, pset_name, info, ierror_c, len(pset_name,  &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_get_pset_info
+  subroutine MPI_Session_get_info(session, info_used, ierror)
+    type(MPI_Session), intent(in) :: session
+    type(MPI_Info) :: info_used
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_get_info(session, info_used, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_get_info
+  subroutine MPI_Group_from_session_pset(session, pset_name, newgroup, ierror)
+    type(MPI_Session), intent(in) :: session
+    character(len=*) :: pset_name
+    type(MPI_Group) :: newgroup
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_group_from_session_pset(session, pset_name, newgroup, ierror_c, len(pset_name, &
+        & kind=c_size_t))
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Group_from_session_pset
+  subroutine MPI_Session_create_errhandler(session_errhandler_fn, errhandler, ierror)
+    external :: session_errhandler_fn
+    type(MPI_Errhandler) :: errhandler
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_create_errhandler(c_funloc(session_errhandler_fn), errhandler, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_create_errhandler
+  subroutine MPI_Session_set_errhandler(session, errhandler, ierror)
+    type(MPI_Session), intent(in) :: session
+    type(MPI_Errhandler), intent(in) :: errhandler
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_set_errhandler(session, errhandler, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_set_errhandler
+  subroutine MPI_Session_get_errhandler(session, errhandler, ierror)
+    type(MPI_Session), intent(in) :: session
+    type(MPI_Errhandler) :: errhandler
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_get_errhandler(session, errhandler, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_get_errhandler
+  subroutine MPI_Session_call_errhandler(session, errorcode, ierror)
+    type(MPI_Session), intent(in) :: session
+    integer, intent(in) :: errorcode
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_call_errhandler(session, errorcode, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_call_errhandler
+  subroutine MPI_Session_attach_buffer(session, buffer, size, ierror)
+    type(MPI_Session), intent(in) :: session
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer, intent(in) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_attach_buffer(session, buffer, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_attach_buffer
+  subroutine MPI_Session_detach_buffer(session, buffer_addr, size, ierror)
+    type(MPI_Session), intent(in) :: session
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+    type(*), dimension(*) :: buffer_addr
+    integer :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_detach_buffer(session, buffer_addr, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_detach_buffer
+  subroutine MPI_Session_flush_buffer(session, ierror)
+    type(MPI_Session), intent(in) :: session
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_flush_buffer(session, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_flush_buffer
+  subroutine MPI_Session_iflush_buffer(session, request, ierror)
+    type(MPI_Session), intent(in) :: session
+    type(MPI_Request) :: request
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_iflush_buffer(session, request, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_iflush_buffer
+  subroutine MPI_Session_attach_buffer_c(session, buffer, size, ierror)
+    type(MPI_Session), intent(in) :: session
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer
+    type(*), dimension(*) :: buffer
+    integer(kind=MPI_COUNT_KIND), intent(in) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_attach_buffer_c(session, buffer, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_attach_buffer_c
+  subroutine MPI_Session_detach_buffer_c(session, buffer_addr, size, ierror)
+    type(MPI_Session), intent(in) :: session
+    !GCC$ ATTRIBUTES NO_ARG_CHECK :: buffer_addr
+    type(*), dimension(*) :: buffer_addr
+    integer(kind=MPI_COUNT_KIND) :: size
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_session_detach_buffer_c(session, buffer_addr, size, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Session_detach_buffer_c
 end module mpi_f08

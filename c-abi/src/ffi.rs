@@ -95,6 +95,20 @@ pub type MPI_Datarep_conversion_function = Option<
         *mut c_void,
     ) -> c_int,
 >;
+pub type MPI_Datarep_conversion_function_c = Option<
+    unsafe extern "C" fn(
+        *mut c_void,
+        MPI_Datatype,
+        MPI_Count,
+        *mut c_void,
+        MPI_Offset,
+        *mut c_void,
+    ) -> c_int,
+>;
+pub type MPI_User_function_c =
+    Option<unsafe extern "C" fn(*mut c_void, *mut c_void, *mut MPI_Count, *mut MPI_Datatype)>;
+/// The Fortran 2008 `TYPE(MPI_Status)`: the C layout.
+pub type MPI_F08_status = MPI_Status;
 pub type MPI_Datarep_extent_function =
     Option<unsafe extern "C" fn(MPI_Datatype, *mut MPI_Aint, *mut c_void) -> c_int>;
 pub type MPI_T_event_cb_function = OpaqueFn;

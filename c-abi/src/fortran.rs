@@ -62,6 +62,9 @@ pub static mut mpiprivc_: PrivC = PrivC {
     argvs_null: [0],
     argv_null: [0],
 };
+/// `/MPIPRIVBA/`: MPI_BUFFER_AUTOMATIC (MPI 4.1; a block of Tsunagi's own).
+#[no_mangle]
+pub static mut mpiprivba_: MPI_Fint = 0;
 #[no_mangle]
 pub static mut mpifcmb5_: MPI_Fint = 0;
 #[no_mangle]
@@ -75,6 +78,7 @@ struct Sentinels {
     statuses_ignore: usize,
     unweighted: usize,
     weights_empty: usize,
+    buffer_automatic: usize,
     /// MPICH's mpi_f08 sentinels (bind(C) variables; a program's copy-relocated copy).
     f08_bottom: usize,
     f08_in_place: usize,
@@ -100,6 +104,7 @@ fn sentinels() -> &'static Sentinels {
             statuses_ignore: at(p2, 0),
             unweighted: lookup(c"mpifcmb5_"),
             weights_empty: lookup(c"mpifcmb9_"),
+            buffer_automatic: lookup(c"mpiprivba_"),
             f08_bottom: lookup(c"MPIR_F08_MPI_BOTTOM"),
             f08_in_place: lookup(c"MPIR_F08_MPI_IN_PLACE"),
             f08_status_ignore: lookup(c"MPIR_F08_MPI_STATUS_IGNORE_OBJ"),
@@ -120,7 +125,8 @@ fn sentinels() -> &'static Sentinels {
     })
 }
 
-/// A choice buffer: MPI_BOTTOM becomes NULL and MPI_IN_PLACE `(void *)-1`, as in C.
+/// A choice buffer: MPI_BOTTOM becomes NULL, MPI_IN_PLACE `(void *)-1` and
+/// MPI_BUFFER_AUTOMATIC `(void *)2`, as in C.
 #[inline]
 pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
     let s = sentinels();
@@ -129,6 +135,8 @@ pub(crate) fn buf(p: *mut c_void) -> *mut c_void {
         usize::MAX as *mut c_void
     } else if a != 0 && (a == s.bottom || a == s.f08_bottom) {
         std::ptr::null_mut()
+    } else if a != 0 && a == s.buffer_automatic {
+        std::ptr::without_provenance_mut(crate::imp::BUFFER_AUTOMATIC)
     } else {
         p
     }
@@ -259,6 +267,157 @@ pub(crate) unsafe fn str_in(p: *const c_char, len: usize) -> CString {
     let bytes = bytes.split(|&b| b == 0).next().unwrap_or(&[]);
     let end = bytes.iter().rposition(|&b| b != b' ').map_or(0, |i| i + 1);
     CString::new(&bytes[..end]).expect("no NUL inside")
+}
+
+/// The addresses of the program's MPI_ARGV_NULL, MPI_ARGVS_NULL and MPI_ERRCODES_IGNORE
+/// (`/MPIPRIVC/`, `/MPIPRIV2/`; 0 when it has none).
+fn spawn_sentinels() -> (usize, usize, usize) {
+    static S: OnceLock<(usize, usize, usize)> = OnceLock::new();
+    *S.get_or_init(|| {
+        let c = lookup(c"mpiprivc_");
+        let p2 = lookup(c"mpipriv2_");
+        let at = |base: usize, off: usize| if base == 0 { 0 } else { base + off };
+        (at(c, 1), at(c, 0), at(p2, 20))
+    })
+}
+
+/// MPI_ERRCODES_IGNORE becomes C's (NULL).
+pub(crate) fn errcodes(p: *mut c_int) -> *mut c_int {
+    let a = p as usize;
+    if a != 0 && a == spawn_sentinels().2 {
+        std::ptr::null_mut()
+    } else {
+        p
+    }
+}
+
+/// Fortran's string arrays (MPI_Comm_spawn's argv, MPI_Comm_spawn_multiple's commands
+/// and argvs) as C's NULL-terminated `char *` arrays: the strings and the pointers into
+/// them, kept alive for the call.
+pub(crate) struct CStrings {
+    strings: Vec<CString>,
+    ptrs: Vec<*mut c_char>,
+    /// MPI_ARGV_NULL: C's NULL.
+    null: bool,
+}
+
+impl CStrings {
+    fn new(strings: Vec<CString>, null: bool) -> CStrings {
+        let mut ptrs: Vec<*mut c_char> =
+            strings.iter().map(|s| s.as_ptr() as *mut c_char).collect();
+        ptrs.push(std::ptr::null_mut());
+        CStrings {
+            strings,
+            ptrs,
+            null,
+        }
+    }
+
+    pub(crate) fn as_ptr(&mut self) -> *mut *mut c_char {
+        if self.null {
+            return std::ptr::null_mut();
+        }
+        debug_assert_eq!(self.ptrs.len(), self.strings.len() + 1);
+        self.ptrs.as_mut_ptr()
+    }
+}
+
+/// Whether a Fortran string of `len` bytes at `p` is blank (argv's end).
+///
+/// # Safety
+/// `p` has `len` readable bytes.
+unsafe fn blank(p: *const c_char, len: usize) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe { std::slice::from_raw_parts(p as *const u8, len) }
+        .iter()
+        .all(|&b| b == b' ' || b == 0)
+}
+
+/// Entries of `len` bytes from `p` every `step` entries, up to the first blank one: one
+/// argv (MPI 4.1 §11.8.2: "terminated by a blank string").
+///
+/// # Safety
+/// The entries up to the blank one are readable.
+unsafe fn argv_entries(p: *const c_char, len: usize, step: usize) -> Vec<CString> {
+    let mut v = Vec::new();
+    if len == 0 {
+        return v;
+    }
+    loop {
+        // SAFETY: entry k lies before the terminating blank one (contract).
+        let e = unsafe { p.add(v.len() * step * len) };
+        // SAFETY: as above.
+        if unsafe { blank(e, len) } {
+            return v;
+        }
+        // SAFETY: as above.
+        v.push(unsafe { str_in(e, len) });
+    }
+}
+
+/// MPI_Comm_spawn's argv: CHARACTER*(*) argv(*), ended by a blank entry, or
+/// MPI_ARGV_NULL.
+///
+/// # Safety
+/// `p` is MPI_ARGV_NULL or such an array of `len`-byte entries.
+pub(crate) unsafe fn argv_in(p: *const c_char, len: usize) -> CStrings {
+    let a = p as usize;
+    if p.is_null() || a == spawn_sentinels().0 {
+        return CStrings::new(Vec::new(), true);
+    }
+    // SAFETY: the caller's contract.
+    CStrings::new(unsafe { argv_entries(p, len, 1) }, false)
+}
+
+/// MPI_Comm_spawn_multiple's commands: CHARACTER*(*) array_of_commands(count).
+///
+/// # Safety
+/// `p` has `count` entries of `len` bytes.
+pub(crate) unsafe fn strs_in(p: *const c_char, count: c_int, len: usize) -> CStrings {
+    let v = (0..count.max(0) as usize)
+        // SAFETY: entry i of `count` (the caller's contract).
+        .map(|i| unsafe { str_in(p.add(i * len), len) })
+        .collect();
+    CStrings::new(v, false)
+}
+
+/// MPI_Comm_spawn_multiple's argvs: CHARACTER*(*) array_of_argv(count, *), column i the
+/// arguments of command i ended by a blank entry, or MPI_ARGVS_NULL.
+pub(crate) struct CArgvs {
+    argvs: Vec<CStrings>,
+    ptrs: Vec<*mut *mut c_char>,
+}
+
+impl CArgvs {
+    pub(crate) fn as_ptr(&mut self) -> *mut *mut *mut c_char {
+        if self.argvs.is_empty() {
+            return std::ptr::null_mut();
+        }
+        self.ptrs = self.argvs.iter_mut().map(CStrings::as_ptr).collect();
+        self.ptrs.as_mut_ptr()
+    }
+}
+
+/// # Safety
+/// `p` is MPI_ARGVS_NULL or a `count` x n array of `len`-byte entries, each row ended by
+/// a blank entry.
+pub(crate) unsafe fn argvs_in(p: *const c_char, count: c_int, len: usize) -> CArgvs {
+    let a = p as usize;
+    if p.is_null() || a == spawn_sentinels().1 || count <= 0 {
+        return CArgvs {
+            argvs: Vec::new(),
+            ptrs: Vec::new(),
+        };
+    }
+    let n = count as usize;
+    let argvs = (0..n)
+        // SAFETY: element (i, j) is at ((j - 1) * count + (i - 1)) * len (column major).
+        .map(|i| CStrings::new(unsafe { argv_entries(p.add(i * len), len, n) }, false))
+        .collect();
+    CArgvs {
+        argvs,
+        ptrs: Vec::new(),
+    }
 }
 
 /// A C output string buffer large enough for any MPI string, copied back blank padded.

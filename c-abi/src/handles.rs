@@ -613,6 +613,11 @@ pub enum OpDef {
         func: MPI_User_function,
         commute: bool,
     },
+    /// A user function from MPI_Op_create_c (its count is an MPI_Count).
+    UserC {
+        func: MPI_User_function_c,
+        commute: bool,
+    },
 }
 
 static OPS: Mutex<Table<OpDef>> = Mutex::new(Table::new());
@@ -649,7 +654,7 @@ pub(crate) fn free_op(o: &mut MPI_Op) -> MpiResult<()> {
             ErrorClass::Op,
             "a predefined operation cannot be freed",
         )),
-        OpDef::User { .. } => {
+        OpDef::User { .. } | OpDef::UserC { .. } => {
             lock(&OPS).remove(index(*o));
             *o = MPI_OP_NULL;
             Ok(())

@@ -936,6 +936,44 @@ fn buffer_flush_darray_and_f90_types() {
     suite("mpi41", &[2, 3], "mpi41 ok");
 }
 
+/// Buffers attached to communicators and sessions (MPI 4.1, issue 20): the communicator's,
+/// else the session's, else the process's buffer; MPI_ERR_BUFFER when the communicator's
+/// is too small though the process's would do; flush, iflush, detach, the _c forms and
+/// MPI_BUFFER_AUTOMATIC; both engines, shared memory and TCP.
+#[test]
+fn communicator_and_session_buffers() {
+    suite("buffers", &[2, 3], "buffers ok");
+    let exe = build_as("buffers", "test-buffers-threaded");
+    expect_ok(
+        "buffers (threaded, TCP)",
+        Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "2", "--progress", "threaded", "--node-map", "1"])
+            .arg(&exe),
+        "buffers ok",
+    );
+}
+
+/// The last MPI 4.0 calls (issue 20): the persistent large-count collectives with count
+/// arrays reused over rounds, MPI_Op_create_c, MPI_Type_create_darray_c,
+/// MPI_Type_get_contents_c, MPI_Register_datarep_c, MPI_Info_create_env, the Fortran 2008
+/// status conversions; both engines.
+#[test]
+fn mpi_4_0_large_count_persistent_and_remaining_calls() {
+    suite("mpi4_complete", &[3, 5], "mpi4 complete ok");
+    let exe = build_as("mpi4_complete", "test-mpi4-complete-threaded");
+    expect_ok(
+        "mpi4_complete (threaded, TCP)",
+        Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "3", "--progress", "threaded", "--node-map", "1"])
+            .arg(&exe),
+        "mpi4 complete ok",
+    );
+}
+
 /// Run `cmd` and require success, no stderr, and `want` in stdout.
 fn expect_ok(what: &str, cmd: &mut Command, want: &str) {
     let out = run(cmd);

@@ -32,7 +32,8 @@ pub mod matching {
 
 pub use comm::{CommId, ErrHandler, Keyval};
 pub use engine::{
-    Buf, MsgId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD, PROC_NULL,
+    Buf, BufferScope, MsgId, ReqId, SendMode, Status, ANY_SOURCE, ANY_TAG, BSEND_OVERHEAD,
+    PROC_NULL,
 };
 pub use error::{ErrorClass, MpiError, MpiResult};
 pub use runtime::{finalize, finalized, init, initialized, rt, Runtime, ThreadLevel};

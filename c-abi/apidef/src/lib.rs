@@ -106,15 +106,17 @@ pub struct Func {
 
 impl Func {
     /// Whether Fortran has this function: the handle conversions, the C-only tools
-    /// interface (`MPI_T_*`) and (not bound yet) the sessions calls do not.
+    /// interface (`MPI_T_*`), C's views of the Fortran 2008 status and
+    /// MPI_Info_create_env (main's argc/argv) do not.
     pub fn in_fortran(&self) -> bool {
         !(self.name.ends_with("_c2f")
             || self.name.ends_with("_f2c")
             || self.is_tools()
-            || self.session_arg().is_some()
-            // Fortran's argv (blank-padded CHARACTER arrays ended by a blank entry) has no
-            // mapping in the generator yet.
-            || self.name.starts_with("Comm_spawn"))
+            // C's views of the Fortran 2008 status, and main's argc/argv (MPI 4.0).
+            || self.name.contains("f08")
+            || self.name == "Info_create_env"
+            // Fortran's MPI_DUP_FN is written by hand (c-abi/src/fortran.rs).
+            || self.name == "DUP_FN")
     }
 
     /// For the sessions calls (MPI 4.0), how the entry point finds the session whose
@@ -183,7 +185,7 @@ fn kind_of(a: &Arg, len: Option<String>) -> Kind {
         Intent::Out
     };
     let base = a.base.as_str();
-    if base.ends_with("_function") && a.depth == 1 {
+    if (base.ends_with("_function") || base.ends_with("_function_c")) && a.depth == 1 {
         return Kind::Callback(base.to_string());
     }
     if a.depth == 0 {

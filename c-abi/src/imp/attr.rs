@@ -201,3 +201,21 @@ pub unsafe extern "C" fn MPIR_Dup_fn(
     }
     MPI_SUCCESS
 }
+
+/// MPI_DUP_FN called by its name (mpi.h makes it a macro for [`MPIR_Dup_fn`]).
+pub(crate) fn dup_fn(
+    old: MPI_Comm,
+    keyval: c_int,
+    extra: *mut c_void,
+    val_in: *mut c_void,
+    val_out: *mut c_void,
+    flag: &mut c_int,
+) -> MpiResult<()> {
+    if val_out.is_null() {
+        return Err(err(ErrorClass::Arg, "attribute_val_out is NULL"));
+    }
+    // SAFETY: val_out is the address of the new value (checked non-NULL), flag a valid
+    // reference; MPIR_Dup_fn writes only those two.
+    unsafe { MPIR_Dup_fn(old, keyval, extra, val_in, val_out, flag) };
+    Ok(())
+}

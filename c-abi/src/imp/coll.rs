@@ -57,6 +57,28 @@ pub(crate) fn coll_op(d: OpDef) -> MpiResult<Op> {
                 commute,
             ))
         }
+        OpDef::UserC { func, commute } => {
+            let f = func.ok_or_else(|| err(ErrorClass::Op, "user op without a function"))?;
+            Ok(Op::user(
+                move |inp: *const u8, inout: *mut u8, count: usize, dt: &TypeRef| {
+                    let mut handle = h::dtype_handle(dt);
+                    let mut len = count as MPI_Count;
+                    // SAFETY: a C function of type MPI_User_function_c (checked non-NULL by
+                    // MPI_Op_create_c), called on `count` elements of `dt` in user layout
+                    // that the collectives crate holds for the call; `len` and `handle`
+                    // are locals that live for the call.
+                    unsafe {
+                        f(
+                            inp as *mut c_void,
+                            inout as *mut c_void,
+                            &mut len,
+                            &mut handle,
+                        )
+                    };
+                },
+                commute,
+            ))
+        }
     }
 }
 

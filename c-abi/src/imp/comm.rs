@@ -111,7 +111,10 @@ pub(crate) fn comm_create(comm: CommId, group: &Arc<Group>, new: &mut MPI_Comm) 
 
 pub(crate) fn comm_free(comm: &mut MPI_Comm) -> MpiResult<()> {
     let id = h::comm("comm", *comm)?;
-    h::runtime("MPI_Comm_free")?.comm_free(id)?;
+    let r = h::runtime("MPI_Comm_free")?;
+    // MPI 4.1: messages buffered in the communicator's buffer leave before it is freed.
+    r.buffer_comm_freed(id)?;
+    r.comm_free(id)?;
     *comm = MPI_COMM_NULL;
     Ok(())
 }
@@ -360,6 +363,9 @@ pub(crate) fn comm_create_from_group(
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Comm_create_from_group")?;
     let id = r.comm_create_from_group(group, stringtag)?;
+    if let Some(s) = super::session_of_group(group) {
+        r.set_comm_session(id, s);
+    }
     r.set_errhandler(id, errhandler)?;
     *new = h::comm_handle(id);
     Ok(())
@@ -383,6 +389,9 @@ pub(crate) fn intercomm_create_from_groups(
         remote_leader,
         stringtag,
     )?;
+    if let Some(s) = super::session_of_group(local_group) {
+        r.set_comm_session(id, s);
+    }
     r.set_errhandler(id, errhandler)?;
     *new = h::comm_handle(id);
     Ok(())

@@ -37,6 +37,9 @@ use crate::handles::{self as h, err, InfoId};
 
 /// Environment variable naming the port a spawned job connects back to.
 const PARENT_PORT: &str = "TSUNAGI_PARENT_PORT";
+/// Environment variable giving a child of MPI_Comm_spawn_multiple its app's index
+/// (MPI_APPNUM; the runtime reads it, mpi-core/src/runtime/mod.rs).
+const APPNUM: &str = "TSUNAGI_APPNUM";
 
 /// Ports opened by MPI_Open_port (or a spawn), by name.
 static PORTS: Mutex<Option<HashMap<String, Arc<Port>>>> = Mutex::new(None);
@@ -558,11 +561,16 @@ fn launch(call: &str, apps: &[App], port: &Port) -> MpiResult<Child> {
     } else {
         // One job whose ranks pick their program by rank (mpirun runs one program).
         let mut script = String::from("case \"$PMI_RANK\" in\n");
+        // Each rank learns its app's index (MPI_APPNUM) from TSUNAGI_APPNUM.
         let mut base = 0;
-        for a in apps {
+        for (i, a) in apps.iter().enumerate() {
             let ranks: Vec<String> = (base..base + a.procs).map(|r| r.to_string()).collect();
             base += a.procs;
-            let mut line = format!("{}) exec {}", ranks.join("|"), sh_quote(&a.command));
+            let mut line = format!(
+                "{}) export {APPNUM}={i}; exec {}",
+                ranks.join("|"),
+                sh_quote(&a.command)
+            );
             for x in &a.args {
                 line.push(' ');
                 line.push_str(&sh_quote(x));
@@ -576,7 +584,11 @@ fn launch(call: &str, apps: &[App], port: &Port) -> MpiResult<Child> {
     // The children are a job of their own: none of this job's start-up reaches them.
     for (k, _) in std::env::vars_os() {
         let k = k.to_string_lossy();
-        if k.starts_with("PMI_") || k == "TSUNAGI_JOBID" || k.starts_with("TSUNAGI_JOB_KEY") {
+        if k.starts_with("PMI_")
+            || k == "TSUNAGI_JOBID"
+            || k.starts_with("TSUNAGI_JOB_KEY")
+            || k == APPNUM
+        {
             cmd.env_remove(&*k);
         }
     }

@@ -313,7 +313,27 @@ pub(crate) fn register_datarep(
     extent: MPI_Datarep_extent_function,
     extra: *mut c_void,
 ) -> MpiResult<()> {
-    h::runtime("MPI_Register_datarep")?;
+    register_user_datarep(
+        "MPI_Register_datarep",
+        name,
+        Arc::new(CDatarep {
+            name: name.to_string(),
+            read,
+            write,
+            extent,
+            extra: extra as usize,
+        }),
+    )
+}
+
+/// Register a data representation of the program's (MPI_Register_datarep, and the large-
+/// count form in imp/datarep_c.rs).
+pub(crate) fn register_user_datarep(
+    call: &str,
+    name: &str,
+    rep: Arc<dyn tsunagi_io::UserDatarep>,
+) -> MpiResult<()> {
+    h::runtime(call)?;
     if name.is_empty() || name.len() >= MAX_DATAREP_STRING {
         return Err(err(
             ErrorClass::Arg,
@@ -328,13 +348,7 @@ pub(crate) fn register_datarep(
             format!("datarep \"{name}\" is already defined"),
         ));
     }
-    reps.push(Arc::new(CDatarep {
-        name: name.to_string(),
-        read,
-        write,
-        extent,
-        extra: extra as usize,
-    }));
+    reps.push(rep);
     Ok(())
 }
 

@@ -77,6 +77,21 @@ pub(crate) fn op_create(f: MPI_User_function, commute: c_int, op: &mut MPI_Op) -
     Ok(())
 }
 
+pub(crate) fn op_create_c(
+    f: MPI_User_function_c,
+    commute: c_int,
+    op: &mut MPI_Op,
+) -> MpiResult<()> {
+    if f.is_none() {
+        return Err(err(ErrorClass::Arg, "user_fn is NULL"));
+    }
+    *op = h::new_op(OpDef::UserC {
+        func: f,
+        commute: commute != 0,
+    });
+    Ok(())
+}
+
 pub(crate) fn op_free(op: &mut MPI_Op) -> MpiResult<()> {
     h::free_op(op)
 }
@@ -84,7 +99,7 @@ pub(crate) fn op_free(op: &mut MPI_Op) -> MpiResult<()> {
 pub(crate) fn op_commutative(op: OpDef, commute: &mut c_int) -> MpiResult<()> {
     *commute = flag(match op {
         OpDef::Builtin(_) => true,
-        OpDef::User { commute, .. } => commute,
+        OpDef::User { commute, .. } | OpDef::UserC { commute, .. } => commute,
     });
     Ok(())
 }

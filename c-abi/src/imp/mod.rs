@@ -6,9 +6,11 @@
 #![allow(clippy::too_many_arguments)]
 
 mod attr;
+mod buffer;
 pub(crate) mod coll;
 mod coll_init;
 mod comm;
+mod datarep_c;
 mod dtype;
 mod dynproc;
 mod env;
@@ -18,6 +20,7 @@ mod grequest;
 mod info;
 mod large;
 mod misc;
+mod mpi4_more;
 mod p2p;
 mod request;
 mod rma;
@@ -27,9 +30,11 @@ mod tools;
 mod topo;
 
 pub(crate) use attr::*;
+pub(crate) use buffer::*;
 pub(crate) use coll::*;
 pub(crate) use coll_init::*;
 pub(crate) use comm::*;
+pub(crate) use datarep_c::*;
 pub(crate) use dtype::*;
 pub(crate) use dynproc::*;
 pub(crate) use env::*;
@@ -39,6 +44,7 @@ pub(crate) use grequest::*;
 pub(crate) use info::*;
 pub(crate) use large::*;
 pub(crate) use misc::*;
+pub(crate) use mpi4_more::*;
 pub(crate) use p2p::*;
 pub(crate) use request::*;
 pub(crate) use rma::*;

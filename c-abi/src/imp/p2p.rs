@@ -491,18 +491,13 @@ pub(crate) fn sendrecv_replace(
     Ok(())
 }
 
+// The work is in buffer.rs (MPI_BUFFER_AUTOMATIC, the communicator and session buffers).
 pub(crate) fn buffer_attach(buffer: *mut c_void, size: c_int) -> MpiResult<()> {
-    h::runtime("MPI_Buffer_attach")?.buffer_attach(buffer as *mut u8, size as usize)
+    super::process_buffer_attach(buffer, size.into())
 }
 
 pub(crate) fn buffer_detach(addr: *mut c_void, size: &mut c_int) -> MpiResult<()> {
-    if addr.is_null() {
-        return Err(err(ErrorClass::Arg, "argument buffer_addr is NULL"));
-    }
-    let (a, s) = h::runtime("MPI_Buffer_detach")?.buffer_detach()?;
-    // SAFETY: buffer_addr is the address of a `void *` (MPI's convention), checked non-NULL.
-    unsafe { *(addr as *mut *mut c_void) = a as *mut c_void };
-    *size = s as c_int;
+    *size = super::process_buffer_detach(addr)? as c_int;
     Ok(())
 }
 

@@ -7,7 +7,7 @@
 //! MPI_Session_finalize ends it (a runtime cannot start again afterwards).
 
 use std::ffi::{c_char, c_int};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use tsunagi_core::comm::ErrHandler;
 use tsunagi_core::group::Group;
@@ -57,6 +57,23 @@ fn check(name: &str, s: MPI_Session) -> MpiResult<usize> {
             };
             err(ErrorClass::Session, format!("{name} is {what}"))
         })
+}
+
+/// The index of a live session (its buffer's `BufferScope::Session`).
+pub(crate) fn session_index(name: &str, s: MPI_Session) -> MpiResult<usize> {
+    check(name, s)
+}
+
+/// The groups made by MPI_Group_from_session_pset, with their session's index: a
+/// communicator made from one (MPI_Comm_create_from_group) derives from that session.
+static SESSION_GROUPS: Mutex<Vec<(Weak<Group>, usize)>> = Mutex::new(Vec::new());
+
+/// The session `group` came from (MPI_Group_from_session_pset), if any.
+pub(crate) fn session_of_group(group: &Arc<Group>) -> Option<u32> {
+    let t = SESSION_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+    t.iter()
+        .find(|(g, _)| std::ptr::eq(g.as_ptr(), Arc::as_ptr(group)))
+        .map(|&(_, s)| s as u32)
 }
 
 /// Report `e` through `session`'s error handler: the code to return, or None when
@@ -115,6 +132,12 @@ pub(crate) fn session_finalize(session: *mut MPI_Session) -> MpiResult<()> {
     // SAFETY: checked for NULL; valid per MPI's contract otherwise.
     let s = unsafe { h::out_mut("session", session)? };
     let i = check("session", *s)?;
+    // Buffered messages sent through the session's buffer leave before it goes.
+    h::runtime("MPI_Session_finalize")?.buffer_session_freed(i as u32)?;
+    SESSION_GROUPS
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .retain(|(g, s)| *s != i && g.strong_count() > 0);
     lock()[i] = None;
     *s = MPI_SESSION_NULL;
     super::end_runtime_if_unused()
@@ -207,8 +230,16 @@ pub(crate) fn group_from_session_pset(
     pset_name: &str,
     newgroup: &mut MPI_Group,
 ) -> MpiResult<()> {
-    check("session", session)?;
-    *newgroup = h::new_group(pset_group(pset_name)?);
+    let i = check("session", session)?;
+    // A group of its own (not the world communicator's), so that communicators made from
+    // it are known to derive from this session.
+    let g = Arc::new((*pset_group(pset_name)?).clone());
+    {
+        let mut t = SESSION_GROUPS.lock().unwrap_or_else(|e| e.into_inner());
+        t.retain(|(g, _)| g.strong_count() > 0);
+        t.push((Arc::downgrade(&g), i));
+    }
+    *newgroup = h::new_group(g);
     Ok(())
 }
 

@@ -109,10 +109,17 @@ static int child(int argc, char **argv, MPI_Comm parent) {
     /* argv[2] names the spawn kind; spawned with argv {"child", kind, "a b", NULL}. */
     CHECK(argc >= 4);
     CHECK(strcmp(argv[3], "a b") == 0);
+    /* MPI_APPNUM: the index of the child's command in the spawn (0 for MPI_Comm_spawn). */
+    int *appnum, found;
+    OK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_APPNUM, &appnum, &found));
+    CHECK(found);
     if (strcmp(argv[2], "multi") == 0) {
         /* App 0 has one rank, app 1 two: the argument says which app we are. */
         CHECK(argc == 5);
         CHECK_EQ(atoi(argv[4]), rank == 0 ? 0 : 1);
+        CHECK_EQ(*appnum, atoi(argv[4]));
+    } else {
+        CHECK_EQ(*appnum, 0);
     }
     char name[MPI_MAX_OBJECT_NAME];
     int len;

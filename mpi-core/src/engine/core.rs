@@ -52,7 +52,10 @@ impl Core {
         req.phase = Phase::Done;
         req.packed = None;
         if req.bsend_bytes > 0 {
-            self.bsend_used -= req.bsend_bytes;
+            match req.bsend_scope {
+                BufferScope::Process => self.bsend_used -= req.bsend_bytes,
+                scope => self.bsend_scoped.give_back(scope, req.bsend_bytes),
+            }
             req.bsend_bytes = 0;
         }
         if req.detached {

@@ -15,15 +15,17 @@ use std::collections::{HashMap, VecDeque};
 use tsunagi_p2p::device::DataRep;
 use tsunagi_p2p::{Header, P2pError, Rank, Router};
 
+mod bsend;
 mod core;
 mod device;
 mod matching;
 mod requests;
 mod send;
 mod tools_view;
+#[doc(hidden)]
+pub use bsend::{BufferScope, ScopedBuffers};
 use device::{DeviceArrival, DeviceRecv};
 use matching::Body;
-#[doc(hidden)]
 pub use matching::{Arrived, Posted, Queues};
 use send::SendAction;
 
@@ -180,6 +182,8 @@ struct Request {
     packed: Option<Vec<u8>>,
     /// Buffered send: bytes of the attached buffer to give back at completion.
     bsend_bytes: usize,
+    /// Buffered send: the buffer those bytes belong to.
+    bsend_scope: BufferScope,
     /// Receive side: bytes the buffer holds, bytes announced, bytes arrived.
     capacity: usize,
     expected: usize,
@@ -243,6 +247,8 @@ pub(crate) struct Core {
     /// Attached buffer for buffered sends: (address, size), and bytes in use.
     pub bsend_buffer: Option<(usize, usize)>,
     pub bsend_used: usize,
+    /// The communicators' and sessions' buffers (MPI 4.1).
+    pub bsend_scoped: ScopedBuffers,
     byte_type: TypeRef,
     /// Native devices: arrivals matched since the last flush (device, arrival id), to
     /// accept after the poll; matched receives whose data is still coming in; each
@@ -293,6 +299,7 @@ impl Engine {
                 self_dirty: false,
                 bsend_buffer: None,
                 bsend_used: 0,
+                bsend_scoped: ScopedBuffers::default(),
                 byte_type: Datatype::builtin(Builtin::Byte),
                 dev_accepts: Vec::new(),
                 dev_recvs: HashMap::new(),
@@ -610,6 +617,7 @@ impl Engine {
             context,
             packed: None,
             bsend_bytes: 0,
+            bsend_scope: BufferScope::Process,
             capacity,
             expected: 0,
             received: 0,

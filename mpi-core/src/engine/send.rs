@@ -106,19 +106,20 @@ impl Core {
         let req = self.reqs.get_mut(id.0).expect("live request");
         let bytes = req.bytes();
         let need = bytes + BSEND_OVERHEAD;
-        let (_, size) = self.bsend_buffer.unwrap_or((0, 0));
-        if self.bsend_used + need > size {
-            let free = size.saturating_sub(self.bsend_used);
+        let scope = self.bsend_scoped.scope_for(req.comm);
+        if let Err((free, size, whose)) = self.take_bsend(scope, need) {
+            let req = self.reqs.get_mut(id.0).expect("live request");
             req.phase = Phase::Done;
             return Err(mpi_err(
                 ErrorClass::Buffer,
                 format!(
                     "MPI_Bsend: insufficient buffer space: the message needs {need} bytes \
-                     (data + MPI_BSEND_OVERHEAD), {free} of {size} attached bytes are free"
+                     (data + MPI_BSEND_OVERHEAD), {free} of {size} bytes attached to \
+                     {whose} are free"
                 ),
             ));
         }
-        self.bsend_used += need;
+        let req = self.reqs.get_mut(id.0).expect("live request");
         let mut packed = vec![0u8; bytes];
         // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
         unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
@@ -138,6 +139,7 @@ impl Core {
             context: req.context,
             packed: Some(packed),
             bsend_bytes: need,
+            bsend_scope: scope,
             capacity: bytes,
             expected: 0,
             received: 0,

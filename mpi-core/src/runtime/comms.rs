@@ -466,7 +466,14 @@ impl Runtime {
             nodes,
             inter: None,
         };
-        Ok(e.comms_mut().insert(data))
+        let id = e.comms_mut().insert(data);
+        // A reused slot starts without a buffer; a communicator derived from a session's
+        // keeps using that session's buffer.
+        e.core.bsend_scoped.comm_freed(id);
+        if let Some(s) = e.core.bsend_scoped.session_of(parent) {
+            e.core.bsend_scoped.set_session(id, s);
+        }
+        Ok(id)
     }
 
     /// MPI_Comm_dup (attributes copied through their keyvals' copy callbacks).

@@ -277,7 +277,11 @@ impl Runtime {
             completion_bell: LocalDoorbell::new(),
             stop_threads: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
-            appnum: boot.appnum(),
+            // A child of MPI_Comm_spawn_multiple is told its app's index (c-abi dynproc).
+            appnum: std::env::var("TSUNAGI_APPNUM")
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .unwrap_or_else(|| boot.appnum()),
             boot: Mutex::new(boot),
             thread_level: required.clamp(ThreadLevel::Single, ThreadLevel::Multiple),
             main_thread: std::thread::current().id(),
