@@ -57,17 +57,27 @@ for link in "${links[@]}"; do
         awk -v k="$k" -v gw="$gw" -v e="$engine" '/^site/ {
             printf "-n %d --progress %s --host %s:%d --launch-agent \"ip netns exec {host}\" --launch-addr %s --env TSUNAGI_IMPI_ADDR=%s\n", k, e, $3, k, gw, $4 }' "$out/net"
     } > "$out/sites"
+    # A failed run (a timeout: TSUNAGI_WAN_BENCH_TIMEOUT seconds, default 1200) says so with
+    # the end of its error output, and its points are left out of the table.
     run() {
-        env TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 "$@" \
-            "$bin/mpirun" --sites "$out/sites" "$bench" "$max" "$iters" "$reps" 2>/dev/null
+        local mode=$1
+        shift
+        env TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 "$@" timeout "${TSUNAGI_WAN_BENCH_TIMEOUT:-1200}" \
+            "$bin/mpirun" --sites "$out/sites" "$bench" "$max" "$iters" "$reps" \
+            > "$out/$mode" 2> "$out/$mode.err" || {
+            echo "bench/wan.sh: the $mode run failed (exit $?):" >&2
+            tail -5 "$out/$mode.err" >&2
+        }
     }
-    run TSUNAGI_WAN_COLL=wan > "$out/wan"
-    run TSUNAGI_WAN_COLL=flat TSUNAGI_COLL_BARRIER=dissemination TSUNAGI_COLL_BCAST=binomial \
+    load0=$(cut -d' ' -f1-3 /proc/loadavg)
+    run wan TSUNAGI_WAN_COLL=wan
+    run flat TSUNAGI_WAN_COLL=flat TSUNAGI_COLL_BARRIER=dissemination TSUNAGI_COLL_BCAST=binomial \
         TSUNAGI_COLL_ALLREDUCE=recursive_doubling TSUNAGI_COLL_ALLGATHER=recursive_doubling \
-        TSUNAGI_COLL_ALLTOALL=pairwise > "$out/flat"
-    run TSUNAGI_WAN_COLL=impi > "$out/impi"
+        TSUNAGI_COLL_ALLTOALL=pairwise
+    run impi TSUNAGI_WAN_COLL=impi
     TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag "$sites"
     echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls, fastest of $reps runs"
+    echo "load average (1/5/15 min) at the start: $load0; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "| collective | bytes | wan (us) | flat (us) | impi (us) | flat/wan | impi/wan |"
     echo "|---|---|---|---|---|---|---|"
     join -j1 <(awk '{print $1"/"$2, $3}' "$out/wan" | sort) \

@@ -6,21 +6,20 @@
 //! - barrier: site barrier; every site's coordinator (its lowest rank) exchanges a zero-byte
 //!   message with every other coordinator at once; site barrier (release).
 //! - bcast: the root sends to every other site's coordinator at once, then each site
-//!   broadcasts inside. Where the cost model ([`Model`]) says so, the data is split over the root site's
-//!   ranks so that many process pairs carry it across in parallel: scatter in the root's
-//!   site, chunk c from the root site's rank c to rank `c mod size` of each other site,
-//!   then an allgather of the chunks inside every site.
+//!   broadcasts inside. Where the cost model ([`Model`]) says that several streams per site
+//!   pair get more across than one, the root sends chunk c of `m` straight to rank c of
+//!   every other site (each process pair has its own TCP connection), then each site
+//!   allgathers its chunks.
 //! - reduce (commutative ops): reduce inside each site, the coordinators send their
 //!   partial results straight to the root, which combines them in site order.
-//! - allreduce (commutative ops): reduce inside each site, the coordinators exchange their
-//!   partials all at once and each combines them in site order (so every site gets the
-//!   same bits), bcast inside. Where the cost model says so: reduce-scatter inside each site
-//!   into `m` chunks (m = the smallest site size), site rank c of every site exchanges
-//!   chunk c with site rank c of every other site, then each site gathers the chunks.
-//!   Where it says so otherwise (large messages, three sites or more): reduce inside each
-//!   site, the coordinators reduce-scatter (site s combines chunk s of `ns`) and allgather
-//!   the chunks (two wide-area rounds, but `2n/ns` bytes per site pair instead of `n`),
-//!   bcast inside.
+//! - allreduce (commutative ops), a [`Plan`] chosen by the cost model: inside each site a
+//!   reduce to the coordinator (1 pair) or a reduce-scatter into `m` chunks (m = the
+//!   smallest site size; site rank c holds chunk c); across, site rank c of every site
+//!   either exchanges its chunk with every other site and combines the sites' parts in site
+//!   order (one wide-area round, so every site gets the same bits), or, for large
+//!   messages over three sites or more, reduce-scatters it among the sites (site s
+//!   combines part s) and allgathers the parts (two rounds, but `2n/ns` bytes per site
+//!   pair instead of `n`); then a bcast (1 pair) or an allgather of the chunks inside.
 //! - allgather: gather inside each site to the coordinator, coordinators exchange their
 //!   sites' blocks all at once, bcast inside.
 //! - gather, scatter, alltoall (and their v forms): the linear algorithms the IMPI path
@@ -376,7 +375,10 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
         }
         Ok(())
     };
-    let rate = |bytes: usize, time: f64, rtt: f64| bytes as f64 / (time - rtt).max(1e-6);
+    // The transfer time is the probe's time beyond a round trip; but under load a round
+    // trip measured apart may be as long as the probe itself (one measured 29 ms against a
+    // 36 ms probe and made 76 MB/s of it), so at least a quarter of the probe's time.
+    let rate = |bytes: usize, time: f64, rtt: f64| bytes as f64 / (time - rtt).max(time / 4.0);
     let leaders: Vec<usize> = h.leaders[1..].to_vec();
     // Ranks 0..m of every other site, for the `m`-stream probe.
     let columns: Vec<usize> = (1..ns).flat_map(|s| h.members[s][..m].to_vec()).collect();
