@@ -85,7 +85,10 @@ fn main() {
         sizes = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
     }
     let only = std::env::var("WAN_BENCH_ONLY").ok();
-    let on = |name: &str| only.as_deref().is_none_or(|o| o.split(',').any(|x| x == name));
+    let on = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == name))
+    };
     for s in sizes {
         let mut buf = vec![1u8; s];
         // SAFETY (all calls below): buffers are sized for the call and live across it.

@@ -387,7 +387,11 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
     let d = Model::default();
     if me == c0 {
         let rtt = timed(&leaders, 0, T_MEASURE, &probe)?;
-        let one = rate(PROBE_BYTES, timed(&leaders, PROBE_BYTES, T_MEASURE, &probe)?, rtt);
+        let one = rate(
+            PROBE_BYTES,
+            timed(&leaders, PROBE_BYTES, T_MEASURE, &probe)?,
+            rtt,
+        );
         let multi = if m >= 2 {
             let t = timed(&columns, PROBE_BYTES, T_MEASURE_MULTI, &probe)?;
             rate(PROBE_BYTES * m, t, rtt)
@@ -906,8 +910,14 @@ pub(crate) unsafe fn allreduce(
             pairs: 1,
             rounds: 2,
         }),
-        Some("split") => Some(Plan { pairs: m, rounds: 1 }),
-        Some("split_rsag") => Some(Plan { pairs: m, rounds: 2 }),
+        Some("split") => Some(Plan {
+            pairs: m,
+            rounds: 1,
+        }),
+        Some("split_rsag") => Some(Plan {
+            pairs: m,
+            rounds: 2,
+        }),
         _ => None,
     };
     let mut plan = match plan {
@@ -1093,6 +1103,75 @@ unsafe fn reduce_scatter_allgather(
     ctx.waitall(&mut reqs)
 }
 
+/// Reduce_scatter totals up to this many bytes go through the latency-aware allreduce (one
+/// wide-area round, every rank receives the whole vector) instead of a reduce to rank 0 and
+/// a scatterv (two rounds).
+const REDUCE_SCATTER_BY_ALLREDUCE_MAX: usize = 64 << 10;
+
+/// `MPI_Reduce_scatter(_block)` across sites in the latency-aware mode, for small totals
+/// and commutative ops: the allreduce of the whole vector, then this rank keeps its part.
+/// Returns false (nothing done) where it does not apply; the caller's algorithm runs then.
+///
+/// # Safety
+/// As `MPI_Reduce_scatter`: `sum(counts)` elements readable at the send buffer (in place:
+/// at `recvbuf`), room for `counts[me]` elements at `recvbuf`; `me` is this rank in `comm`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn reduce_scatter(
+    rt: &tsunagi_core::Runtime,
+    comm: tsunagi_core::CommId,
+    me: usize,
+    sendbuf: SendBuf,
+    recvbuf: *mut u8,
+    counts: &[usize],
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<bool> {
+    let total: usize = counts.iter().sum();
+    if mode() != Mode::Wan
+        || !op.is_commutative()
+        || total == 0
+        || total * dtype.size() > REDUCE_SCATTER_BY_ALLREDUCE_MAX
+    {
+        return Ok(false);
+    }
+    let src = match sendbuf {
+        SendBuf::InPlace => recvbuf as *const u8,
+        SendBuf::Ptr(s) => s,
+    };
+    let mut whole = crate::op::Scratch::new(total, dtype);
+    // SAFETY: the input holds `total` elements (caller contract); `whole` spans their type
+    // map.
+    unsafe {
+        crate::reduce::allreduce(
+            rt,
+            SendBuf::Ptr(src),
+            whole.base(),
+            total as i64,
+            dtype,
+            op,
+            comm,
+        )?
+    };
+    let before: usize = counts[..me].iter().sum();
+    let at = whole
+        .base()
+        .wrapping_offset(before as isize * dtype.extent());
+    // SAFETY: element `before` of `whole` starts `counts[me]` elements of the result; the
+    // receive buffer has room for them (caller contract) and is disjoint from `whole`.
+    unsafe {
+        crate::util::copy_typed(
+            "MPI_Reduce_scatter",
+            at,
+            counts[me],
+            dtype,
+            recvbuf,
+            counts[me],
+            dtype,
+        )?
+    };
+    Ok(true)
+}
+
 /// Allgather on the packed receive stream `w` of `size * blk` bytes, in which this rank's
 /// block (at `rank * blk`) is filled in.
 pub(crate) fn allgather(ctx: &Ctx, h: &Hier, w: *mut u8, blk: usize) -> MpiResult<()> {
@@ -1272,7 +1351,13 @@ mod tests {
         // Streams limited by their window (10 MB/s each, the link 1 GB/s): every pair
         // carries a chunk, and 32 KiB stays one round.
         let w = Model::parse("wan_latency=5ms,wan_bandwidth=1GB,wan_stream=10MB").unwrap();
-        assert_eq!(w.allreduce_plan(1 << 20, 1 << 17, 2, 2, 3), Plan { pairs: 2, rounds: 2 });
+        assert_eq!(
+            w.allreduce_plan(1 << 20, 1 << 17, 2, 2, 3),
+            Plan {
+                pairs: 2,
+                rounds: 2
+            }
+        );
         assert_eq!(w.allreduce_plan(32 << 10, 4096, 2, 2, 3).rounds, 1);
         // No more pairs than elements.
         assert_eq!(w.allreduce_plan(1 << 20, 1, 2, 2, 3).pairs, 1);
