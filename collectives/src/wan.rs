@@ -411,7 +411,11 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
         // windows), else one stream's. On the loaded test machine they got 1.4-1.8 times
         // one stream, and the split plans chosen on that were 1.5-3x slower than the
         // coordinators' (CPU, not windows, limited them). A site sends to ns - 1 others.
-        let pair = if multi >= 0.9 * m as f64 * one { multi } else { one };
+        let pair = if multi >= 0.9 * m as f64 * one {
+            multi
+        } else {
+            one
+        };
         figures = [rtt / 2.0, pair * (ns - 1) as f64, one, ll, lb];
         for &p in &leaders {
             // SAFETY: `figures` is 40 readable bytes.
@@ -757,13 +761,13 @@ fn split_bcast(
     let site = &h.members[h.my_node];
     let mine = h.my_local;
     // Post every receive first: my chunk from the root, the others from their holders.
-    for c in 0..m {
+    for (c, &holder) in site.iter().enumerate().take(m) {
         if c == mine {
             // SAFETY: chunk c of the buffer, alive until the waitall.
             reqs.push(unsafe { ctx.irecv(ptr(c), len(c), root, T_BCAST_WAN)? });
         } else {
             // SAFETY: as above.
-            reqs.push(unsafe { ctx.irecv(ptr(c), len(c), site[c], T_BCAST_GATHER)? });
+            reqs.push(unsafe { ctx.irecv(ptr(c), len(c), holder, T_BCAST_GATHER)? });
         }
     }
     if mine < m {
