@@ -2,7 +2,7 @@
 # Collectives across sites behind an emulated wide-area link: latency-aware (MagPIe) vs.
 # flat vs. IMPI-conformant algorithms, in one run.
 #
-#   bench/wan.sh [-s SITES] [-k RANKS_PER_SITE] [-m MAX_BYTES] [-i ITERS] [-r REPS] [-e ENGINE] LINK...
+#   bench/wan.sh [-s SITES] [-k RANKS_PER_SITE] [-m MAX_BYTES] [-i ITERS] [-r REPS] [-R ROUNDS] [-e ENGINE] LINK...
 #
 # Each LINK (default: delay=5ms, i.e. 10 ms round trip) is a tsunagi-wan link spec, e.g.
 # `delay=5ms` or `delay=5ms,rate=100Mbit`. For each, SITES (3) sites of RANKS_PER_SITE (2)
@@ -17,15 +17,18 @@
 #         binomial bcast, recursive-doubling allreduce and allgather, pairwise alltoall), as a
 #         single-cluster MPI would run them over the WAN;
 #   impi  TSUNAGI_WAN_COLL=impi (the IMPI/LAM-conformant algorithms).
+# With -R ROUNDS (1) the three runs repeat ROUNDS times, alternating, and each point is the
+# fastest over the rounds: on a machine whose load changes from minute to minute, every
+# mode then meets the same conditions.
 # Prints, per link, a table of microseconds per call and the ratios flat/wan and impi/wan.
 # Binaries: $TSUNAGI_PREFIX/bin and libexec/tsunagi/examples (after scripts/install), or the
 # workspace's target/debug (TSUNAGI_TARGET=release for target/release). Needs root.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
-sites=3 k=2 max=1048576 iters=10 reps=1 engine=threaded
-while getopts "s:k:m:i:r:e:" o; do
+sites=3 k=2 max=1048576 iters=10 reps=1 rounds=1 engine=threaded
+while getopts "s:k:m:i:r:R:e:" o; do
     case $o in
-        s) sites=$OPTARG ;; k) k=$OPTARG ;; m) max=$OPTARG ;; i) iters=$OPTARG ;; r) reps=$OPTARG ;; e) engine=$OPTARG ;;
+        s) sites=$OPTARG ;; k) k=$OPTARG ;; m) max=$OPTARG ;; i) iters=$OPTARG ;; r) reps=$OPTARG ;; R) rounds=$OPTARG ;; e) engine=$OPTARG ;;
         *) exit 2 ;;
     esac
 done
@@ -57,17 +60,37 @@ for link in "${links[@]}"; do
         awk -v k="$k" -v gw="$gw" -v e="$engine" '/^site/ {
             printf "-n %d --progress %s --host %s:%d --launch-agent \"ip netns exec {host}\" --launch-addr %s --env TSUNAGI_IMPI_ADDR=%s\n", k, e, $3, k, gw, $4 }' "$out/net"
     } > "$out/sites"
+    # A failed run (a timeout: TSUNAGI_WAN_BENCH_TIMEOUT seconds, default 1200) says so with
+    # the end of its error output, and its points are left out of the table.
     run() {
-        env TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 "$@" \
-            "$bin/mpirun" --sites "$out/sites" "$bench" "$max" "$iters" "$reps" 2>/dev/null
+        local mode=$1
+        shift
+        env TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 "$@" timeout "${TSUNAGI_WAN_BENCH_TIMEOUT:-1200}" \
+            "$bin/mpirun" --sites "$out/sites" "$bench" "$max" "$iters" "$reps" \
+            >> "$out/$mode" 2> "$out/$mode.err" || {
+            echo "bench/wan.sh: the $mode run failed (exit $?):" >&2
+            tail -5 "$out/$mode.err" >&2
+        }
     }
-    run TSUNAGI_WAN_COLL=wan > "$out/wan"
-    run TSUNAGI_WAN_COLL=flat TSUNAGI_COLL_BARRIER=dissemination TSUNAGI_COLL_BCAST=binomial \
-        TSUNAGI_COLL_ALLREDUCE=recursive_doubling TSUNAGI_COLL_ALLGATHER=recursive_doubling \
-        TSUNAGI_COLL_ALLTOALL=pairwise > "$out/flat"
-    run TSUNAGI_WAN_COLL=impi > "$out/impi"
+    load0=$(cut -d' ' -f1-3 /proc/loadavg)
+    rm -f "$out/wan" "$out/flat" "$out/impi"
+    for ((round = 0; round < rounds; round++)); do
+        run wan TSUNAGI_WAN_COLL=wan
+        run flat TSUNAGI_WAN_COLL=flat TSUNAGI_COLL_BARRIER=dissemination TSUNAGI_COLL_BCAST=binomial \
+            TSUNAGI_COLL_ALLREDUCE=recursive_doubling TSUNAGI_COLL_ALLGATHER=recursive_doubling \
+            TSUNAGI_COLL_ALLTOALL=pairwise
+        run impi TSUNAGI_WAN_COLL=impi
+    done
+    # The fastest of the rounds per point.
+    for mode in wan flat impi; do
+        touch "$out/$mode"
+        awk '{ k = $1" "$2; if (!(k in best) || $3 < best[k]) best[k] = $3 }
+             END { for (k in best) print k, best[k] }' "$out/$mode" > "$out/$mode.best"
+        mv "$out/$mode.best" "$out/$mode"
+    done
     TSUNAGI_WAN_BIN=$wanbin "$top/scripts/wan-netns" down $tag "$sites"
-    echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls, fastest of $reps runs"
+    echo "## $sites sites x $k ranks ($engine progress), link $link (each direction), mean of $iters calls, fastest of $reps runs x $rounds rounds"
+    echo "load average (1/5/15 min) at the start: $load0; at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
     echo "| collective | bytes | wan (us) | flat (us) | impi (us) | flat/wan | impi/wan |"
     echo "|---|---|---|---|---|---|---|"
     join -j1 <(awk '{print $1"/"$2, $3}' "$out/wan" | sort) \

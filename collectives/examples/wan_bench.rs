@@ -79,66 +79,86 @@ fn main() {
         s *= 8;
     }
     sizes.push(max);
+    // WAN_BENCH_SIZES=8,4096,... replaces the sizes; WAN_BENCH_ONLY=bcast,allreduce,...
+    // runs only those collectives (barrier always runs first).
+    if let Ok(v) = std::env::var("WAN_BENCH_SIZES") {
+        sizes = v.split(',').filter_map(|x| x.trim().parse().ok()).collect();
+    }
+    let only = std::env::var("WAN_BENCH_ONLY").ok();
+    let on = |name: &str| {
+        only.as_deref()
+            .is_none_or(|o| o.split(',').any(|x| x == name))
+    };
     for s in sizes {
         let mut buf = vec![1u8; s];
         // SAFETY (all calls below): buffers are sized for the call and live across it.
-        let t = sample(&mut |k| unsafe {
-            let root = roots[k % roots.len()] as i32;
-            coll::bcast(rt, buf.as_mut_ptr(), s as i64, &byte, root, w).unwrap()
-        });
-        report("bcast", s, t);
-        let t = sample(&mut |k| unsafe {
-            let root = last_roots[k % last_roots.len()] as i32;
-            coll::bcast(rt, buf.as_mut_ptr(), s as i64, &byte, root, w).unwrap()
-        });
-        report("bcast_last", s, t);
+        if on("bcast") {
+            let t = sample(&mut |k| unsafe {
+                let root = roots[k % roots.len()] as i32;
+                coll::bcast(rt, buf.as_mut_ptr(), s as i64, &byte, root, w).unwrap()
+            });
+            report("bcast", s, t);
+        }
+        if on("bcast_last") {
+            let t = sample(&mut |k| unsafe {
+                let root = last_roots[k % last_roots.len()] as i32;
+                coll::bcast(rt, buf.as_mut_ptr(), s as i64, &byte, root, w).unwrap()
+            });
+            report("bcast_last", s, t);
+        }
         let cnt = (s / 8).max(1);
         let a = vec![1.0f64; cnt];
         let mut r = vec![0.0f64; cnt];
-        let t = sample(&mut |_| unsafe {
-            coll::allreduce(
-                rt,
-                SendBuf::Ptr(a.as_ptr() as *const u8),
-                r.as_mut_ptr() as *mut u8,
-                cnt as i64,
-                &dbl,
-                &Op::Sum,
-                w,
-            )
-            .unwrap()
-        });
-        report("allreduce", cnt * 8, t);
+        if on("allreduce") {
+            let t = sample(&mut |_| unsafe {
+                coll::allreduce(
+                    rt,
+                    SendBuf::Ptr(a.as_ptr() as *const u8),
+                    r.as_mut_ptr() as *mut u8,
+                    cnt as i64,
+                    &dbl,
+                    &Op::Sum,
+                    w,
+                )
+                .unwrap()
+            });
+            report("allreduce", cnt * 8, t);
+        }
         let mut g = vec![0u8; s * n];
-        let t = sample(&mut |_| unsafe {
-            coll::allgather(
-                rt,
-                SendBuf::Ptr(buf.as_ptr()),
-                s as i64,
-                &byte,
-                g.as_mut_ptr(),
-                s as i64,
-                &byte,
-                w,
-            )
-            .unwrap()
-        });
-        report("allgather", s, t);
+        if on("allgather") {
+            let t = sample(&mut |_| unsafe {
+                coll::allgather(
+                    rt,
+                    SendBuf::Ptr(buf.as_ptr()),
+                    s as i64,
+                    &byte,
+                    g.as_mut_ptr(),
+                    s as i64,
+                    &byte,
+                    w,
+                )
+                .unwrap()
+            });
+            report("allgather", s, t);
+        }
         let sa = vec![2u8; s * n];
         let mut ra = vec![0u8; s * n];
-        let t = sample(&mut |_| unsafe {
-            coll::alltoall(
-                rt,
-                SendBuf::Ptr(sa.as_ptr()),
-                s as i64,
-                &byte,
-                ra.as_mut_ptr(),
-                s as i64,
-                &byte,
-                w,
-            )
-            .unwrap()
-        });
-        report("alltoall", s, t);
+        if on("alltoall") {
+            let t = sample(&mut |_| unsafe {
+                coll::alltoall(
+                    rt,
+                    SendBuf::Ptr(sa.as_ptr()),
+                    s as i64,
+                    &byte,
+                    ra.as_mut_ptr(),
+                    s as i64,
+                    &byte,
+                    w,
+                )
+                .unwrap()
+            });
+            report("alltoall", s, t);
+        }
     }
     finalize().expect("finalize");
 }

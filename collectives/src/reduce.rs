@@ -789,6 +789,16 @@ pub unsafe fn reduce_scatter_block(
         }
     }
     let counts = vec![rc; ctx.size];
+    // Across sites (latency-aware mode): small totals by one wide-area allreduce.
+    // SAFETY: forwarded caller contract.
+    if ctx.size > 1
+        && crate::impi::spans_sites(&ctx)?
+        && unsafe {
+            crate::wan::reduce_scatter(rt, comm, ctx.rank, sendbuf, recvbuf, &counts, dtype, op)?
+        }
+    {
+        return Ok(());
+    }
     // SAFETY: forwarded.
     unsafe { reduce_scatter_impl(ctx, sendbuf, recvbuf, &counts, dtype, op) }
 }
@@ -844,6 +854,12 @@ pub unsafe fn reduce_scatter(
         }
         let me = ctx.rank;
         drop(ctx);
+        // SAFETY: forwarded caller contract.
+        if unsafe {
+            crate::wan::reduce_scatter(rt, comm, me, sendbuf, recvbuf, &counts, dtype, op)?
+        } {
+            return Ok(());
+        }
         // SAFETY: the input holds `total` elements; `whole` spans their type map at rank 0.
         unsafe {
             reduce(

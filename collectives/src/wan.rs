@@ -6,21 +6,20 @@
 //! - barrier: site barrier; every site's coordinator (its lowest rank) exchanges a zero-byte
 //!   message with every other coordinator at once; site barrier (release).
 //! - bcast: the root sends to every other site's coordinator at once, then each site
-//!   broadcasts inside. Where the cost model ([`Model`]) says so, the data is split over the root site's
-//!   ranks so that many process pairs carry it across in parallel: scatter in the root's
-//!   site, chunk c from the root site's rank c to rank `c mod size` of each other site,
-//!   then an allgather of the chunks inside every site.
+//!   broadcasts inside. Where the cost model ([`Model`]) says that several streams per site
+//!   pair get more across than one, the root sends chunk c of `m` straight to rank c of
+//!   every other site (each process pair has its own TCP connection), then each site
+//!   allgathers its chunks.
 //! - reduce (commutative ops): reduce inside each site, the coordinators send their
 //!   partial results straight to the root, which combines them in site order.
-//! - allreduce (commutative ops): reduce inside each site, the coordinators exchange their
-//!   partials all at once and each combines them in site order (so every site gets the
-//!   same bits), bcast inside. Where the cost model says so: reduce-scatter inside each site
-//!   into `m` chunks (m = the smallest site size), site rank c of every site exchanges
-//!   chunk c with site rank c of every other site, then each site gathers the chunks.
-//!   Where it says so otherwise (large messages, three sites or more): reduce inside each
-//!   site, the coordinators reduce-scatter (site s combines chunk s of `ns`) and allgather
-//!   the chunks (two wide-area rounds, but `2n/ns` bytes per site pair instead of `n`),
-//!   bcast inside.
+//! - allreduce (commutative ops), a [`Plan`] chosen by the cost model: inside each site a
+//!   reduce to the coordinator (1 pair) or a reduce-scatter into `m` chunks (m = the
+//!   smallest site size; site rank c holds chunk c); across, site rank c of every site
+//!   either exchanges its chunk with every other site and combines the sites' parts in site
+//!   order (one wide-area round, so every site gets the same bits), or, for large
+//!   messages over three sites or more, reduce-scatters it among the sites (site s
+//!   combines part s) and allgathers the parts (two rounds, but `2n/ns` bytes per site
+//!   pair instead of `n`); then a bcast (1 pair) or an allgather of the chunks inside.
 //! - allgather: gather inside each site to the coordinator, coordinators exchange their
 //!   sites' blocks all at once, bcast inside.
 //! - gather, scatter, alltoall (and their v forms): the linear algorithms the IMPI path
@@ -149,66 +148,92 @@ impl Model {
         Ok(m)
     }
 
-    /// Throughput of one pair across when `pairs` pairs cross at once.
-    fn per_pair(&self, pairs: usize) -> f64 {
-        self.wan_stream
-            .min(self.wan_bandwidth / pairs.max(1) as f64)
+    /// Throughput of one process pair's stream across when every site sends to every other
+    /// over `streams` streams per site pair at once: a stream gets at most `wan_stream`, and
+    /// a site's `wan_bandwidth` is shared by all its streams.
+    fn stream_rate(&self, streams: usize, sites: usize) -> f64 {
+        let total = (streams.max(1) * (sites.max(2) - 1)) as f64;
+        self.wan_stream.min(self.wan_bandwidth / total)
     }
 
     fn lan(&self, bytes: f64) -> f64 {
         self.lan_latency + bytes / self.lan_bandwidth
     }
 
-    /// Bcast of `n` bytes to `sites` sites: whether splitting over the root site's `a`
-    /// ranks beats the coordinator algorithm (sites of at most `b` ranks).
-    pub fn split_bcast(&self, n: usize, a: usize, b: usize, sites: usize) -> bool {
-        if a < 2 {
-            return false;
-        }
-        let n = n as f64;
-        let other = (sites - 1).max(1);
-        let steps = (b.max(2) as f64).log2().ceil();
-        let one = self.wan_latency + n / self.per_pair(other) + steps * self.lan(n);
-        let chunk = n / a as f64;
-        let split = self.lan(n - chunk)
-            + self.wan_latency
-            + chunk / self.per_pair(a * other)
-            + self.lan(n - chunk);
-        split < one
-    }
-
-    /// Allreduce of `n` bytes over `sites` sites whose smallest has `m` ranks (at most `b`):
-    /// whether reduce-scatter + exchange by `m` pairs + gather beats the coordinator one.
-    pub fn split_allreduce(&self, n: usize, m: usize, b: usize, sites: usize) -> bool {
+    /// Bcast of `n` bytes to `sites` sites whose smallest non-root site has `m` ranks (sites
+    /// of at most `b` ranks): whether the root sending chunk c of `m` straight to rank c of
+    /// every other site (`m` streams per site pair) and an allgather inside the sites beats
+    /// sending everything to each coordinator and a bcast inside.
+    pub fn split_bcast(&self, n: usize, m: usize, b: usize, sites: usize) -> bool {
         if m < 2 {
             return false;
         }
         let n = n as f64;
-        let other = (sites - 1).max(1);
         let steps = (b.max(2) as f64).log2().ceil();
-        let one =
-            2.0 * steps * self.lan(n) + self.wan_latency + n * other as f64 / self.per_pair(other);
+        let one = self.wan_latency + n / self.stream_rate(1, sites) + steps * self.lan(n);
         let chunk = n / m as f64;
-        let split = 2.0 * m as f64 * steps * self.lan(chunk)
-            + self.wan_latency
-            + chunk * other as f64 / self.per_pair(m * other);
+        // The allgather: every chunk to the site's other ranks, all at once.
+        let split = self.wan_latency
+            + chunk / self.stream_rate(m, sites)
+            + self.lan_latency * m as f64
+            + n / self.lan_bandwidth;
         split < one
     }
 
-    /// Allreduce of `n` bytes over `sites` sites by the coordinators: whether a
-    /// reduce-scatter and an allgather among them (two wide-area rounds, `2n/sites` bytes
-    /// per site pair and direction) beat one exchange of everything (one round, `n` bytes
-    /// per pair).
-    pub fn rsag_allreduce(&self, n: usize, sites: usize) -> bool {
-        if sites < 3 {
-            return false; // two sites: the same bytes in twice the rounds
+    /// The cheapest allreduce plan for `n` bytes (`count` elements) over `sites` sites whose
+    /// smallest has `m` ranks (at most `b`): by the coordinators or by `m` process pairs
+    /// per site pair (each carrying a chunk), in one wide-area round (exchange) or two
+    /// (reduce-scatter + allgather among the sites: 2/sites of the bytes).
+    pub fn allreduce_plan(&self, n: usize, count: usize, m: usize, b: usize, sites: usize) -> Plan {
+        let nf = n as f64;
+        let steps = (b.max(2) as f64).log2().ceil();
+        let sf = sites as f64;
+        let mut best = (f64::MAX, Plan::COORD);
+        for pairs in [1, m] {
+            if pairs == 0 || (pairs > 1 && count < pairs) {
+                continue;
+            }
+            let local = if pairs == 1 {
+                2.0 * steps * self.lan(nf)
+            } else {
+                // Reduce-scatter and allgather of `pairs` chunks inside the site.
+                2.0 * (pairs as f64 * steps * self.lan_latency + steps * nf / self.lan_bandwidth)
+            };
+            let chunk = nf / pairs as f64;
+            let rate = self.stream_rate(pairs, sites);
+            for rounds in [1usize, 2] {
+                if rounds == 2 && (sites < 3 || count < pairs * sites) {
+                    continue; // two sites: the same bytes in twice the rounds
+                }
+                let wan = if rounds == 1 {
+                    self.wan_latency + chunk / rate
+                } else {
+                    2.0 * self.wan_latency + 2.0 * (chunk / sf) / rate
+                };
+                let t = local + wan;
+                if t < best.0 {
+                    best = (t, Plan { pairs, rounds });
+                }
+            }
         }
-        let n = n as f64;
-        let other = sites - 1;
-        let one = self.wan_latency + n / self.per_pair(other);
-        let rsag = 2.0 * self.wan_latency + 2.0 * (n / sites as f64) / self.per_pair(other);
-        rsag < one
+        best.1
     }
+}
+
+/// How an allreduce crosses the sites: through `pairs` process pairs per site pair (1: the
+/// coordinators), in `rounds` wide-area rounds (1: every site sends its partial to every
+/// other; 2: reduce-scatter + allgather among the sites).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Plan {
+    pub pairs: usize,
+    pub rounds: usize,
+}
+
+impl Plan {
+    pub const COORD: Plan = Plan {
+        pairs: 1,
+        rounds: 1,
+    };
 }
 
 /// The user's model (`TSUNAGI_WAN_MODEL`, read once), or None when it is unset or
@@ -291,90 +316,126 @@ const T_MEASURE: i32 = tag::BARRIER + 210;
 const T_MEASURE_LAN: i32 = tag::BARRIER + 211;
 const T_MEASURE_MODEL: i32 = tag::BARRIER + 212;
 const T_MEASURE_SITE: i32 = tag::BARRIER + 213;
+const T_MEASURE_MULTI: i32 = tag::BARRIER + 214;
 
-/// Site 0's coordinator times, with every other coordinator at once (the links as a
-/// collective loads them), the faster of two zero-byte round trips (the latency: half of
-/// it) and a [`PROBE_BYTES`] transfer answered by a zero-byte message (the bandwidth per
-/// site pair: the bytes over the time beyond a round trip); then the same with its own
-/// site's next rank (the link inside a site). It sends the five figures to the other
-/// coordinators, and every site broadcasts them inside. About three wide-area round trips
-/// plus the probe's transfer, once per communicator (10 ms links: 40–60 ms).
+/// Site 0's coordinator measures, with every other site at once (the links as a collective
+/// loads them):
+/// - the latency: half the faster of two zero-byte round trips with every coordinator;
+/// - one stream's rate: [`PROBE_BYTES`] to every coordinator, answered by a zero-byte
+///   message, the faster of two (the first opens the TCP window of a connection that has
+///   carried only small messages; timing it alone measured slow start, 2-5 MB/s on a
+///   10 ms round trip, and chose two wide-area rounds for 32 KiB allreduces);
+/// - what `m` streams per site pair get (m = the smallest site): the probe sent to each of
+///   ranks `0..m` of every other site at once (one process pair's TCP connection each), the
+///   faster of two; `m` streams get more across than one where a stream is limited by its
+///   window rather than by the link (or the hosts), which is where the split algorithms
+///   pay (on the loaded 2-core test machine they do not: m streams got about what one did);
+/// - the same two figures inside site 0 with its next rank.
+///
+/// It sends the five figures to the other coordinators, and every site broadcasts them
+/// inside. About six wide-area round trips plus the probes, once per communicator.
 fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
     let me = ctx.rank;
     let c0 = h.leaders[0];
-    let peers: Vec<usize> = h.leaders[1..].to_vec();
+    let ns = h.members.len();
+    let m = h.members.iter().map(Vec::len).min().unwrap_or(1);
     let mut z = [0u8; 2];
     let zs = z.as_ptr();
     let zr = z.as_mut_ptr().wrapping_add(1);
     let mut probe = vec![0u8; PROBE_BYTES];
     let mut figures = [0f64; 5];
-    // The prober side: round trips with `to` (all at once), then the probe.
-    let probe_links = |to: &[usize], t: i32, probe: &mut Vec<u8>| -> MpiResult<(f64, f64)> {
+    // The prober side: send `bytes` to each of `to` at once and wait for every zero-byte
+    // answer; the faster of two such rounds.
+    let timed = |to: &[usize], bytes: usize, t: i32, probe: &[u8]| -> MpiResult<f64> {
         let mut best = f64::MAX;
         let mut reqs = Vec::new();
         for _ in 0..2 {
             let t0 = ctx.rt.wtime();
             for &p in to {
-                // SAFETY: zero-byte transfers inside `z`, alive until the waitall.
+                // SAFETY: `probe` (read only, at least `bytes` long) and `z` live until the
+                // waitall.
                 unsafe {
                     reqs.push(ctx.irecv(zr, 0, p, t)?);
-                    reqs.push(ctx.isend(zs, 0, p, t)?);
+                    reqs.push(ctx.isend(probe.as_ptr(), bytes, p, t)?);
                 }
             }
             ctx.waitall(&mut reqs)?;
             best = best.min(ctx.rt.wtime() - t0);
         }
-        let t0 = ctx.rt.wtime();
-        for &p in to {
-            // SAFETY: `probe` (read only) and `z` live until the waitall.
-            unsafe {
-                reqs.push(ctx.irecv(zr, 0, p, t)?);
-                reqs.push(ctx.isend(probe.as_ptr(), probe.len(), p, t)?);
-            }
-        }
-        ctx.waitall(&mut reqs)?;
-        let transfer = (ctx.rt.wtime() - t0 - best).max(1e-9);
-        Ok((best / 2.0, probe.len() as f64 / transfer))
+        Ok(best)
     };
-    // The answering side.
-    let answer = |from: usize, t: i32, probe: &mut Vec<u8>| -> MpiResult<()> {
+    // The answering side of `timed`.
+    let answer = |from: usize, bytes: usize, t: i32, probe: &mut [u8]| -> MpiResult<()> {
         for _ in 0..2 {
-            // SAFETY: zero-byte transfers inside `z`.
+            // SAFETY: `probe` has room for `bytes` bytes; `zs` is a zero-byte send.
             unsafe {
-                ctx.recv(zr, 0, from, t)?;
+                ctx.recv(probe.as_mut_ptr(), bytes, from, t)?;
                 ctx.send(zs, 0, from, t)?;
             }
         }
-        // SAFETY: `probe` has room for the probe.
-        unsafe {
-            ctx.recv(probe.as_mut_ptr(), probe.len(), from, t)?;
-            ctx.send(zs, 0, from, t)?;
-        }
         Ok(())
     };
+    // The transfer time is the probe's time beyond a round trip; but under load a round
+    // trip measured apart may be as long as the probe itself (one measured 29 ms against a
+    // 36 ms probe and made 76 MB/s of it), so at least a quarter of the probe's time.
+    let rate = |bytes: usize, time: f64, rtt: f64| bytes as f64 / (time - rtt).max(time / 4.0);
+    let leaders: Vec<usize> = h.leaders[1..].to_vec();
+    // Ranks 0..m of every other site, for the `m`-stream probe.
+    let columns: Vec<usize> = (1..ns).flat_map(|s| h.members[s][..m].to_vec()).collect();
     let site0 = &h.members[0];
     let lan_peer = site0.iter().copied().find(|&r| r != c0);
     let d = Model::default();
     if me == c0 {
-        let (wl, wb) = probe_links(&peers, T_MEASURE, &mut probe)?;
+        let rtt = timed(&leaders, 0, T_MEASURE, &probe)?;
+        let one = rate(
+            PROBE_BYTES,
+            timed(&leaders, PROBE_BYTES, T_MEASURE, &probe)?,
+            rtt,
+        );
+        let multi = if m >= 2 {
+            let t = timed(&columns, PROBE_BYTES, T_MEASURE_MULTI, &probe)?;
+            rate(PROBE_BYTES * m, t, rtt)
+        } else {
+            one
+        };
         let (ll, lb) = match lan_peer {
-            Some(p) => probe_links(&[p], T_MEASURE_LAN, &mut probe)?,
+            Some(p) => {
+                let lrtt = timed(&[p], 0, T_MEASURE_LAN, &probe)?;
+                let lt = timed(&[p], PROBE_BYTES, T_MEASURE_LAN, &probe)?;
+                (lrtt / 2.0, rate(PROBE_BYTES, lt, lrtt))
+            }
             None => (d.lan_latency, d.lan_bandwidth),
         };
-        // Per site pair as measured with all pairs busy; a stream is assumed to get no
-        // more (so the split algorithms, which need streams that cannot fill the link,
-        // are chosen only by a user's model).
-        figures = [wl, wb * peers.len() as f64, wb, ll, lb];
-        for &p in &peers {
+        // A stream gets `one`; a site pair gets what `m` streams got when they scale
+        // nearly linearly (at least 0.9 m times one stream: streams limited by their
+        // windows), else one stream's. On the loaded test machine they got 1.4-1.8 times
+        // one stream, and the split plans chosen on that were 1.5-3x slower than the
+        // coordinators' (CPU, not windows, limited them). A site sends to ns - 1 others.
+        let pair = if multi >= 0.9 * m as f64 * one {
+            multi
+        } else {
+            one
+        };
+        figures = [rtt / 2.0, pair * (ns - 1) as f64, one, ll, lb];
+        for &p in &leaders {
             // SAFETY: `figures` is 40 readable bytes.
             unsafe { ctx.send(figures.as_ptr() as *const u8, 40, p, T_MEASURE_MODEL)? };
         }
-    } else if h.is_leader() {
-        answer(c0, T_MEASURE, &mut probe)?;
-        // SAFETY: `figures` has room for 40 bytes.
-        unsafe { ctx.recv(figures.as_mut_ptr() as *mut u8, 40, c0, T_MEASURE_MODEL)? };
-    } else if Some(me) == lan_peer {
-        answer(c0, T_MEASURE_LAN, &mut probe)?;
+    } else {
+        if h.is_leader() {
+            answer(c0, 0, T_MEASURE, &mut probe)?;
+            answer(c0, PROBE_BYTES, T_MEASURE, &mut probe)?;
+        }
+        if m >= 2 && h.my_node != 0 && h.my_local < m {
+            answer(c0, PROBE_BYTES, T_MEASURE_MULTI, &mut probe)?;
+        }
+        if h.is_leader() {
+            // SAFETY: `figures` has room for 40 bytes.
+            unsafe { ctx.recv(figures.as_mut_ptr() as *mut u8, 40, c0, T_MEASURE_MODEL)? };
+        } else if Some(me) == lan_peer {
+            answer(c0, 0, T_MEASURE_LAN, &mut probe)?;
+            answer(c0, PROBE_BYTES, T_MEASURE_LAN, &mut probe)?;
+        }
     }
     let local = h.local_team();
     crate::bcast::binomial(
@@ -470,13 +531,6 @@ fn index_in(team: &Team, r: usize) -> usize {
     team.ranks.iter().position(|&x| x == r).expect("member")
 }
 
-/// The team of site `s`.
-fn site_team(h: &Hier, s: usize, me: usize) -> Team {
-    let ranks = h.members[s].clone();
-    let me = ranks.iter().position(|&r| r == me).unwrap_or(usize::MAX);
-    Team { ranks, me }
-}
-
 /// Elements `[start, start + len)` of chunk `c` when `n` elements are cut into `m` chunks.
 fn chunk(n: usize, m: usize, c: usize) -> (usize, usize) {
     let base = n / m;
@@ -506,6 +560,16 @@ const DIRECT_MAX_BYTES: usize = 4096;
 
 fn direct(ctx: &Ctx, bytes: usize) -> bool {
     ctx.size <= direct_max_ranks() && bytes <= DIRECT_MAX_BYTES
+}
+
+/// An algorithm forced by the environment variable `name` (for tests and measurements;
+/// every site must set the same): `TSUNAGI_WAN_BCAST=split|coord`,
+/// `TSUNAGI_WAN_ALLREDUCE=coord|coord_rsag|split|split_rsag`. Unset: the cost model chooses.
+fn forced(name: &str) -> Option<String> {
+    std::env::var(name)
+        .ok()
+        .map(|v| v.trim().to_string())
+        .filter(|v| !v.is_empty())
 }
 
 const T_DIRECT: i32 = tag::BARRIER + 220;
@@ -596,10 +660,23 @@ pub(crate) unsafe fn bcast(
     // SAFETY: caller contract.
     let view = unsafe { Packed::new(buf, count, dtype, me == root) };
     let rs = h.node_of[root];
-    let root_team = site_team(h, rs, me);
     let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
-    let split = bytes >= MODEL_MIN_BYTES
-        && comm_model(ctx, h)?.split_bcast(bytes, root_team.len(), biggest, h.members.len());
+    // The smallest site other than the root's: how many streams per site pair a split
+    // bcast can use.
+    let m = (0..h.members.len())
+        .filter(|&s| s != rs)
+        .map(|s| h.members[s].len())
+        .min()
+        .unwrap_or(1);
+    let split = !direct(ctx, bytes)
+        && bytes >= m
+        && match forced("TSUNAGI_WAN_BCAST") {
+            Some(v) => v == "split",
+            None => {
+                bytes >= MODEL_MIN_BYTES
+                    && comm_model(ctx, h)?.split_bcast(bytes, m, biggest, h.members.len())
+            }
+        };
     if direct(ctx, bytes) {
         // The root sends to every rank at once.
         let mut reqs = Vec::new();
@@ -614,7 +691,7 @@ pub(crate) unsafe fn bcast(
         }
         ctx.waitall(&mut reqs)?;
     } else if split {
-        split_bcast(ctx, h, view.ptr, bytes, root)?;
+        split_bcast(ctx, h, view.ptr, bytes, root, m)?;
     } else {
         let mut reqs = Vec::new();
         if me == root {
@@ -644,74 +721,63 @@ pub(crate) unsafe fn bcast(
     Ok(())
 }
 
-/// The split bcast of `bytes` packed bytes at `w` (full at the root).
-fn split_bcast(ctx: &Ctx, h: &Hier, w: *mut u8, bytes: usize, root: usize) -> MpiResult<()> {
+/// The split bcast of `bytes` packed bytes at `w` (full at the root): the root sends chunk
+/// `c` of `m` straight to rank `c` of every other site (its own TCP connection to each:
+/// `m` streams per site pair, all at once, no step inside the root's site before), and
+/// bcasts to its own site meanwhile; then every other site allgathers its chunks (rank `c`
+/// sends chunk `c` to each other rank of its site, all at once).
+fn split_bcast(
+    ctx: &Ctx,
+    h: &Hier,
+    w: *mut u8,
+    bytes: usize,
+    root: usize,
+    m: usize,
+) -> MpiResult<()> {
     let me = ctx.rank;
     let rs = h.node_of[root];
-    let root_team = site_team(h, rs, me);
-    let m = root_team.len();
     let ptr = |c: usize| w.wrapping_add(chunk(bytes, m, c).0);
     let len = |c: usize| chunk(bytes, m, c).1;
-    // Who holds chunk c in site s after the wide-area phase.
-    let holder = |s: usize, c: usize| {
-        if s == rs {
-            root_team.ranks[c]
-        } else {
-            h.members[s][c % h.members[s].len()]
-        }
-    };
-    // 1. Scatter inside the root's site.
     let mut reqs = Vec::new();
-    for c in 0..m {
-        let r = root_team.ranks[c];
-        if r == root {
-            continue;
-        }
-        // SAFETY: chunk c of the packed buffer, alive until the waitall.
-        unsafe {
-            if me == root {
-                reqs.push(ctx.isend(ptr(c), len(c), r, T_BCAST_SCATTER)?);
-            } else if me == r {
-                reqs.push(ctx.irecv(ptr(c), len(c), root, T_BCAST_SCATTER)?);
+    if me == root {
+        // Remote sites first: they are the long path.
+        for s in (0..h.members.len()).filter(|&s| s != rs) {
+            for c in 0..m {
+                // SAFETY: chunk c of the full buffer, alive until the waitall.
+                reqs.push(unsafe { ctx.isend(ptr(c), len(c), h.members[s][c], T_BCAST_WAN)? });
             }
+        }
+        for &r in h.members[rs].iter().filter(|&&r| r != root) {
+            // SAFETY: as above.
+            reqs.push(unsafe { ctx.isend(w, bytes, r, T_BCAST_SCATTER)? });
+        }
+        return ctx.waitall(&mut reqs);
+    }
+    if h.my_node == rs {
+        // SAFETY: the buffer has room for `bytes` bytes.
+        reqs.push(unsafe { ctx.irecv(w, bytes, root, T_BCAST_SCATTER)? });
+        return ctx.waitall(&mut reqs);
+    }
+    let site = &h.members[h.my_node];
+    let mine = h.my_local;
+    // Post every receive first: my chunk from the root, the others from their holders.
+    for (c, &holder) in site.iter().enumerate().take(m) {
+        if c == mine {
+            // SAFETY: chunk c of the buffer, alive until the waitall.
+            reqs.push(unsafe { ctx.irecv(ptr(c), len(c), root, T_BCAST_WAN)? });
+        } else {
+            // SAFETY: as above.
+            reqs.push(unsafe { ctx.irecv(ptr(c), len(c), holder, T_BCAST_GATHER)? });
         }
     }
-    ctx.waitall(&mut reqs)?;
-    // 2. Across: chunk c from the root site's rank c to its holder in every other site.
-    for s in 0..h.members.len() {
-        if s == rs {
-            continue;
-        }
-        for c in 0..m {
-            let (from, to) = (root_team.ranks[c], holder(s, c));
-            // SAFETY: as above.
-            unsafe {
-                if me == from {
-                    reqs.push(ctx.isend(ptr(c), len(c), to, T_BCAST_WAN)?);
-                }
-                if me == to {
-                    reqs.push(ctx.irecv(ptr(c), len(c), from, T_BCAST_WAN)?);
-                }
-            }
-        }
-    }
-    ctx.waitall(&mut reqs)?;
-    // 3. Allgather of the chunks inside each site (the root already has them all).
-    let s = h.my_node;
-    for c in 0..m {
-        let from = holder(s, c);
-        for &r in &h.members[s] {
-            if r == from || r == root {
-                continue;
-            }
-            // SAFETY: as above.
-            unsafe {
-                if me == from {
-                    reqs.push(ctx.isend(ptr(c), len(c), r, T_BCAST_GATHER)?);
-                }
-                if me == r {
-                    reqs.push(ctx.irecv(ptr(c), len(c), from, T_BCAST_GATHER)?);
-                }
+    if mine < m {
+        // Wait for my chunk from the root, then pass it on inside the site.
+        let mut first = vec![reqs.remove(mine)];
+        ctx.waitall(&mut first)?;
+        for (i, &r) in site.iter().enumerate() {
+            if i != mine {
+                // SAFETY: chunk `mine`, complete, alive until the waitall.
+                reqs.push(unsafe { ctx.isend(ptr(mine), len(mine), r, T_BCAST_GATHER)? });
             }
         }
     }
@@ -844,52 +910,89 @@ pub(crate) unsafe fn allreduce(
     let ns = h.members.len();
     let local = h.local_team();
     let biggest = h.members.iter().map(Vec::len).max().unwrap_or(1);
-    let model = if bytes >= MODEL_MIN_BYTES {
-        Some(comm_model(ctx, h)?)
-    } else {
-        None
+    let plan = match forced("TSUNAGI_WAN_ALLREDUCE").as_deref() {
+        Some("coord") => Some(Plan::COORD),
+        Some("coord_rsag") => Some(Plan {
+            pairs: 1,
+            rounds: 2,
+        }),
+        Some("split") => Some(Plan {
+            pairs: m,
+            rounds: 1,
+        }),
+        Some("split_rsag") => Some(Plan {
+            pairs: m,
+            rounds: 2,
+        }),
+        _ => None,
     };
-    let split = model.is_some_and(|md| count >= m && md.split_allreduce(bytes, m, biggest, ns));
-    if split {
+    let mut plan = match plan {
+        Some(p) => p,
+        None if bytes >= MODEL_MIN_BYTES => {
+            comm_model(ctx, h)?.allreduce_plan(bytes, count, m, biggest, ns)
+        }
+        None => Plan::COORD,
+    };
+    // What the data allows: a chunk per pair (and per site for two rounds), two rounds only
+    // over three sites or more.
+    if plan.pairs > count.max(1) {
+        plan.pairs = 1;
+    }
+    if plan.rounds == 2 && (ns < 3 || count < plan.pairs * ns) {
+        plan.rounds = 1;
+    }
+    if ctx.rank == 0 && plan != Plan::COORD && std::env::var_os("TSUNAGI_WAN_TRACE").is_some() {
+        eprintln!(
+            "tsunagi: wan allreduce of {bytes} bytes: {} pair(s) per site pair, {} round(s)",
+            plan.pairs, plan.rounds
+        );
+    }
+    let p = plan.pairs;
+    if p > 1 {
         // Reduce-scatter inside the site: chunk c to site rank c.
-        for c in 0..m {
-            let (start, n) = chunk(count, m, c);
-            let p = w.wrapping_add(start * esize);
-            crate::reduce::team_reduce(ctx, &local, p, n, dtype, op, c, T_ALLRED_LOCAL)?;
+        for c in 0..p {
+            let (start, n) = chunk(count, p, c);
+            let at = w.wrapping_add(start * esize);
+            crate::reduce::team_reduce(ctx, &local, at, n, dtype, op, c, T_ALLRED_LOCAL)?;
         }
-        if h.my_local < m {
-            let c = h.my_local;
-            let (start, n) = chunk(count, m, c);
-            // SAFETY: chunk c of `w`.
-            unsafe {
-                exchange_and_combine(ctx, h, c, w.wrapping_add(start * esize), n, dtype, op)?
-            };
-        }
-        for c in 0..m {
-            let (start, n) = chunk(count, m, c);
-            let p = w.wrapping_add(start * esize);
-            crate::bcast::binomial(ctx, &local, p, n * esize, c, T_ALLRED_BCAST)?;
-        }
-        return Ok(true);
-    }
-    if model.is_some_and(|md| count >= ns && md.rsag_allreduce(bytes, ns)) {
-        if ctx.rank == 0 && std::env::var_os("TSUNAGI_WAN_TRACE").is_some() {
-            eprintln!("tsunagi: wan allreduce of {bytes} bytes: reduce-scatter + allgather");
-        }
+    } else {
         crate::reduce::team_reduce(ctx, &local, w, count, dtype, op, 0, T_ALLRED_LOCAL)?;
-        if h.is_leader() {
-            // SAFETY: `w` holds the site's partial result.
-            unsafe { reduce_scatter_allgather(ctx, h, w, count, dtype, op)? };
+    }
+    if h.my_local < p {
+        let c = h.my_local;
+        let (start, n) = chunk(count, p, c);
+        let at = w.wrapping_add(start * esize);
+        // SAFETY: chunk c of `w` holds the site's partial result of that chunk.
+        unsafe {
+            if plan.rounds == 2 {
+                reduce_scatter_allgather(ctx, h, c, at, n, dtype, op)?;
+            } else {
+                exchange_and_combine(ctx, h, c, at, n, dtype, op)?;
+            }
         }
+    }
+    if p > 1 {
+        // Allgather inside the site: chunk c from site rank c to every other, all at once.
+        let mut reqs = Vec::new();
+        for c in 0..p {
+            let (start, n) = chunk(count, p, c);
+            let at = w.wrapping_add(start * esize);
+            for (i, &r) in local.ranks.iter().enumerate() {
+                // SAFETY: chunk c of `w` (read by its holder, written by the others), alive
+                // until the waitall; chunks are disjoint.
+                unsafe {
+                    if i == c && local.me != c {
+                        reqs.push(ctx.irecv(at, n * esize, r, T_ALLRED_BCAST)?);
+                    } else if local.me == c && i != c {
+                        reqs.push(ctx.isend(at, n * esize, r, T_ALLRED_BCAST)?);
+                    }
+                }
+            }
+        }
+        ctx.waitall(&mut reqs)?;
+    } else {
         crate::bcast::binomial(ctx, &local, w, bytes, 0, T_ALLRED_BCAST)?;
-        return Ok(true);
     }
-    crate::reduce::team_reduce(ctx, &local, w, count, dtype, op, 0, T_ALLRED_LOCAL)?;
-    if h.is_leader() {
-        // SAFETY: `w` holds the site's partial result.
-        unsafe { exchange_and_combine(ctx, h, 0, w, count, dtype, op)? };
-    }
-    crate::bcast::binomial(ctx, &local, w, bytes, 0, T_ALLRED_BCAST)?;
     Ok(true)
 }
 
@@ -938,9 +1041,10 @@ unsafe fn exchange_and_combine(
     Ok(())
 }
 
-/// The coordinators' allreduce for large messages: site `s` reduces chunk `s` of the
-/// `ns` chunks (every coordinator sends it its part of that chunk, all at once), then
-/// sends the reduced chunk to every other coordinator. Two wide-area rounds instead of
+/// Site rank `column` of every site (the coordinators when 0), for large messages: site
+/// `s` reduces chunk `s` of the `ns` chunks of the `count` elements at `w` (every site
+/// sends it its part of that chunk, all at once), then sends the reduced chunk to every
+/// other site. Two wide-area rounds instead of
 /// one, but each site pair carries `2n/ns` bytes each way instead of `n`. Chunk `s` is
 /// combined in site order by site `s` alone, so every site gets the same bits.
 ///
@@ -949,6 +1053,7 @@ unsafe fn exchange_and_combine(
 unsafe fn reduce_scatter_allgather(
     ctx: &Ctx,
     h: &Hier,
+    column: usize,
     w: *mut u8,
     count: usize,
     dtype: &TypeRef,
@@ -969,7 +1074,7 @@ unsafe fn reduce_scatter_allgather(
         if s == mine {
             continue;
         }
-        let peer = h.leaders[s];
+        let peer = h.members[s][column];
         // SAFETY: slot s of `parts`; chunk s of `w` (read only until the allgather below
         // overwrites it); both alive until the waitall.
         unsafe {
@@ -994,7 +1099,7 @@ unsafe fn reduce_scatter_allgather(
         if s == mine {
             continue;
         }
-        let peer = h.leaders[s];
+        let peer = h.members[s][column];
         // SAFETY: chunk s of `w` (written by site s) and chunk `mine` (read only), disjoint.
         unsafe {
             reqs.push(ctx.irecv(at(s), len(s), peer, T_ALLRED_AG)?);
@@ -1002,6 +1107,75 @@ unsafe fn reduce_scatter_allgather(
         }
     }
     ctx.waitall(&mut reqs)
+}
+
+/// Reduce_scatter totals up to this many bytes go through the latency-aware allreduce (one
+/// wide-area round, every rank receives the whole vector) instead of a reduce to rank 0 and
+/// a scatterv (two rounds).
+const REDUCE_SCATTER_BY_ALLREDUCE_MAX: usize = 64 << 10;
+
+/// `MPI_Reduce_scatter(_block)` across sites in the latency-aware mode, for small totals
+/// and commutative ops: the allreduce of the whole vector, then this rank keeps its part.
+/// Returns false (nothing done) where it does not apply; the caller's algorithm runs then.
+///
+/// # Safety
+/// As `MPI_Reduce_scatter`: `sum(counts)` elements readable at the send buffer (in place:
+/// at `recvbuf`), room for `counts[me]` elements at `recvbuf`; `me` is this rank in `comm`.
+#[allow(clippy::too_many_arguments)]
+pub(crate) unsafe fn reduce_scatter(
+    rt: &tsunagi_core::Runtime,
+    comm: tsunagi_core::CommId,
+    me: usize,
+    sendbuf: SendBuf,
+    recvbuf: *mut u8,
+    counts: &[usize],
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<bool> {
+    let total: usize = counts.iter().sum();
+    if mode() != Mode::Wan
+        || !op.is_commutative()
+        || total == 0
+        || total * dtype.size() > REDUCE_SCATTER_BY_ALLREDUCE_MAX
+    {
+        return Ok(false);
+    }
+    let src = match sendbuf {
+        SendBuf::InPlace => recvbuf as *const u8,
+        SendBuf::Ptr(s) => s,
+    };
+    let mut whole = crate::op::Scratch::new(total, dtype);
+    // SAFETY: the input holds `total` elements (caller contract); `whole` spans their type
+    // map.
+    unsafe {
+        crate::reduce::allreduce(
+            rt,
+            SendBuf::Ptr(src),
+            whole.base(),
+            total as i64,
+            dtype,
+            op,
+            comm,
+        )?
+    };
+    let before: usize = counts[..me].iter().sum();
+    let at = whole
+        .base()
+        .wrapping_offset(before as isize * dtype.extent());
+    // SAFETY: element `before` of `whole` starts `counts[me]` elements of the result; the
+    // receive buffer has room for them (caller contract) and is disjoint from `whole`.
+    unsafe {
+        crate::util::copy_typed(
+            "MPI_Reduce_scatter",
+            at,
+            counts[me],
+            dtype,
+            recvbuf,
+            counts[me],
+            dtype,
+        )?
+    };
+    Ok(true)
 }
 
 /// Allgather on the packed receive stream `w` of `size * blk` bytes, in which this rank's
@@ -1150,16 +1324,17 @@ mod tests {
     #[test]
     fn the_model_splits_only_where_one_stream_cannot_fill_the_link() {
         let d = Model::default();
+        let plan = |m: &Model, n: usize| m.allreduce_plan(n, n / 8, 2, 2, 3);
         assert!(!d.split_bcast(1 << 20, 2, 2, 3));
-        assert!(!d.split_allreduce(1 << 20, 2, 2, 3));
+        assert_eq!(plan(&d, 1 << 20).pairs, 1);
         let m = Model::parse("wan_latency=5ms,wan_bandwidth=1GB,wan_stream=10MB").unwrap();
         assert_eq!(m.wan_stream, 10e6);
         assert_eq!(m.wan_latency, 5e-3);
         assert!(m.split_bcast(1 << 20, 2, 2, 3));
-        assert!(m.split_allreduce(1 << 20, 2, 2, 3));
+        assert_eq!(plan(&m, 1 << 20).pairs, 2);
         // Small messages never pay for the extra steps; one rank per site cannot split.
         assert!(!m.split_bcast(64, 2, 2, 3));
-        assert!(!m.split_allreduce(64, 2, 2, 3));
+        assert_eq!(plan(&m, 64), Plan::COORD);
         assert!(!m.split_bcast(1 << 20, 1, 2, 3));
         assert!(Model::parse("wan_latency=fast").is_err());
         assert!(Model::parse("speed=1").is_err());
@@ -1167,22 +1342,31 @@ mod tests {
     }
 
     #[test]
-    fn reduce_scatter_allgather_pays_for_large_messages_on_three_sites_or_more() {
-        // 5 ms, 20 MB/s per site pair (as measured through the emulator under load).
+    fn two_rounds_pay_for_large_messages_on_three_sites_or_more() {
+        // 5 ms, 20 MB/s per site pair and per stream.
         let m = Model::parse("wan_latency=5ms,wan_bandwidth=40MB,wan_stream=20MB").unwrap();
-        // Crossover at n (1 - 2/3) / 20 MB/s = 5 ms: n = 300 kB.
-        assert!(!m.rsag_allreduce(256 << 10, 3));
-        assert!(m.rsag_allreduce(1 << 20, 3));
-        assert!(!m.rsag_allreduce(8, 3));
+        let plan = |n: usize, sites: usize| m.allreduce_plan(n, n / 8, 2, 2, sites);
+        // One round: 5 ms + n / 20 MB/s; two: 10 ms + (2n/3) / 20 MB/s; n = 300 kB.
+        assert_eq!(plan(256 << 10, 3).rounds, 1);
+        assert_eq!(plan(1 << 20, 3).rounds, 2);
+        assert_eq!(plan(8 << 10, 3), Plan::COORD);
         // Two sites: the same bytes per pair in two rounds; never.
-        assert!(!m.rsag_allreduce(64 << 20, 2));
-        // Many sites: the per-pair bytes fall to 2n/S.
-        assert!(m.rsag_allreduce(200 << 10, 8));
-        // The model launcher/tests/wan.rs gives to force it for coll_check's 560 kB
-        // allreduce, where the split over site ranks must not be chosen instead.
-        let t = Model::parse("wan_bandwidth=15MB,wan_stream=10MB").unwrap();
-        assert!(t.rsag_allreduce(560_000, 3));
-        assert!(!t.split_allreduce(560_000, 2, 2, 3));
+        assert_eq!(plan(64 << 20, 2).rounds, 1);
+        // Many sites: the bytes per pair fall to 2n/S.
+        assert_eq!(plan(200 << 10, 8).rounds, 2);
+        // Streams limited by their window (10 MB/s each, the link 1 GB/s): every pair
+        // carries a chunk, and 32 KiB stays one round.
+        let w = Model::parse("wan_latency=5ms,wan_bandwidth=1GB,wan_stream=10MB").unwrap();
+        assert_eq!(
+            w.allreduce_plan(1 << 20, 1 << 17, 2, 2, 3),
+            Plan {
+                pairs: 2,
+                rounds: 2
+            }
+        );
+        assert_eq!(w.allreduce_plan(32 << 10, 4096, 2, 2, 3).rounds, 1);
+        // No more pairs than elements.
+        assert_eq!(w.allreduce_plan(1 << 20, 1, 2, 2, 3).pairs, 1);
     }
 
     #[test]

@@ -197,8 +197,9 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
     let file = w.sites_file(2);
     let coll = coll_check();
     // Latency-aware (the default under --sites), the whole suite with small counts, then
-    // bcast, allreduce and allgather at full counts under a model in which one stream
-    // cannot fill the link (the split algorithms for large messages).
+    // bcast, allreduce and allgather at full counts with the split algorithms forced (the
+    // root to every remote rank; every site-rank pair across), then allreduce by
+    // reduce-scatter + allgather among the sites.
     let (out, _) = run(
         grid(&file, &[], &coll, &["small"]),
         Duration::from_secs(240),
@@ -218,7 +219,7 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
     let (out, _) = run(
         grid(
             &file,
-            &["TSUNAGI_WAN_MODEL=wan_bandwidth=1GB,wan_stream=10MB"],
+            &["TSUNAGI_WAN_BCAST=split", "TSUNAGI_WAN_ALLREDUCE=split"],
             &coll,
             &["bcast", "allreduce", "allgather"],
         ),
@@ -229,12 +230,13 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         &["bcast", "allreduce", "allgather"],
         "large collectives over a 5 ms WAN",
     );
-    // The coordinators' reduce-scatter + allgather for large allreduces: a model in which
-    // one exchange per site pair costs more than two rounds of a third of the bytes.
+    // Reduce-scatter + allgather among the sites (two wide-area rounds of a third of the
+    // bytes each), by every site-rank pair: the plan for large allreduces where streams
+    // are limited by their windows.
     let (out, _) = run(
         grid(
             &file,
-            &["TSUNAGI_WAN_MODEL=wan_bandwidth=15MB,wan_stream=10MB"],
+            &["TSUNAGI_WAN_ALLREDUCE=split_rsag"],
             &coll,
             &["allreduce"],
         ),
