@@ -450,14 +450,17 @@ impl Trace {
             }
             _ => String::new(),
         };
-        eprintln!(
-            "tsunagi-io: rank {} {}: {}, mean piece {} B{plan}: {}",
+        let line = format!(
+            "tsunagi-io: rank {} {}: {}, mean piece {} B{plan}: {}\n",
             f.rank_and_size().0,
             self.call,
             route.why(),
             s.mean_piece,
             phases.join(", ")
         );
+        // One write, so that the ranks' lines do not interleave on a shared stderr.
+        use std::io::Write;
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }
 }
 
