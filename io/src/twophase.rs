@@ -279,6 +279,18 @@ fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResul
     })
 }
 
+/// With `automatic`, when the view agreed at `MPI_File_set_view` already says the ranks'
+/// pieces are large, the access goes to the file with no communication at all (every
+/// rank holds the same agreed value, so all decide alike): the Setup to report.
+fn large_view_pieces(f: &File, sw: Switch, hints: &Hints) -> Option<Setup> {
+    let mean = f.view_mean_piece()?;
+    (sw == Switch::Automatic && mean >= hints.cb_piece_limit as u64).then_some(Setup {
+        plan: None,
+        interleaved: false,
+        mean_piece: mean,
+    })
+}
+
 impl Setup {
     fn route(&self, sw: Switch, hints: &Hints) -> Route {
         route(
@@ -811,6 +823,12 @@ pub(crate) fn write_all(
 ) -> MpiResult<()> {
     let mut trace = Trace::new(call);
     let runs = view.runs(pos, data.len());
+    if let Some(s) = large_view_pieces(f, hints.cb_write, hints) {
+        let r = access::write_runs(f, hints, false, &runs, data);
+        trace.mark("independent write");
+        trace.report(f, Route::LargePieces, &s);
+        return r;
+    }
     let s = setup(f, call, hints, &runs)?;
     trace.mark("setup");
     let route = s.route(hints.cb_write, hints);
@@ -974,6 +992,12 @@ pub(crate) fn read_all(
 ) -> MpiResult<usize> {
     let mut trace = Trace::new(call);
     let runs = view.runs(pos, out.len());
+    if let Some(s) = large_view_pieces(f, hints.cb_read, hints) {
+        let r = access::read_runs(f, hints, false, &runs, out);
+        trace.mark("independent read");
+        trace.report(f, Route::LargePieces, &s);
+        return r;
+    }
     let s = setup(f, call, hints, &runs)?;
     trace.mark("setup");
     let route = s.route(hints.cb_read, hints);
