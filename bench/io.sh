@@ -4,12 +4,16 @@
 #   I/O) and independently (write/read_at through the same non-contiguous view: data
 #   sieving), by Tsunagi, MPICH (ROMIO) and Open MPI (OMPIO), one node.
 #
-# Usage: bench/io.sh [-r R] [-s "N N ..."] [-p "slab bt"] [-y] [-d DIR] [-h]
-#   -r R     repetitions per configuration (default 3; the best is kept)
+# Usage: bench/io.sh [-r R] [-i I] [-s "N N ..."] [-p "slab bt"] [-y] [-d DIR] [-h]
+#   -r R     rounds (default 3): each round runs every configuration once, in turn, so
+#            that a change in the machine's load hits all of them alike; the median of
+#            the R rounds is reported
+#   -i I     repetitions inside one run (default 2: the first warms up; the best counts)
 #   -s SIZES edge lengths N of the N^3 array (default "64 128 192 256")
 #   -p PATS  decompositions (default "slab bt"): slab = 2x2x1 grid, one double per point,
 #            whole x rows (a rank's pieces are N*N/2 doubles: few, large); bt = 1x2x2 grid,
 #            5 doubles per point as BT-IO has (a rank's pieces are N*20 bytes: many, small)
+#   -m IMPLS implementations (default "tsunagi mpich openmpi"; missing ones are skipped)
 #   -y       MPI_File_sync inside the write's timing (else the data stays in the page cache)
 #   -d DIR   directory of the test files (default /tmp)
 #
@@ -17,7 +21,8 @@
 # (TSUNAGI_PREFIX, default ./dist: run scripts/install first; TSUNAGI_MPIRUN overrides its
 # mpirun), mpicc.mpich and
 # mpicc.openmpi (a missing one is skipped). Output: MB/s of write and read per
-# implementation, pattern, mode and size, with the times (ms, slowest rank, best of R),
+# implementation, pattern, mode and size, with the times (ms, slowest rank, median over
+# the R rounds of each run's best of I),
 # then each one's independent/collective time ratio (> 1: collective is faster) and
 # Tsunagi's speed relative to the others. Without -y files stay in the page cache: this
 # measures the I/O layer's own cost, not the disk; reads always come from the page cache.
@@ -25,16 +30,20 @@ set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
-reps=3
+rounds=3
+reps=2
 sizes="64 128 192 256"
 pats="slab bt"
+want="tsunagi mpich openmpi"
 sync=nosync
 dir=/tmp
 while [ $# -gt 0 ]; do
     case "$1" in
-        -r) shift; reps="${1:?-r needs a count}" ;;
+        -r) shift; rounds="${1:?-r needs a count}" ;;
+        -i) shift; reps="${1:?-i needs a count}" ;;
         -s) shift; sizes="${1:?-s needs sizes}" ;;
         -p) shift; pats="${1:?-p needs patterns}" ;;
+        -m) shift; want="${1:?-m needs implementations}" ;;
         -y) sync=sync ;;
         -d) shift; dir="${1:?-d needs a directory}" ;;
         -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;;
@@ -57,11 +66,11 @@ else
     echo "io.sh: no Tsunagi install at $prefix (run scripts/install or set TSUNAGI_PREFIX)" >&2
     exit 1
 fi
-if command -v mpicc.mpich >/dev/null; then
+if [[ " $want " == *" mpich "* ]] && command -v mpicc.mpich >/dev/null; then
     mpicc.mpich -O2 -o "$build/io.mpich" "$src"
     impls+=(mpich)
 fi
-if command -v mpicc.openmpi >/dev/null; then
+if [[ " $want " == *" openmpi "* ]] && command -v mpicc.openmpi >/dev/null; then
     mpicc.openmpi -O2 -o "$build/io.openmpi" "$src"
     impls+=(openmpi)
 fi
@@ -77,22 +86,41 @@ run() { # impl N mode pattern -> "wMB rMB ws rs"
     esac | awk '/^io /{print $5, $6, $7, $8}'
 }
 
-echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/') sync=$sync reps=$reps"
-declare -A W R WS RS
-for pat in $pats; do
-    for n in $sizes; do
-        for mode in coll indep; do
-            for impl in "${impls[@]}"; do
-                read -r w r ws rs < <(run "$impl" "$n" "$mode" "$pat")
-                W[$impl,$pat,$n,$mode]=$w
-                R[$impl,$pat,$n,$mode]=$r
-                WS[$impl,$pat,$n,$mode]=$ws
-                RS[$impl,$pat,$n,$mode]=$rs
+median() { # values... -> their median
+    printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
+}
+
+echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/') sync=$sync rounds=$rounds reps=$reps"
+declare -A WS RS
+for ((round = 1; round <= rounds; round++)); do
+    for pat in $pats; do
+        for n in $sizes; do
+            for mode in coll indep; do
+                for impl in "${impls[@]}"; do
+                    read -r _ _ ws rs < <(run "$impl" "$n" "$mode" "$pat")
+                    k=$impl,$pat,$n,$mode
+                    WS[$k]="${WS[$k]:-} $ws"
+                    RS[$k]="${RS[$k]:-} $rs"
+                done
             done
         done
     done
+    echo "# round $round done $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/')"
 done
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/') (end)"
+# Medians; MB/s from them.
+declare -A W R
+for k in "${!WS[@]}"; do
+    # shellcheck disable=SC2086
+    WS[$k]=$(median ${WS[$k]})
+    # shellcheck disable=SC2086
+    RS[$k]=$(median ${RS[$k]})
+    IFS=, read -r _ pat n _ <<<"$k"
+    w=5
+    [ "$pat" = slab ] && w=1
+    W[$k]=$(awk -v n="$n" -v w="$w" -v t="${WS[$k]}" 'BEGIN{printf "%.1f", n*n*n*w*8/t/1e6}')
+    R[$k]=$(awk -v n="$n" -v w="$w" -v t="${RS[$k]}" 'BEGIN{printf "%.1f", n*n*n*w*8/t/1e6}')
+done
 
 printf '%-8s %-5s %5s %6s %10s %11s %10s %11s\n' impl pat N mode "write ms" "write MB/s" "read ms" "read MB/s"
 for pat in $pats; do

@@ -1,16 +1,22 @@
 //! Info hints of a file, under the names ROMIO users know: `cb_nodes`, `cb_buffer_size`,
 //! `romio_cb_read` / `romio_cb_write` (`enable` / `disable` / `automatic`),
 //! `romio_ds_read` / `romio_ds_write`, `ind_rd_buffer_size`, `ind_wr_buffer_size`,
-//! `striping_unit` (the alignment of the aggregators' file domains).
+//! `striping_unit` (the alignment of the aggregators' file domains), and Tsunagi's own
+//! `tsunagi_cb_piece_limit` (automatic collective buffering runs only for accesses whose
+//! pieces are on average smaller than this).
 //! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
+
+/// The default of `tsunagi_cb_piece_limit` (bytes; see `docs/io.md` for the measurements
+/// behind it).
+pub const DEFAULT_CB_PIECE_LIMIT: usize = 16 << 10;
 
 /// Whether an optimisation runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Switch {
     Enable,
     Disable,
-    /// Decided per access (collective buffering: when the ranks' accesses interleave;
-    /// data sieving: when one access has several pieces close together).
+    /// Decided per access (collective buffering: when the ranks' accesses interleave in
+    /// small pieces; data sieving: when one access has several pieces close together).
     Automatic,
 }
 
@@ -49,6 +55,10 @@ pub struct Hints {
     pub cb_buffer_size: usize,
     pub cb_read: Switch,
     pub cb_write: Switch,
+    /// Automatic collective buffering needs the ranks' pieces to be smaller than this on
+    /// average: larger pieces go straight to the file (one request each costs less than
+    /// moving their bytes through an aggregator).
+    pub cb_piece_limit: usize,
     pub ds_read: Switch,
     pub ds_write: Switch,
     /// Largest span one sieving read covers.
@@ -67,6 +77,7 @@ impl Hints {
             cb_buffer_size: 16 << 20,
             cb_read: Switch::Automatic,
             cb_write: Switch::Automatic,
+            cb_piece_limit: DEFAULT_CB_PIECE_LIMIT,
             ds_read: Switch::Automatic,
             ds_write: Switch::Automatic,
             ind_rd_buffer_size: 4 << 20,
@@ -88,6 +99,11 @@ impl Hints {
                 "cb_buffer_size" => {
                     if let Some(n) = bytes(v) {
                         self.cb_buffer_size = n;
+                    }
+                }
+                "tsunagi_cb_piece_limit" => {
+                    if let Some(n) = bytes(v) {
+                        self.cb_piece_limit = n;
                     }
                 }
                 "striping_unit" => {
@@ -122,6 +138,10 @@ impl Hints {
             ("striping_unit".into(), self.striping_unit.to_string()),
             ("romio_cb_read".into(), self.cb_read.name().into()),
             ("romio_cb_write".into(), self.cb_write.name().into()),
+            (
+                "tsunagi_cb_piece_limit".into(),
+                self.cb_piece_limit.to_string(),
+            ),
             ("romio_ds_read".into(), self.ds_read.name().into()),
             ("romio_ds_write".into(), self.ds_write.name().into()),
             (
@@ -161,6 +181,7 @@ mod tests {
                 kv("romio_cb_write", "disable"),
                 kv("romio_ds_read", "bogus"),
                 kv("striping_factor", "4"),
+                kv("tsunagi_cb_piece_limit", "100"),
             ],
             4,
         );
@@ -169,6 +190,7 @@ mod tests {
         assert_eq!(h.cb_buffer_size, 4096);
         assert_eq!(h.cb_write, Switch::Disable);
         assert_eq!(h.ds_read, Switch::Automatic);
+        assert_eq!(h.cb_piece_limit, 100);
         assert_eq!(
             parse_list("cb_nodes=4, romio_cb_write = disable,junk"),
             vec![kv("cb_nodes", "4"), kv("romio_cb_write", "disable")]

@@ -86,6 +86,11 @@ struct State {
     pos: u64,
     atomic: bool,
     hints: Hints,
+    /// The mean piece length of the current view's filetypes over all ranks, agreed at
+    /// `set_view` (None: the default view, or some rank's filetype is one piece, so the
+    /// access's length decides). Lets automatic collective buffering route accesses to
+    /// large pieces to the independent path without communicating.
+    view_mean_piece: Option<u64>,
     /// The info as the program last set it (hints we do not know are kept to report).
     info: Vec<(String, String)>,
 }
@@ -291,6 +296,7 @@ impl File {
                 view: View::bytes(),
                 pos,
                 atomic: false,
+                view_mean_piece: None,
                 hints,
                 info: info.to_vec(),
             }),
@@ -590,12 +596,36 @@ impl File {
             st.pos = 0;
             st.hints.apply(info, self.size);
         }
-        // Every rank's earlier use of the shared pointer comes before its reset.
-        tsunagi_collectives::barrier(self.rt, self.comm)?;
+        // Every rank's filetype pieces (a tile, at most 16 MiB of it walked); the
+        // all-gather also orders every rank's earlier use of the shared pointer before its
+        // reset (as a barrier would).
+        let (pieces, bytes) = {
+            let v = self.state().view.clone();
+            let runs = v.runs(0, v.filetype.size().min(16 << 20));
+            (
+                runs.len() as u64,
+                runs.iter().map(|r| r.1 as u64).sum::<u64>(),
+            )
+        };
+        let mut mine = pieces.to_le_bytes().to_vec();
+        mine.extend(bytes.to_le_bytes());
+        let all = self.rt.allgather_bytes(call, self.comm, &mine)?;
+        let field = |b: &Vec<u8>, k: usize| {
+            u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"))
+        };
+        let single = all.iter().any(|b| field(b, 0) <= 1);
+        let total_pieces: u64 = all.iter().map(|b| field(b, 0)).sum();
+        let total_bytes: u64 = all.iter().map(|b| field(b, 1)).sum();
+        self.state().view_mean_piece = (!single).then(|| total_bytes / total_pieces.max(1));
         if self.rank == 0 {
             self.shared.set(0)?;
         }
         tsunagi_collectives::barrier(self.rt, self.comm)
+    }
+
+    /// The mean piece of the view's filetypes over all ranks (see `State`).
+    pub(crate) fn view_mean_piece(&self) -> Option<u64> {
+        self.state().view_mean_piece
     }
 
     /// MPI_File_get_view.

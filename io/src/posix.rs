@@ -48,6 +48,115 @@ pub(crate) fn pwrite_full(f: &File, buf: &[u8], off: u64) -> io::Result<()> {
     f.write_all_at(buf, off)
 }
 
+/// Most buffers one `pwritev`/`preadv` takes (Linux's `IOV_MAX`).
+pub(crate) const IOV_MAX: usize = 1024;
+
+/// Drop the first `n` bytes of `iov[*i..]` (after a short transfer).
+fn advance(iov: &mut [libc::iovec], i: &mut usize, mut n: usize) {
+    while n > 0 && *i < iov.len() {
+        let v = &mut iov[*i];
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            *i += 1;
+        } else {
+            // SAFETY: n < iov_len, so the new base stays within the same buffer.
+            v.iov_base = unsafe { (v.iov_base as *mut u8).add(n) } as *mut libc::c_void;
+            v.iov_len -= n;
+            n = 0;
+        }
+    }
+    while *i < iov.len() && iov[*i].iov_len == 0 {
+        *i += 1;
+    }
+}
+
+/// Write the buffers of `iov`, one after the other, to the file from `off`: `pwritev`
+/// calls of at most [`IOV_MAX`] buffers, short writes finished.
+///
+/// # Safety
+/// Every iovec describes readable memory that stays valid for the call.
+pub(crate) unsafe fn pwritev_full(
+    f: &File,
+    iov: &mut [libc::iovec],
+    mut off: u64,
+) -> io::Result<()> {
+    let mut i = 0;
+    advance(iov, &mut i, 0);
+    while i < iov.len() {
+        let n = (iov.len() - i).min(IOV_MAX);
+        // SAFETY: the descriptor is open (borrowed File); iov[i..i + n] are valid iovecs
+        // of readable memory (caller contract).
+        let w = unsafe {
+            libc::pwritev(
+                f.as_raw_fd(),
+                iov[i..].as_ptr(),
+                n as libc::c_int,
+                off as libc::off_t,
+            )
+        };
+        if w < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if w == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ));
+        }
+        off += w as u64;
+        advance(iov, &mut i, w as usize);
+    }
+    Ok(())
+}
+
+/// Fill the buffers of `iov`, one after the other, from the file at `off`: `preadv` calls
+/// of at most [`IOV_MAX`] buffers; what lies past the end of the file is zeroed.
+///
+/// # Safety
+/// Every iovec describes writable memory that nothing else accesses during the call.
+pub(crate) unsafe fn preadv_full(
+    f: &File,
+    iov: &mut [libc::iovec],
+    mut off: u64,
+) -> io::Result<()> {
+    let mut i = 0;
+    advance(iov, &mut i, 0);
+    while i < iov.len() {
+        let n = (iov.len() - i).min(IOV_MAX);
+        // SAFETY: as for pwritev_full; the memory is writable (caller contract).
+        let got = unsafe {
+            libc::preadv(
+                f.as_raw_fd(),
+                iov[i..].as_ptr(),
+                n as libc::c_int,
+                off as libc::off_t,
+            )
+        };
+        if got < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if got == 0 {
+            // The end of the file: the rest reads as zeros.
+            for v in &iov[i..] {
+                // SAFETY: writable memory of iov_len bytes (caller contract).
+                unsafe { std::ptr::write_bytes(v.iov_base as *mut u8, 0, v.iov_len) };
+            }
+            return Ok(());
+        }
+        off += got as u64;
+        advance(iov, &mut i, got as usize);
+    }
+    Ok(())
+}
+
 /// A POSIX record lock on `[start, start + len)` of a file, released on drop. Locks of
 /// one process do not exclude each other (POSIX semantics), which is right here: MPI-IO's
 /// atomicity and sieving are about other processes.
@@ -125,5 +234,50 @@ mod tests {
             let _r = RangeLock::new(&f, 0, 0, false).unwrap();
         }
         std::fs::remove_file(&dir).unwrap();
+    }
+
+    #[test]
+    fn vectored_io_gathers_scatters_and_zeroes_past_the_end() {
+        let path = std::env::temp_dir().join(format!("tsunagi-io-posixv-{}", std::process::id()));
+        let f = File::options()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .unwrap();
+        // More buffers than one call takes, with empty ones among them.
+        let pieces: Vec<Vec<u8>> = (0..IOV_MAX + 300)
+            .map(|k| vec![(k % 251) as u8; k % 3])
+            .collect();
+        let mut iov: Vec<libc::iovec> = pieces
+            .iter()
+            .map(|p| libc::iovec {
+                iov_base: p.as_ptr() as *mut libc::c_void,
+                iov_len: p.len(),
+            })
+            .collect();
+        // SAFETY: the iovecs point into `pieces`, alive and unmodified during the call.
+        unsafe { pwritev_full(&f, &mut iov, 5).unwrap() };
+        let want: Vec<u8> = pieces.concat();
+        assert_eq!(f.metadata().unwrap().len(), 5 + want.len() as u64);
+        let mut a = vec![9u8; want.len() / 2];
+        let mut b = vec![9u8; want.len() - want.len() / 2 + 7];
+        let mut iov = [
+            libc::iovec {
+                iov_base: a.as_mut_ptr() as *mut libc::c_void,
+                iov_len: a.len(),
+            },
+            libc::iovec {
+                iov_base: b.as_mut_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            },
+        ];
+        // SAFETY: the iovecs cover `a` and `b`, not otherwise touched during the call.
+        unsafe { preadv_full(&f, &mut iov, 5).unwrap() };
+        assert_eq!(a[..], want[..a.len()]);
+        assert_eq!(b[..b.len() - 7], want[a.len()..]);
+        assert_eq!(b[b.len() - 7..], [0u8; 7], "past the end reads as zeros");
+        std::fs::remove_file(&path).unwrap();
     }
 }
