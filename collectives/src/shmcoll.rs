@@ -29,7 +29,7 @@
 //! reduce and allreduce repeat the few they need, to stay lean), so errors are reported
 //! as before.
 //!
-//! **Waiting** spins (for up to 1 ms when the job has no more ranks on this node than
+//! **Waiting** spins (for 10 µs when the job has no more ranks on this node than
 //! processors, polling the engine now and then; only briefly otherwise), then makes
 //! progress on the engine (so that one-sided targets and queued sends move while a rank
 //! waits here) and yields for a short while
@@ -349,7 +349,7 @@ impl Memory {
 }
 
 /// Waiting inside the runtime. With a processor per rank (`crowded` false) the rank
-/// spins for [`SPIN_FOR`] first, polling the engine now and then: a yield on a loaded
+/// spins for [`spin_for`] first, polling the engine now and then: a yield on a loaded
 /// machine hands the core to unrelated work for a whole time slice, which is what makes a
 /// collective slow there. Then (at once when crowded) it makes progress and yields for a
 /// short while, then sleeps on the awaited word (the writer wakes it), with a timeout
@@ -373,8 +373,19 @@ impl Node {
 /// Longest sleep between two progress calls of a waiting rank.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
-/// How long a rank that has a processor of its own spins before it yields.
-const SPIN_FOR: Duration = Duration::from_millis(1);
+/// How long a rank that has a processor of its own spins before it yields
+/// (`TSUNAGI_SHM_SPIN_US`, microseconds, read once; 10 by default). Short: the launcher
+/// does not bind ranks to cores, so on a loaded machine two ranks may share one run
+/// queue, and then a long spin only delays the peer it waits for.
+fn spin_for() -> Duration {
+    static US: OnceLock<u64> = OnceLock::new();
+    Duration::from_micros(*US.get_or_init(|| {
+        std::env::var("TSUNAGI_SHM_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(10)
+    }))
+}
 
 /// How long a waiting rank yields before it sleeps in the kernel: a yield hands the core
 /// to a peer that shares it at once, but on a core shared with unrelated work it can
@@ -397,7 +408,7 @@ impl Idle for RtIdle<'_> {
         let spin = if self.crowded {
             Duration::ZERO
         } else {
-            SPIN_FOR
+            spin_for()
         };
         if waited < spin {
             if round % 32 == 0 {
