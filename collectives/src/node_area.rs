@@ -403,7 +403,7 @@ impl Area {
             self.free.store(s - 1, Ordering::Relaxed);
         }
         take(&parts[..self.n]);
-        if s % DONE_STRIDE == 0 {
+        if s.is_multiple_of(DONE_STRIDE) {
             self.publish(self.done(self.me), s);
         }
         Ok(())
@@ -822,7 +822,7 @@ mod tests {
                                 Peers::Below(below),
                                 |parts| {
                                     for (r, &q) in parts.iter().enumerate() {
-                                        if r < me || r == me {
+                                        if r <= me {
                                             // Own slot: posted; lower ranks: read.
                                             assert!(!q.is_null());
                                             // SAFETY: rank r's 2 bytes of this call.

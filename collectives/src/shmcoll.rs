@@ -29,11 +29,11 @@
 //! reduce and allreduce repeat the few they need, to stay lean), so errors are reported
 //! as before.
 //!
-//! **Waiting** spins (for up to 1 ms when the job has no more ranks on this node than
-//! processors, polling the engine now and then; only briefly otherwise), then makes
+//! **Waiting** spins briefly (longer, if `TSUNAGI_SHM_SPIN_US` says so, when the job has
+//! no more ranks on this node than processors), then makes
 //! progress on the engine (so that one-sided targets and queued sends move while a rank
-//! waits here) and yields for a short while
-//! (`TSUNAGI_SHM_YIELD_US`, 20 µs), then sleeps in the kernel on the awaited word until
+//! waits here) and yields for a while
+//! (`TSUNAGI_SHM_YIELD_US`, 1 ms), then sleeps in the kernel on the awaited word until
 //! its writer wakes it (timeouts growing to 1 ms keep the engine progressing): with more
 //! ranks than cores, the rank we wait for gets our core at once, and 8 ranks on 2 cores
 //! do not spin.
@@ -349,7 +349,7 @@ impl Memory {
 }
 
 /// Waiting inside the runtime. With a processor per rank (`crowded` false) the rank
-/// spins for [`SPIN_FOR`] first, polling the engine now and then: a yield on a loaded
+/// spins for [`spin_for`] first, polling the engine now and then: a yield on a loaded
 /// machine hands the core to unrelated work for a whole time slice, which is what makes a
 /// collective slow there. Then (at once when crowded) it makes progress and yields for a
 /// short while, then sleeps on the awaited word (the writer wakes it), with a timeout
@@ -373,20 +373,34 @@ impl Node {
 /// Longest sleep between two progress calls of a waiting rank.
 const MAX_SLEEP: Duration = Duration::from_millis(1);
 
-/// How long a rank that has a processor of its own spins before it yields.
-const SPIN_FOR: Duration = Duration::from_millis(1);
+/// How long a rank that has a processor of its own spins before it yields
+/// (`TSUNAGI_SHM_SPIN_US`, microseconds, read once; 0 by default: the launcher does not
+/// bind ranks to cores, so on a loaded machine two ranks may share one run queue, and
+/// then a spin only delays the peer it waits for; measured on a loaded 2-core machine,
+/// 1 ms made all-to-all patterns take milliseconds, 10 µs was 3-20x slower than none).
+fn spin_for() -> Duration {
+    static US: OnceLock<u64> = OnceLock::new();
+    Duration::from_micros(*US.get_or_init(|| {
+        std::env::var("TSUNAGI_SHM_SPIN_US")
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(0)
+    }))
+}
 
-/// How long a waiting rank yields before it sleeps in the kernel: a yield hands the core
-/// to a peer that shares it at once, but on a core shared with unrelated work it can
-/// cost a time slice, and a peer on the other core is better waited for asleep.
-/// `TSUNAGI_SHM_YIELD_US` (microseconds, read once) tunes it.
+/// How long a waiting rank yields before it sleeps in the kernel (`TSUNAGI_SHM_YIELD_US`,
+/// microseconds, read once; 1000 by default). A yield hands the core to a peer that
+/// shares it at once and keeps the rank runnable; a sleeper must be woken and scheduled
+/// again, which on a loaded machine costs far more: with 4 ranks on 2 loaded cores,
+/// sleeping after 20 µs made allreduce 8 B 40x slower than yielding on (medians).
+/// Long waits still end asleep, woken by the writer instead of napping.
 fn yield_for() -> Duration {
     static US: OnceLock<u64> = OnceLock::new();
     Duration::from_micros(*US.get_or_init(|| {
         std::env::var("TSUNAGI_SHM_YIELD_US")
             .ok()
             .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(20)
+            .unwrap_or(1000)
     }))
 }
 
@@ -397,10 +411,10 @@ impl Idle for RtIdle<'_> {
         let spin = if self.crowded {
             Duration::ZERO
         } else {
-            SPIN_FOR
+            spin_for()
         };
         if waited < spin {
-            if round % 32 == 0 {
+            if round.is_multiple_of(32) {
                 self.rt.progress()?;
             }
             for _ in 0..16 {
