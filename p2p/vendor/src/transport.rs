@@ -22,8 +22,10 @@
 //! the sender for the bytes ([`frame::TAG_GET`]); the sender's transport answers with
 //! `MPI_Isend`s from that address, which the request layer keeps untouched until the
 //! receiver's FIN. Neither side copies: only the vendor moves the bytes, as it would for
-//! the application alone. The reader waits for its data serving other peers' requests
-//! meanwhile, so reads that cross never wait for each other.
+//! the application alone. Reads are non-blocking ([`Transport::start_read`],
+//! [`Transport::test_read`]: a receiver keeps several in flight, each peer's data matched
+//! to its receives in the order asked); a reader that tests its read serves the other
+//! peers' requests meanwhile, so reads that cross never wait for each other.
 //!
 //! Idle waiting (see [`VendorEvents`]): in the threaded engine with the vendor at
 //! `MPI_THREAD_MULTIPLE`, the progress thread blocks in the vendor's `MPI_Probe` while
@@ -39,7 +41,7 @@ use std::time::Duration;
 
 use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
 use tsunagi_p2p::futex::DoorbellWords;
-use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, ReadId, Sink, Transport, TransportCaps};
 
 use crate::frame::{self, First, HEAD_PREFIX, TAG_GET, TAG_GET_DATA, TAG_REST, TAG_WAKE};
 use crate::link::{Link, Req, VendorLink};
@@ -75,8 +77,21 @@ const MAX_SEND_BYTES: usize = 64 << 20;
 const PROBES_PER_POLL: usize = 64;
 /// Receives posted ahead for first messages (polling; see the module doc). More let a
 /// burst land in the transport's buffers straight away rather than in the vendor's
-/// unexpected queue; each costs a buffer of the short limit.
+/// unexpected queue; each costs a buffer of the short limit. `TSUNAGI_VENDOR_AHEAD`
+/// overrides it (0: probe for messages, as where a thread blocks in the vendor).
 pub const POSTED_AHEAD: usize = 8;
+fn posted_ahead() -> Result<usize, P2pError> {
+    match std::env::var("TSUNAGI_VENDOR_AHEAD") {
+        Err(_) => Ok(POSTED_AHEAD),
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n <= 1024 => Ok(n),
+            _ => Err(P2pError::Other(format!(
+                "TSUNAGI_VENDOR_AHEAD={s}: expected a count of receives to post ahead, 0 (probe instead) to 1024"
+            ))),
+        },
+    }
+}
+
 /// With receives posted ahead, outstanding sends are tested once this many are
 /// outstanding, or every this many polls: a send's completion only frees the transport's
 /// copy (the caller's buffer was free at once), so testing it at every poll would double
@@ -134,6 +149,11 @@ pub(crate) struct Core {
     next: usize,
     /// Polls since the sends were last tested (receives posted ahead only).
     polls: usize,
+    /// Reads in flight by id ([`Core::start_read`]): the receives of their bytes not yet
+    /// complete; `None` is a free id.
+    reads: Vec<Option<Vec<Req>>>,
+    /// Calls of `test_read` (sends are tested every 64th).
+    read_tests: u32,
     /// Outstanding sends, oldest first: the vendor request and the buffer it reads.
     sends: VecDeque<(Req, Vec<u8>)>,
     send_bytes: usize,
@@ -172,6 +192,8 @@ impl Core {
             ahead: Vec::with_capacity(ahead),
             next: 0,
             polls: 0,
+            reads: Vec::new(),
+            read_tests: 0,
             sends: VecDeque::new(),
             send_bytes: 0,
             inbox: (0..size).map(|_| VecDeque::new()).collect(),
@@ -198,7 +220,8 @@ impl Core {
     /// message to wait for): then only a new message can give a poll work, and a thread
     /// may block in the vendor's probe. Published for [`VendorEvents::sleep`].
     fn publish_quiet(&self) {
-        let quiet = self.sends.is_empty() && self.queued == 0;
+        let quiet =
+            self.sends.is_empty() && self.queued == 0 && self.reads.iter().all(Option::is_none);
         self.events.quiet.store(quiet, Ordering::SeqCst);
     }
 
@@ -339,65 +362,101 @@ impl Core {
     }
 
     /// Single-copy read: receive `dst.len()` bytes at `addr` in `peer`'s memory straight
-    /// into `dst`, the vendor moving them. Posts the receives, then asks; waits for them,
-    /// answering other processes' requests meanwhile.
+    /// into `dst`, the vendor moving them; waits, answering other processes' requests
+    /// meanwhile ([`Core::start_read`], then [`Core::test_read`] until done).
     pub(crate) fn read_remote(
         &mut self,
         peer: Rank,
         addr: u64,
         dst: &mut [u8],
     ) -> Result<(), P2pError> {
+        // SAFETY: `dst` is borrowed mutably until this function returns, which it does
+        // only once the read is done (or failed, see `test_read`).
+        let id = unsafe { self.start_read(peer, addr, dst.as_mut_ptr(), dst.len())? };
+        let mut spins = 0u32;
+        while !self.test_read(id)? {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                // On an oversubscribed node the sender may need this CPU to answer.
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Start a single-copy read: post the receives of the bytes (into `dst..dst+len`),
+    /// then ask `peer` for them ([`TAG_GET`]); it answers with sends from where they are.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must stay valid and untouched by anyone else until
+    /// [`Core::test_read`] returns `Ok(true)` or an error for the returned id.
+    pub(crate) unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
         if peer as usize >= self.size || peer == self.rank {
             return Err(P2pError::Unsupported(format!(
                 "vendor: rank {peer} is not a peer in the vendor's world of {}",
                 self.size
             )));
         }
-        if dst.is_empty() {
-            return Ok(());
+        if len == 0 {
+            return Ok(ReadId::DONE);
         }
         let mut recvs = Vec::new();
-        for (at, n) in frame::get_pieces(dst.len()) {
-            // SAFETY: dst[at..at + n] is inside `dst`, which this function borrows
-            // mutably until it returns, and it returns only after every one of these
-            // receives completed (the loop below), or with the vendor failed (see the
-            // error path there).
-            recvs.push(unsafe {
-                self.link
-                    .irecv(dst.as_mut_ptr().add(at), n, peer, TAG_GET_DATA)?
-            });
+        for (at, n) in frame::get_pieces(len) {
+            // SAFETY: dst[at..at + n] lies inside dst..dst + len, which the caller keeps
+            // valid and ours until `test_read` saw every one of these receives complete.
+            // A vendor error leaves receives posted into the buffer: the error ends the
+            // job (the request layer reports it as a transport fault).
+            recvs.push(unsafe { self.link.irecv(dst.add(at), n, peer, TAG_GET_DATA)? });
         }
-        let ask = frame::get_request(addr, dst.len() as u64).to_vec();
+        let ask = frame::get_request(addr, len as u64).to_vec();
         self.isend(peer, TAG_GET, ask)?;
-        let mut spins = 0u32;
-        while !recvs.is_empty() {
-            let mut i = 0;
-            while i < recvs.len() {
-                // A vendor error here leaves receives posted into the user's buffer: the
-                // error ends the job (the request layer reports it as a transport fault
-                // when its fallback fails on the same vendor).
-                if self.link.test(recvs[i])? {
-                    recvs.swap_remove(i);
-                } else {
-                    i += 1;
-                }
+        self.events.quiet.store(false, Ordering::SeqCst);
+        let id = match self.reads.iter().position(Option::is_none) {
+            Some(i) => {
+                self.reads[i] = Some(recvs);
+                i
             }
-            if recvs.is_empty() {
-                break;
+            None => {
+                self.reads.push(Some(recvs));
+                self.reads.len() - 1
             }
-            // The peer may be reading from this process at the same time.
-            self.serve_gets()?;
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) {
-                if !self.sends.is_empty() {
-                    self.test_sends()?;
-                }
-                // On an oversubscribed node the sender may need this CPU to answer.
-                std::thread::yield_now();
+        };
+        Ok(ReadId(id as u64))
+    }
+
+    /// Whether the read `id` is done; if not, answer the peers' memory requests (the peer
+    /// may be reading from this process at the same time) and now and then test the sends.
+    pub(crate) fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        if id == ReadId::DONE {
+            return Ok(true);
+        }
+        let Some(Some(recvs)) = self.reads.get_mut(id.0 as usize) else {
+            return Err(P2pError::Other(format!("vendor: no read {}", id.0)));
+        };
+        let mut i = 0;
+        while i < recvs.len() {
+            if self.link.test(recvs[i])? {
+                recvs.swap_remove(i);
+            } else {
+                i += 1;
             }
         }
-        self.events.quiet.store(false, Ordering::SeqCst);
-        Ok(())
+        if recvs.is_empty() {
+            self.reads[id.0 as usize] = None;
+            return Ok(true);
+        }
+        self.serve_gets()?;
+        self.read_tests = self.read_tests.wrapping_add(1);
+        if self.read_tests.is_multiple_of(64) && !self.sends.is_empty() {
+            self.test_sends()?;
+        }
+        Ok(false)
     }
 
     /// Deliver the queued messages of `peer` whose rest has arrived, in order.
@@ -672,7 +731,7 @@ fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
     }
     // A thread blocked in MPI_Probe would never see a message a receive posted ahead
     // took: probe for messages there instead.
-    let ahead = if v.blocking { 0 } else { POSTED_AHEAD };
+    let ahead = if v.blocking { 0 } else { posted_ahead()? };
     let mut core = Core::new(Box::new(VendorLink(v)), short_limit(v.flavor)?, ahead)?;
     if v.blocking {
         core.events = Arc::new(VendorEvents::new(Some(v)));
@@ -728,6 +787,24 @@ impl Transport for VendorTransport {
             )));
         };
         self.lock().read_remote(vendor_rank, remote_addr, dst)
+    }
+    unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
+        let Some(vendor_rank) = peer.checked_sub(self.offset) else {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: world rank {peer} is on another site"
+            )));
+        };
+        // SAFETY: the caller's contract (the trait's), passed on unchanged.
+        unsafe { self.lock().start_read(vendor_rank, remote_addr, dst, len) }
+    }
+    fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        self.lock().test_read(id)
     }
     fn caps(&self) -> TransportCaps {
         TransportCaps {

@@ -96,14 +96,21 @@ fn a_burst_longer_than_the_ring_arrives_in_order() {
     let mut b = core(&w, 1, 3, 64, POSTED_AHEAD);
     let n = 10 * POSTED_AHEAD as u64;
     for i in 0..n {
-        assert!(a.try_send(1, &hdr(0, i), &payload(i, (i % 70) as usize)).unwrap());
+        assert!(a
+            .try_send(1, &hdr(0, i), &payload(i, (i % 70) as usize))
+            .unwrap());
         assert!(c.try_send(1, &hdr(2, i), &payload(i, 3)).unwrap());
     }
     let mut got = Vec::new();
     let start = Instant::now();
     while (got.len() as u64) < 2 * n {
         take(&mut b, &mut got);
-        assert!(start.elapsed() < BOUND, "only {} of {} arrived", got.len(), 2 * n);
+        assert!(
+            start.elapsed() < BOUND,
+            "only {} of {} arrived",
+            got.len(),
+            2 * n
+        );
     }
     for from in [0, 2] {
         let seqs: Vec<u64> = got.iter().filter(|g| g.0 == from).map(|g| g.1).collect();
@@ -266,7 +273,10 @@ fn malformed_memory_requests_are_errors_not_panics() {
             let e = b
                 .poll(&mut |_, _, _| panic!("nothing to deliver"))
                 .unwrap_err();
-            assert!(e.to_string().contains("memory request"), "ahead {ahead}: {e}");
+            assert!(
+                e.to_string().contains("memory request"),
+                "ahead {ahead}: {e}"
+            );
         }
         // A wake-up from another rank is not one.
         // SAFETY: as above.
@@ -300,8 +310,72 @@ fn sends_beyond_the_window_wait_for_room() {
         let start = Instant::now();
         while (got.len() as u64) < sent {
             take(&mut b, &mut got);
-            assert!(start.elapsed() < BOUND, "only {} of {sent} arrived", got.len());
+            assert!(
+                start.elapsed() < BOUND,
+                "only {} of {sent} arrived",
+                got.len()
+            );
         }
         assert!(a.try_send(1, &hdr(0, sent), &big).unwrap());
+    }
+}
+
+#[test]
+fn several_reads_are_in_flight_at_once_and_each_gets_its_own_bytes() {
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, 16, ahead);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        let sources: Vec<Vec<u8>> = (0..4u32)
+            .map(|k| {
+                (0..(10_000 + 3_000 * k))
+                    .map(|i| (i * (k + 3)) as u8)
+                    .collect()
+            })
+            .collect();
+        let mut dsts: Vec<Vec<u8>> = sources.iter().map(|s| vec![0u8; s.len()]).collect();
+        // Hold the data: all four reads are started before any byte moves.
+        w.hold_rests(true);
+        let mut ids = Vec::new();
+        for (src, dst) in sources.iter().zip(dsts.iter_mut()) {
+            // SAFETY: `dsts` is neither read nor moved until every read is done below.
+            ids.push(unsafe {
+                b.start_read(0, src.as_ptr() as u64, dst.as_mut_ptr(), dst.len())
+                    .unwrap()
+            });
+        }
+        // A read of nothing is done at once; an id never handed out is an error.
+        // SAFETY: no bytes.
+        let none = unsafe { b.start_read(0, 8, std::ptr::null_mut(), 0).unwrap() };
+        assert!(b.test_read(none).unwrap());
+        assert!(b.test_read(ReadId(77)).is_err());
+        // Rank 0 answers the requests (its poll serves them).
+        a.poll(&mut |_, _, _| panic!("rank 1 sent nothing"))
+            .unwrap();
+        assert!(
+            ids.iter().all(|&id| !b.test_read(id).unwrap()),
+            "no read is done while its data is held (ahead {ahead})"
+        );
+        w.hold_rests(false);
+        let start = Instant::now();
+        while !ids.is_empty() {
+            ids.retain(|&id| !b.test_read(id).unwrap());
+            a.poll(&mut |_, _, _| panic!("rank 1 sent nothing"))
+                .unwrap();
+            assert!(start.elapsed() < BOUND, "{} reads never ended", ids.len());
+        }
+        assert_eq!(dsts, sources, "ahead {ahead}");
+        // Ids are reused once done.
+        // SAFETY: dsts[0] outlives the read, which is finished below.
+        let again = unsafe {
+            b.start_read(0, sources[0].as_ptr() as u64, dsts[0].as_mut_ptr(), 10)
+                .unwrap()
+        };
+        assert!(again.0 < 4);
+        let start = Instant::now();
+        while !b.test_read(again).unwrap() {
+            a.poll(&mut |_, _, _| {}).unwrap();
+            assert!(start.elapsed() < BOUND, "the read never ended");
+        }
     }
 }
