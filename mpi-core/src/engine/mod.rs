@@ -482,9 +482,7 @@ impl Engine {
             // contract for a contiguous type), `take <= capacity`; the request stays
             // incomplete, so its buffer untouched by anyone else, until the read is done
             // (`finish_cma_read`).
-            Some(off) => unsafe {
-                t.start_read(r.peer, r.addr, req.buf.0.offset(off) as *mut u8, take)
-            },
+            Some(off) => unsafe { t.start_read(r.peer, r.addr, req.buf.0.offset(off), take) },
             None => {
                 core.scratch.resize(take, 0);
                 let res = t.read_remote(r.peer, r.addr, &mut core.scratch[..take]);

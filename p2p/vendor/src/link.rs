@@ -203,6 +203,8 @@ pub mod sim {
 
     /// A posted receive: (rank, req, buf, len, Some((src, tag)), or None for any).
     type Posted = (u32, Req, usize, usize, Option<(u32, i32)>);
+    /// A completed receive: (rank, req, (src, tag, bytes) or a truncation error).
+    type Done = (u32, Req, Result<(u32, i32, usize), String>);
 
     #[derive(Default)]
     struct World {
@@ -212,8 +214,8 @@ pub mod sim {
         sent: Vec<(u32, Req)>,
         /// Posted receives, in posting order.
         posted: Vec<Posted>,
-        /// Completed receives: (rank, req, (src, tag, bytes) or a truncation error).
-        done_recvs: Vec<(u32, Req, Result<(u32, i32, usize), String>)>,
+        /// Completed receives.
+        done_recvs: Vec<Done>,
         next_req: Req,
         /// While true, bulk messages (rests, read data) are not received.
         hold: bool,
