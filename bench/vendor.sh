@@ -2,10 +2,15 @@
 # vendor.sh — Tsunagi over a vendor MPI (`mpirun --vendor`, p2p/vendor) beside that vendor
 #   alone, for Debian's MPICH and Open MPI, 2 ranks on one host.
 #
-# Usage: bench/vendor.sh [-r R] [-v "mpich openmpi"] [-p] [-n] [-h]
+# Usage: bench/vendor.sh [-r R] [-v "mpich openmpi"] [-p] [-n] [-s] [-h]
 #   -r R   repetitions per configuration (default 3; env R works too)
 #   -v V   vendors (default "mpich openmpi")
 #   -p     point-to-point only;  -n  NPB only
+#   -s     the short-limit sweep instead: Tsunagi over each vendor (polling), a blocking
+#          ping-pong at SWEEP_SIZES (default "8 512 1024 2048 4096 8192 16384 32768")
+#          with TSUNAGI_VENDOR_SHORT at each of SHORTS (default "1024 2048 4056 8192
+#          16384 32768"), interleaved; table: median half round trip (µs) per short
+#          limit and size, the lowest of each size marked
 # Environment: TSUNAGI_PREFIX (an install prefix with bin/mpicc; default ./dist),
 #   TSUNAGI_MPIRUN (default $TSUNAGI_PREFIX/bin/mpirun), P2P_MAX (default 4194304),
 #   P2P_SEC (seconds per point, default 0.1), KERNELS (default "cg mg is ep"), NPROCS
@@ -24,13 +29,14 @@
 set -euo pipefail
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 top="$(dirname "$here")"
-reps="${R:-3}"; vendors="mpich openmpi"; do_p2p=1; do_npb=1
+reps="${R:-3}"; vendors="mpich openmpi"; do_p2p=1; do_npb=1; do_sweep=0
 while [ $# -gt 0 ]; do
     case "$1" in
         -r) shift; reps="${1:?-r needs a count}" ;;
         -v) shift; vendors="${1:?-v needs vendors}" ;;
         -p) do_npb=0 ;;
         -n) do_p2p=0 ;;
+        -s) do_sweep=1 ;;
         -h|--help) sed -n '2,/^set -euo/{/^set -euo/d;s/^# \{0,1\}//;p}' "${BASH_SOURCE[0]}"; exit 0 ;;
         *) echo "vendor.sh: unknown argument '$1'" >&2; exit 2 ;;
     esac
@@ -66,6 +72,93 @@ over() { # vendor engine|shm n prog args...
         "$trun" --vendor "$v" --progress "$e" -n "$n" "$@"
     fi
 }
+
+if [ $do_sweep = 1 ]; then
+    # A blocking ping-pong at given sizes: per size a warm-up, then 5 batches of about
+    # 20 ms each; prints the median batch's half round trip.
+    cat > "$build/pp.c" <<'C'
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+static int cmp(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+static double batch(int me, char *buf, long n, long iters) {
+    MPI_Barrier(MPI_COMM_WORLD);
+    double t = MPI_Wtime();
+    for (long i = 0; i < iters; i++) {
+        if (me == 0) {
+            MPI_Send(buf, (int)n, MPI_BYTE, 1, 1, MPI_COMM_WORLD);
+            MPI_Recv(buf, (int)n, MPI_BYTE, 1, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        } else if (me == 1) {
+            MPI_Recv(buf, (int)n, MPI_BYTE, 0, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+            MPI_Send(buf, (int)n, MPI_BYTE, 0, 1, MPI_COMM_WORLD);
+        }
+    }
+    return (MPI_Wtime() - t) / iters / 2 * 1e6;
+}
+int main(int argc, char **argv) {
+    int me;
+    MPI_Init(&argc, &argv);
+    MPI_Comm_rank(MPI_COMM_WORLD, &me);
+    for (int a = 1; a < argc; a++) {
+        long n = atol(argv[a]);
+        char *buf = calloc(n ? n : 1, 1);
+        double us = batch(me, buf, n, 200);
+        long iters = (long)(20000.0 / (us * 2 + 0.01));
+        iters = iters < 10 ? 10 : iters > 200000 ? 200000 : iters;
+        MPI_Bcast(&iters, 1, MPI_LONG, 0, MPI_COMM_WORLD);
+        double t[5];
+        for (int k = 0; k < 5; k++) t[k] = batch(me, buf, n, iters);
+        qsort(t, 5, sizeof t[0], cmp);
+        if (me == 0) printf("pp %ld %.3f\n", n, t[2]);
+        free(buf);
+    }
+    MPI_Finalize();
+    return 0;
+}
+C
+    "$prefix/bin/mpicc" -O2 -o "$build/pp" "$build/pp.c"
+    shorts="${SHORTS:-1024 2048 4056 8192 16384 32768}"
+    sizes="${SWEEP_SIZES:-8 512 1024 2048 4096 8192 16384 32768}"
+    res="$build/sweep"
+    : > "$res"
+    for r in $(seq "$reps"); do
+        echo "repetition $r:$(uptime)" >&2
+        for v in $vendors; do
+            for s in $shorts; do
+                TSUNAGI_VENDOR_SHORT=$s timeout 300 "$trun" --vendor "$v" --progress polling -n 2 \
+                    "$build/pp" $sizes 2>&1 | awk -v v="$v" -v s="$s" '$1=="pp"{print v, s, $2, $3}' >> "$res" || true
+            done
+        done
+    done
+    cp "$res" "${TMPDIR:-/tmp}/tsunagi-vendor-sweep.results"
+    uptime >&2
+    python3 - "$res" <<'PY'
+import sys, statistics as st
+from collections import defaultdict
+rows = defaultdict(list)
+for line in open(sys.argv[1]):
+    v, s, n, us = line.split()
+    rows[(v, int(s), int(n))].append(float(us))
+for v in sorted({k[0] for k in rows}):
+    shorts = sorted({k[1] for k in rows if k[0] == v})
+    sizes = sorted({k[2] for k in rows if k[0] == v})
+    med = {k: st.median(x) for k, x in rows.items() if k[0] == v}
+    best = {n: min(shorts, key=lambda s: med.get((v, s, n), float("inf"))) for n in sizes}
+    print(f"\n{v}: half round trip µs over the vendor (polling), median of interleaved runs; * = lowest for the size\n")
+    print("| short \\ size | " + " | ".join(str(n) for n in sizes) + " |")
+    print("|---" * (1 + len(sizes)) + "|")
+    for s in shorts:
+        cells = []
+        for n in sizes:
+            m = med.get((v, s, n))
+            cells.append("-" if m is None else f"{m:.2f}{'*' if best[n] == s else ''} ({len(rows[(v, s, n)])})")
+        print(f"| {s} | " + " | ".join(cells) + " |")
+PY
+    exit 0
+fi
 
 for v in $vendors; do
     mpicc.$v -O2 -o "$build/p2p-$v" "$top/npb-tests/bench/p2p.c"

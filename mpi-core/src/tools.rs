@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, ReadId, Sink, Transport, TransportCaps};
 
 /// The transport kinds counted separately; every other transport counts as `other`.
 pub const TRANSPORT_KINDS: [&str; 4] = ["self", "shm", "tcp", "other"];
@@ -109,6 +109,22 @@ impl Transport for Counting {
         // A single-copy read moves a message's data without a message: count its bytes.
         bump(&self.c.bytes_recvd, dst.len() as u64);
         Ok(())
+    }
+    unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
+        // SAFETY: the caller's contract, passed on unchanged.
+        let id = unsafe { self.inner.start_read(peer, addr, dst, len)? };
+        // Counted when started: the bytes come in unless the job fails.
+        bump(&self.c.bytes_recvd, len as u64);
+        Ok(id)
+    }
+    fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        self.inner.test_read(id)
     }
     fn event_source(&self) -> Arc<dyn EventSource> {
         self.inner.event_source()

@@ -137,6 +137,15 @@ impl P2pError {
 /// shared-memory ring), so the request layer copies it out or into the user's buffer.
 pub type Sink<'a> = dyn FnMut(Rank, &Header, &[u8]) + 'a;
 
+/// A single-copy read in flight ([`Transport::start_read`]), named by its transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct ReadId(pub u64);
+
+impl ReadId {
+    /// A read that finished inside `start_read` (the blocking default, zero bytes).
+    pub const DONE: ReadId = ReadId(u64::MAX);
+}
+
 /// What a transport offers, read once when it joins the router.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct TransportCaps {
@@ -226,6 +235,43 @@ pub trait Transport: Send {
             "{} cannot read rank {peer}'s memory",
             self.name()
         )))
+    }
+
+    /// Start a single-copy read of `len` bytes at `remote_addr` in `peer`'s memory into
+    /// `dst` (as [`Transport::read_remote`], without waiting for the bytes), so that a
+    /// receiver can have several reads in flight at once; [`Transport::test_read`] tells
+    /// when it is done. Only valid where `single_copy(peer)`.
+    ///
+    /// The default reads at once with the blocking [`Transport::read_remote`] and returns
+    /// [`ReadId::DONE`]. An error (the read refused) leaves nothing in flight: the caller
+    /// may fall back to streaming.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must be valid for writes, and neither read nor written by anyone
+    /// else, until [`Transport::test_read`] returned `Ok(true)` or an error for the id.
+    unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
+        let dst: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's contract: dst..dst + len is valid and ours alone.
+            unsafe { std::slice::from_raw_parts_mut(dst, len) }
+        };
+        self.read_remote(peer, remote_addr, dst)?;
+        Ok(ReadId::DONE)
+    }
+
+    /// Whether the read `id` ([`Transport::start_read`]) is done: all its bytes are in its
+    /// buffer. Moves it on without blocking (and serves the peers' own remote accesses
+    /// meanwhile). After `Ok(true)` or an error the id means nothing any more.
+    fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        let _ = id;
+        Ok(true)
     }
 
     /// What to block on when idle. The object outlives borrows of the transport so that a

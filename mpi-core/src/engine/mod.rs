@@ -13,7 +13,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use tsunagi_p2p::device::DataRep;
-use tsunagi_p2p::{Header, P2pError, Rank, Router};
+use tsunagi_p2p::{Header, P2pError, Rank, ReadId, Router};
 
 mod bsend;
 mod core;
@@ -390,9 +390,7 @@ impl Engine {
         }
         if !self.core.cma.is_empty() {
             let reads = std::mem::take(&mut self.core.cma);
-            for r in reads {
-                self.do_cma_read(r)?;
-            }
+            self.do_cma_reads(reads)?;
         }
         if !self.core.streams.is_empty() {
             self.push_streams()?;
@@ -449,7 +447,47 @@ impl Engine {
         Ok(())
     }
 
-    fn do_cma_read(&mut self, r: CmaRead) -> MpiResult<()> {
+    /// Carry out single-copy reads, all in flight at once where the transport reads
+    /// without blocking (`Transport::start_read`), each answered by a FIN when done, or
+    /// by a CTS (the sender streams instead) when the transport refuses it.
+    fn do_cma_reads(&mut self, reads: Vec<CmaRead>) -> MpiResult<()> {
+        let mut flying = Vec::with_capacity(reads.len());
+        for r in reads {
+            match self.start_cma_read(&r)? {
+                Ok(id) => flying.push((r, id)),
+                Err(_) => self.finish_cma_read(r, false)?,
+            }
+        }
+        let mut idle_rounds = 0u32;
+        while !flying.is_empty() {
+            let mut i = 0;
+            let mut finished = false;
+            while i < flying.len() {
+                let (peer, id) = (flying[i].0.peer, flying[i].1);
+                let t = self.router.to(peer).ok_or_else(|| no_route(peer))?;
+                match t.test_read(id) {
+                    Ok(false) => i += 1,
+                    done => {
+                        let (r, _) = flying.swap_remove(i);
+                        self.finish_cma_read(r, done.is_ok())?;
+                        finished = true;
+                    }
+                }
+            }
+            if !finished {
+                idle_rounds = idle_rounds.wrapping_add(1);
+                if idle_rounds.is_multiple_of(64) {
+                    // On an oversubscribed node the peers may need this CPU to answer.
+                    std::thread::yield_now();
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Start the read `r` into its receive buffer. A non-contiguous receive is read into
+    /// the scratch buffer and unpacked at once (the scratch is one for all reads).
+    fn start_cma_read(&mut self, r: &CmaRead) -> MpiResult<Result<ReadId, P2pError>> {
         let Engine { router, core } = self;
         let req = core
             .reqs
@@ -457,18 +495,12 @@ impl Engine {
             .expect("cma read for a live request");
         let take = r.len.min(req.capacity);
         let t = router.to(r.peer).ok_or_else(|| no_route(r.peer))?;
-        let contiguous = req.dtype.contiguous_offset();
-        let result = match contiguous {
-            Some(off) => {
-                let dst: &mut [u8] = if take == 0 {
-                    &mut []
-                } else {
-                    // SAFETY: the receive buffer holds `capacity` bytes from `buf + off` (MPI
-                    // contract for a contiguous type); `take <= capacity`.
-                    unsafe { std::slice::from_raw_parts_mut(req.buf.0.offset(off), take) }
-                };
-                t.read_remote(r.peer, r.addr, dst)
-            }
+        Ok(match req.dtype.contiguous_offset() {
+            // SAFETY: the receive buffer holds `capacity` bytes from `buf + off` (MPI
+            // contract for a contiguous type), `take <= capacity`; the request stays
+            // incomplete, so its buffer untouched by anyone else, until the read is done
+            // (`finish_cma_read`).
+            Some(off) => unsafe { t.start_read(r.peer, r.addr, req.buf.0.offset(off), take) },
             None => {
                 core.scratch.resize(take, 0);
                 let res = t.read_remote(r.peer, r.addr, &mut core.scratch[..take]);
@@ -480,32 +512,38 @@ impl Engine {
                             .unpack_range(req.buf.0, req.count, 0, &core.scratch[..take])
                     };
                 }
-                res
+                res.map(|()| ReadId::DONE)
             }
-        };
-        match result {
-            Ok(()) => {
-                req.received = r.len;
-                let hdr = Header {
-                    kind: FIN,
-                    src: core.me,
-                    cookie: r.sender_cookie,
-                    ..Header::default()
-                };
-                core.complete(r.recv);
-                self.send_or_queue(r.peer, hdr, &[])
-            }
-            Err(_) => {
-                // Single copy refused (e.g. ptrace restrictions): fall back to streaming.
-                let hdr = Header {
-                    kind: CTS,
-                    src: core.me,
-                    cookie: r.sender_cookie,
-                    len: r.recv.0 as u64,
-                    ..Header::default()
-                };
-                self.send_or_queue(r.peer, hdr, &[])
-            }
+        })
+    }
+
+    /// The read `r` is over: done (complete the receive, FIN to the sender) or refused
+    /// (single copy impossible, e.g. ptrace restrictions: ask the sender to stream).
+    fn finish_cma_read(&mut self, r: CmaRead, done: bool) -> MpiResult<()> {
+        let core = &mut self.core;
+        if done {
+            let req = core
+                .reqs
+                .get_mut(r.recv.0)
+                .expect("cma read for a live request");
+            req.received = r.len;
+            let hdr = Header {
+                kind: FIN,
+                src: core.me,
+                cookie: r.sender_cookie,
+                ..Header::default()
+            };
+            core.complete(r.recv);
+            self.send_or_queue(r.peer, hdr, &[])
+        } else {
+            let hdr = Header {
+                kind: CTS,
+                src: core.me,
+                cookie: r.sender_cookie,
+                len: r.recv.0 as u64,
+                ..Header::default()
+            };
+            self.send_or_queue(r.peer, hdr, &[])
         }
     }
 

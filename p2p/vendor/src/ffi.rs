@@ -14,9 +14,12 @@ pub(crate) struct Api {
     pub init: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
     pub rank: unsafe extern "C" fn(*mut c_int) -> c_int,
     pub size: unsafe extern "C" fn(*mut c_int) -> c_int,
-    pub isend: unsafe extern "C" fn(*const u8, c_int, c_int, c_int, *mut c_int) -> c_int,
-    pub irecv: unsafe extern "C" fn(*mut u8, c_int, c_int, c_int, *mut c_int) -> c_int,
+    pub isend: unsafe extern "C" fn(*const u8, c_int, c_int, c_int, c_int, *mut c_int) -> c_int,
+    pub irecv: unsafe extern "C" fn(*mut u8, c_int, c_int, c_int, c_int, *mut c_int) -> c_int,
+    pub irecv_any: unsafe extern "C" fn(*mut u8, c_int, *mut c_int) -> c_int,
     pub test: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
+    pub test_any:
+        unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
     pub iprobe: unsafe extern "C" fn(*mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
     pub recv: unsafe extern "C" fn(*mut u8, c_int, c_int, c_int) -> c_int,
     pub iprobe_tag: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
@@ -79,6 +82,7 @@ macro_rules! api_table {
                     len: c_int,
                     dest: c_int,
                     tag: c_int,
+                    on_bulk: c_int,
                     idx: *mut c_int,
                 ) -> c_int;
                 #[link_name = concat!($prefix, "irecv")]
@@ -87,10 +91,21 @@ macro_rules! api_table {
                     len: c_int,
                     src: c_int,
                     tag: c_int,
+                    on_bulk: c_int,
                     idx: *mut c_int,
                 ) -> c_int;
+                #[link_name = concat!($prefix, "irecv_any")]
+                fn irecv_any(buf: *mut u8, len: c_int, idx: *mut c_int) -> c_int;
                 #[link_name = concat!($prefix, "test")]
                 fn test(idx: c_int, done: *mut c_int) -> c_int;
+                #[link_name = concat!($prefix, "test_any")]
+                fn test_any(
+                    idx: c_int,
+                    done: *mut c_int,
+                    src: *mut c_int,
+                    tag: *mut c_int,
+                    count: *mut c_int,
+                ) -> c_int;
                 #[link_name = concat!($prefix, "iprobe")]
                 fn iprobe(
                     found: *mut c_int,
@@ -140,7 +155,9 @@ macro_rules! api_table {
                 size,
                 isend,
                 irecv,
+                irecv_any,
                 test,
+                test_any,
                 iprobe,
                 recv,
                 iprobe_tag,

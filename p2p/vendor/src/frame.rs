@@ -28,6 +28,14 @@ pub const TAG_GET_DATA: i32 = 5;
 /// that; the receiver drops it).
 pub const TAG_WAKE: i32 = 6;
 
+/// Whether messages under `tag` travel on the vendor's second communicator: those a
+/// receive is posted for by source and tag before they are sent or asked for (a rest, a
+/// read's data). Everything else (first messages, memory requests, wake-ups) is taken by
+/// receives posted ahead from any source under any tag, which must never take these.
+pub fn on_bulk(tag: i32) -> bool {
+    tag == TAG_REST || tag == TAG_GET_DATA
+}
+
 /// Bytes of a [`TAG_GET`] message.
 pub const GET_BYTES: usize = 16;
 /// The largest piece of a get's data in one vendor message (vendor counts are C ints).

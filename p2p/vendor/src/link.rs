@@ -6,6 +6,7 @@ use std::ffi::c_int;
 
 use tsunagi_p2p::P2pError;
 
+use crate::frame;
 use crate::vendor::{check, Vendor};
 
 /// A vendor request's id.
@@ -41,8 +42,18 @@ pub trait Link: Send {
         src: u32,
         tag: i32,
     ) -> Result<Req, P2pError>;
+    /// Post a receive of at most `len` bytes into `buf` from any source under any tag,
+    /// ahead of the message; it never takes a message whose tag is [`frame::on_bulk`].
+    /// Receives posted ahead take messages in the order they were posted.
+    ///
+    /// # Safety
+    /// As [`Link::irecv`], until [`Link::test_any`] reports the request complete.
+    unsafe fn irecv_any(&mut self, buf: *mut u8, len: usize) -> Result<Req, P2pError>;
     /// Whether `req` completed (a completed request's id is free for reuse).
     fn test(&mut self, req: Req) -> Result<bool, P2pError>;
+    /// Whether the receive `req` posted by [`Link::irecv_any`] completed: its (source,
+    /// tag, bytes). A message longer than the buffer is an error.
+    fn test_any(&mut self, req: Req) -> Result<Option<(u32, i32, usize)>, P2pError>;
     /// The first message waiting from any source: (source, tag, bytes).
     fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError>;
     /// The first message waiting under `tag` from any source: (source, bytes).
@@ -76,7 +87,9 @@ impl Link for VendorLink {
     ) -> Result<Req, P2pError> {
         let mut idx: c_int = -1;
         // SAFETY: the caller keeps the buffer valid until completion (this fn's contract).
-        let rc = unsafe { (self.0.api.isend)(buf, len_int(len)?, dest as c_int, tag, &mut idx) };
+        let bulk = frame::on_bulk(tag) as c_int;
+        let rc =
+            unsafe { (self.0.api.isend)(buf, len_int(len)?, dest as c_int, tag, bulk, &mut idx) };
         check(self.0.api, "MPI_Isend", rc)?;
         Ok(idx)
     }
@@ -89,9 +102,38 @@ impl Link for VendorLink {
     ) -> Result<Req, P2pError> {
         let mut idx: c_int = -1;
         // SAFETY: the caller keeps the buffer valid and untouched until completion.
-        let rc = unsafe { (self.0.api.irecv)(buf, len_int(len)?, src as c_int, tag, &mut idx) };
+        let bulk = frame::on_bulk(tag) as c_int;
+        let rc =
+            unsafe { (self.0.api.irecv)(buf, len_int(len)?, src as c_int, tag, bulk, &mut idx) };
         check(self.0.api, "MPI_Irecv", rc)?;
         Ok(idx)
+    }
+    unsafe fn irecv_any(&mut self, buf: *mut u8, len: usize) -> Result<Req, P2pError> {
+        let mut idx: c_int = -1;
+        // SAFETY: the caller keeps the buffer valid and untouched until completion.
+        let rc = unsafe { (self.0.api.irecv_any)(buf, len_int(len)?, &mut idx) };
+        check(self.0.api, "MPI_Irecv", rc)?;
+        Ok(idx)
+    }
+    fn test_any(&mut self, req: Req) -> Result<Option<(u32, i32, usize)>, P2pError> {
+        let (mut done, mut src, mut tag, mut count): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
+        // SAFETY: four writable ints; the shim checks that `req` names a live request.
+        let rc = unsafe { (self.0.api.test_any)(req, &mut done, &mut src, &mut tag, &mut count) };
+        check(self.0.api, "MPI_Test", rc).map_err(|e| match e {
+            P2pError::Other(s) if s.to_ascii_lowercase().contains("truncat") => P2pError::Other(format!(
+                "{s} (a first message longer than this rank's receive buffer: TSUNAGI_VENDOR_SHORT must be the same on every rank)"
+            )),
+            e => e,
+        })?;
+        if done == 0 {
+            return Ok(None);
+        }
+        if src < 0 || src as usize >= self.0.size || count < 0 {
+            return Err(P2pError::Other(format!(
+                "vendor: MPI_Test reported a message from rank {src} of {count} bytes"
+            )));
+        }
+        Ok(Some((src as u32, tag, count as usize)))
     }
     fn test(&mut self, req: Req) -> Result<bool, P2pError> {
         let mut done: c_int = 0;
@@ -141,9 +183,10 @@ impl Link for VendorLink {
 #[cfg(test)]
 pub mod sim {
     //! An in-memory vendor world: messages per (source, destination) in send order; a
-    //! receive posted for a source and tag takes the first such message; sends complete
-    //! only once received, and the order in which pending receives complete is the
-    //! test's to choose (`hold_rests`).
+    //! receive posted for a source and tag takes the first such message, a receive posted
+    //! ahead ([`Link::irecv_any`]) the first message not on the bulk communicator; sends
+    //! complete only once received, and the order in which receives of bulk messages
+    //! complete is the test's to choose (`hold_rests`).
 
     use std::collections::VecDeque;
     use std::sync::{Arc, Mutex};
@@ -158,17 +201,23 @@ pub mod sim {
         send_req: (u32, Req),
     }
 
+    /// A posted receive: (rank, req, buf, len, Some((src, tag)), or None for any).
+    type Posted = (u32, Req, usize, usize, Option<(u32, i32)>);
+    /// A completed receive: (rank, req, (src, tag, bytes) or a truncation error).
+    type Done = (u32, Req, Result<(u32, i32, usize), String>);
+
     #[derive(Default)]
     struct World {
         /// In flight, in global send order.
         flight: VecDeque<Msg>,
         /// Send requests completed, per rank.
         sent: Vec<(u32, Req)>,
-        /// Posted receives: (rank, req, buf, len, src, tag).
-        posted: Vec<(u32, Req, usize, usize, u32, i32)>,
-        done_recvs: Vec<(u32, Req)>,
+        /// Posted receives, in posting order.
+        posted: Vec<Posted>,
+        /// Completed receives.
+        done_recvs: Vec<Done>,
         next_req: Req,
-        /// While true, posted receives do not match (rests arrive late).
+        /// While true, bulk messages (rests, read data) are not received.
         hold: bool,
     }
 
@@ -177,7 +226,7 @@ pub mod sim {
     pub struct SimWorld(Arc<Mutex<World>>);
 
     impl SimWorld {
-        /// Hold (true) or release posted receives.
+        /// Hold (true) or release the bulk messages.
         pub fn hold_rests(&self, hold: bool) {
             self.0.lock().unwrap().hold = hold;
         }
@@ -188,6 +237,14 @@ pub mod sim {
                 rank,
                 size,
             }
+        }
+        /// Receives posted ahead by `rank` and not yet completed.
+        pub fn posted_ahead(&self, rank: u32) -> usize {
+            let w = self.0.lock().unwrap();
+            w.posted
+                .iter()
+                .filter(|p| p.0 == rank && p.4.is_none())
+                .count()
         }
     }
 
@@ -200,29 +257,63 @@ pub mod sim {
 
     impl SimLink {
         fn match_posted(w: &mut World) {
-            if w.hold {
-                return;
-            }
             let mut i = 0;
             while i < w.posted.len() {
-                let (rank, req, buf, len, src, tag) = w.posted[i];
-                let at = w
-                    .flight
-                    .iter()
-                    .position(|m| m.dest == rank && m.src == src && m.tag == tag);
-                if let Some(at) = at {
-                    let m = w.flight.remove(at).unwrap();
-                    assert_eq!(m.bytes.len(), len, "receive of the wrong length");
-                    // SAFETY: the receiver promised (irecv's contract) that buf..buf+len
-                    // stays valid and untouched until it sees this request complete.
-                    unsafe { std::ptr::copy_nonoverlapping(m.bytes.as_ptr(), buf as *mut u8, len) };
-                    w.sent.push(m.send_req);
-                    w.done_recvs.push((rank, req));
-                    w.posted.remove(i);
-                } else {
+                let (rank, req, buf, len, from) = w.posted[i];
+                let hold = w.hold;
+                let at = w.flight.iter().position(|m| {
+                    m.dest == rank
+                        && match from {
+                            Some((src, tag)) => !hold && m.src == src && m.tag == tag,
+                            None => !frame::on_bulk(m.tag),
+                        }
+                });
+                let Some(at) = at else {
                     i += 1;
+                    continue;
+                };
+                let m = w.flight.remove(at).unwrap();
+                let result = if from.is_some() {
+                    assert_eq!(m.bytes.len(), len, "receive of the wrong length");
+                    Ok((m.src, m.tag, len))
+                } else if m.bytes.len() > len {
+                    Err(format!(
+                        "message truncated ({} bytes into {len})",
+                        m.bytes.len()
+                    ))
+                } else {
+                    Ok((m.src, m.tag, m.bytes.len()))
+                };
+                if let Ok((_, _, n)) = result {
+                    // SAFETY: the receiver promised (irecv's contract) that buf..buf+len
+                    // stays valid and untouched until it sees this request complete;
+                    // n <= len.
+                    unsafe { std::ptr::copy_nonoverlapping(m.bytes.as_ptr(), buf as *mut u8, n) };
                 }
+                w.sent.push(m.send_req);
+                w.done_recvs.push((rank, req, result));
+                w.posted.remove(i);
             }
+        }
+
+        fn post(&mut self, buf: *mut u8, len: usize, from: Option<(u32, i32)>) -> Req {
+            let mut w = self.w.0.lock().unwrap();
+            w.next_req += 1;
+            let req = w.next_req;
+            w.posted.push((self.rank, req, buf as usize, len, from));
+            Self::match_posted(&mut w);
+            req
+        }
+
+        /// Take the completion of receive `req`, if it completed.
+        fn take_done(&mut self, req: Req) -> Option<Result<(u32, i32, usize), String>> {
+            let mut w = self.w.0.lock().unwrap();
+            Self::match_posted(&mut w);
+            let i = w
+                .done_recvs
+                .iter()
+                .position(|d| d.0 == self.rank && d.1 == req)?;
+            Some(w.done_recvs.remove(i).2)
         }
     }
 
@@ -262,28 +353,34 @@ pub mod sim {
             src: u32,
             tag: i32,
         ) -> Result<Req, P2pError> {
-            let mut w = self.w.0.lock().unwrap();
-            w.next_req += 1;
-            let req = w.next_req;
-            w.posted.push((self.rank, req, buf as usize, len, src, tag));
-            Self::match_posted(&mut w);
-            Ok(req)
+            Ok(self.post(buf, len, Some((src, tag))))
+        }
+        unsafe fn irecv_any(&mut self, buf: *mut u8, len: usize) -> Result<Req, P2pError> {
+            Ok(self.post(buf, len, None))
         }
         fn test(&mut self, req: Req) -> Result<bool, P2pError> {
-            let mut guard = self.w.0.lock().unwrap();
-            let w = &mut *guard;
-            Self::match_posted(w);
             let key = (self.rank, req);
-            for list in [&mut w.sent, &mut w.done_recvs] {
-                if let Some(i) = list.iter().position(|k| *k == key) {
-                    list.remove(i);
+            {
+                let mut w = self.w.0.lock().unwrap();
+                Self::match_posted(&mut w);
+                if let Some(i) = w.sent.iter().position(|k| *k == key) {
+                    w.sent.remove(i);
                     return Ok(true);
                 }
             }
-            Ok(false)
+            match self.take_done(req) {
+                None => Ok(false),
+                Some(Ok(_)) => Ok(true),
+                Some(Err(e)) => Err(P2pError::Other(e)),
+            }
+        }
+        fn test_any(&mut self, req: Req) -> Result<Option<(u32, i32, usize)>, P2pError> {
+            self.take_done(req)
+                .transpose()
+                .map_err(|e| P2pError::Other(format!("vendor MPI_Test: {e}")))
         }
         fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError> {
-            self.probe_where(|_| true)
+            self.probe_where(|t| !frame::on_bulk(t))
         }
         fn iprobe_tag(&mut self, tag: i32) -> Result<Option<(u32, usize)>, P2pError> {
             Ok(self.probe_where(|t| t == tag)?.map(|(s, _, n)| (s, n)))
@@ -316,10 +413,13 @@ pub mod sim {
                 .find(|m| {
                     m.dest == self.rank
                         && tag_ok(m.tag)
-                        && !w
-                            .posted
-                            .iter()
-                            .any(|p| p.0 == self.rank && p.4 == m.src && p.5 == m.tag)
+                        && !w.posted.iter().any(|p| {
+                            p.0 == self.rank
+                                && match p.4 {
+                                    Some((src, tag)) => src == m.src && tag == m.tag,
+                                    None => !frame::on_bulk(m.tag),
+                                }
+                        })
                 })
                 .map(|m| (m.src, m.tag, m.bytes.len())))
         }

@@ -53,6 +53,7 @@ FN(MPI_Wait);
 FN(MPI_Iprobe);
 FN(MPI_Probe);
 FN(MPI_Request_free);
+FN(MPI_Cancel);
 FN(MPI_Get_count);
 FN(MPI_Allgather);
 FN(MPI_Allgatherv);
@@ -61,12 +62,18 @@ FN(MPI_Error_string);
 FN(MPI_Get_library_version);
 
 static MPI_Comm world;    /* the vendor's MPI_COMM_WORLD */
-static MPI_Comm moves;    /* a duplicate: the transport's messages only */
+static MPI_Comm moves;    /* a duplicate: the transport's first messages and requests */
+static MPI_Comm bulk;     /* another: the bytes receives are posted for by source and tag
+                           * (rests, read data), which must never match a wildcard receive
+                           * posted on `moves` */
 static MPI_Datatype byte; /* MPI_BYTE */
 static MPI_Request req_null; /* MPI_REQUEST_NULL (a library global in Open MPI) */
 
 /* Outstanding requests, named by index; a free slot holds MPI_REQUEST_NULL. */
 static MPI_Request *reqs;
+/* Per slot: a wildcard receive posted ahead (irecv_any), cancelled at finalize since no
+ * message will ever come for it. */
+static char *posted_ahead;
 static int nreqs, capreqs;
 static int *free_slots, nfree;
 
@@ -106,6 +113,7 @@ int F(load)(const char *path, char *err, int errlen)
     LOAD(MPI_Iprobe);
     LOAD(MPI_Probe);
     LOAD(MPI_Request_free);
+    LOAD(MPI_Cancel);
     LOAD(MPI_Get_count);
     LOAD(MPI_Allgather);
     LOAD(MPI_Allgatherv);
@@ -154,7 +162,10 @@ int F(init)(int required, int *provided)
     rc = p_MPI_Comm_set_errhandler(world, MPI_ERRORS_RETURN);
     if (rc != MPI_SUCCESS)
         return rc;
-    return p_MPI_Comm_dup(world, &moves);
+    rc = p_MPI_Comm_dup(world, &moves);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    return p_MPI_Comm_dup(world, &bulk);
 }
 
 int F(rank)(int *rank) { return lib ? p_MPI_Comm_rank(world, rank) : SHIM_ENOTLOADED; }
@@ -181,6 +192,10 @@ static int take_slot(int *index)
         if (!f)
             return SHIM_ENOMEM;
         free_slots = f;
+        char *p = realloc(posted_ahead, (size_t)cap);
+        if (!p)
+            return SHIM_ENOMEM;
+        posted_ahead = p;
         capreqs = cap;
     }
     *index = nreqs++;
@@ -190,29 +205,69 @@ static int take_slot(int *index)
 static void give_slot(int index)
 {
     reqs[index] = req_null;
+    posted_ahead[index] = 0;
     free_slots[nfree++] = index;
 }
 
-int F(isend)(const void *buf, int len, int dest, int tag, int *index)
+static MPI_Comm comm_of(int on_bulk) { return on_bulk ? bulk : moves; }
+
+/* Send on the first-message communicator, or on the bulk one (on_bulk != 0). */
+int F(isend)(const void *buf, int len, int dest, int tag, int on_bulk, int *index)
 {
     int rc = take_slot(index);
     if (rc)
         return rc;
-    rc = p_MPI_Isend(NONEMPTY(buf, len), len, byte, dest, tag, moves, &reqs[*index]);
+    posted_ahead[*index] = 0;
+    rc = p_MPI_Isend(NONEMPTY(buf, len), len, byte, dest, tag, comm_of(on_bulk), &reqs[*index]);
     if (rc != MPI_SUCCESS)
         give_slot(*index);
     return rc;
 }
 
-int F(irecv)(void *buf, int len, int src, int tag, int *index)
+int F(irecv)(void *buf, int len, int src, int tag, int on_bulk, int *index)
 {
     int rc = take_slot(index);
     if (rc)
         return rc;
-    rc = p_MPI_Irecv(NONEMPTY(buf, len), len, byte, src, tag, moves, &reqs[*index]);
+    posted_ahead[*index] = 0;
+    rc = p_MPI_Irecv(NONEMPTY(buf, len), len, byte, src, tag, comm_of(on_bulk), &reqs[*index]);
     if (rc != MPI_SUCCESS)
         give_slot(*index);
     return rc;
+}
+
+/* Post a receive of at most len bytes from any source under any tag on the first-message
+ * communicator, ahead of the message (completed by test_any). */
+int F(irecv_any)(void *buf, int len, int *index)
+{
+    int rc = take_slot(index);
+    if (rc)
+        return rc;
+    rc = p_MPI_Irecv(NONEMPTY(buf, len), len, byte, MPI_ANY_SOURCE, MPI_ANY_TAG, moves,
+                     &reqs[*index]);
+    if (rc != MPI_SUCCESS)
+        give_slot(*index);
+    else
+        posted_ahead[*index] = 1;
+    return rc;
+}
+
+/* Test a receive posted by irecv_any; when *done, its source, tag and byte count, and the
+ * slot is free again. */
+int F(test_any)(int index, int *done, int *src, int *tag, int *count)
+{
+    if (index < 0 || index >= nreqs || reqs[index] == req_null)
+        return SHIM_EBADREQ;
+    MPI_Status st;
+    int rc = p_MPI_Test(&reqs[index], done, &st);
+    /* A message longer than the buffer (a peer with a larger short limit) shows here as
+     * the vendor's truncation error. */
+    if (rc != MPI_SUCCESS || !*done)
+        return rc;
+    give_slot(index);
+    *src = st.MPI_SOURCE;
+    *tag = st.MPI_TAG;
+    return p_MPI_Get_count(&st, byte, count);
 }
 
 /* Test request `index`; when *done, the slot is free again. */
@@ -289,14 +344,19 @@ int F(barrier)(void) { return p_MPI_Barrier(world); }
 
 int F(abort)(int code) { return lib ? p_MPI_Abort(world, code) : SHIM_ENOTLOADED; }
 
-/* Complete what is still outstanding (sends the peers have matched; receives of message
- * tails), then finalize the vendor. */
+/* Cancel the receives posted ahead (no message comes for them any more), complete what
+ * is still outstanding (sends the peers have matched; receives of message tails), then
+ * finalize the vendor. */
 int F(finalize)(void)
 {
+    for (int i = 0; i < nreqs; i++)
+        if (reqs[i] != req_null && posted_ahead[i])
+            p_MPI_Cancel(&reqs[i]);
     for (int i = 0; i < nreqs; i++)
         if (reqs[i] != req_null)
             p_MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
     p_MPI_Comm_free(&moves);
+    p_MPI_Comm_free(&bulk);
     return p_MPI_Finalize();
 }
 

@@ -3,11 +3,18 @@
 //!
 //! Eager messages (up to the eager limit): each vendor message is an `MPI_Isend` from a
 //! buffer the transport owns (the [`Transport`] contract frees the caller's buffer on
-//! return), completed later by `MPI_Test`. Receives: `MPI_Iprobe` on any source, then a
-//! receive of the whole first message into a pooled buffer; a head also posts the receive
-//! of its rest straight into the message's own buffer. Messages of one peer are delivered
-//! in arrival order: while a long message of a peer waits for its rest, that peer's later
-//! messages queue behind it.
+//! return), completed later by `MPI_Test`. Receives: a ring of [`POSTED_AHEAD`] receives
+//! posted ahead (`MPI_Irecv` from any source under any tag into buffers of the transport's,
+//! each tested by `MPI_Test` and posted again once taken), so that a poll with nothing
+//! arrived is one `MPI_Test` and a short message costs no probe, no count and no second
+//! receive; where a thread blocks in the vendor's `MPI_Probe` (threaded engine, see
+//! below) no receive is posted ahead, since such a receive would take the messages from
+//! under the probe, and messages are taken by `MPI_Iprobe` and a receive into a pooled
+//! buffer. A head also posts the receive of its rest straight into the message's own
+//! buffer; rests and read data travel on a second communicator, where no wildcard receive
+//! can take them ([`frame::on_bulk`]). Messages of one peer are delivered in arrival
+//! order: while a long message of a peer waits for its rest, that peer's later messages
+//! queue behind it.
 //!
 //! Larger messages go by the request layer's single-copy rendezvous
 //! ([`Transport::read_remote`]): the sender's RTS names the address of its data, and the
@@ -15,8 +22,10 @@
 //! the sender for the bytes ([`frame::TAG_GET`]); the sender's transport answers with
 //! `MPI_Isend`s from that address, which the request layer keeps untouched until the
 //! receiver's FIN. Neither side copies: only the vendor moves the bytes, as it would for
-//! the application alone. The reader waits for its data serving other peers' requests
-//! meanwhile, so reads that cross never wait for each other.
+//! the application alone. Reads are non-blocking ([`Transport::start_read`],
+//! [`Transport::test_read`]: a receiver keeps several in flight, each peer's data matched
+//! to its receives in the order asked); a reader that tests its read serves the other
+//! peers' requests meanwhile, so reads that cross never wait for each other.
 //!
 //! Idle waiting (see [`VendorEvents`]): in the threaded engine with the vendor at
 //! `MPI_THREAD_MULTIPLE`, the progress thread blocks in the vendor's `MPI_Probe` while
@@ -32,7 +41,7 @@ use std::time::Duration;
 
 use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
 use tsunagi_p2p::futex::DoorbellWords;
-use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCaps};
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, ReadId, Sink, Transport, TransportCaps};
 
 use crate::frame::{self, First, HEAD_PREFIX, TAG_GET, TAG_GET_DATA, TAG_REST, TAG_WAKE};
 use crate::link::{Link, Req, VendorLink};
@@ -66,6 +75,28 @@ const MAX_SENDS: usize = 4096;
 const MAX_SEND_BYTES: usize = 64 << 20;
 /// First vendor messages received per poll at most (other transports get their turn).
 const PROBES_PER_POLL: usize = 64;
+/// Receives posted ahead for first messages (polling; see the module doc). More let a
+/// burst land in the transport's buffers straight away rather than in the vendor's
+/// unexpected queue; each costs a buffer of the short limit. `TSUNAGI_VENDOR_AHEAD`
+/// overrides it (0: probe for messages, as where a thread blocks in the vendor).
+pub const POSTED_AHEAD: usize = 8;
+fn posted_ahead() -> Result<usize, P2pError> {
+    match std::env::var("TSUNAGI_VENDOR_AHEAD") {
+        Err(_) => Ok(POSTED_AHEAD),
+        Ok(s) => match s.trim().parse::<usize>() {
+            Ok(n) if n <= 1024 => Ok(n),
+            _ => Err(P2pError::Other(format!(
+                "TSUNAGI_VENDOR_AHEAD={s}: expected a count of receives to post ahead, 0 (probe instead) to 1024"
+            ))),
+        },
+    }
+}
+
+/// With receives posted ahead, outstanding sends are tested once this many are
+/// outstanding, or every this many polls: a send's completion only frees the transport's
+/// copy (the caller's buffer was free at once), so testing it at every poll would double
+/// the vendor calls of an idle poll.
+const SEND_TEST_EVERY: usize = 16;
 
 /// The default short limit (payload bytes carried whole with the header) per vendor, from
 /// the measurement in `docs/vendor-mpi.md` (lowest median ping-pong latency in most sizes
@@ -99,14 +130,32 @@ struct Arrived {
     rest: Option<Req>,
 }
 
+/// A receive posted ahead and the buffer it fills.
+struct Ahead {
+    req: Req,
+    buf: Vec<u8>,
+}
+
 /// The vendor transport's state, shared by its node and remote registrations.
 pub(crate) struct Core {
     link: Box<dyn Link>,
     rank: Rank,
     size: usize,
     short: usize,
-    /// Outstanding sends: the vendor request and the buffer it reads.
-    sends: Vec<(Req, Vec<u8>)>,
+    /// Receives posted ahead, in posting order from `next` on (the vendor fills them in
+    /// that order, so taking them in it keeps every peer's order); empty where messages
+    /// are probed instead.
+    ahead: Vec<Ahead>,
+    next: usize,
+    /// Polls since the sends were last tested (receives posted ahead only).
+    polls: usize,
+    /// Reads in flight by id ([`Core::start_read`]): the receives of their bytes not yet
+    /// complete; `None` is a free id.
+    reads: Vec<Option<Vec<Req>>>,
+    /// Calls of `test_read` (sends are tested every 64th).
+    read_tests: u32,
+    /// Outstanding sends, oldest first: the vendor request and the buffer it reads.
+    sends: VecDeque<(Req, Vec<u8>)>,
     send_bytes: usize,
     /// Per peer (vendor rank), messages received and not yet delivered, in order.
     inbox: Vec<VecDeque<Arrived>>,
@@ -132,14 +181,20 @@ const SMALL_BUF: usize = 8 * 1024;
 const SMALL_MAX: usize = 256;
 
 impl Core {
-    pub(crate) fn new(link: Box<dyn Link>, short: usize) -> Core {
+    /// A transport over `link` with `ahead` receives posted ahead (0: probe for messages).
+    pub(crate) fn new(link: Box<dyn Link>, short: usize, ahead: usize) -> Result<Core, P2pError> {
         let (rank, size) = (link.rank(), link.size());
-        Core {
+        let mut core = Core {
             link,
             rank,
             size,
             short,
-            sends: Vec::new(),
+            ahead: Vec::with_capacity(ahead),
+            next: 0,
+            polls: 0,
+            reads: Vec::new(),
+            read_tests: 0,
+            sends: VecDeque::new(),
             send_bytes: 0,
             inbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
@@ -147,14 +202,26 @@ impl Core {
             pool: Vec::new(),
             small: Vec::new(),
             events: Arc::new(VendorEvents::new(None)),
+        };
+        for _ in 0..ahead {
+            // A first message is at most a head with `short` payload bytes; memory
+            // requests (GET_BYTES) and wake-ups are shorter.
+            let mut buf = vec![0u8; HEAD_PREFIX + short];
+            // SAFETY: the buffer's heap storage stays in `core.ahead` (moving the Vec
+            // does not move it) until `take_ahead` sees the receive complete; at
+            // MPI_Finalize the shim cancels the receive before the Core could go.
+            let req = unsafe { core.link.irecv_any(buf.as_mut_ptr(), buf.len())? };
+            core.ahead.push(Ahead { req, buf });
         }
+        Ok(core)
     }
 
     /// Whether nothing of ours is in flight in the vendor (no send to test, no rest of a
     /// message to wait for): then only a new message can give a poll work, and a thread
     /// may block in the vendor's probe. Published for [`VendorEvents::sleep`].
     fn publish_quiet(&self) {
-        let quiet = self.sends.is_empty() && self.queued == 0;
+        let quiet =
+            self.sends.is_empty() && self.queued == 0 && self.reads.iter().all(Option::is_none);
         self.events.quiet.store(quiet, Ordering::SeqCst);
     }
 
@@ -189,7 +256,7 @@ impl Core {
         // for every outstanding request).
         let req = unsafe { self.link.isend(buf.as_ptr(), buf.len(), peer, tag)? };
         self.send_bytes += buf.len();
-        self.sends.push((req, buf));
+        self.sends.push_back((req, buf));
         Ok(())
     }
 
@@ -198,7 +265,7 @@ impl Core {
         let mut i = 0;
         while i < self.sends.len() {
             if self.link.test(self.sends[i].0)? {
-                let (_, buf) = self.sends.swap_remove(i);
+                let (_, buf) = self.sends.remove(i).expect("i < len");
                 self.send_bytes -= buf.len();
                 self.give_buf(buf);
             } else {
@@ -251,12 +318,10 @@ impl Core {
         Ok(true)
     }
 
-    /// Answer a memory request from `src` (a [`TAG_GET`] of `count` bytes, probed): send
-    /// the bytes asked for from where they are.
-    fn serve_get(&mut self, src: Rank, count: usize) -> Result<(), P2pError> {
-        let mut bytes = vec![0u8; count.min(HEAD_PREFIX + MAX_PAYLOAD)];
-        self.link.recv_probed(&mut bytes, src, TAG_GET)?;
-        let (addr, len) = frame::parse_get(&bytes)
+    /// Answer a memory request from `src` (the bytes of a [`TAG_GET`] message): send the
+    /// bytes asked for from where they are.
+    fn serve_get(&mut self, src: Rank, request: &[u8]) -> Result<(), P2pError> {
+        let (addr, len) = frame::parse_get(request)
             .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
         for (at, n) in frame::get_pieces(len as usize) {
             // SAFETY: the request names memory of this process that the request layer
@@ -270,80 +335,128 @@ impl Core {
                 self.link
                     .isend((addr as usize + at) as *const u8, n, src, TAG_GET_DATA)?
             };
-            self.sends.push((req, Vec::new()));
+            self.sends.push_back((req, Vec::new()));
         }
         self.events.quiet.store(false, Ordering::SeqCst);
         Ok(())
     }
 
-    /// Answer every memory request waiting.
+    /// Answer every memory request waiting (first messages that came meanwhile queue).
     fn serve_gets(&mut self) -> Result<(), P2pError> {
+        if !self.ahead.is_empty() {
+            self.take_ahead(None)?;
+            return Ok(());
+        }
         while let Some((src, count)) = self.link.iprobe_tag(TAG_GET)? {
-            self.serve_get(src, count)?;
+            let mut request = [0u8; frame::GET_BYTES];
+            if count != request.len() {
+                return Err(P2pError::Other(format!(
+                    "vendor: from rank {src}: a memory request of {count} bytes (expected {})",
+                    frame::GET_BYTES
+                )));
+            }
+            self.link.recv_probed(&mut request, src, TAG_GET)?;
+            self.serve_get(src, &request)?;
         }
         Ok(())
     }
 
     /// Single-copy read: receive `dst.len()` bytes at `addr` in `peer`'s memory straight
-    /// into `dst`, the vendor moving them. Posts the receives, then asks; waits for them,
-    /// answering other processes' requests meanwhile.
+    /// into `dst`, the vendor moving them; waits, answering other processes' requests
+    /// meanwhile ([`Core::start_read`], then [`Core::test_read`] until done).
     pub(crate) fn read_remote(
         &mut self,
         peer: Rank,
         addr: u64,
         dst: &mut [u8],
     ) -> Result<(), P2pError> {
+        // SAFETY: `dst` is borrowed mutably until this function returns, which it does
+        // only once the read is done (or failed, see `test_read`).
+        let id = unsafe { self.start_read(peer, addr, dst.as_mut_ptr(), dst.len())? };
+        let mut spins = 0u32;
+        while !self.test_read(id)? {
+            spins = spins.wrapping_add(1);
+            if spins.is_multiple_of(64) {
+                // On an oversubscribed node the sender may need this CPU to answer.
+                std::thread::yield_now();
+            }
+        }
+        Ok(())
+    }
+
+    /// Start a single-copy read: post the receives of the bytes (into `dst..dst+len`),
+    /// then ask `peer` for them ([`TAG_GET`]); it answers with sends from where they are.
+    ///
+    /// # Safety
+    /// `dst..dst + len` must stay valid and untouched by anyone else until
+    /// [`Core::test_read`] returns `Ok(true)` or an error for the returned id.
+    pub(crate) unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
         if peer as usize >= self.size || peer == self.rank {
             return Err(P2pError::Unsupported(format!(
                 "vendor: rank {peer} is not a peer in the vendor's world of {}",
                 self.size
             )));
         }
-        if dst.is_empty() {
-            return Ok(());
+        if len == 0 {
+            return Ok(ReadId::DONE);
         }
         let mut recvs = Vec::new();
-        for (at, n) in frame::get_pieces(dst.len()) {
-            // SAFETY: dst[at..at + n] is inside `dst`, which this function borrows
-            // mutably until it returns, and it returns only after every one of these
-            // receives completed (the loop below), or with the vendor failed (see the
-            // error path there).
-            recvs.push(unsafe {
-                self.link
-                    .irecv(dst.as_mut_ptr().add(at), n, peer, TAG_GET_DATA)?
-            });
+        for (at, n) in frame::get_pieces(len) {
+            // SAFETY: dst[at..at + n] lies inside dst..dst + len, which the caller keeps
+            // valid and ours until `test_read` saw every one of these receives complete.
+            // A vendor error leaves receives posted into the buffer: the error ends the
+            // job (the request layer reports it as a transport fault).
+            recvs.push(unsafe { self.link.irecv(dst.add(at), n, peer, TAG_GET_DATA)? });
         }
-        let ask = frame::get_request(addr, dst.len() as u64).to_vec();
+        let ask = frame::get_request(addr, len as u64).to_vec();
         self.isend(peer, TAG_GET, ask)?;
-        let mut spins = 0u32;
-        while !recvs.is_empty() {
-            let mut i = 0;
-            while i < recvs.len() {
-                // A vendor error here leaves receives posted into the user's buffer: the
-                // error ends the job (the request layer reports it as a transport fault
-                // when its fallback fails on the same vendor).
-                if self.link.test(recvs[i])? {
-                    recvs.swap_remove(i);
-                } else {
-                    i += 1;
-                }
+        self.events.quiet.store(false, Ordering::SeqCst);
+        let id = match self.reads.iter().position(Option::is_none) {
+            Some(i) => {
+                self.reads[i] = Some(recvs);
+                i
             }
-            if recvs.is_empty() {
-                break;
+            None => {
+                self.reads.push(Some(recvs));
+                self.reads.len() - 1
             }
-            // The peer may be reading from this process at the same time.
-            self.serve_gets()?;
-            spins = spins.wrapping_add(1);
-            if spins.is_multiple_of(64) {
-                if !self.sends.is_empty() {
-                    self.test_sends()?;
-                }
-                // On an oversubscribed node the sender may need this CPU to answer.
-                std::thread::yield_now();
+        };
+        Ok(ReadId(id as u64))
+    }
+
+    /// Whether the read `id` is done; if not, answer the peers' memory requests (the peer
+    /// may be reading from this process at the same time) and now and then test the sends.
+    pub(crate) fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        if id == ReadId::DONE {
+            return Ok(true);
+        }
+        let Some(Some(recvs)) = self.reads.get_mut(id.0 as usize) else {
+            return Err(P2pError::Other(format!("vendor: no read {}", id.0)));
+        };
+        let mut i = 0;
+        while i < recvs.len() {
+            if self.link.test(recvs[i])? {
+                recvs.swap_remove(i);
+            } else {
+                i += 1;
             }
         }
-        self.events.quiet.store(false, Ordering::SeqCst);
-        Ok(())
+        if recvs.is_empty() {
+            self.reads[id.0 as usize] = None;
+            return Ok(true);
+        }
+        self.serve_gets()?;
+        self.read_tests = self.read_tests.wrapping_add(1);
+        if self.read_tests.is_multiple_of(64) && !self.sends.is_empty() {
+            self.test_sends()?;
+        }
+        Ok(false)
     }
 
     /// Deliver the queued messages of `peer` whose rest has arrived, in order.
@@ -367,7 +480,14 @@ impl Core {
 
     pub(crate) fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
         if !self.sends.is_empty() {
-            self.test_sends()?;
+            self.polls += 1;
+            if self.ahead.is_empty()
+                || self.polls >= SEND_TEST_EVERY
+                || self.sends.len() >= SEND_TEST_EVERY
+            {
+                self.polls = 0;
+                self.test_sends()?;
+            }
         }
         let mut n = 0;
         if self.queued > 0 {
@@ -377,77 +497,130 @@ impl Core {
                 }
             }
         }
+        n += if self.ahead.is_empty() {
+            self.take_probed(sink)?
+        } else {
+            self.take_ahead(Some(sink))?
+        };
+        self.publish_quiet();
+        Ok(n)
+    }
+
+    /// Take the messages the receives posted ahead got, oldest first, posting each again;
+    /// deliver to `sink` (or queue, without one).
+    fn take_ahead(&mut self, mut sink: Option<&mut Sink<'_>>) -> Result<usize, P2pError> {
+        let mut n = 0;
+        for _ in 0..PROBES_PER_POLL {
+            let at = self.next;
+            let Some((src, tag, count)) = self.link.test_any(self.ahead[at].req)? else {
+                break;
+            };
+            let mut buf = std::mem::take(&mut self.ahead[at].buf);
+            let taken = self.accept(src, tag, &buf[..count], sink.as_deref_mut());
+            // SAFETY: as in `new`: the buffer goes back into `self.ahead[at]` below and
+            // stays there until this receive completes.
+            let req = unsafe { self.link.irecv_any(buf.as_mut_ptr(), buf.len()) };
+            self.ahead[at].buf = buf;
+            self.ahead[at].req = req?;
+            self.next = (at + 1) % self.ahead.len();
+            n += taken?;
+        }
+        Ok(n)
+    }
+
+    /// Take the messages `MPI_Iprobe` finds, receiving each into the pooled buffer.
+    fn take_probed(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        let mut n = 0;
         for _ in 0..PROBES_PER_POLL {
             let Some((src, tag, count)) = self.link.iprobe()? else {
                 break;
             };
-            if tag == TAG_GET && (src as usize) < self.size {
-                self.serve_get(src, count)?;
-                continue;
-            }
-            if tag == TAG_WAKE && src == self.rank && count == 0 {
-                self.link.recv_probed(&mut [], src, tag)?;
-                continue;
-            }
-            if src as usize >= self.size
-                || tag == TAG_REST
-                || tag == TAG_GET_DATA
-                || count > HEAD_PREFIX + MAX_PAYLOAD
-            {
+            if src as usize >= self.size || count > HEAD_PREFIX + MAX_PAYLOAD {
                 return Err(P2pError::Other(format!(
                     "vendor: rank {src} sent an unexpected message (tag {tag}, {count} bytes)"
                 )));
             }
-            if count > self.scratch.len() {
+            let mut scratch = std::mem::take(&mut self.scratch);
+            if count > scratch.len() {
                 // A peer with a larger short limit: take it anyway.
-                self.scratch.resize(count, 0);
+                scratch.resize(count, 0);
             }
-            self.link
-                .recv_probed(&mut self.scratch[..count], src, tag)?;
-            let peer = src as usize;
-            let first = frame::parse(tag, &self.scratch[..count], MAX_PAYLOAD)
-                .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
-            match first {
-                First::Whole { hdr, payload } => {
-                    if self.inbox[peer].is_empty() {
-                        sink(src, &hdr, payload);
-                        n += 1;
-                    } else {
-                        let payload = payload.to_vec();
-                        self.inbox[peer].push_back(Arrived {
-                            hdr,
-                            payload,
-                            rest: None,
-                        });
-                        self.queued += 1;
-                    }
+            let got = self.link.recv_probed(&mut scratch[..count], src, tag);
+            let taken = got.and_then(|()| self.accept(src, tag, &scratch[..count], Some(sink)));
+            self.scratch = scratch;
+            n += taken?;
+        }
+        Ok(n)
+    }
+
+    /// One vendor message (`tag`, `bytes`) from `src` on the first-message communicator:
+    /// a first message, delivered to `sink` when given and nothing of that peer waits
+    /// before it, else queued; a memory request, answered; a wake-up, dropped.
+    fn accept(
+        &mut self,
+        src: Rank,
+        tag: i32,
+        bytes: &[u8],
+        sink: Option<&mut Sink<'_>>,
+    ) -> Result<usize, P2pError> {
+        if tag == TAG_GET && (src as usize) < self.size {
+            self.serve_get(src, bytes)?;
+            return Ok(0);
+        }
+        if tag == TAG_WAKE && src == self.rank && bytes.is_empty() {
+            return Ok(0);
+        }
+        if src as usize >= self.size || frame::on_bulk(tag) || tag == TAG_WAKE {
+            return Err(P2pError::Other(format!(
+                "vendor: rank {src} sent an unexpected message (tag {tag}, {} bytes)",
+                bytes.len()
+            )));
+        }
+        let peer = src as usize;
+        let first = frame::parse(tag, bytes, MAX_PAYLOAD)
+            .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
+        match first {
+            First::Whole { hdr, payload } => {
+                if let Some(sink) = sink.filter(|_| self.inbox[peer].is_empty()) {
+                    sink(src, &hdr, payload);
+                    return Ok(1);
                 }
-                First::Head { hdr, total, first } => {
-                    let at = first.len();
-                    let mut payload = take_pooled(&mut self.pool, total);
-                    payload.extend_from_slice(first);
-                    payload.resize(total, 0);
-                    // SAFETY: the receive writes total - at bytes at payload[at..], inside
-                    // the Vec; its heap buffer does not move while the Vec sits in the
-                    // inbox, nothing reads it before `test` reports the receive complete,
-                    // and it is dropped only after that (or after the shim's finalize
-                    // waited for the receive).
-                    let req = unsafe {
-                        self.link
-                            .irecv(payload.as_mut_ptr().add(at), total - at, src, TAG_REST)?
-                    };
-                    self.inbox[peer].push_back(Arrived {
-                        hdr,
-                        payload,
-                        rest: Some(req),
-                    });
-                    self.queued += 1;
-                    n += self.drain_peer(peer, sink)?;
+                let mut copy = self.take_buf(payload.len());
+                copy.extend_from_slice(payload);
+                self.inbox[peer].push_back(Arrived {
+                    hdr,
+                    payload: copy,
+                    rest: None,
+                });
+                self.queued += 1;
+                Ok(0)
+            }
+            First::Head { hdr, total, first } => {
+                let at = first.len();
+                let mut payload = take_pooled(&mut self.pool, total);
+                payload.extend_from_slice(first);
+                payload.resize(total, 0);
+                // SAFETY: the receive writes total - at bytes at payload[at..], inside
+                // the Vec; its heap buffer does not move while the Vec sits in the
+                // inbox, nothing reads it before `test` reports the receive complete,
+                // and it is dropped only after that (or after the shim's finalize
+                // waited for the receive).
+                let req = unsafe {
+                    self.link
+                        .irecv(payload.as_mut_ptr().add(at), total - at, src, TAG_REST)?
+                };
+                self.inbox[peer].push_back(Arrived {
+                    hdr,
+                    payload,
+                    rest: Some(req),
+                });
+                self.queued += 1;
+                match sink {
+                    Some(sink) => self.drain_peer(peer, sink),
+                    None => Ok(0),
                 }
             }
         }
-        self.publish_quiet();
-        Ok(n)
     }
 }
 
@@ -556,7 +729,10 @@ fn core() -> Result<Arc<Mutex<Core>>, P2pError> {
     if let Some(c) = CORE.get() {
         return Ok(c.clone());
     }
-    let mut core = Core::new(Box::new(VendorLink(v)), short_limit(v.flavor)?);
+    // A thread blocked in MPI_Probe would never see a message a receive posted ahead
+    // took: probe for messages there instead.
+    let ahead = if v.blocking { 0 } else { posted_ahead()? };
+    let mut core = Core::new(Box::new(VendorLink(v)), short_limit(v.flavor)?, ahead)?;
     if v.blocking {
         core.events = Arc::new(VendorEvents::new(Some(v)));
     }
@@ -611,6 +787,24 @@ impl Transport for VendorTransport {
             )));
         };
         self.lock().read_remote(vendor_rank, remote_addr, dst)
+    }
+    unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
+        let Some(vendor_rank) = peer.checked_sub(self.offset) else {
+            return Err(P2pError::Unsupported(format!(
+                "vendor: world rank {peer} is on another site"
+            )));
+        };
+        // SAFETY: the caller's contract (the trait's), passed on unchanged.
+        unsafe { self.lock().start_read(vendor_rank, remote_addr, dst, len) }
+    }
+    fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        self.lock().test_read(id)
     }
     fn caps(&self) -> TransportCaps {
         TransportCaps {
@@ -720,207 +914,4 @@ impl Starting for StartingVendor {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::link::sim::SimWorld;
-
-    fn hdr(src: Rank, seq: u64) -> Header {
-        Header {
-            kind: 1,
-            src,
-            tag: 5,
-            cookie: seq,
-            ..Header::default()
-        }
-    }
-
-    fn payload(seq: u64, len: usize) -> Vec<u8> {
-        (0..len).map(|i| (i as u64 * 7 + seq) as u8).collect()
-    }
-
-    /// Drain everything rank `core` can deliver, as (peer, seq, payload).
-    fn take(core: &mut Core, got: &mut Vec<(Rank, u64, Vec<u8>)>) -> usize {
-        core.poll(&mut |p, h, b| got.push((p, h.cookie, b.to_vec())))
-            .unwrap()
-    }
-
-    #[test]
-    fn messages_of_every_size_arrive_whole_and_in_order_per_peer() {
-        let short = 100;
-        let w = SimWorld::default();
-        let mut a = Core::new(Box::new(w.link(0, 3)), short);
-        let mut b = Core::new(Box::new(w.link(1, 3)), short);
-        let mut c = Core::new(Box::new(w.link(2, 3)), short);
-        let sizes = [0, 1, short, short + 1, 5000, 0, 7, MAX_PAYLOAD, 3];
-        // Rests are held back: long messages wait for them, and the short ones behind
-        // them (from the same sender) must wait too, while another sender's go on.
-        w.hold_rests(true);
-        for (i, &len) in sizes.iter().enumerate() {
-            assert!(a
-                .try_send(1, &hdr(0, i as u64), &payload(i as u64, len))
-                .unwrap());
-            assert!(c
-                .try_send(1, &hdr(2, 100 + i as u64), &payload(100 + i as u64, 10))
-                .unwrap());
-        }
-        let mut got = Vec::new();
-        take(&mut b, &mut got);
-        let from_a: Vec<u64> = got.iter().filter(|g| g.0 == 0).map(|g| g.1).collect();
-        let from_c: Vec<u64> = got.iter().filter(|g| g.0 == 2).map(|g| g.1).collect();
-        // Rank 0's first three fit the short limit; the fourth is long and holds the rest.
-        assert_eq!(from_a, vec![0, 1, 2]);
-        assert_eq!(from_c, (100..109).collect::<Vec<_>>());
-        w.hold_rests(false);
-        for _ in 0..10 {
-            take(&mut b, &mut got);
-            take(&mut a, &mut Vec::new());
-        }
-        let from_a: Vec<&(Rank, u64, Vec<u8>)> = got.iter().filter(|g| g.0 == 0).collect();
-        assert_eq!(from_a.len(), sizes.len());
-        for (i, g) in from_a.iter().enumerate() {
-            assert_eq!(g.1, i as u64, "order from rank 0");
-            assert_eq!(g.2, payload(i as u64, sizes[i]), "payload of message {i}");
-        }
-        // Every send completed, so the sender holds no buffers.
-        assert!(a.sends.is_empty() && a.send_bytes == 0);
-        // The small messages' send buffers came back for reuse.
-        assert!(!a.small.is_empty() && a.small.len() <= SMALL_MAX);
-        let kept = a.small.len();
-        assert!(a.try_send(1, &hdr(0, 99), &payload(99, 10)).unwrap());
-        assert_eq!(a.small.len(), kept - 1, "a short send takes a kept buffer");
-        assert_eq!(b.queued, 0);
-    }
-
-    #[test]
-    fn bad_peers_and_payloads_are_refused() {
-        let w = SimWorld::default();
-        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
-        assert!(a.try_send(0, &hdr(0, 0), &[]).is_err());
-        assert!(a.try_send(2, &hdr(0, 0), &[]).is_err());
-        assert!(a
-            .try_send(1, &hdr(0, 0), &vec![0; MAX_PAYLOAD + 1])
-            .is_err());
-    }
-
-    #[test]
-    fn malformed_vendor_messages_are_errors_not_panics() {
-        let w = SimWorld::default();
-        let mut raw = w.link(0, 2);
-        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
-        // A rest with no head, then a first message shorter than a header.
-        let junk = [1u8; 10];
-        // SAFETY: junk outlives the simulated send (the sim copies at once).
-        unsafe { raw.isend(junk.as_ptr(), junk.len(), 1, TAG_REST).unwrap() };
-        let e = b
-            .poll(&mut |_, _, _| panic!("nothing to deliver"))
-            .unwrap_err();
-        assert!(e.to_string().contains("unexpected"), "{e}");
-        let w = SimWorld::default();
-        let mut raw = w.link(0, 2);
-        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
-        // SAFETY: as above.
-        unsafe {
-            raw.isend(junk.as_ptr(), junk.len(), 1, frame::TAG_WHOLE)
-                .unwrap()
-        };
-        let e = b
-            .poll(&mut |_, _, _| panic!("nothing to deliver"))
-            .unwrap_err();
-        assert!(e.to_string().contains("header"), "{e}");
-    }
-
-    #[test]
-    fn reads_take_the_peers_memory_straight_into_the_buffer_and_cross_without_waiting() {
-        let w = SimWorld::default();
-        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
-        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
-        let a_data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
-        let b_data: Vec<u8> = (0..70_000u32).map(|i| (i % 13) as u8 + 1).collect();
-        let (a_addr, b_addr) = (a_data.as_ptr() as u64, b_data.as_ptr() as u64);
-        // Rank 1 reads rank 0's memory while rank 0 reads rank 1's: each serves the
-        // other's request from inside its own wait.
-        // Rank 1 may finish its read before it has seen rank 0's request: like an
-        // engine, it then keeps polling (which serves requests) until rank 0 has its
-        // bytes. Without this the test raced (rank 0 waited for ever).
-        let a_done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let a_done_seen = a_done.clone();
-        let reader_b = std::thread::spawn(move || {
-            let mut dst = vec![0u8; 300_000];
-            b.read_remote(0, a_addr, &mut dst).unwrap();
-            // Zero bytes: nothing asked, nothing waited for.
-            b.read_remote(0, a_addr, &mut []).unwrap();
-            while !a_done_seen.load(Ordering::SeqCst) {
-                b.poll(&mut |_, _, _| panic!("no message was sent"))
-                    .unwrap();
-                std::thread::yield_now();
-            }
-            (b, dst)
-        });
-        let mut dst = vec![0u8; 70_000];
-        a.read_remote(1, b_addr, &mut dst).unwrap();
-        a_done.store(true, Ordering::SeqCst);
-        assert_eq!(dst, b_data);
-        // Rank 0 keeps polling (as its engine would) until rank 1 has its bytes.
-        while !reader_b.is_finished() {
-            a.poll(&mut |_, _, _| panic!("no message was sent"))
-                .unwrap();
-        }
-        let (mut b, got) = reader_b.join().unwrap();
-        assert_eq!(got, a_data);
-        // Once polled, neither holds a send; then both are quiet (a probe may block).
-        a.poll(&mut |_, _, _| {}).unwrap();
-        b.poll(&mut |_, _, _| {}).unwrap();
-        assert!(a.sends.is_empty() && b.sends.is_empty());
-        assert!(a.events.quiet.load(Ordering::SeqCst));
-        // Reading oneself or a rank outside the world is refused.
-        assert!(a.read_remote(0, a_addr, &mut [0u8; 4]).is_err());
-        assert!(a.read_remote(2, a_addr, &mut [0u8; 4]).is_err());
-        drop(a_data);
-    }
-
-    #[test]
-    fn malformed_memory_requests_are_errors_not_panics() {
-        let w = SimWorld::default();
-        let mut raw = w.link(0, 2);
-        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
-        for bad in [vec![1u8; 15], frame::get_request(u64::MAX - 1, 16).to_vec()] {
-            // SAFETY: the sim copies at once.
-            unsafe { raw.isend(bad.as_ptr(), bad.len(), 1, TAG_GET).unwrap() };
-            let e = b
-                .poll(&mut |_, _, _| panic!("nothing to deliver"))
-                .unwrap_err();
-            assert!(e.to_string().contains("memory request"), "{e}");
-        }
-        // A wake-up from another rank is not one.
-        // SAFETY: as above.
-        unsafe { raw.isend([].as_ptr(), 0, 1, TAG_WAKE).unwrap() };
-        assert!(b.poll(&mut |_, _, _| panic!("nothing to deliver")).is_err());
-        // From itself it is dropped.
-        let mut b_raw = w.link(1, 2);
-        // SAFETY: as above.
-        unsafe { b_raw.isend([].as_ptr(), 0, 1, TAG_WAKE).unwrap() };
-        assert_eq!(
-            b.poll(&mut |_, _, _| panic!("nothing to deliver")).unwrap(),
-            0
-        );
-    }
-
-    #[test]
-    fn sends_beyond_the_window_wait_for_room() {
-        let w = SimWorld::default();
-        let mut a = Core::new(Box::new(w.link(0, 2)), 16);
-        let mut b = Core::new(Box::new(w.link(1, 2)), 16);
-        let big = vec![0u8; MAX_PAYLOAD];
-        let mut sent = 0;
-        while a.try_send(1, &hdr(0, sent), &big).unwrap() {
-            sent += 1;
-            assert!(sent < 1000, "no back-pressure");
-        }
-        assert!(a.send_bytes >= MAX_SEND_BYTES);
-        let mut got = Vec::new();
-        while (got.len() as u64) < sent {
-            take(&mut b, &mut got);
-        }
-        assert!(a.try_send(1, &hdr(0, sent), &big).unwrap());
-    }
-}
+mod tests;

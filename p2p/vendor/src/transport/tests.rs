@@ -1,0 +1,381 @@
+//! The transport's logic over the in-memory vendor world (`link::sim`), in both receive
+//! modes: receives posted ahead (polling) and probing (a thread blocking in the vendor).
+
+use std::sync::atomic::AtomicBool;
+use std::time::{Duration, Instant};
+
+use super::*;
+use crate::link::sim::SimWorld;
+
+/// Both receive modes.
+const MODES: [usize; 2] = [0, POSTED_AHEAD];
+
+/// Bound of every wait in these tests.
+const BOUND: Duration = Duration::from_secs(30);
+
+fn core(w: &SimWorld, rank: u32, size: usize, short: usize, ahead: usize) -> Core {
+    Core::new(Box::new(w.link(rank, size)), short, ahead).unwrap()
+}
+
+fn hdr(src: Rank, seq: u64) -> Header {
+    Header {
+        kind: 1,
+        src,
+        tag: 5,
+        cookie: seq,
+        ..Header::default()
+    }
+}
+
+fn payload(seq: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u64 * 7 + seq) as u8).collect()
+}
+
+/// Drain everything rank `core` can deliver, as (peer, seq, payload).
+fn take(core: &mut Core, got: &mut Vec<(Rank, u64, Vec<u8>)>) -> usize {
+    core.poll(&mut |p, h, b| got.push((p, h.cookie, b.to_vec())))
+        .unwrap()
+}
+
+#[test]
+fn messages_of_every_size_arrive_whole_and_in_order_per_peer() {
+    for ahead in MODES {
+        let short = 100;
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 3, short, ahead);
+        let mut b = core(&w, 1, 3, short, ahead);
+        let mut c = core(&w, 2, 3, short, ahead);
+        let sizes = [0, 1, short, short + 1, 5000, 0, 7, MAX_PAYLOAD, 3];
+        // Rests are held back: long messages wait for them, and the short ones behind
+        // them (from the same sender) must wait too, while another sender's go on.
+        w.hold_rests(true);
+        for (i, &len) in sizes.iter().enumerate() {
+            assert!(a
+                .try_send(1, &hdr(0, i as u64), &payload(i as u64, len))
+                .unwrap());
+            assert!(c
+                .try_send(1, &hdr(2, 100 + i as u64), &payload(100 + i as u64, 10))
+                .unwrap());
+        }
+        let mut got = Vec::new();
+        take(&mut b, &mut got);
+        let from_a: Vec<u64> = got.iter().filter(|g| g.0 == 0).map(|g| g.1).collect();
+        let from_c: Vec<u64> = got.iter().filter(|g| g.0 == 2).map(|g| g.1).collect();
+        // Rank 0's first three fit the short limit; the fourth is long and holds the rest.
+        assert_eq!(from_a, vec![0, 1, 2], "ahead {ahead}");
+        assert_eq!(from_c, (100..109).collect::<Vec<_>>(), "ahead {ahead}");
+        w.hold_rests(false);
+        for _ in 0..=SEND_TEST_EVERY {
+            take(&mut b, &mut got);
+            take(&mut a, &mut Vec::new());
+        }
+        let from_a: Vec<&(Rank, u64, Vec<u8>)> = got.iter().filter(|g| g.0 == 0).collect();
+        assert_eq!(from_a.len(), sizes.len(), "ahead {ahead}");
+        for (i, g) in from_a.iter().enumerate() {
+            assert_eq!(g.1, i as u64, "order from rank 0, ahead {ahead}");
+            assert_eq!(g.2, payload(i as u64, sizes[i]), "payload of message {i}");
+        }
+        // Every send completed, so the sender holds no buffers.
+        assert!(a.sends.is_empty() && a.send_bytes == 0, "ahead {ahead}");
+        // The receiver's receives are all posted again.
+        assert_eq!(w.posted_ahead(1), ahead);
+        // The small messages' send buffers came back for reuse.
+        assert!(!a.small.is_empty() && a.small.len() <= SMALL_MAX);
+        let kept = a.small.len();
+        assert!(a.try_send(1, &hdr(0, 99), &payload(99, 10)).unwrap());
+        assert_eq!(a.small.len(), kept - 1, "a short send takes a kept buffer");
+        assert_eq!(b.queued, 0);
+    }
+}
+
+#[test]
+fn a_burst_longer_than_the_ring_arrives_in_order() {
+    let w = SimWorld::default();
+    let mut a = core(&w, 0, 3, 64, POSTED_AHEAD);
+    let mut c = core(&w, 2, 3, 64, POSTED_AHEAD);
+    let mut b = core(&w, 1, 3, 64, POSTED_AHEAD);
+    let n = 10 * POSTED_AHEAD as u64;
+    for i in 0..n {
+        assert!(a
+            .try_send(1, &hdr(0, i), &payload(i, (i % 70) as usize))
+            .unwrap());
+        assert!(c.try_send(1, &hdr(2, i), &payload(i, 3)).unwrap());
+    }
+    let mut got = Vec::new();
+    let start = Instant::now();
+    while (got.len() as u64) < 2 * n {
+        take(&mut b, &mut got);
+        assert!(
+            start.elapsed() < BOUND,
+            "only {} of {} arrived",
+            got.len(),
+            2 * n
+        );
+    }
+    for from in [0, 2] {
+        let seqs: Vec<u64> = got.iter().filter(|g| g.0 == from).map(|g| g.1).collect();
+        assert_eq!(seqs, (0..n).collect::<Vec<_>>(), "order from rank {from}");
+    }
+    for g in got.iter().filter(|g| g.0 == 0) {
+        assert_eq!(g.2, payload(g.1, (g.1 % 70) as usize));
+    }
+    assert_eq!(w.posted_ahead(1), POSTED_AHEAD);
+}
+
+#[test]
+fn bad_peers_and_payloads_are_refused() {
+    let w = SimWorld::default();
+    let mut a = core(&w, 0, 2, 16, POSTED_AHEAD);
+    assert!(a.try_send(0, &hdr(0, 0), &[]).is_err());
+    assert!(a.try_send(2, &hdr(0, 0), &[]).is_err());
+    assert!(a
+        .try_send(1, &hdr(0, 0), &vec![0; MAX_PAYLOAD + 1])
+        .is_err());
+}
+
+#[test]
+fn malformed_vendor_messages_are_errors_not_panics() {
+    for ahead in MODES {
+        // An unknown tag, then a first message shorter than a header.
+        for (tag, len, says) in [(99, 40, "unknown tag 99"), (frame::TAG_WHOLE, 10, "header")] {
+            let w = SimWorld::default();
+            let mut raw = w.link(0, 2);
+            let mut b = core(&w, 1, 2, 16, ahead);
+            let junk = vec![1u8; len];
+            // SAFETY: junk outlives the simulated send (the sim copies at once).
+            unsafe { raw.isend(junk.as_ptr(), junk.len(), 1, tag).unwrap() };
+            let e = b
+                .poll(&mut |_, _, _| panic!("nothing to deliver"))
+                .unwrap_err();
+            assert!(e.to_string().contains(says), "ahead {ahead}: {e}");
+        }
+    }
+    // A first message longer than the receive posted ahead (a peer with a larger short
+    // limit) is an error that says so; probing takes it.
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, 1000, ahead);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        assert!(a.try_send(1, &hdr(0, 1), &payload(1, 500)).unwrap());
+        let r = b.poll(&mut |_, h, p| assert_eq!((h.cookie, p), (1, &payload(1, 500)[..])));
+        if ahead == 0 {
+            assert_eq!(r.unwrap(), 1);
+        } else {
+            assert!(r.unwrap_err().to_string().contains("truncated"));
+        }
+    }
+}
+
+#[test]
+fn reads_take_the_peers_memory_straight_into_the_buffer_and_cross_without_waiting() {
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, 16, ahead);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        let a_data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let b_data: Vec<u8> = (0..70_000u32).map(|i| (i % 13) as u8 + 1).collect();
+        let (a_addr, b_addr) = (a_data.as_ptr() as u64, b_data.as_ptr() as u64);
+        // Rank 1 reads rank 0's memory while rank 0 reads rank 1's: each serves the
+        // other's request from inside its own wait. Rank 1 may finish its read before it
+        // has seen rank 0's request: like an engine, it then keeps polling (which serves
+        // requests) until rank 0 has its bytes.
+        let a_done = Arc::new(AtomicBool::new(false));
+        let a_done_seen = a_done.clone();
+        let reader_b = std::thread::spawn(move || {
+            let mut dst = vec![0u8; 300_000];
+            b.read_remote(0, a_addr, &mut dst).unwrap();
+            // Zero bytes: nothing asked, nothing waited for.
+            b.read_remote(0, a_addr, &mut []).unwrap();
+            let start = Instant::now();
+            while !a_done_seen.load(Ordering::SeqCst) {
+                b.poll(&mut |_, _, _| panic!("no message was sent"))
+                    .unwrap();
+                assert!(start.elapsed() < BOUND, "rank 0's read never ended");
+                std::thread::yield_now();
+            }
+            (b, dst)
+        });
+        let mut dst = vec![0u8; 70_000];
+        a.read_remote(1, b_addr, &mut dst).unwrap();
+        a_done.store(true, Ordering::SeqCst);
+        assert_eq!(dst, b_data);
+        // Rank 0 keeps polling (as its engine would) until rank 1 has its bytes.
+        let start = Instant::now();
+        while !reader_b.is_finished() {
+            a.poll(&mut |_, _, _| panic!("no message was sent"))
+                .unwrap();
+            assert!(start.elapsed() < BOUND, "rank 1's read never ended");
+            std::thread::yield_now();
+        }
+        let (mut b, got) = reader_b.join().unwrap();
+        assert_eq!(got, a_data);
+        // Once polled, neither holds a send; then both are quiet (a probe may block).
+        a.test_sends().unwrap();
+        b.test_sends().unwrap();
+        a.poll(&mut |_, _, _| {}).unwrap();
+        b.poll(&mut |_, _, _| {}).unwrap();
+        assert!(a.sends.is_empty() && b.sends.is_empty());
+        assert!(a.events.quiet.load(Ordering::SeqCst));
+        // Reading oneself or a rank outside the world is refused.
+        assert!(a.read_remote(0, a_addr, &mut [0u8; 4]).is_err());
+        assert!(a.read_remote(2, a_addr, &mut [0u8; 4]).is_err());
+        drop(a_data);
+    }
+}
+
+#[test]
+fn messages_that_arrive_during_a_read_are_delivered_after_it_in_order() {
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, 16, ahead);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        let data: Vec<u8> = (0..50_000u32).map(|i| (i % 7) as u8).collect();
+        let addr = data.as_ptr() as u64;
+        // Before rank 1 reads, rank 0 sends it messages (one long): they come in during
+        // the read, which must not lose or reorder them.
+        for i in 0..5u64 {
+            let len = if i == 2 { 100 } else { 4 };
+            assert!(a.try_send(1, &hdr(0, i), &payload(i, len)).unwrap());
+        }
+        let stop = Arc::new(AtomicBool::new(false));
+        let stop_seen = stop.clone();
+        let server = std::thread::spawn(move || {
+            let start = Instant::now();
+            while !stop_seen.load(Ordering::SeqCst) {
+                a.poll(&mut |_, _, _| panic!("rank 1 sent nothing"))
+                    .unwrap();
+                assert!(start.elapsed() < BOUND, "the read never ended");
+                std::thread::yield_now();
+            }
+        });
+        let mut dst = vec![0u8; data.len()];
+        b.read_remote(0, addr, &mut dst).unwrap();
+        stop.store(true, Ordering::SeqCst);
+        server.join().unwrap();
+        assert_eq!(dst, data);
+        let mut got = Vec::new();
+        take(&mut b, &mut got);
+        let seqs: Vec<u64> = got.iter().map(|g| g.1).collect();
+        assert_eq!(seqs, (0..5).collect::<Vec<_>>(), "ahead {ahead}");
+        assert_eq!(got[2].2, payload(2, 100));
+    }
+}
+
+#[test]
+fn malformed_memory_requests_are_errors_not_panics() {
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut raw = w.link(0, 2);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        for bad in [vec![1u8; 15], frame::get_request(u64::MAX - 1, 16).to_vec()] {
+            // SAFETY: the sim copies at once.
+            unsafe { raw.isend(bad.as_ptr(), bad.len(), 1, TAG_GET).unwrap() };
+            let e = b
+                .poll(&mut |_, _, _| panic!("nothing to deliver"))
+                .unwrap_err();
+            assert!(
+                e.to_string().contains("memory request"),
+                "ahead {ahead}: {e}"
+            );
+        }
+        // A wake-up from another rank is not one.
+        // SAFETY: as above.
+        unsafe { raw.isend([].as_ptr(), 0, 1, TAG_WAKE).unwrap() };
+        assert!(b.poll(&mut |_, _, _| panic!("nothing to deliver")).is_err());
+        // From itself it is dropped.
+        let mut b_raw = w.link(1, 2);
+        // SAFETY: as above.
+        unsafe { b_raw.isend([].as_ptr(), 0, 1, TAG_WAKE).unwrap() };
+        assert_eq!(
+            b.poll(&mut |_, _, _| panic!("nothing to deliver")).unwrap(),
+            0
+        );
+    }
+}
+
+#[test]
+fn sends_beyond_the_window_wait_for_room() {
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, 16, ahead);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        let big = vec![0u8; MAX_PAYLOAD];
+        let mut sent = 0;
+        while a.try_send(1, &hdr(0, sent), &big).unwrap() {
+            sent += 1;
+            assert!(sent < 1000, "no back-pressure");
+        }
+        assert!(a.send_bytes >= MAX_SEND_BYTES);
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while (got.len() as u64) < sent {
+            take(&mut b, &mut got);
+            assert!(
+                start.elapsed() < BOUND,
+                "only {} of {sent} arrived",
+                got.len()
+            );
+        }
+        assert!(a.try_send(1, &hdr(0, sent), &big).unwrap());
+    }
+}
+
+#[test]
+fn several_reads_are_in_flight_at_once_and_each_gets_its_own_bytes() {
+    for ahead in MODES {
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, 16, ahead);
+        let mut b = core(&w, 1, 2, 16, ahead);
+        let sources: Vec<Vec<u8>> = (0..4u32)
+            .map(|k| {
+                (0..(10_000 + 3_000 * k))
+                    .map(|i| (i * (k + 3)) as u8)
+                    .collect()
+            })
+            .collect();
+        let mut dsts: Vec<Vec<u8>> = sources.iter().map(|s| vec![0u8; s.len()]).collect();
+        // Hold the data: all four reads are started before any byte moves.
+        w.hold_rests(true);
+        let mut ids = Vec::new();
+        for (src, dst) in sources.iter().zip(dsts.iter_mut()) {
+            // SAFETY: `dsts` is neither read nor moved until every read is done below.
+            ids.push(unsafe {
+                b.start_read(0, src.as_ptr() as u64, dst.as_mut_ptr(), dst.len())
+                    .unwrap()
+            });
+        }
+        // A read of nothing is done at once; an id never handed out is an error.
+        // SAFETY: no bytes.
+        let none = unsafe { b.start_read(0, 8, std::ptr::null_mut(), 0).unwrap() };
+        assert!(b.test_read(none).unwrap());
+        assert!(b.test_read(ReadId(77)).is_err());
+        // Rank 0 answers the requests (its poll serves them).
+        a.poll(&mut |_, _, _| panic!("rank 1 sent nothing"))
+            .unwrap();
+        assert!(
+            ids.iter().all(|&id| !b.test_read(id).unwrap()),
+            "no read is done while its data is held (ahead {ahead})"
+        );
+        w.hold_rests(false);
+        let start = Instant::now();
+        while !ids.is_empty() {
+            ids.retain(|&id| !b.test_read(id).unwrap());
+            a.poll(&mut |_, _, _| panic!("rank 1 sent nothing"))
+                .unwrap();
+            assert!(start.elapsed() < BOUND, "{} reads never ended", ids.len());
+        }
+        assert_eq!(dsts, sources, "ahead {ahead}");
+        // Ids are reused once done.
+        // SAFETY: dsts[0] outlives the read, which is finished below.
+        let again = unsafe {
+            b.start_read(0, sources[0].as_ptr() as u64, dsts[0].as_mut_ptr(), 10)
+                .unwrap()
+        };
+        assert!(again.0 < 4);
+        let start = Instant::now();
+        while !b.test_read(again).unwrap() {
+            a.poll(&mut |_, _, _| {}).unwrap();
+            assert!(start.elapsed() < BOUND, "the read never ended");
+        }
+    }
+}
