@@ -23,6 +23,13 @@
 //! * a bounded delivery queue ([`LinkConfig::rx_limit`]): when the consumer (the NIC's
 //!   shared receive queue) has no room, an in-order packet is dropped unacknowledged and
 //!   comes again after a timeout (InfiniBand's receiver-not-ready retry);
+//! * **failure detection robust to oversubscription**: a peer is declared failed only when
+//!   data is outstanding, [`LinkConfig::give_up_retries`] retransmissions with back-off went
+//!   unanswered, and nothing at all (no ACK, no data) came from it for
+//!   [`LinkConfig::give_up_after`] of *our* running time: a stall of our own (a gap of more
+//!   than [`STALL`] between timer runs, when the process was descheduled on a loaded
+//!   machine or computed without polling) moves the clock forward instead of counting
+//!   against the peer, and a receiver that is alive but not ready re-acknowledges;
 //! * **quiesce and context save/restore** for checkpointing ([`Link::is_stable`],
 //!   [`Link::save`], [`Link::restore`]).
 //!
@@ -48,9 +55,14 @@ pub struct LinkConfig {
     pub ack_delay: Duration,
     /// ... or as soon as this many packets arrived unacknowledged.
     pub ack_every: u32,
-    /// The peer is declared failed when packets are outstanding and nothing was
-    /// acknowledged for this long.
+    /// The peer is declared failed when packets are outstanding and for this long nothing
+    /// was acknowledged and nothing at all came from the peer, and at least
+    /// [`LinkConfig::give_up_retries`] retransmissions went unanswered. Time this side
+    /// itself did not run (a gap of more than [`STALL`] between two timer runs: the
+    /// process was descheduled or computing) does not count (see the module doc).
     pub give_up_after: Duration,
+    /// Unanswered retransmission timeouts, at least, before the peer is declared failed.
+    pub give_up_retries: u32,
     /// Frames delivered but not yet taken, at most (see the module doc).
     pub rx_limit: usize,
     /// Add a CRC-32 to every packet this link sends.
@@ -66,7 +78,8 @@ impl Default for LinkConfig {
             rto_max: Duration::from_millis(200),
             ack_delay: Duration::from_micros(200),
             ack_every: 8,
-            give_up_after: Duration::from_secs(20),
+            give_up_after: Duration::from_secs(60),
+            give_up_retries: 6,
             rx_limit: usize::MAX,
             checksum: true,
         }
@@ -106,6 +119,11 @@ struct Outstanding {
     resend: bool,
 }
 
+/// A gap between two timer runs longer than this means the owner did not run (it sleeps
+/// at most one retransmission timeout while data is outstanding): the gap is not counted
+/// against the peer.
+pub const STALL: Duration = Duration::from_secs(1);
+
 /// Packets overtaking a hole before a NACK makes it resent (TCP's duplicate threshold).
 const DUP_THRESH: u32 = 3;
 
@@ -126,7 +144,13 @@ pub struct Link {
     backlog: VecDeque<Vec<u8>>,
     srtt: Option<Duration>,
     backoff: u32,
+    /// Since when the peer owes us an acknowledgement without having made progress or
+    /// shown any sign of life (moved forward over the owner's own stalls).
     progress_at: Option<Instant>,
+    /// Retransmission timeouts since the last sign of life.
+    unanswered: u32,
+    /// The last timer run (to see the owner's own stalls).
+    timers_at: Option<Instant>,
     // Receiving.
     expected: u32,
     reorder: VecDeque<Option<Vec<u8>>>,
@@ -156,6 +180,8 @@ impl Link {
             srtt: None,
             backoff: 0,
             progress_at: None,
+            unanswered: 0,
+            timers_at: None,
             expected: 0,
             reorder: (0..cfg.window).map(|_| None).collect(),
             delivered: VecDeque::new(),
@@ -202,7 +228,7 @@ impl Link {
         f
     }
 
-    /// True once no acknowledgement came for [`LinkConfig::give_up_after`].
+    /// True once the peer stayed silent for [`LinkConfig::give_up_after`] (see there).
     pub fn failed(&self) -> bool {
         self.failed
     }
@@ -253,6 +279,8 @@ impl Link {
         self.nack_now = false;
         self.backoff = 0;
         self.progress_at = None;
+        self.unanswered = 0;
+        self.timers_at = None;
         self.failed = false;
     }
 
@@ -379,12 +407,24 @@ impl Link {
     }
 
     fn run_timers(&mut self, now: Instant) {
+        // Our own stall (descheduled under oversubscription, or computing without polling)
+        // is not the peer's silence: move the give-up clock forward over it.
+        let gap = self
+            .timers_at
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        self.timers_at = Some(now);
         if self.failed || self.inflight.is_empty() {
             return;
         }
-        if self
-            .progress_at
-            .is_some_and(|t| now.duration_since(t) >= self.cfg.give_up_after)
+        if gap > STALL {
+            if let Some(t) = self.progress_at.as_mut() {
+                *t = (*t + gap).min(now);
+            }
+        }
+        if self.unanswered >= self.cfg.give_up_retries
+            && self
+                .progress_at
+                .is_some_and(|t| now.duration_since(t) >= self.cfg.give_up_after)
         {
             self.failed = true;
             return;
@@ -395,6 +435,10 @@ impl Link {
                 o.resend = true;
                 self.backoff += 1;
                 self.stats.timeouts += 1;
+                // After our own stall the timer expired because of us: not unanswered.
+                if gap <= STALL {
+                    self.unanswered += 1;
+                }
             }
         }
     }
@@ -403,6 +447,12 @@ impl Link {
     /// link (source rank and epoch).
     pub fn on_packet(&mut self, now: Instant, p: &Packet<'_>) {
         self.clock = Some(now);
+        // Any packet is a sign of life: a peer that answers but cannot take our data yet
+        // (receiver not ready) is slow, not failed.
+        self.unanswered = 0;
+        if self.progress_at.is_some() {
+            self.progress_at = Some(now);
+        }
         match p.kind {
             Kind::Data => self.on_data(p.seq, p.payload),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
@@ -423,7 +473,10 @@ impl Link {
             return;
         }
         if d == 0 && self.delivered.len() >= self.cfg.rx_limit {
+            // Receiver not ready: restate where we are, which also tells the sender we
+            // are alive (InfiniBand's RNR NAK).
             self.stats.not_ready_drops += 1;
+            self.ack_now = true;
             return;
         }
         self.stats.data_received += 1;

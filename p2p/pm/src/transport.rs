@@ -33,7 +33,7 @@
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -86,6 +86,9 @@ pub struct PmTransportConfig {
     pub rdma: bool,
     /// Checkpoints of the running job ([`crate::checkpoint`]).
     pub checkpoint: CheckpointConfig,
+    /// Print the endpoint's and links' counters and the driver's time split to stderr
+    /// when the transport is dropped (`TSUNAGI_PM_STATS=1`).
+    pub stats: bool,
 }
 
 impl PmTransportConfig {
@@ -93,7 +96,9 @@ impl PmTransportConfig {
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
     /// `TSUNAGI_PM_RDMA_PIECE` (bytes per PULL of a rendezvous read, 1024–61440),
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
-    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
+    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_GIVE_UP` (seconds of
+    /// silence before a peer is declared failed, see [`crate::reliable::LinkConfig`]),
+    /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
     /// knobs of [`LidConfig::from_env`].
     pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
@@ -131,6 +136,9 @@ impl PmTransportConfig {
         if let Some(c) = num("TSUNAGI_PM_CHECKSUM", 0, 1)? {
             pm.link.checksum = c == 1;
         }
+        if let Some(t) = num("TSUNAGI_PM_GIVE_UP", 1, 86_400)? {
+            pm.link.give_up_after = Duration::from_secs(t as u64);
+        }
         let ring = num("TSUNAGI_PM_RING", 64 << 10, 1 << 30)?.unwrap_or(1 << 20);
         if ring % crate::pm::ALIGN != 0 {
             return Err(format!(
@@ -162,6 +170,7 @@ impl PmTransportConfig {
             eager_limit: max_payload.min(32 << 10),
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
+            stats: num("TSUNAGI_PM_STATS", 0, 1)?.unwrap_or(0) == 1,
             checkpoint: {
                 let c = CheckpointConfig::from_env(&getenv)?;
                 if c.enabled() && matches!(pm.receive, ReceiveMode::Shared { .. }) {
@@ -182,6 +191,10 @@ struct Shared {
     wake: OwnedFd,
     /// Complete messages wait to be handed out: a sleeper must not block.
     busy: AtomicBool,
+    /// `TSUNAGI_PM_STATS`: count the progress engine's sleeps here.
+    count_sleeps: bool,
+    sleeps: AtomicU64,
+    sleep_ns: AtomicU64,
 }
 
 impl EventSource for Shared {
@@ -193,7 +206,15 @@ impl EventSource for Shared {
         if self.busy.load(Ordering::Acquire) {
             return;
         }
-        self.wait(timeout);
+        if self.count_sleeps {
+            let t = Instant::now();
+            self.wait(timeout);
+            self.sleep_ns
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.sleeps.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.wait(timeout);
+        }
     }
 
     fn cancel(&self) {}
@@ -256,6 +277,27 @@ pub struct PmTransport {
     /// Messages that arrived during an RDMA read, each the 32-byte header and payload, in
     /// arrival order: handed out by the next `poll` before anything else.
     stash: VecDeque<(Rank, Vec<u8>)>,
+    /// `TSUNAGI_PM_STATS`: keep [`DriverStats`] and print them with the counters at drop.
+    stats_on: bool,
+    drv: DriverStats,
+}
+
+/// Where the driver's time goes (`TSUNAGI_PM_STATS=1`; nanoseconds, summed).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DriverStats {
+    /// Datagrams and bytes handed to the kernel, and the time in those calls.
+    pub sent: u64,
+    pub sent_bytes: u64,
+    pub send_ns: u64,
+    /// Datagrams taken from the kernel, the time in those calls (empty reads included),
+    /// and the time the endpoint took to handle them (decode, checksum, reorder, execute).
+    pub received: u64,
+    pub recv_ns: u64,
+    pub handle_ns: u64,
+    /// Time in `poll_transmit` (encode, checksum) and sleeping for datagrams.
+    pub encode_ns: u64,
+    pub sleeps: u64,
+    pub sleep_ns: u64,
 }
 
 fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
@@ -329,6 +371,9 @@ impl PmTransport {
                 socks,
                 wake,
                 busy: AtomicBool::new(false),
+                count_sleeps: cfg.stats,
+                sleeps: AtomicU64::new(0),
+                sleep_ns: AtomicU64::new(0),
             }),
             addrs: vec![None; size],
             sources: vec![None; size],
@@ -347,6 +392,8 @@ impl PmTransport {
             size,
             ckpt: Coordinator::new(cfg.checkpoint.clone()),
             stash: VecDeque::new(),
+            stats_on: cfg.stats,
+            drv: DriverStats::default(),
         })
     }
 
@@ -412,13 +459,39 @@ impl PmTransport {
         // A datagram the kernel does not take (no buffer space) is a lost packet: the
         // link resends it. Always from the first socket: on a fat tree the path follows
         // the destination LID, and peers know this one address as ours.
-        let _ = self.shared.socks[0].send_to(d, to);
+        if self.stats_on {
+            let t = Instant::now();
+            let _ = self.shared.socks[0].send_to(d, to);
+            self.drv.send_ns += t.elapsed().as_nanos() as u64;
+            self.drv.sent += 1;
+            self.drv.sent_bytes += d.len() as u64;
+        } else {
+            let _ = self.shared.socks[0].send_to(d, to);
+        }
+    }
+
+    /// Sleep on the sockets (counted with `TSUNAGI_PM_STATS`).
+    fn wait(&mut self, timeout: Duration) {
+        if self.stats_on {
+            let t = Instant::now();
+            self.shared.wait(timeout);
+            self.drv.sleep_ns += t.elapsed().as_nanos() as u64;
+            self.drv.sleeps += 1;
+        } else {
+            self.shared.wait(timeout);
+        }
     }
 
     /// Send everything the endpoint wants to send now.
     fn flush(&mut self, now: Instant) {
         let mut out = std::mem::take(&mut self.out);
-        while let Some(to) = self.ep.poll_transmit(now, &mut out) {
+        loop {
+            let t = self.stats_on.then(Instant::now);
+            let to = self.ep.poll_transmit(now, &mut out);
+            if let Some(t) = t {
+                self.drv.encode_ns += t.elapsed().as_nanos() as u64;
+            }
+            let Some(to) = to else { break };
             let Some(addr) = self.addrs[to as usize] else {
                 continue;
             };
@@ -449,7 +522,12 @@ impl PmTransport {
         let per_socket = READ_BUDGET.div_ceil(self.shared.socks.len());
         for lid in 0..self.shared.socks.len() {
             for _ in 0..per_socket {
-                match self.shared.socks[lid].recv_from(&mut self.inbuf) {
+                let t = self.stats_on.then(Instant::now);
+                let got = self.shared.socks[lid].recv_from(&mut self.inbuf);
+                if let Some(t) = t {
+                    self.drv.recv_ns += t.elapsed().as_nanos() as u64;
+                }
+                match got {
                     Ok((n, from)) => {
                         // Only from the address the source rank published (its first
                         // port), on whichever of our LIDs it chose.
@@ -460,7 +538,12 @@ impl PmTransport {
                             src.and_then(|s| self.sources.get(s as usize).copied().flatten());
                         if known == Some(from) {
                             self.received_per_lid[lid] += 1;
+                            let t = self.stats_on.then(Instant::now);
                             self.ep.handle_datagram(now, d);
+                            if let Some(t) = t {
+                                self.drv.handle_ns += t.elapsed().as_nanos() as u64;
+                                self.drv.received += 1;
+                            }
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -549,7 +632,7 @@ impl PmTransport {
             let cap = Duration::from_millis(5);
             let wait = until.unwrap_or(cap).min(cap);
             if !wait.is_zero() {
-                self.shared.wait(wait);
+                self.wait(wait);
             }
         }
     }
@@ -712,7 +795,7 @@ impl PmTransport {
                 let cap = Duration::from_millis(10);
                 let wait = until.unwrap_or(cap).min(cap);
                 if !wait.is_zero() {
-                    self.shared.wait(wait);
+                    self.wait(wait);
                 }
             }
         };
@@ -767,6 +850,30 @@ impl Drop for PmTransport {
             self.shared.sleep(0, Duration::from_millis(1));
         }
         self.shared.notify();
+        if self.stats_on {
+            let (l, p, mut d) = (self.ep.link_stats(), self.ep.stats(), self.drv);
+            d.sleeps += self.shared.sleeps.load(Ordering::Relaxed);
+            d.sleep_ns += self.shared.sleep_ns.load(Ordering::Relaxed);
+            let ms = |ns: u64| ns as f64 / 1e6;
+            say(&format!(
+                "pm: rank {} stats: link {l:?}\npm: rank {} stats: endpoint {p:?}\n\
+                 pm: rank {} stats: driver sent {} datagrams {} bytes in {:.1} ms, \
+                 received {} in {:.1} ms + handled in {:.1} ms, encode {:.1} ms, \
+                 {} sleeps {:.1} ms\n",
+                self.ep.me(),
+                self.ep.me(),
+                self.ep.me(),
+                d.sent,
+                d.sent_bytes,
+                ms(d.send_ns),
+                d.received,
+                ms(d.recv_ns),
+                ms(d.handle_ns),
+                ms(d.encode_ns),
+                d.sleeps,
+                ms(d.sleep_ns)
+            ));
+        }
         if let Some(dir) = &self.ckpt.cfg.dir {
             // The count where the images are, for scripts and tests (stderr lines of
             // several ranks may interleave).
@@ -1013,6 +1120,8 @@ mod tests {
             ("TSUNAGI_PM_CHECKPOINT", "soon"),
             ("TSUNAGI_PM_RDMA", "2"),
             ("TSUNAGI_PM_RDMA_PIECE", "100000"),
+            ("TSUNAGI_PM_GIVE_UP", "0"),
+            ("TSUNAGI_PM_STATS", "yes"),
         ] {
             let e = PmTransportConfig::from_env(env(&[bad])).unwrap_err();
             assert!(e.starts_with(bad.0), "{e}");

@@ -91,56 +91,15 @@ impl fmt::Display for WireError {
     }
 }
 
-/// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320), slicing by 8 bytes.
+/// CRC-32 (IEEE 802.3, reflected, polynomial 0xEDB88320) of the concatenated `parts`:
+/// crc32fast, with the carry-less-multiply (PCLMULQDQ / PMULL) path where the CPU has it
+/// (~10x the table-driven slicing-by-8 this replaced, which capped a large transfer).
 pub fn crc32(parts: &[&[u8]]) -> u32 {
-    const TABLES: [[u32; 256]; 8] = {
-        let mut t = [[0u32; 256]; 8];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 {
-                    0xEDB8_8320 ^ (c >> 1)
-                } else {
-                    c >> 1
-                };
-                k += 1;
-            }
-            t[0][i] = c;
-            i += 1;
-        }
-        let mut i = 0;
-        while i < 256 {
-            let mut s = 1;
-            while s < 8 {
-                let prev = t[s - 1][i];
-                t[s][i] = (prev >> 8) ^ t[0][(prev & 0xff) as usize];
-                s += 1;
-            }
-            i += 1;
-        }
-        t
-    };
-    let mut c = !0u32;
+    let mut h = crc32fast::Hasher::new();
     for p in parts {
-        let mut chunks = p.chunks_exact(8);
-        for b in &mut chunks {
-            let lo = c ^ u32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-            c = TABLES[7][(lo & 0xff) as usize]
-                ^ TABLES[6][((lo >> 8) & 0xff) as usize]
-                ^ TABLES[5][((lo >> 16) & 0xff) as usize]
-                ^ TABLES[4][(lo >> 24) as usize]
-                ^ TABLES[3][b[4] as usize]
-                ^ TABLES[2][b[5] as usize]
-                ^ TABLES[1][b[6] as usize]
-                ^ TABLES[0][b[7] as usize];
-        }
-        for &b in chunks.remainder() {
-            c = TABLES[0][((c ^ b as u32) & 0xff) as usize] ^ (c >> 8);
-        }
+        h.update(p);
     }
-    !c
+    h.finalize()
 }
 
 /// Append the packet to `out` (cleared first). `checksum` adds a CRC-32 of the packet.

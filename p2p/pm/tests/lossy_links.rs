@@ -290,3 +290,83 @@ fn bogus_acks_and_wrapped_sequence_numbers() {
     assert_eq!(a.save().next_seq, 14);
     assert_eq!(b.save().expected, 14);
 }
+
+/// Heavy oversubscription: the owner of the sending link does not run for far longer than
+/// the give-up time (descheduled, or computing without polling). On its return the peer
+/// gets its retransmissions and time to answer; it is not declared failed at once.
+#[test]
+fn own_stall_is_not_the_peers_silence() {
+    let cfg = LinkConfig {
+        give_up_after: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let mut a = Link::new(0, 1, 7, cfg);
+    let mut b = Link::new(1, 0, 8, cfg);
+    a.push(vec![1, 2, 3]);
+    let mut now = Instant::now();
+    let mut buf = Vec::new();
+    assert!(a.poll_transmit(now, &mut buf)); // lost
+                                             // A 10 s stall of our own, then the peer answers within a few retransmissions.
+    now += Duration::from_secs(10);
+    let mut delivered = 0;
+    for _ in 0..50 {
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        assert!(!a.failed(), "declared failed right after our own stall");
+        while b.pop_delivered().is_some() {
+            delivered += 1;
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(delivered, 1);
+    assert!(a.is_stable());
+}
+
+/// A receiver that is alive but cannot take the data (its delivery queue is full for
+/// longer than the give-up time) keeps answering, so the sender does not give up on it.
+#[test]
+fn receiver_not_ready_is_not_failed() {
+    let cfg = LinkConfig {
+        give_up_after: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let mut a = Link::new(0, 1, 7, cfg);
+    let mut b = Link::new(1, 0, 8, LinkConfig { rx_limit: 1, ..cfg });
+    a.push(vec![1]);
+    a.push(vec![2]);
+    let mut now = Instant::now();
+    let mut buf = Vec::new();
+    for _ in 0..2000 {
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        assert!(!a.failed(), "a slow receiver was declared failed");
+        now += Duration::from_millis(1);
+    }
+    // 2 s later (ten give-up times) the consumer takes its frames and all arrive.
+    let mut got = Vec::new();
+    for _ in 0..2000 {
+        while let Some(f) = b.pop_delivered() {
+            got.push(f[0]);
+        }
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        if got.len() == 2 && a.is_stable() {
+            break;
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(got, vec![1, 2]);
+    assert!(!a.failed());
+}
