@@ -36,7 +36,7 @@
 //! The payload checksum is the codec's ([`crate::wire`]); a datagram that fails it is
 //! dropped before it reaches a link, which then treats it as lost.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::wire::{self, Kind, Packet};
@@ -67,6 +67,10 @@ pub struct LinkConfig {
     pub rx_limit: usize,
     /// Add a CRC-32 to every packet this link sends.
     pub checksum: bool,
+    /// Bytes of the largest datagram the path carries unfragmented (the MTU less the IP
+    /// and UDP headers): a larger DATA packet goes as a train of FRAG packets
+    /// ([`wire::encode_train`]), reassembled here at the receiver.
+    pub max_datagram: usize,
 }
 
 impl Default for LinkConfig {
@@ -82,6 +86,7 @@ impl Default for LinkConfig {
             give_up_retries: 6,
             rx_limit: usize::MAX,
             checksum: true,
+            max_datagram: 65_535,
         }
     }
 }
@@ -107,6 +112,14 @@ pub struct LinkContext {
     /// Frames that arrived ahead of `expected` (reordered), by distance from it: the
     /// sender may count them as selectively acknowledged and not send them again.
     pub early: Vec<(u32, Vec<u8>)>,
+}
+
+/// A DATA packet whose FRAG pieces are arriving.
+struct Partial {
+    buf: Vec<u8>,
+    piece: usize,
+    have: Vec<bool>,
+    missing: usize,
 }
 
 struct Outstanding {
@@ -159,6 +172,10 @@ pub struct Link {
     ack_due: Option<Instant>,
     ack_now: bool,
     nack_now: bool,
+    /// Packets of the window being reassembled from FRAG pieces, by sequence number.
+    partial: HashMap<u32, Partial>,
+    /// Datagram size of the train [`Link::poll_transmit`] encoded last (0: one packet).
+    train: usize,
     failed: bool,
     stats: LinkStats,
     /// The latest time the owner gave us (for timers set while taking frames).
@@ -189,6 +206,8 @@ impl Link {
             ack_due: None,
             ack_now: false,
             nack_now: false,
+            partial: HashMap::new(),
+            train: 0,
             failed: false,
             stats: LinkStats::default(),
             clock: None,
@@ -274,6 +293,7 @@ impl Link {
             }
         }
         self.delivered.clear();
+        self.partial.clear();
         self.ack_due = None;
         self.ack_now = false;
         self.nack_now = false;
@@ -344,7 +364,13 @@ impl Link {
         }
     }
 
-    fn data(&self, idx: usize, out: &mut Vec<u8>) {
+    /// The datagram size of the train the last [`Link::poll_transmit`] encoded (the driver
+    /// hands it to the kernel as the segment size), or 0 when it encoded one packet.
+    pub fn train(&self) -> usize {
+        self.train
+    }
+
+    fn data(&mut self, idx: usize, out: &mut Vec<u8>) {
         let o = &self.inflight[idx];
         let p = Packet {
             kind: Kind::Data,
@@ -356,13 +382,15 @@ impl Link {
             sack: 0,
             payload: &o.frame,
         };
-        wire::encode(&p, self.cfg.checksum, out).expect("frames fit a packet");
+        self.train = wire::encode_train(&p, self.cfg.checksum, self.cfg.max_datagram, out)
+            .expect("frames fit a packet");
     }
 
     /// Run the timers and encode the next packet to send into `out`; false when nothing
     /// is to be sent now. Call until false.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
         self.clock = Some(now);
+        self.train = 0;
         self.run_timers(now);
         // Acknowledgements first: they never wait behind data.
         if self.nack_now {
@@ -454,33 +482,91 @@ impl Link {
             self.progress_at = Some(now);
         }
         match p.kind {
-            Kind::Data => self.on_data(p.seq, p.payload),
+            Kind::Data => {
+                if let Some(d) = self.admit(p.seq) {
+                    self.store(d, p.payload.to_vec());
+                }
+            }
+            Kind::Frag => self.on_fragment(p),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
         }
     }
 
-    fn on_data(&mut self, seq: u32, payload: &[u8]) {
-        let d = dist(seq, self.expected);
-        if d < 0 || d >= self.cfg.window as i32 {
-            // Old (our ACK was lost) or impossible: say again where we are.
-            self.stats.duplicates += 1;
-            self.ack_now = true;
-            return;
-        }
-        let d = d as usize;
-        if self.reorder[d].is_some() {
-            self.stats.duplicates += 1;
-            return;
-        }
+    /// Where DATA packet `seq` goes in the reorder buffer, or `None` when it is a
+    /// duplicate, outside the window or cannot be taken now (receiver not ready).
+    fn admit(&mut self, seq: u32) -> Option<usize> {
+        let d = self.window_slot(seq)?;
         if d == 0 && self.delivered.len() >= self.cfg.rx_limit {
             // Receiver not ready: restate where we are, which also tells the sender we
             // are alive (InfiniBand's RNR NAK).
             self.stats.not_ready_drops += 1;
             self.ack_now = true;
+            return None;
+        }
+        Some(d)
+    }
+
+    /// The reorder slot of `seq`, or `None` (counted as a duplicate) when it is not in
+    /// the window or already there.
+    fn window_slot(&mut self, seq: u32) -> Option<usize> {
+        let d = dist(seq, self.expected);
+        if d < 0 || d >= self.cfg.window as i32 {
+            // Old (our ACK was lost) or impossible: say again where we are.
+            self.stats.duplicates += 1;
+            self.ack_now = true;
+            return None;
+        }
+        let d = d as usize;
+        if self.reorder[d].is_some() {
+            self.stats.duplicates += 1;
+            return None;
+        }
+        Some(d)
+    }
+
+    /// A FRAG piece: into its packet's reassembly buffer; the packet is taken as DATA
+    /// once every piece is in (pieces of packets below the window or already complete
+    /// are duplicates).
+    fn on_fragment(&mut self, p: &Packet<'_>) {
+        if self.window_slot(p.seq).is_none() {
             return;
         }
+        let (offset, total, piece) = wire::fragment_fields(p.ack, p.sack);
+        let part = self.partial.entry(p.seq).or_insert_with(|| Partial {
+            buf: vec![0; total],
+            piece,
+            have: vec![false; total.div_ceil(piece)],
+            missing: total.div_ceil(piece),
+        });
+        if part.buf.len() != total || part.piece != piece {
+            // Another cut of the same packet (cannot happen with one sender's config):
+            // start over with this one.
+            *part = Partial {
+                buf: vec![0; total],
+                piece,
+                have: vec![false; total.div_ceil(piece)],
+                missing: total.div_ceil(piece),
+            };
+        }
+        let i = offset / piece;
+        if part.have[i] {
+            return;
+        }
+        part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
+        part.have[i] = true;
+        part.missing -= 1;
+        if part.missing == 0 {
+            let buf = self.partial.remove(&p.seq).unwrap().buf;
+            if let Some(d) = self.admit(p.seq) {
+                self.store(d, buf);
+            }
+        }
+    }
+
+    /// Take DATA packet `frame` into reorder slot `d` and deliver what is in order.
+    fn store(&mut self, d: usize, frame: Vec<u8>) {
         self.stats.data_received += 1;
-        self.reorder[d] = Some(payload.to_vec());
+        self.reorder[d] = Some(frame);
         self.drain_reorder();
         if self.reorder.iter().any(|s| s.is_some()) {
             // A gap: ask for the holes now.
@@ -504,6 +590,10 @@ impl Link {
             }
         }
         if moved > 0 {
+            if !self.partial.is_empty() {
+                let expected = self.expected;
+                self.partial.retain(|&seq, _| dist(seq, expected) >= 0);
+            }
             self.rx_since_ack += moved;
             if self.rx_since_ack >= self.cfg.ack_every {
                 self.ack_now = true;

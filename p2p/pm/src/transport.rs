@@ -44,6 +44,7 @@ use crate::checkpoint::{CheckpointConfig, Coordinator, PATIENCE, SAVED, STABLE};
 use crate::lids::{LidConfig, LidWiring};
 use crate::lossy::Rng;
 use crate::pm::{PmConfig, PmContext, PmEndpoint, PmError, ReceiveMode};
+use crate::wire;
 use crate::Card;
 
 /// Datagrams read per poll at most, so that a flood cannot starve the caller.
@@ -54,6 +55,17 @@ const DELIVER_BUDGET: usize = 256;
 pub const LINGER: Duration = Duration::from_secs(5);
 /// Socket buffer sizes asked for (the kernel may give less).
 const SOCKET_BUFFER: usize = 8 << 20;
+/// Linux's UDP socket options (`<linux/udp.h>`; not in the libc crate for glibc):
+/// segmentation offload of a send (the segment size, a u16, in a cmsg) and receive
+/// coalescing of segments into one read.
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Segments one send with UDP_SEGMENT carries at most (the kernel's UDP_MAX_SEGMENTS of
+/// older kernels), and bytes at most (one IP packet's length field).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 65_000;
+/// The read buffer: one datagram, or a train that GRO coalesced (at most 64 KiB).
+const READ_BUFFER: usize = 128 << 10;
 /// PULL work requests one RDMA read keeps outstanding at most (the link's window paces
 /// them on the wire; more keep its backlog from running dry between acknowledgements)...
 pub const PULLS_IN_FLIGHT: usize = 64;
@@ -86,6 +98,10 @@ pub struct PmTransportConfig {
     pub rdma: bool,
     /// Checkpoints of the running job ([`crate::checkpoint`]).
     pub checkpoint: CheckpointConfig,
+    /// The path MTU (`TSUNAGI_PM_MTU`); `None`: the MTU of the interface the endpoint
+    /// binds (1500 when it cannot be read). Packets larger than one datagram of it go as
+    /// trains of fragments ([`crate::wire`]).
+    pub mtu: Option<usize>,
     /// Print the endpoint's and links' counters and the driver's time split to stderr
     /// when the transport is dropped (`TSUNAGI_PM_STATS=1`).
     pub stats: bool,
@@ -98,7 +114,7 @@ impl PmTransportConfig {
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
     /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_GIVE_UP` (seconds of
     /// silence before a peer is declared failed, see [`crate::reliable::LinkConfig`]),
-    /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_IF`, and the
+    /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_MTU` (576–65536), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
     /// knobs of [`LidConfig::from_env`].
     pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
@@ -171,6 +187,7 @@ impl PmTransportConfig {
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
             stats: num("TSUNAGI_PM_STATS", 0, 1)?.unwrap_or(0) == 1,
+            mtu: num("TSUNAGI_PM_MTU", 576, 65_536)?,
             checkpoint: {
                 let c = CheckpointConfig::from_env(&getenv)?;
                 if c.enabled() && matches!(pm.receive, ReceiveMode::Shared { .. }) {
@@ -267,7 +284,9 @@ pub struct PmTransport {
     max_payload: usize,
     faults: Faults,
     rng: Rng,
-    held_back: Option<(SocketAddr, Vec<u8>)>,
+    held_back: Option<(SocketAddr, Vec<u8>, usize)>,
+    /// The kernel takes trains with UDP_SEGMENT (cleared at its first refusal).
+    gso: bool,
     out: Vec<u8>,
     inbuf: Vec<u8>,
     failed: Vec<bool>,
@@ -298,6 +317,83 @@ pub struct DriverStats {
     pub encode_ns: u64,
     pub sleeps: u64,
     pub sleep_ns: u64,
+}
+
+/// Why a segmented send failed.
+enum SendError {
+    /// Like any datagram the kernel does not take (no buffer space): the link resends.
+    Lost,
+    /// The kernel or the route does not segment.
+    Unsupported,
+}
+
+/// One `sendmsg` of `d` to `to` with UDP_SEGMENT = `segment`: the kernel (or the NIC) cuts
+/// it into datagrams of `segment` bytes, the last possibly shorter.
+fn send_segmented(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    d: &[u8],
+    segment: usize,
+) -> Result<(), SendError> {
+    let to: socket2::SockAddr = to.into();
+    let mut iov = libc::iovec {
+        iov_base: d.as_ptr() as *mut libc::c_void,
+        iov_len: d.len(),
+    };
+    // Room for one cmsg with a u16, aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+    assert!(space <= std::mem::size_of_val(&control));
+    // SAFETY: an all-zero msghdr is a valid empty one; the fields set below point at
+    // `to`, `iov` and `control`, which live across the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = to.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = to.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` has a control buffer of `space` bytes, enough for the one cmsg
+    // CMSG_FIRSTHDR returns; CMSG_DATA points inside it, with room for a u16.
+    let rc = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
+        libc::sendmsg(sock.as_raw_fd(), &msg, 0)
+    };
+    if rc >= 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => {
+            Err(SendError::Lost)
+        }
+        _ => Err(SendError::Unsupported),
+    }
+}
+
+/// The MTU of the interface that has address `addr` (SIOCGIFMTU through `sock`, so it is
+/// the interface of the socket's network namespace).
+fn interface_mtu(sock: &UdpSocket, addr: IpAddr) -> Option<usize> {
+    let ifs = tsunagi_tcp::config::interfaces();
+    let name = &ifs.iter().find(|i| i.addr == addr)?.name;
+    // SAFETY: an all-zero ifreq is valid; the name is copied in with its NUL kept.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= req.ifr_name.len() {
+        return None;
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads the name and writes the MTU into `req`, which lives across
+    // the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    // SAFETY: after a successful SIOCGIFMTU the union holds the MTU.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    (rc == 0 && mtu > 0).then_some(mtu as usize)
 }
 
 fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
@@ -352,6 +448,18 @@ impl PmTransport {
             sock.bind(&SocketAddr::new(bind_ip, 0).into())
                 .map_err(|e| os_err("bind", e))?;
             sock.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
+            let one: libc::c_int = 1;
+            // SAFETY: sets an int option from `one`, which lives across the call. Refused
+            // by kernels before 5.0: then every datagram is read on its own, as before.
+            unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_UDP,
+                    UDP_GRO,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
             let sock: UdpSocket = sock.into();
             local.push(sock.local_addr().map_err(|e| os_err("getsockname", e))?);
             socks.push(sock);
@@ -365,8 +473,15 @@ impl PmTransport {
         let wake = unsafe { OwnedFd::from_raw_fd(efd) };
         let epoch = random_u32();
         let max_payload = cfg.pm.max_message() - tsunagi_p2p::HEADER_BYTES;
+        let mtu = cfg
+            .mtu
+            .or_else(|| interface_mtu(&socks[0], publish))
+            .unwrap_or(1500);
+        let ip_udp = if publish.is_ipv4() { 28 } else { 48 };
+        let mut pm = cfg.pm;
+        pm.link.max_datagram = mtu.saturating_sub(ip_udp).max(wire::HEADER_BYTES + 512);
         Ok(PmTransport {
-            ep: PmEndpoint::new(me, size, epoch, cfg.pm),
+            ep: PmEndpoint::new(me, size, epoch, pm),
             shared: Arc::new(Shared {
                 socks,
                 wake,
@@ -385,8 +500,9 @@ impl PmTransport {
             faults: cfg.faults,
             rng: Rng::new(epoch as u64 ^ ((me as u64) << 32)),
             held_back: None,
+            gso: true,
             out: Vec::new(),
-            inbuf: vec![0; 65_536],
+            inbuf: vec![0; READ_BUFFER],
             failed: vec![false; size],
             rdma: cfg.rdma,
             size,
@@ -445,6 +561,17 @@ impl PmTransport {
         self.addrs.get(peer as usize).copied().flatten()
     }
 
+    /// Trains go to the kernel in one call each (UDP segmentation offload); false after
+    /// the kernel refused it once (each datagram is then sent on its own).
+    pub fn segmentation_offload(&self) -> bool {
+        self.gso
+    }
+
+    /// The largest datagram this endpoint sends (the path MTU less IP and UDP headers).
+    pub fn max_datagram(&self) -> usize {
+        self.ep.config().link.max_datagram
+    }
+
     /// Datagrams accepted on each LID's socket so far.
     pub fn received_per_lid(&self) -> &[u64] {
         &self.received_per_lid
@@ -455,7 +582,38 @@ impl PmTransport {
         &mut self.ep
     }
 
-    fn send_datagram(&mut self, to: SocketAddr, d: &[u8]) {
+    /// Send `d`: one datagram when `train` is 0, else a train of datagrams of `train`
+    /// bytes each (the last may be shorter), by UDP segmentation offload where the kernel
+    /// has it.
+    fn send_datagram(&mut self, to: SocketAddr, d: &[u8], train: usize) {
+        if train == 0 || d.len() <= train {
+            self.send_one(to, d);
+            return;
+        }
+        let per_send = (GSO_MAX_BYTES / train).clamp(1, GSO_MAX_SEGMENTS) * train;
+        for part in d.chunks(per_send) {
+            if self.gso && part.len() > train {
+                let t = self.stats_on.then(Instant::now);
+                match send_segmented(&self.shared.socks[0], to, part, train) {
+                    Ok(()) | Err(SendError::Lost) => {
+                        if let Some(t) = t {
+                            self.drv.send_ns += t.elapsed().as_nanos() as u64;
+                            self.drv.sent += 1;
+                            self.drv.sent_bytes += part.len() as u64;
+                        }
+                        continue;
+                    }
+                    // This kernel or path cannot segment: one datagram at a time from now.
+                    Err(SendError::Unsupported) => self.gso = false,
+                }
+            }
+            for seg in part.chunks(train) {
+                self.send_one(to, seg);
+            }
+        }
+    }
+
+    fn send_one(&mut self, to: SocketAddr, d: &[u8]) {
         // A datagram the kernel does not take (no buffer space) is a lost packet: the
         // link resends it. Always from the first socket: on a fat tree the path follows
         // the destination LID, and peers know this one address as ours.
@@ -495,24 +653,33 @@ impl PmTransport {
             let Some(addr) = self.addrs[to as usize] else {
                 continue;
             };
+            let train = self.ep.train(to);
             let f = self.faults;
-            if f.drop > 0.0 && self.rng.chance(f.drop) {
+            if f == Faults::default() {
+                self.send_datagram(addr, &out, train);
                 continue;
             }
-            if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
-                self.held_back = Some((addr, out.clone()));
-                continue;
-            }
-            self.send_datagram(addr, &out);
-            if f.duplicate > 0.0 && self.rng.chance(f.duplicate) {
-                self.send_datagram(addr, &out);
-            }
-            if let Some((a, d)) = self.held_back.take() {
-                self.send_datagram(a, &d);
+            // Faults strike each datagram of a train on its own (a lost fragment).
+            let step = if train == 0 { out.len().max(1) } else { train };
+            for seg in out.chunks(step) {
+                if f.drop > 0.0 && self.rng.chance(f.drop) {
+                    continue;
+                }
+                if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
+                    self.held_back = Some((addr, seg.to_vec(), 0));
+                    continue;
+                }
+                self.send_one(addr, seg);
+                if f.duplicate > 0.0 && self.rng.chance(f.duplicate) {
+                    self.send_one(addr, seg);
+                }
+                if let Some((a, d, t)) = self.held_back.take() {
+                    self.send_datagram(a, &d, t);
+                }
             }
         }
-        if let Some((a, d)) = self.held_back.take() {
-            self.send_datagram(a, &d);
+        if let Some((a, d, t)) = self.held_back.take() {
+            self.send_datagram(a, &d, t);
         }
         self.out = out;
     }
