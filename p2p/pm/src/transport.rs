@@ -205,6 +205,9 @@ impl PmTransportConfig {
 struct Shared {
     /// One socket per LID; the first is also the one sent from.
     socks: Vec<UdpSocket>,
+    /// The acknowledgement socket: ACKs and NACKs go from it to the peers' and come in
+    /// on it, a path of their own beside the data (seed 001's lesson).
+    ack: UdpSocket,
     wake: OwnedFd,
     /// Complete messages wait to be handed out: a sleeper must not block.
     busy: AtomicBool,
@@ -254,6 +257,7 @@ impl Shared {
             revents: 0,
         };
         let mut fds: Vec<libc::pollfd> = std::iter::once(pollfd(self.wake.as_raw_fd()))
+            .chain(std::iter::once(pollfd(self.ack.as_raw_fd())))
             .chain(self.socks.iter().map(|s| pollfd(s.as_raw_fd())))
             .collect();
         // SAFETY: `fds.len()` valid pollfds; all descriptors live as long as `self`. A
@@ -277,6 +281,11 @@ pub struct PmTransport {
     sources: Vec<Option<SocketAddr>>,
     /// The bound addresses, one per LID.
     local: Vec<SocketAddr>,
+    /// Where each peer's ACKs go to and come from (its acknowledgement socket); `None`
+    /// for a peer whose card has none (its ACKs then travel on the data path).
+    ack_addrs: Vec<Option<SocketAddr>>,
+    /// The bound address of our acknowledgement socket.
+    ack_local: SocketAddr,
     /// Datagrams accepted per LID (statistics, and the tests' proof of the wiring).
     received_per_lid: Vec<u64>,
     publish: IpAddr,
@@ -315,6 +324,8 @@ pub struct DriverStats {
     pub handle_ns: u64,
     /// Time in `poll_transmit` (encode, checksum) and sleeping for datagrams.
     pub encode_ns: u64,
+    /// Datagrams taken from the acknowledgement socket.
+    pub acks_received: u64,
     pub sleeps: u64,
     pub sleep_ns: u64,
 }
@@ -464,6 +475,10 @@ impl PmTransport {
             local.push(sock.local_addr().map_err(|e| os_err("getsockname", e))?);
             socks.push(sock);
         }
+        // The acknowledgement socket: small datagrams, default buffers do.
+        let ack = UdpSocket::bind(SocketAddr::new(bind_ip, 0)).map_err(|e| os_err("bind", e))?;
+        ack.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
+        let ack_local = ack.local_addr().map_err(|e| os_err("getsockname", e))?;
         // SAFETY: eventfd has no memory preconditions; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -484,6 +499,7 @@ impl PmTransport {
             ep: PmEndpoint::new(me, size, epoch, pm),
             shared: Arc::new(Shared {
                 socks,
+                ack,
                 wake,
                 busy: AtomicBool::new(false),
                 count_sleeps: cfg.stats,
@@ -492,6 +508,8 @@ impl PmTransport {
             }),
             addrs: vec![None; size],
             sources: vec![None; size],
+            ack_addrs: vec![None; size],
+            ack_local,
             received_per_lid: vec![0; local.len()],
             local,
             publish,
@@ -519,6 +537,7 @@ impl PmTransport {
             ip: self.publish,
             ports: self.local.iter().map(|a| a.port()).collect(),
             epoch: self.ep.epoch(),
+            ack_port: Some(self.ack_local.port()),
         }
         .to_string()
     }
@@ -551,6 +570,7 @@ impl PmTransport {
             }
             self.addrs[*r as usize] = Some(card.addr(index));
             self.sources[*r as usize] = Some(card.addr(0));
+            self.ack_addrs[*r as usize] = card.ack_port.map(|p| SocketAddr::new(card.ip, p));
             self.ep.add_peer(*r, card.epoch);
         }
         Ok(())
@@ -570,6 +590,16 @@ impl PmTransport {
     /// The largest datagram this endpoint sends (the path MTU less IP and UDP headers).
     pub fn max_datagram(&self) -> usize {
         self.ep.config().link.max_datagram
+    }
+
+    /// Datagrams accepted on the acknowledgement socket so far.
+    pub fn acks_received(&self) -> u64 {
+        self.drv.acks_received
+    }
+
+    /// The bound address of the acknowledgement socket.
+    pub fn ack_addr(&self) -> SocketAddr {
+        self.ack_local
     }
 
     /// Datagrams accepted on each LID's socket so far.
@@ -615,16 +645,24 @@ impl PmTransport {
 
     fn send_one(&mut self, to: SocketAddr, d: &[u8]) {
         // A datagram the kernel does not take (no buffer space) is a lost packet: the
-        // link resends it. Always from the first socket: on a fat tree the path follows
-        // the destination LID, and peers know this one address as ours.
+        // link resends it. Data always from the first socket: on a fat tree the path
+        // follows the destination LID, and peers know this one address as ours. ACKs and
+        // NACKs from the acknowledgement socket when `to` is a peer's (see `route`).
+        let dst = (d.len() >= 16).then(|| u32::from_le_bytes(d[12..16].try_into().unwrap()));
+        let ack_path = dst.and_then(|r| self.ack_addrs.get(r as usize).copied().flatten());
+        let sock = if ack_path == Some(to) {
+            &self.shared.ack
+        } else {
+            &self.shared.socks[0]
+        };
         if self.stats_on {
             let t = Instant::now();
-            let _ = self.shared.socks[0].send_to(d, to);
+            let _ = sock.send_to(d, to);
             self.drv.send_ns += t.elapsed().as_nanos() as u64;
             self.drv.sent += 1;
             self.drv.sent_bytes += d.len() as u64;
         } else {
-            let _ = self.shared.socks[0].send_to(d, to);
+            let _ = sock.send_to(d, to);
         }
     }
 
@@ -650,10 +688,17 @@ impl PmTransport {
                 self.drv.encode_ns += t.elapsed().as_nanos() as u64;
             }
             let Some(to) = to else { break };
-            let Some(addr) = self.addrs[to as usize] else {
+            let Some(mut addr) = self.addrs[to as usize] else {
                 continue;
             };
             let train = self.ep.train(to);
+            // ACK and NACK packets take the acknowledgement path when the peer has one.
+            let control = train == 0 && out.len() == wire::HEADER_BYTES && matches!(out[3], 2 | 3);
+            if control {
+                if let Some(a) = self.ack_addrs[to as usize] {
+                    addr = a;
+                }
+            }
             let f = self.faults;
             if f == Faults::default() {
                 self.send_datagram(addr, &out, train);
@@ -685,12 +730,20 @@ impl PmTransport {
     }
 
     /// Read what the sockets hold (up to the budget, shared among them) into the endpoint.
+    /// The acknowledgement socket is read first: the ACKs that free our window and the
+    /// NACKs that ask for resends are not queued behind the peer's data.
     fn receive_datagrams(&mut self, now: Instant) -> Result<(), P2pError> {
-        let per_socket = READ_BUDGET.div_ceil(self.shared.socks.len());
-        for lid in 0..self.shared.socks.len() {
+        let lids = self.shared.socks.len();
+        let per_socket = READ_BUDGET.div_ceil(lids);
+        for i in std::iter::once(lids).chain(0..lids) {
             for _ in 0..per_socket {
                 let t = self.stats_on.then(Instant::now);
-                let got = self.shared.socks[lid].recv_from(&mut self.inbuf);
+                let sock = if i == lids {
+                    &self.shared.ack
+                } else {
+                    &self.shared.socks[i]
+                };
+                let got = sock.recv_from(&mut self.inbuf);
                 if let Some(t) = t {
                     self.drv.recv_ns += t.elapsed().as_nanos() as u64;
                 }
@@ -701,10 +754,18 @@ impl PmTransport {
                         let d = &self.inbuf[..n];
                         let src =
                             (n >= 12).then(|| u32::from_le_bytes(d[8..12].try_into().unwrap()));
-                        let known =
-                            src.and_then(|s| self.sources.get(s as usize).copied().flatten());
+                        let from_list = if i == lids {
+                            &self.ack_addrs
+                        } else {
+                            &self.sources
+                        };
+                        let known = src.and_then(|s| from_list.get(s as usize).copied().flatten());
                         if known == Some(from) {
-                            self.received_per_lid[lid] += 1;
+                            if i < lids {
+                                self.received_per_lid[i] += 1;
+                            } else {
+                                self.drv.acks_received += 1;
+                            }
                             let t = self.stats_on.then(Instant::now);
                             self.ep.handle_datagram(now, d);
                             if let Some(t) = t {
@@ -948,12 +1009,13 @@ impl PmTransport {
             if let Some(e) = self.ep.take_error() {
                 return self.abandon(inflight, Err(e));
             }
-            let before = self.received_per_lid.iter().sum::<u64>();
+            let arrived = |t: &Self| t.received_per_lid.iter().sum::<u64>() + t.drv.acks_received;
+            let before = arrived(self);
             if let Err(e) = self.receive_datagrams(now) {
                 break Err(e);
             }
             self.stash_received();
-            if self.received_per_lid.iter().sum::<u64>() == before {
+            if arrived(self) == before {
                 // Nothing came: sleep until a datagram does or a timer is due.
                 let until = self
                     .ep
@@ -1025,8 +1087,8 @@ impl Drop for PmTransport {
             say(&format!(
                 "pm: rank {} stats: link {l:?}\npm: rank {} stats: endpoint {p:?}\n\
                  pm: rank {} stats: driver sent {} datagrams {} bytes in {:.1} ms, \
-                 received {} in {:.1} ms + handled in {:.1} ms, encode {:.1} ms, \
-                 {} sleeps {:.1} ms\n",
+                 received {} ({} on the ACK path) in {:.1} ms + handled in {:.1} ms, \
+                 encode {:.1} ms, {} sleeps {:.1} ms\n",
                 self.ep.me(),
                 self.ep.me(),
                 self.ep.me(),
@@ -1034,6 +1096,7 @@ impl Drop for PmTransport {
                 d.sent_bytes,
                 ms(d.send_ns),
                 d.received,
+                d.acks_received,
                 ms(d.recv_ns),
                 ms(d.handle_ns),
                 ms(d.encode_ns),
