@@ -114,7 +114,8 @@ impl PmTransportConfig {
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
     /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_GIVE_UP` (seconds of
     /// silence before a peer is declared failed, see [`crate::reliable::LinkConfig`]),
-    /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_MTU` (576–65536), `TSUNAGI_PM_IF`, and the
+    /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_MTU` (576–65536), `TSUNAGI_PM_EAGER` (payload bytes sent
+    /// eagerly, default 64 KiB), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
     /// knobs of [`LidConfig::from_env`].
     pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
@@ -183,7 +184,12 @@ impl PmTransportConfig {
                 duplicate: frac("TSUNAGI_PM_DUP")?,
                 reorder: frac("TSUNAGI_PM_REORDER")?,
             },
-            eager_limit: max_payload.min(32 << 10),
+            // The TCP transport's 64 KiB: messages up to it go in one hop through the
+            // rings instead of a rendezvous's three (RTS, PULL, reply; then INVALIDATE and
+            // FIN), which under load cost a scheduling delay each (NPB CG's 56 KB
+            // exchanges).
+            eager_limit: num("TSUNAGI_PM_EAGER", 0, max_payload)?
+                .unwrap_or(max_payload.min(64 << 10)),
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
             stats: num("TSUNAGI_PM_STATS", 0, 1)?.unwrap_or(0) == 1,
