@@ -14,6 +14,10 @@
 #      pm-piece8k  RDMA reads in 8 KiB PULLs instead of 60 KiB
 #      pm-nocsum   no CRC-32;  pm-pkt32k  32 KiB datagrams for the rings
 #      pm-loss1/5  1 % / 5 % of PM's datagrams dropped by its fault knob
+#      pm-mtu      TSUNAGI_PM_MTU=65536: one datagram per packet, large ones as IP
+#                  fragments (how PM sent them before trains of fragments by GSO)
+#      pm-base     --internode pm with the mpirun and tsunagi-pingpong of another build
+#                  (PM_BASE_TARGET=<its target/release>): before/after in one run
 #      openmpi     mpirun.openmpi, pml ob1, btl tcp,self over eth0 (MPMD, each rank under
 #                  `ip netns exec`; its PMIx server reached over the bridge)
 #    Tsunagi runs src/bin/tsunagi-pingpong.rs, Open MPI runs npb-tests/bench/p2p.c: same
@@ -30,7 +34,7 @@
 #   cargo build --release -p tsunagi-launcher --bin mpirun
 #   cargo build --release -p tsunagi-c-abi --lib        (NPB and memory tables: libmpi.so)
 # (CARGO_TARGET_DIR is honoured), mpicc.openmpi for the Open MPI column and NPB, gfortran
-# not needed. The namespaces (tsgpm-a/-b, bridge tsgpmbr, 10.77.251.0/24; PM_BENCH_NS and
+# not needed. PM_BENCH_MTU sets the veth MTU (default 1500). The namespaces (tsgpm-a/-b, bridge tsgpmbr, 10.77.251.0/24; PM_BENCH_NS and
 # PM_BENCH_NET change the name and the third byte) are removed at exit.
 # The machine is shared: every table states the load average (`uptime`) while it ran.
 set -euo pipefail
@@ -81,12 +85,14 @@ for h in a b; do
     ip link add "${ns}v$h" type veth peer name eth0 netns "$ns-$h"
     ip link set "${ns}v$h" master ${ns}br up
     ip -n "$ns-$h" addr add "$net.$i/24" dev eth0
-    ip -n "$ns-$h" link set eth0 up
+    ip -n "$ns-$h" link set eth0 mtu "${PM_BENCH_MTU:-1500}" up
+    ip link set "${ns}v$h" mtu "${PM_BENCH_MTU:-1500}"
     ip -n "$ns-$h" link set lo up
     i=$((i + 1))
 done
 
 load() { cut -d' ' -f1-3 /proc/loadavg; }
+export PM_BASE_TARGET="${PM_BASE_TARGET:-}"
 
 # Our mpirun across the two hosts, K ranks each; the rest of the arguments follow.
 tsunagi() {
@@ -135,6 +141,11 @@ if [[ "$parts" == *p* ]]; then
             pm-pkt60k) extra=(--internode pm -x TSUNAGI_PM_PACKET=60000) ;;
             pm-loss1) extra=(--internode pm -x TSUNAGI_PM_DROP=0.01) ;;
             pm-loss5) extra=(--internode pm -x TSUNAGI_PM_DROP=0.05) ;;
+            pm-mtu) extra=(--internode pm -x TSUNAGI_PM_MTU=65536) ;;
+            pm-base)
+                [ -x "${PM_BASE_TARGET:-}/mpirun" ] || { echo "pm.sh: pm-base needs PM_BASE_TARGET" >&2; return 2; }
+                target="$PM_BASE_TARGET" tsunagi 1 --internode pm "$PM_BASE_TARGET/tsunagi-pingpong"
+                return ;;
             *) echo "pm.sh: unknown column $1" >&2; return 2 ;;
         esac
         tsunagi 1 "${extra[@]}" "$target/tsunagi-pingpong"
@@ -160,7 +171,8 @@ for n in names:
             f = line.split()
             if len(f) == 3 and f[0] in ("lat", "bw"):
                 data.setdefault((f[0], int(f[1])), {}).setdefault(n, []).append(float(f[2]))
-ratios = [("pm/tcp", "pm", "tcp")] + ([("pm/ompi", "pm", "openmpi")] if "openmpi" in names else [])
+ratios = [("pm/tcp", "pm", "tcp")] + ([("pm/ompi", "pm", "openmpi")] if "openmpi" in names else []) \
+    + ([("base/tcp", "pm-base", "tcp"), ("pm/base", "pm", "pm-base")] if "pm-base" in names else [])
 print("| metric | bytes | " + " | ".join(names) + " | " + " | ".join(r[0] for r in ratios) + " |")
 print("|---|---:|" + "---:|" * (len(names) + len(ratios)))
 for (kind, size) in sorted(data, key=lambda k: (k[0] != "lat", k[1])):

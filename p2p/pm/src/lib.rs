@@ -56,7 +56,7 @@ pub mod wire;
 pub use factory::{PmFactory, FACTORY};
 pub use transport::PmTransport;
 
-/// The prefix of a PM card: `pm:<ip>:<port>[,<port>...]:<epoch, 8 hex digits>`.
+/// The prefix of a PM card: `pm:<ip>:<port>[,<port>...]:<epoch, 8 hex digits>[/<ack port>]`.
 pub const CARD_PREFIX: &str = "pm:";
 
 /// A PM endpoint's card: its address, its ports (one per LID, `TSUNAGI_PM_LIDS`; port 0
@@ -66,6 +66,9 @@ pub struct Card {
     pub ip: std::net::IpAddr,
     pub ports: Vec<u16>,
     pub epoch: u32,
+    /// The port of the endpoint's acknowledgement socket (see [`transport`]); `None` in
+    /// a card without one: its ACKs then travel with its data.
+    pub ack_port: Option<u16>,
 }
 
 impl Card {
@@ -84,7 +87,11 @@ impl std::fmt::Display for Card {
         for (i, p) in self.ports.iter().enumerate() {
             write!(f, "{}{p}", if i == 0 { "" } else { "," })?;
         }
-        write!(f, ":{:08x}", self.epoch)
+        write!(f, ":{:08x}", self.epoch)?;
+        match self.ack_port {
+            Some(p) => write!(f, "/{p}"),
+            None => Ok(()),
+        }
     }
 }
 
@@ -94,6 +101,13 @@ pub fn parse_card(card: &str) -> Result<Card, String> {
     let bad =
         || format!("malformed PM card {card:?} (expected pm:<ip>:<port>[,<port>...]:<epoch>)");
     let rest = card.strip_prefix(CARD_PREFIX).ok_or_else(bad)?;
+    let (rest, ack_port) = match rest.rsplit_once('/') {
+        Some((r, p)) => (
+            r,
+            Some(p.parse::<u16>().ok().filter(|&p| p != 0).ok_or_else(bad)?),
+        ),
+        None => (rest, None),
+    };
     let (addr, epoch) = rest.rsplit_once(':').ok_or_else(bad)?;
     let (ip, ports) = addr.rsplit_once(':').ok_or_else(bad)?;
     let ip = ip
@@ -109,7 +123,12 @@ pub fn parse_card(card: &str) -> Result<Card, String> {
         return Err(bad());
     }
     let epoch = u32::from_str_radix(epoch, 16).map_err(|_| bad())?;
-    Ok(Card { ip, ports, epoch })
+    Ok(Card {
+        ip,
+        ports,
+        epoch,
+        ack_port,
+    })
 }
 
 #[cfg(test)]
@@ -124,6 +143,15 @@ mod tests {
         assert_eq!(c.ports, [5000, 5002, 7]);
         assert_eq!(c.addr(1).to_string(), "[::1]:5002");
         assert_eq!(c.to_string(), "pm:[::1]:5000,5002,7:0000beef");
+        let c = super::parse_card("pm:10.0.0.1:5000:0000beef/5001").unwrap();
+        assert_eq!((c.ports.as_slice(), c.ack_port), (&[5000][..], Some(5001)));
+        assert_eq!(c.to_string(), "pm:10.0.0.1:5000:0000beef/5001");
+        assert_eq!(
+            super::parse_card("pm:10.0.0.1:5000:0000beef")
+                .unwrap()
+                .ack_port,
+            None
+        );
         for bad in [
             "pm:1.2.3.4:5,:00000001",
             "pm:1.2.3.4:0:00000001",
@@ -134,6 +162,9 @@ mod tests {
             "pm:1.2.3.4:5",
             "pm:1.2.3.4:5:xyzxyzxy",
             "pm:nope:1:00000000",
+            "pm:1.2.3.4:5:00000001/",
+            "pm:1.2.3.4:5:00000001/0",
+            "pm:1.2.3.4:5:00000001/x",
         ] {
             assert!(super::parse_card(bad).is_err(), "{bad}");
         }

@@ -74,6 +74,18 @@ impl fmt::Display for BadWr {
 }
 
 impl Wr<'_> {
+    /// Bytes of the encoded work request.
+    pub fn encoded_len(&self) -> usize {
+        match *self {
+            Wr::Push { data, .. } => 13 + data.len(),
+            Wr::PullReq { .. } => 25,
+            Wr::PullResp { data, .. } => 10 + data.len(),
+            Wr::Send { data } => 1 + data.len(),
+            Wr::Invalidate { .. } => 5,
+            Wr::Marker { .. } => 6,
+        }
+    }
+
     /// Encode into `out` (cleared first).
     pub fn encode(&self, out: &mut Vec<u8>) {
         out.clear();
@@ -499,6 +511,7 @@ mod tests {
         for wr in cases {
             wr.encode(&mut out);
             assert_eq!(Wr::decode(&out).unwrap(), wr);
+            assert_eq!(out.len(), wr.encoded_len());
         }
         Wr::Push {
             region: 2,

@@ -432,7 +432,6 @@ pub struct PmEndpoint {
     staging: Vec<u8>,
     staged: Option<(Rank, usize)>,
     held: Option<Received>,
-    wr_buf: Vec<u8>,
     rr: usize,
     errors: VecDeque<PmError>,
     stopped: bool,
@@ -493,7 +492,6 @@ impl PmEndpoint {
             staging: Vec::new(),
             staged: None,
             held: None,
-            wr_buf: Vec::new(),
             rr: 0,
             errors: VecDeque::new(),
             stopped: false,
@@ -583,15 +581,15 @@ impl PmEndpoint {
     }
 
     fn wr_to(&mut self, peer: Rank, wr: Wr<'_>, urgent: bool) {
-        let mut f = std::mem::take(&mut self.wr_buf);
+        // Encoded straight into the frame the link keeps (one copy of the data).
+        let mut f = Vec::with_capacity(wr.encoded_len());
         wr.encode(&mut f);
         let link = &mut self.peers[peer as usize].as_mut().unwrap().link;
         if urgent {
-            link.push_urgent(f.clone());
+            link.push_urgent(f);
         } else {
-            link.push(f.clone());
+            link.push(f);
         }
-        self.wr_buf = f;
     }
 
     /// PM's "get send buffer": room for a message body of `len` bytes to `peer`, or
@@ -820,12 +818,21 @@ impl PmEndpoint {
         }
     }
 
-    /// Feed one datagram that arrived at time `now`.
+    /// Feed one datagram that arrived at time `now` (one packet, or a train of them that
+    /// the receiver's GRO coalesced: see [`wire::packets`]).
     pub fn handle_datagram(&mut self, now: Instant, d: &[u8]) {
-        let Ok(pkt) = wire::decode(d) else {
+        if d.is_empty() {
             self.stats.malformed_datagrams += 1;
-            return;
-        };
+        }
+        for pkt in wire::packets(d) {
+            match pkt {
+                Ok(pkt) => self.handle_packet(now, &pkt),
+                Err(_) => self.stats.malformed_datagrams += 1,
+            }
+        }
+    }
+
+    fn handle_packet(&mut self, now: Instant, pkt: &wire::Packet<'_>) {
         let src = pkt.src;
         let ok = pkt.dst == self.me
             && matches!(
@@ -840,7 +847,7 @@ impl PmEndpoint {
             .as_mut()
             .unwrap()
             .link
-            .on_packet(now, &pkt);
+            .on_packet(now, pkt);
         self.execute(src);
     }
 
@@ -929,7 +936,7 @@ impl PmEndpoint {
                             if region >= self.peers.len() as u32 + 2 {
                                 self.stats.rdma_pulls_served += 1;
                             }
-                            let mut f = Vec::new();
+                            let mut f = Vec::with_capacity(10 + d.len());
                             Wr::PullResp {
                                 tag,
                                 ok: true,
@@ -1042,6 +1049,15 @@ impl PmEndpoint {
         }
         self.rr = (self.rr + 1) % n.max(1);
         None
+    }
+
+    /// The datagram size of the train the last [`PmEndpoint::poll_transmit`] to `peer`
+    /// encoded (the segment size for the kernel's UDP segmentation), or 0 for one packet.
+    pub fn train(&self, peer: Rank) -> usize {
+        self.peers
+            .get(peer as usize)
+            .and_then(Option::as_ref)
+            .map_or(0, |p| p.link.train())
     }
 
     /// The next moment [`PmEndpoint::poll_transmit`] has work even without arrivals.

@@ -23,13 +23,20 @@
 //! * a bounded delivery queue ([`LinkConfig::rx_limit`]): when the consumer (the NIC's
 //!   shared receive queue) has no room, an in-order packet is dropped unacknowledged and
 //!   comes again after a timeout (InfiniBand's receiver-not-ready retry);
+//! * **failure detection robust to oversubscription**: a peer is declared failed only when
+//!   data is outstanding, [`LinkConfig::give_up_retries`] retransmissions with back-off went
+//!   unanswered, and nothing at all (no ACK, no data) came from it for
+//!   [`LinkConfig::give_up_after`] of *our* running time: a stall of our own (a gap of more
+//!   than [`STALL`] between timer runs, when the process was descheduled on a loaded
+//!   machine or computed without polling) moves the clock forward instead of counting
+//!   against the peer, and a receiver that is alive but not ready re-acknowledges;
 //! * **quiesce and context save/restore** for checkpointing ([`Link::is_stable`],
 //!   [`Link::save`], [`Link::restore`]).
 //!
 //! The payload checksum is the codec's ([`crate::wire`]); a datagram that fails it is
 //! dropped before it reaches a link, which then treats it as lost.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 use crate::wire::{self, Kind, Packet};
@@ -48,13 +55,22 @@ pub struct LinkConfig {
     pub ack_delay: Duration,
     /// ... or as soon as this many packets arrived unacknowledged.
     pub ack_every: u32,
-    /// The peer is declared failed when packets are outstanding and nothing was
-    /// acknowledged for this long.
+    /// The peer is declared failed when packets are outstanding and for this long nothing
+    /// was acknowledged and nothing at all came from the peer, and at least
+    /// [`LinkConfig::give_up_retries`] retransmissions went unanswered. Time this side
+    /// itself did not run (a gap of more than [`STALL`] between two timer runs: the
+    /// process was descheduled or computing) does not count (see the module doc).
     pub give_up_after: Duration,
+    /// Unanswered retransmission timeouts, at least, before the peer is declared failed.
+    pub give_up_retries: u32,
     /// Frames delivered but not yet taken, at most (see the module doc).
     pub rx_limit: usize,
     /// Add a CRC-32 to every packet this link sends.
     pub checksum: bool,
+    /// Bytes of the largest datagram the path carries unfragmented (the MTU less the IP
+    /// and UDP headers): a larger DATA packet goes as a train of FRAG packets
+    /// ([`wire::encode_train`]), reassembled here at the receiver.
+    pub max_datagram: usize,
 }
 
 impl Default for LinkConfig {
@@ -66,9 +82,11 @@ impl Default for LinkConfig {
             rto_max: Duration::from_millis(200),
             ack_delay: Duration::from_micros(200),
             ack_every: 8,
-            give_up_after: Duration::from_secs(20),
+            give_up_after: Duration::from_secs(60),
+            give_up_retries: 6,
             rx_limit: usize::MAX,
             checksum: true,
+            max_datagram: 65_535,
         }
     }
 }
@@ -96,6 +114,14 @@ pub struct LinkContext {
     pub early: Vec<(u32, Vec<u8>)>,
 }
 
+/// A DATA packet whose FRAG pieces are arriving.
+struct Partial {
+    buf: Vec<u8>,
+    piece: usize,
+    have: Vec<bool>,
+    missing: usize,
+}
+
 struct Outstanding {
     seq: u32,
     frame: Vec<u8>,
@@ -105,6 +131,11 @@ struct Outstanding {
     sacked: bool,
     resend: bool,
 }
+
+/// A gap between two timer runs longer than this means the owner did not run (it sleeps
+/// at most one retransmission timeout while data is outstanding): the gap is not counted
+/// against the peer.
+pub const STALL: Duration = Duration::from_secs(1);
 
 /// Packets overtaking a hole before a NACK makes it resent (TCP's duplicate threshold).
 const DUP_THRESH: u32 = 3;
@@ -126,7 +157,13 @@ pub struct Link {
     backlog: VecDeque<Vec<u8>>,
     srtt: Option<Duration>,
     backoff: u32,
+    /// Since when the peer owes us an acknowledgement without having made progress or
+    /// shown any sign of life (moved forward over the owner's own stalls).
     progress_at: Option<Instant>,
+    /// Retransmission timeouts since the last sign of life.
+    unanswered: u32,
+    /// The last timer run (to see the owner's own stalls).
+    timers_at: Option<Instant>,
     // Receiving.
     expected: u32,
     reorder: VecDeque<Option<Vec<u8>>>,
@@ -135,6 +172,10 @@ pub struct Link {
     ack_due: Option<Instant>,
     ack_now: bool,
     nack_now: bool,
+    /// Packets of the window being reassembled from FRAG pieces, by sequence number.
+    partial: HashMap<u32, Partial>,
+    /// Datagram size of the train [`Link::poll_transmit`] encoded last (0: one packet).
+    train: usize,
     failed: bool,
     stats: LinkStats,
     /// The latest time the owner gave us (for timers set while taking frames).
@@ -156,6 +197,8 @@ impl Link {
             srtt: None,
             backoff: 0,
             progress_at: None,
+            unanswered: 0,
+            timers_at: None,
             expected: 0,
             reorder: (0..cfg.window).map(|_| None).collect(),
             delivered: VecDeque::new(),
@@ -163,6 +206,8 @@ impl Link {
             ack_due: None,
             ack_now: false,
             nack_now: false,
+            partial: HashMap::new(),
+            train: 0,
             failed: false,
             stats: LinkStats::default(),
             clock: None,
@@ -202,7 +247,7 @@ impl Link {
         f
     }
 
-    /// True once no acknowledgement came for [`LinkConfig::give_up_after`].
+    /// True once the peer stayed silent for [`LinkConfig::give_up_after`] (see there).
     pub fn failed(&self) -> bool {
         self.failed
     }
@@ -248,11 +293,14 @@ impl Link {
             }
         }
         self.delivered.clear();
+        self.partial.clear();
         self.ack_due = None;
         self.ack_now = false;
         self.nack_now = false;
         self.backoff = 0;
         self.progress_at = None;
+        self.unanswered = 0;
+        self.timers_at = None;
         self.failed = false;
     }
 
@@ -316,7 +364,13 @@ impl Link {
         }
     }
 
-    fn data(&self, idx: usize, out: &mut Vec<u8>) {
+    /// The datagram size of the train the last [`Link::poll_transmit`] encoded (the driver
+    /// hands it to the kernel as the segment size), or 0 when it encoded one packet.
+    pub fn train(&self) -> usize {
+        self.train
+    }
+
+    fn data(&mut self, idx: usize, out: &mut Vec<u8>) {
         let o = &self.inflight[idx];
         let p = Packet {
             kind: Kind::Data,
@@ -328,13 +382,15 @@ impl Link {
             sack: 0,
             payload: &o.frame,
         };
-        wire::encode(&p, self.cfg.checksum, out).expect("frames fit a packet");
+        self.train = wire::encode_train(&p, self.cfg.checksum, self.cfg.max_datagram, out)
+            .expect("frames fit a packet");
     }
 
     /// Run the timers and encode the next packet to send into `out`; false when nothing
     /// is to be sent now. Call until false.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
         self.clock = Some(now);
+        self.train = 0;
         self.run_timers(now);
         // Acknowledgements first: they never wait behind data.
         if self.nack_now {
@@ -379,12 +435,24 @@ impl Link {
     }
 
     fn run_timers(&mut self, now: Instant) {
+        // Our own stall (descheduled under oversubscription, or computing without polling)
+        // is not the peer's silence: move the give-up clock forward over it.
+        let gap = self
+            .timers_at
+            .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
+        self.timers_at = Some(now);
         if self.failed || self.inflight.is_empty() {
             return;
         }
-        if self
-            .progress_at
-            .is_some_and(|t| now.duration_since(t) >= self.cfg.give_up_after)
+        if gap > STALL {
+            if let Some(t) = self.progress_at.as_mut() {
+                *t = (*t + gap).min(now);
+            }
+        }
+        if self.unanswered >= self.cfg.give_up_retries
+            && self
+                .progress_at
+                .is_some_and(|t| now.duration_since(t) >= self.cfg.give_up_after)
         {
             self.failed = true;
             return;
@@ -395,6 +463,10 @@ impl Link {
                 o.resend = true;
                 self.backoff += 1;
                 self.stats.timeouts += 1;
+                // After our own stall the timer expired because of us: not unanswered.
+                if gap <= STALL {
+                    self.unanswered += 1;
+                }
             }
         }
     }
@@ -403,31 +475,98 @@ impl Link {
     /// link (source rank and epoch).
     pub fn on_packet(&mut self, now: Instant, p: &Packet<'_>) {
         self.clock = Some(now);
+        // Any packet is a sign of life: a peer that answers but cannot take our data yet
+        // (receiver not ready) is slow, not failed.
+        self.unanswered = 0;
+        if self.progress_at.is_some() {
+            self.progress_at = Some(now);
+        }
         match p.kind {
-            Kind::Data => self.on_data(p.seq, p.payload),
+            Kind::Data => {
+                if let Some(d) = self.admit(p.seq) {
+                    self.store(d, p.payload.to_vec());
+                }
+            }
+            Kind::Frag => self.on_fragment(p),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
         }
     }
 
-    fn on_data(&mut self, seq: u32, payload: &[u8]) {
+    /// Where DATA packet `seq` goes in the reorder buffer, or `None` when it is a
+    /// duplicate, outside the window or cannot be taken now (receiver not ready).
+    fn admit(&mut self, seq: u32) -> Option<usize> {
+        let d = self.window_slot(seq)?;
+        if d == 0 && self.delivered.len() >= self.cfg.rx_limit {
+            // Receiver not ready: restate where we are, which also tells the sender we
+            // are alive (InfiniBand's RNR NAK).
+            self.stats.not_ready_drops += 1;
+            self.ack_now = true;
+            return None;
+        }
+        Some(d)
+    }
+
+    /// The reorder slot of `seq`, or `None` (counted as a duplicate) when it is not in
+    /// the window or already there.
+    fn window_slot(&mut self, seq: u32) -> Option<usize> {
         let d = dist(seq, self.expected);
         if d < 0 || d >= self.cfg.window as i32 {
             // Old (our ACK was lost) or impossible: say again where we are.
             self.stats.duplicates += 1;
             self.ack_now = true;
-            return;
+            return None;
         }
         let d = d as usize;
         if self.reorder[d].is_some() {
             self.stats.duplicates += 1;
+            return None;
+        }
+        Some(d)
+    }
+
+    /// A FRAG piece: into its packet's reassembly buffer; the packet is taken as DATA
+    /// once every piece is in (pieces of packets below the window or already complete
+    /// are duplicates).
+    fn on_fragment(&mut self, p: &Packet<'_>) {
+        if self.window_slot(p.seq).is_none() {
             return;
         }
-        if d == 0 && self.delivered.len() >= self.cfg.rx_limit {
-            self.stats.not_ready_drops += 1;
+        let (offset, total, piece) = wire::fragment_fields(p.ack, p.sack);
+        let part = self.partial.entry(p.seq).or_insert_with(|| Partial {
+            buf: vec![0; total],
+            piece,
+            have: vec![false; total.div_ceil(piece)],
+            missing: total.div_ceil(piece),
+        });
+        if part.buf.len() != total || part.piece != piece {
+            // Another cut of the same packet (cannot happen with one sender's config):
+            // start over with this one.
+            *part = Partial {
+                buf: vec![0; total],
+                piece,
+                have: vec![false; total.div_ceil(piece)],
+                missing: total.div_ceil(piece),
+            };
+        }
+        let i = offset / piece;
+        if part.have[i] {
             return;
         }
+        part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
+        part.have[i] = true;
+        part.missing -= 1;
+        if part.missing == 0 {
+            let buf = self.partial.remove(&p.seq).unwrap().buf;
+            if let Some(d) = self.admit(p.seq) {
+                self.store(d, buf);
+            }
+        }
+    }
+
+    /// Take DATA packet `frame` into reorder slot `d` and deliver what is in order.
+    fn store(&mut self, d: usize, frame: Vec<u8>) {
         self.stats.data_received += 1;
-        self.reorder[d] = Some(payload.to_vec());
+        self.reorder[d] = Some(frame);
         self.drain_reorder();
         if self.reorder.iter().any(|s| s.is_some()) {
             // A gap: ask for the holes now.
@@ -451,6 +590,10 @@ impl Link {
             }
         }
         if moved > 0 {
+            if !self.partial.is_empty() {
+                let expected = self.expected;
+                self.partial.retain(|&seq, _| dist(seq, expected) >= 0);
+            }
             self.rx_since_ack += moved;
             if self.rx_since_ack >= self.cfg.ack_every {
                 self.ack_now = true;

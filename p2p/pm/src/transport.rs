@@ -33,7 +33,7 @@
 use std::collections::VecDeque;
 use std::net::{IpAddr, SocketAddr, UdpSocket};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,7 @@ use crate::checkpoint::{CheckpointConfig, Coordinator, PATIENCE, SAVED, STABLE};
 use crate::lids::{LidConfig, LidWiring};
 use crate::lossy::Rng;
 use crate::pm::{PmConfig, PmContext, PmEndpoint, PmError, ReceiveMode};
+use crate::wire;
 use crate::Card;
 
 /// Datagrams read per poll at most, so that a flood cannot starve the caller.
@@ -54,6 +55,17 @@ const DELIVER_BUDGET: usize = 256;
 pub const LINGER: Duration = Duration::from_secs(5);
 /// Socket buffer sizes asked for (the kernel may give less).
 const SOCKET_BUFFER: usize = 8 << 20;
+/// Linux's UDP socket options (`<linux/udp.h>`; not in the libc crate for glibc):
+/// segmentation offload of a send (the segment size, a u16, in a cmsg) and receive
+/// coalescing of segments into one read.
+const UDP_SEGMENT: libc::c_int = 103;
+const UDP_GRO: libc::c_int = 104;
+/// Segments one send with UDP_SEGMENT carries at most (the kernel's UDP_MAX_SEGMENTS of
+/// older kernels), and bytes at most (one IP packet's length field).
+const GSO_MAX_SEGMENTS: usize = 64;
+const GSO_MAX_BYTES: usize = 65_000;
+/// The read buffer: one datagram, or a train that GRO coalesced (at most 64 KiB).
+const READ_BUFFER: usize = 128 << 10;
 /// PULL work requests one RDMA read keeps outstanding at most (the link's window paces
 /// them on the wire; more keep its backlog from running dry between acknowledgements)...
 pub const PULLS_IN_FLIGHT: usize = 64;
@@ -86,6 +98,13 @@ pub struct PmTransportConfig {
     pub rdma: bool,
     /// Checkpoints of the running job ([`crate::checkpoint`]).
     pub checkpoint: CheckpointConfig,
+    /// The path MTU (`TSUNAGI_PM_MTU`); `None`: the MTU of the interface the endpoint
+    /// binds (1500 when it cannot be read). Packets larger than one datagram of it go as
+    /// trains of fragments ([`crate::wire`]).
+    pub mtu: Option<usize>,
+    /// Print the endpoint's and links' counters and the driver's time split to stderr
+    /// when the transport is dropped (`TSUNAGI_PM_STATS=1`).
+    pub stats: bool,
 }
 
 impl PmTransportConfig {
@@ -93,7 +112,10 @@ impl PmTransportConfig {
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
     /// `TSUNAGI_PM_RDMA_PIECE` (bytes per PULL of a rendezvous read, 1024–61440),
     /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
-    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_IF`, and the
+    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_GIVE_UP` (seconds of
+    /// silence before a peer is declared failed, see [`crate::reliable::LinkConfig`]),
+    /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_MTU` (576–65536), `TSUNAGI_PM_EAGER` (payload bytes sent
+    /// eagerly, default 64 KiB), `TSUNAGI_PM_IF`, and the
     /// fault knobs `TSUNAGI_PM_DROP`, `TSUNAGI_PM_DUP`, `TSUNAGI_PM_REORDER` (0–1); the LID
     /// knobs of [`LidConfig::from_env`].
     pub fn from_env(getenv: impl Fn(&str) -> Option<String>) -> Result<Self, String> {
@@ -131,6 +153,9 @@ impl PmTransportConfig {
         if let Some(c) = num("TSUNAGI_PM_CHECKSUM", 0, 1)? {
             pm.link.checksum = c == 1;
         }
+        if let Some(t) = num("TSUNAGI_PM_GIVE_UP", 1, 86_400)? {
+            pm.link.give_up_after = Duration::from_secs(t as u64);
+        }
         let ring = num("TSUNAGI_PM_RING", 64 << 10, 1 << 30)?.unwrap_or(1 << 20);
         if ring % crate::pm::ALIGN != 0 {
             return Err(format!(
@@ -159,9 +184,16 @@ impl PmTransportConfig {
                 duplicate: frac("TSUNAGI_PM_DUP")?,
                 reorder: frac("TSUNAGI_PM_REORDER")?,
             },
-            eager_limit: max_payload.min(32 << 10),
+            // The TCP transport's 64 KiB: messages up to it go in one hop through the
+            // rings instead of a rendezvous's three (RTS, PULL, reply; then INVALIDATE and
+            // FIN), which under load cost a scheduling delay each (NPB CG's 56 KB
+            // exchanges).
+            eager_limit: num("TSUNAGI_PM_EAGER", 0, max_payload)?
+                .unwrap_or(max_payload.min(64 << 10)),
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
+            stats: num("TSUNAGI_PM_STATS", 0, 1)?.unwrap_or(0) == 1,
+            mtu: num("TSUNAGI_PM_MTU", 576, 65_536)?,
             checkpoint: {
                 let c = CheckpointConfig::from_env(&getenv)?;
                 if c.enabled() && matches!(pm.receive, ReceiveMode::Shared { .. }) {
@@ -179,9 +211,16 @@ impl PmTransportConfig {
 struct Shared {
     /// One socket per LID; the first is also the one sent from.
     socks: Vec<UdpSocket>,
+    /// The acknowledgement socket: ACKs and NACKs go from it to the peers' and come in
+    /// on it, a path of their own beside the data (seed 001's lesson).
+    ack: UdpSocket,
     wake: OwnedFd,
     /// Complete messages wait to be handed out: a sleeper must not block.
     busy: AtomicBool,
+    /// `TSUNAGI_PM_STATS`: count the progress engine's sleeps here.
+    count_sleeps: bool,
+    sleeps: AtomicU64,
+    sleep_ns: AtomicU64,
 }
 
 impl EventSource for Shared {
@@ -193,7 +232,15 @@ impl EventSource for Shared {
         if self.busy.load(Ordering::Acquire) {
             return;
         }
-        self.wait(timeout);
+        if self.count_sleeps {
+            let t = Instant::now();
+            self.wait(timeout);
+            self.sleep_ns
+                .fetch_add(t.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.sleeps.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.wait(timeout);
+        }
     }
 
     fn cancel(&self) {}
@@ -216,6 +263,7 @@ impl Shared {
             revents: 0,
         };
         let mut fds: Vec<libc::pollfd> = std::iter::once(pollfd(self.wake.as_raw_fd()))
+            .chain(std::iter::once(pollfd(self.ack.as_raw_fd())))
             .chain(self.socks.iter().map(|s| pollfd(s.as_raw_fd())))
             .collect();
         // SAFETY: `fds.len()` valid pollfds; all descriptors live as long as `self`. A
@@ -239,6 +287,11 @@ pub struct PmTransport {
     sources: Vec<Option<SocketAddr>>,
     /// The bound addresses, one per LID.
     local: Vec<SocketAddr>,
+    /// Where each peer's ACKs go to and come from (its acknowledgement socket); `None`
+    /// for a peer whose card has none (its ACKs then travel on the data path).
+    ack_addrs: Vec<Option<SocketAddr>>,
+    /// The bound address of our acknowledgement socket.
+    ack_local: SocketAddr,
     /// Datagrams accepted per LID (statistics, and the tests' proof of the wiring).
     received_per_lid: Vec<u64>,
     publish: IpAddr,
@@ -246,7 +299,9 @@ pub struct PmTransport {
     max_payload: usize,
     faults: Faults,
     rng: Rng,
-    held_back: Option<(SocketAddr, Vec<u8>)>,
+    held_back: Option<(SocketAddr, Vec<u8>, usize)>,
+    /// The kernel takes trains with UDP_SEGMENT (cleared at its first refusal).
+    gso: bool,
     out: Vec<u8>,
     inbuf: Vec<u8>,
     failed: Vec<bool>,
@@ -256,6 +311,106 @@ pub struct PmTransport {
     /// Messages that arrived during an RDMA read, each the 32-byte header and payload, in
     /// arrival order: handed out by the next `poll` before anything else.
     stash: VecDeque<(Rank, Vec<u8>)>,
+    /// `TSUNAGI_PM_STATS`: keep [`DriverStats`] and print them with the counters at drop.
+    stats_on: bool,
+    drv: DriverStats,
+}
+
+/// Where the driver's time goes (`TSUNAGI_PM_STATS=1`; nanoseconds, summed).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DriverStats {
+    /// Datagrams and bytes handed to the kernel, and the time in those calls.
+    pub sent: u64,
+    pub sent_bytes: u64,
+    pub send_ns: u64,
+    /// Datagrams taken from the kernel, the time in those calls (empty reads included),
+    /// and the time the endpoint took to handle them (decode, checksum, reorder, execute).
+    pub received: u64,
+    pub recv_ns: u64,
+    pub handle_ns: u64,
+    /// Time in `poll_transmit` (encode, checksum) and sleeping for datagrams.
+    pub encode_ns: u64,
+    /// Datagrams taken from the acknowledgement socket.
+    pub acks_received: u64,
+    pub sleeps: u64,
+    pub sleep_ns: u64,
+}
+
+/// Why a segmented send failed.
+enum SendError {
+    /// Like any datagram the kernel does not take (no buffer space): the link resends.
+    Lost,
+    /// The kernel or the route does not segment.
+    Unsupported,
+}
+
+/// One `sendmsg` of `d` to `to` with UDP_SEGMENT = `segment`: the kernel (or the NIC) cuts
+/// it into datagrams of `segment` bytes, the last possibly shorter.
+fn send_segmented(
+    sock: &UdpSocket,
+    to: SocketAddr,
+    d: &[u8],
+    segment: usize,
+) -> Result<(), SendError> {
+    let to: socket2::SockAddr = to.into();
+    let mut iov = libc::iovec {
+        iov_base: d.as_ptr() as *mut libc::c_void,
+        iov_len: d.len(),
+    };
+    // Room for one cmsg with a u16, aligned as cmsghdr wants.
+    let mut control = [0u64; 4];
+    // SAFETY: CMSG_SPACE is a pure size computation.
+    let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<u16>() as u32) } as usize;
+    assert!(space <= std::mem::size_of_val(&control));
+    // SAFETY: an all-zero msghdr is a valid empty one; the fields set below point at
+    // `to`, `iov` and `control`, which live across the sendmsg call.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_name = to.as_ptr() as *mut libc::c_void;
+    msg.msg_namelen = to.len();
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` has a control buffer of `space` bytes, enough for the one cmsg
+    // CMSG_FIRSTHDR returns; CMSG_DATA points inside it, with room for a u16.
+    let rc = unsafe {
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
+        libc::sendmsg(sock.as_raw_fd(), &msg, 0)
+    };
+    if rc >= 0 {
+        return Ok(());
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EAGAIN) | Some(libc::ENOBUFS) | Some(libc::EINTR) | Some(libc::ECONNREFUSED) => {
+            Err(SendError::Lost)
+        }
+        _ => Err(SendError::Unsupported),
+    }
+}
+
+/// The MTU of the interface that has address `addr` (SIOCGIFMTU through `sock`, so it is
+/// the interface of the socket's network namespace).
+fn interface_mtu(sock: &UdpSocket, addr: IpAddr) -> Option<usize> {
+    let ifs = tsunagi_tcp::config::interfaces();
+    let name = &ifs.iter().find(|i| i.addr == addr)?.name;
+    // SAFETY: an all-zero ifreq is valid; the name is copied in with its NUL kept.
+    let mut req: libc::ifreq = unsafe { std::mem::zeroed() };
+    if name.len() >= req.ifr_name.len() {
+        return None;
+    }
+    for (d, s) in req.ifr_name.iter_mut().zip(name.bytes()) {
+        *d = s as libc::c_char;
+    }
+    // SAFETY: SIOCGIFMTU reads the name and writes the MTU into `req`, which lives across
+    // the call.
+    let rc = unsafe { libc::ioctl(sock.as_raw_fd(), libc::SIOCGIFMTU, &mut req) };
+    // SAFETY: after a successful SIOCGIFMTU the union holds the MTU.
+    let mtu = unsafe { req.ifr_ifru.ifru_mtu };
+    (rc == 0 && mtu > 0).then_some(mtu as usize)
 }
 
 fn os_err(call: &'static str, e: std::io::Error) -> P2pError {
@@ -310,10 +465,26 @@ impl PmTransport {
             sock.bind(&SocketAddr::new(bind_ip, 0).into())
                 .map_err(|e| os_err("bind", e))?;
             sock.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
+            let one: libc::c_int = 1;
+            // SAFETY: sets an int option from `one`, which lives across the call. Refused
+            // by kernels before 5.0: then every datagram is read on its own, as before.
+            unsafe {
+                libc::setsockopt(
+                    sock.as_raw_fd(),
+                    libc::SOL_UDP,
+                    UDP_GRO,
+                    (&one as *const libc::c_int).cast(),
+                    std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+                )
+            };
             let sock: UdpSocket = sock.into();
             local.push(sock.local_addr().map_err(|e| os_err("getsockname", e))?);
             socks.push(sock);
         }
+        // The acknowledgement socket: small datagrams, default buffers do.
+        let ack = UdpSocket::bind(SocketAddr::new(bind_ip, 0)).map_err(|e| os_err("bind", e))?;
+        ack.set_nonblocking(true).map_err(|e| os_err("fcntl", e))?;
+        let ack_local = ack.local_addr().map_err(|e| os_err("getsockname", e))?;
         // SAFETY: eventfd has no memory preconditions; the result is checked.
         let efd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
         if efd < 0 {
@@ -323,15 +494,28 @@ impl PmTransport {
         let wake = unsafe { OwnedFd::from_raw_fd(efd) };
         let epoch = random_u32();
         let max_payload = cfg.pm.max_message() - tsunagi_p2p::HEADER_BYTES;
+        let mtu = cfg
+            .mtu
+            .or_else(|| interface_mtu(&socks[0], publish))
+            .unwrap_or(1500);
+        let ip_udp = if publish.is_ipv4() { 28 } else { 48 };
+        let mut pm = cfg.pm;
+        pm.link.max_datagram = mtu.saturating_sub(ip_udp).max(wire::HEADER_BYTES + 512);
         Ok(PmTransport {
-            ep: PmEndpoint::new(me, size, epoch, cfg.pm),
+            ep: PmEndpoint::new(me, size, epoch, pm),
             shared: Arc::new(Shared {
                 socks,
+                ack,
                 wake,
                 busy: AtomicBool::new(false),
+                count_sleeps: cfg.stats,
+                sleeps: AtomicU64::new(0),
+                sleep_ns: AtomicU64::new(0),
             }),
             addrs: vec![None; size],
             sources: vec![None; size],
+            ack_addrs: vec![None; size],
+            ack_local,
             received_per_lid: vec![0; local.len()],
             local,
             publish,
@@ -340,13 +524,16 @@ impl PmTransport {
             faults: cfg.faults,
             rng: Rng::new(epoch as u64 ^ ((me as u64) << 32)),
             held_back: None,
+            gso: true,
             out: Vec::new(),
-            inbuf: vec![0; 65_536],
+            inbuf: vec![0; READ_BUFFER],
             failed: vec![false; size],
             rdma: cfg.rdma,
             size,
             ckpt: Coordinator::new(cfg.checkpoint.clone()),
             stash: VecDeque::new(),
+            stats_on: cfg.stats,
+            drv: DriverStats::default(),
         })
     }
 
@@ -356,6 +543,7 @@ impl PmTransport {
             ip: self.publish,
             ports: self.local.iter().map(|a| a.port()).collect(),
             epoch: self.ep.epoch(),
+            ack_port: Some(self.ack_local.port()),
         }
         .to_string()
     }
@@ -388,6 +576,7 @@ impl PmTransport {
             }
             self.addrs[*r as usize] = Some(card.addr(index));
             self.sources[*r as usize] = Some(card.addr(0));
+            self.ack_addrs[*r as usize] = card.ack_port.map(|p| SocketAddr::new(card.ip, p));
             self.ep.add_peer(*r, card.epoch);
         }
         Ok(())
@@ -396,6 +585,27 @@ impl PmTransport {
     /// Where `peer` is sent to (its port at the planner's LID index), once known.
     pub fn destination(&self, peer: Rank) -> Option<SocketAddr> {
         self.addrs.get(peer as usize).copied().flatten()
+    }
+
+    /// Trains go to the kernel in one call each (UDP segmentation offload); false after
+    /// the kernel refused it once (each datagram is then sent on its own).
+    pub fn segmentation_offload(&self) -> bool {
+        self.gso
+    }
+
+    /// The largest datagram this endpoint sends (the path MTU less IP and UDP headers).
+    pub fn max_datagram(&self) -> usize {
+        self.ep.config().link.max_datagram
+    }
+
+    /// Datagrams accepted on the acknowledgement socket so far.
+    pub fn acks_received(&self) -> u64 {
+        self.drv.acks_received
+    }
+
+    /// The bound address of the acknowledgement socket.
+    pub fn ack_addr(&self) -> SocketAddr {
+        self.ack_local
     }
 
     /// Datagrams accepted on each LID's socket so far.
@@ -408,59 +618,166 @@ impl PmTransport {
         &mut self.ep
     }
 
-    fn send_datagram(&mut self, to: SocketAddr, d: &[u8]) {
+    /// Send `d`: one datagram when `train` is 0, else a train of datagrams of `train`
+    /// bytes each (the last may be shorter), by UDP segmentation offload where the kernel
+    /// has it.
+    fn send_datagram(&mut self, to: SocketAddr, d: &[u8], train: usize) {
+        if train == 0 || d.len() <= train {
+            self.send_one(to, d);
+            return;
+        }
+        let per_send = (GSO_MAX_BYTES / train).clamp(1, GSO_MAX_SEGMENTS) * train;
+        for part in d.chunks(per_send) {
+            if self.gso && part.len() > train {
+                let t = self.stats_on.then(Instant::now);
+                match send_segmented(&self.shared.socks[0], to, part, train) {
+                    Ok(()) | Err(SendError::Lost) => {
+                        if let Some(t) = t {
+                            self.drv.send_ns += t.elapsed().as_nanos() as u64;
+                            self.drv.sent += 1;
+                            self.drv.sent_bytes += part.len() as u64;
+                        }
+                        continue;
+                    }
+                    // This kernel or path cannot segment: one datagram at a time from now.
+                    Err(SendError::Unsupported) => self.gso = false,
+                }
+            }
+            for seg in part.chunks(train) {
+                self.send_one(to, seg);
+            }
+        }
+    }
+
+    fn send_one(&mut self, to: SocketAddr, d: &[u8]) {
         // A datagram the kernel does not take (no buffer space) is a lost packet: the
-        // link resends it. Always from the first socket: on a fat tree the path follows
-        // the destination LID, and peers know this one address as ours.
-        let _ = self.shared.socks[0].send_to(d, to);
+        // link resends it. Data always from the first socket: on a fat tree the path
+        // follows the destination LID, and peers know this one address as ours. ACKs and
+        // NACKs from the acknowledgement socket when `to` is a peer's (see `route`).
+        let dst = (d.len() >= 16).then(|| u32::from_le_bytes(d[12..16].try_into().unwrap()));
+        let ack_path = dst.and_then(|r| self.ack_addrs.get(r as usize).copied().flatten());
+        let sock = if ack_path == Some(to) {
+            &self.shared.ack
+        } else {
+            &self.shared.socks[0]
+        };
+        if self.stats_on {
+            let t = Instant::now();
+            let _ = sock.send_to(d, to);
+            self.drv.send_ns += t.elapsed().as_nanos() as u64;
+            self.drv.sent += 1;
+            self.drv.sent_bytes += d.len() as u64;
+        } else {
+            let _ = sock.send_to(d, to);
+        }
+    }
+
+    /// Sleep on the sockets (counted with `TSUNAGI_PM_STATS`).
+    fn wait(&mut self, timeout: Duration) {
+        if self.stats_on {
+            let t = Instant::now();
+            self.shared.wait(timeout);
+            self.drv.sleep_ns += t.elapsed().as_nanos() as u64;
+            self.drv.sleeps += 1;
+        } else {
+            self.shared.wait(timeout);
+        }
     }
 
     /// Send everything the endpoint wants to send now.
     fn flush(&mut self, now: Instant) {
         let mut out = std::mem::take(&mut self.out);
-        while let Some(to) = self.ep.poll_transmit(now, &mut out) {
-            let Some(addr) = self.addrs[to as usize] else {
+        loop {
+            let t = self.stats_on.then(Instant::now);
+            let to = self.ep.poll_transmit(now, &mut out);
+            if let Some(t) = t {
+                self.drv.encode_ns += t.elapsed().as_nanos() as u64;
+            }
+            let Some(to) = to else { break };
+            let Some(mut addr) = self.addrs[to as usize] else {
                 continue;
             };
+            let train = self.ep.train(to);
+            // ACK and NACK packets take the acknowledgement path when the peer has one.
+            let control = train == 0 && out.len() == wire::HEADER_BYTES && matches!(out[3], 2 | 3);
+            if control {
+                if let Some(a) = self.ack_addrs[to as usize] {
+                    addr = a;
+                }
+            }
             let f = self.faults;
-            if f.drop > 0.0 && self.rng.chance(f.drop) {
+            if f == Faults::default() {
+                self.send_datagram(addr, &out, train);
                 continue;
             }
-            if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
-                self.held_back = Some((addr, out.clone()));
-                continue;
-            }
-            self.send_datagram(addr, &out);
-            if f.duplicate > 0.0 && self.rng.chance(f.duplicate) {
-                self.send_datagram(addr, &out);
-            }
-            if let Some((a, d)) = self.held_back.take() {
-                self.send_datagram(a, &d);
+            // Faults strike each datagram of a train on its own (a lost fragment).
+            let step = if train == 0 { out.len().max(1) } else { train };
+            for seg in out.chunks(step) {
+                if f.drop > 0.0 && self.rng.chance(f.drop) {
+                    continue;
+                }
+                if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
+                    self.held_back = Some((addr, seg.to_vec(), 0));
+                    continue;
+                }
+                self.send_one(addr, seg);
+                if f.duplicate > 0.0 && self.rng.chance(f.duplicate) {
+                    self.send_one(addr, seg);
+                }
+                if let Some((a, d, t)) = self.held_back.take() {
+                    self.send_datagram(a, &d, t);
+                }
             }
         }
-        if let Some((a, d)) = self.held_back.take() {
-            self.send_datagram(a, &d);
+        if let Some((a, d, t)) = self.held_back.take() {
+            self.send_datagram(a, &d, t);
         }
         self.out = out;
     }
 
     /// Read what the sockets hold (up to the budget, shared among them) into the endpoint.
+    /// The acknowledgement socket is read first: the ACKs that free our window and the
+    /// NACKs that ask for resends are not queued behind the peer's data.
     fn receive_datagrams(&mut self, now: Instant) -> Result<(), P2pError> {
-        let per_socket = READ_BUDGET.div_ceil(self.shared.socks.len());
-        for lid in 0..self.shared.socks.len() {
+        let lids = self.shared.socks.len();
+        let per_socket = READ_BUDGET.div_ceil(lids);
+        for i in std::iter::once(lids).chain(0..lids) {
             for _ in 0..per_socket {
-                match self.shared.socks[lid].recv_from(&mut self.inbuf) {
+                let t = self.stats_on.then(Instant::now);
+                let sock = if i == lids {
+                    &self.shared.ack
+                } else {
+                    &self.shared.socks[i]
+                };
+                let got = sock.recv_from(&mut self.inbuf);
+                if let Some(t) = t {
+                    self.drv.recv_ns += t.elapsed().as_nanos() as u64;
+                }
+                match got {
                     Ok((n, from)) => {
                         // Only from the address the source rank published (its first
                         // port), on whichever of our LIDs it chose.
                         let d = &self.inbuf[..n];
                         let src =
                             (n >= 12).then(|| u32::from_le_bytes(d[8..12].try_into().unwrap()));
-                        let known =
-                            src.and_then(|s| self.sources.get(s as usize).copied().flatten());
+                        let from_list = if i == lids {
+                            &self.ack_addrs
+                        } else {
+                            &self.sources
+                        };
+                        let known = src.and_then(|s| from_list.get(s as usize).copied().flatten());
                         if known == Some(from) {
-                            self.received_per_lid[lid] += 1;
+                            if i < lids {
+                                self.received_per_lid[i] += 1;
+                            } else {
+                                self.drv.acks_received += 1;
+                            }
+                            let t = self.stats_on.then(Instant::now);
                             self.ep.handle_datagram(now, d);
+                            if let Some(t) = t {
+                                self.drv.handle_ns += t.elapsed().as_nanos() as u64;
+                                self.drv.received += 1;
+                            }
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
@@ -549,7 +866,7 @@ impl PmTransport {
             let cap = Duration::from_millis(5);
             let wait = until.unwrap_or(cap).min(cap);
             if !wait.is_zero() {
-                self.shared.wait(wait);
+                self.wait(wait);
             }
         }
     }
@@ -698,12 +1015,13 @@ impl PmTransport {
             if let Some(e) = self.ep.take_error() {
                 return self.abandon(inflight, Err(e));
             }
-            let before = self.received_per_lid.iter().sum::<u64>();
+            let arrived = |t: &Self| t.received_per_lid.iter().sum::<u64>() + t.drv.acks_received;
+            let before = arrived(self);
             if let Err(e) = self.receive_datagrams(now) {
                 break Err(e);
             }
             self.stash_received();
-            if self.received_per_lid.iter().sum::<u64>() == before {
+            if arrived(self) == before {
                 // Nothing came: sleep until a datagram does or a timer is due.
                 let until = self
                     .ep
@@ -712,7 +1030,7 @@ impl PmTransport {
                 let cap = Duration::from_millis(10);
                 let wait = until.unwrap_or(cap).min(cap);
                 if !wait.is_zero() {
-                    self.shared.wait(wait);
+                    self.wait(wait);
                 }
             }
         };
@@ -767,6 +1085,31 @@ impl Drop for PmTransport {
             self.shared.sleep(0, Duration::from_millis(1));
         }
         self.shared.notify();
+        if self.stats_on {
+            let (l, p, mut d) = (self.ep.link_stats(), self.ep.stats(), self.drv);
+            d.sleeps += self.shared.sleeps.load(Ordering::Relaxed);
+            d.sleep_ns += self.shared.sleep_ns.load(Ordering::Relaxed);
+            let ms = |ns: u64| ns as f64 / 1e6;
+            say(&format!(
+                "pm: rank {} stats: link {l:?}\npm: rank {} stats: endpoint {p:?}\n\
+                 pm: rank {} stats: driver sent {} datagrams {} bytes in {:.1} ms, \
+                 received {} ({} on the ACK path) in {:.1} ms + handled in {:.1} ms, \
+                 encode {:.1} ms, {} sleeps {:.1} ms\n",
+                self.ep.me(),
+                self.ep.me(),
+                self.ep.me(),
+                d.sent,
+                d.sent_bytes,
+                ms(d.send_ns),
+                d.received,
+                d.acks_received,
+                ms(d.recv_ns),
+                ms(d.handle_ns),
+                ms(d.encode_ns),
+                d.sleeps,
+                ms(d.sleep_ns)
+            ));
+        }
         if let Some(dir) = &self.ckpt.cfg.dir {
             // The count where the images are, for scripts and tests (stderr lines of
             // several ranks may interleave).
@@ -1013,6 +1356,8 @@ mod tests {
             ("TSUNAGI_PM_CHECKPOINT", "soon"),
             ("TSUNAGI_PM_RDMA", "2"),
             ("TSUNAGI_PM_RDMA_PIECE", "100000"),
+            ("TSUNAGI_PM_GIVE_UP", "0"),
+            ("TSUNAGI_PM_STATS", "yes"),
         ] {
             let e = PmTransportConfig::from_env(env(&[bad])).unwrap_err();
             assert!(e.starts_with(bad.0), "{e}");

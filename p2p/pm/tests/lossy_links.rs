@@ -44,16 +44,26 @@ fn run(imp: Impairments, cfg: LinkConfig, n: u64, seed: u64) -> Outcome {
                 pushed[me] += 1;
             }
             while link.poll_transmit(now, &mut buf) {
-                net.send(now, 1 - me, buf.clone());
+                // A train goes as datagrams of one fragment each, impaired one by one.
+                let step = if link.train() == 0 {
+                    buf.len()
+                } else {
+                    link.train()
+                };
+                for d in buf.chunks(step) {
+                    net.send(now, 1 - me, d.to_vec());
+                }
             }
         }
         for (to, d) in net.arrived(now) {
-            let Ok(p) = wire::decode(&d) else { continue };
-            // What the driver checks before a packet reaches a link.
-            if p.dst != to as u32 || p.src != 1 - to as u32 || p.epoch != epochs[1 - to] {
-                continue;
+            for p in wire::packets(&d) {
+                let Ok(p) = p else { break };
+                // What the driver checks before a packet reaches a link.
+                if p.dst != to as u32 || p.src != 1 - to as u32 || p.epoch != epochs[1 - to] {
+                    continue;
+                }
+                links[to].on_packet(now, &p);
             }
-            links[to].on_packet(now, &p);
         }
         for (me, link) in links.iter_mut().enumerate() {
             while let Some(f) = link.pop_delivered() {
@@ -137,6 +147,39 @@ fn loss_reorder_duplication_corruption() {
             s.retransmitted > 0 && s.duplicates > 0 && s.nacks_sent > 0,
             "{s:?}"
         );
+    }
+}
+
+/// Packets larger than the path's datagram go as trains of FRAG packets; each fragment is
+/// lost, duplicated, corrupted and reordered on its own, and every packet is reassembled
+/// exactly once, in order.
+#[test]
+fn fragments_under_loss_reordering_duplication_corruption() {
+    let cfg = LinkConfig {
+        max_datagram: 400,
+        ..Default::default()
+    };
+    let clean = Impairments {
+        delay: NET_DELAY,
+        ..Default::default()
+    };
+    let o = run(clean, cfg, 500, 11);
+    assert_exactly_once_in_order(&o, 500, "fragments, clean");
+    let s = o.links[0].stats();
+    assert_eq!((s.data_sent, s.retransmitted), (500, 0), "{s:?}");
+    let imp = Impairments {
+        loss: 0.03,
+        duplicate: 0.05,
+        corrupt: 0.02,
+        delay: NET_DELAY,
+        jitter: Duration::from_micros(300),
+    };
+    for seed in 1..=2 {
+        let o = run(imp, cfg, 1000, seed);
+        assert_exactly_once_in_order(&o, 1000, &format!("fragments impaired, seed {seed}"));
+        assert!(o.net.dropped > 0 && o.net.duplicated > 0 && o.net.corrupted > 0);
+        let s = o.links[0].stats();
+        assert!(s.retransmitted > 0 && s.duplicates > 0, "{s:?}");
     }
 }
 
@@ -289,4 +332,84 @@ fn bogus_acks_and_wrapped_sequence_numbers() {
     assert!(a.is_stable());
     assert_eq!(a.save().next_seq, 14);
     assert_eq!(b.save().expected, 14);
+}
+
+/// Heavy oversubscription: the owner of the sending link does not run for far longer than
+/// the give-up time (descheduled, or computing without polling). On its return the peer
+/// gets its retransmissions and time to answer; it is not declared failed at once.
+#[test]
+fn own_stall_is_not_the_peers_silence() {
+    let cfg = LinkConfig {
+        give_up_after: Duration::from_millis(300),
+        ..Default::default()
+    };
+    let mut a = Link::new(0, 1, 7, cfg);
+    let mut b = Link::new(1, 0, 8, cfg);
+    a.push(vec![1, 2, 3]);
+    let mut now = Instant::now();
+    let mut buf = Vec::new();
+    assert!(a.poll_transmit(now, &mut buf)); // lost
+                                             // A 10 s stall of our own, then the peer answers within a few retransmissions.
+    now += Duration::from_secs(10);
+    let mut delivered = 0;
+    for _ in 0..50 {
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        assert!(!a.failed(), "declared failed right after our own stall");
+        while b.pop_delivered().is_some() {
+            delivered += 1;
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(delivered, 1);
+    assert!(a.is_stable());
+}
+
+/// A receiver that is alive but cannot take the data (its delivery queue is full for
+/// longer than the give-up time) keeps answering, so the sender does not give up on it.
+#[test]
+fn receiver_not_ready_is_not_failed() {
+    let cfg = LinkConfig {
+        give_up_after: Duration::from_millis(200),
+        ..Default::default()
+    };
+    let mut a = Link::new(0, 1, 7, cfg);
+    let mut b = Link::new(1, 0, 8, LinkConfig { rx_limit: 1, ..cfg });
+    a.push(vec![1]);
+    a.push(vec![2]);
+    let mut now = Instant::now();
+    let mut buf = Vec::new();
+    for _ in 0..2000 {
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        assert!(!a.failed(), "a slow receiver was declared failed");
+        now += Duration::from_millis(1);
+    }
+    // 2 s later (ten give-up times) the consumer takes its frames and all arrive.
+    let mut got = Vec::new();
+    for _ in 0..2000 {
+        while let Some(f) = b.pop_delivered() {
+            got.push(f[0]);
+        }
+        while a.poll_transmit(now, &mut buf) {
+            b.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        while b.poll_transmit(now, &mut buf) {
+            a.on_packet(now, &wire::decode(&buf).unwrap());
+        }
+        if got.len() == 2 && a.is_stable() {
+            break;
+        }
+        now += Duration::from_millis(1);
+    }
+    assert_eq!(got, vec![1, 2]);
+    assert!(!a.failed());
 }

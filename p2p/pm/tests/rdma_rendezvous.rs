@@ -18,10 +18,11 @@ const FIN: u8 = 2;
 const SMALL: u8 = 3;
 const SIZES: [usize; 6] = [1 << 20, 100_000, 3 * 8192 + 1, 40_000, (1 << 20) + 17, 1];
 
-fn pair(faults: Faults) -> (PmTransport, PmTransport) {
+fn pair(faults: Faults, mtu: Option<usize>) -> (PmTransport, PmTransport) {
     let mut cfg = PmTransportConfig::from_env(|_| None).unwrap();
     cfg.interface = Some("127.0.0.1".into());
     cfg.faults = faults;
+    cfg.mtu = mtu;
     let mut a = PmTransport::bind(0, 2, &cfg).unwrap();
     let mut b = PmTransport::bind(1, 2, &cfg).unwrap();
     let ca = tsunagi_pm::parse_card(&a.card()).unwrap();
@@ -142,8 +143,8 @@ fn rank(mut t: PmTransport, me: Rank) -> (PmStats, LinkStats, usize) {
     stats
 }
 
-fn both_ways(faults: Faults) -> [(PmStats, LinkStats); 2] {
-    let (a, b) = pair(faults);
+fn both_ways(faults: Faults, mtu: Option<usize>) -> [(PmStats, LinkStats); 2] {
+    let (a, b) = pair(faults, mtu);
     let tb = std::thread::spawn(move || rank(b, 1));
     let (sa, la, pa) = rank(a, 0);
     let (sb, lb, pb) = tb.join().unwrap();
@@ -155,7 +156,7 @@ fn both_ways(faults: Faults) -> [(PmStats, LinkStats); 2] {
 #[test]
 fn rdma_reads_land_in_the_receive_buffer() {
     let t0 = Instant::now();
-    let t = both_ways(Faults::default());
+    let t = both_ways(Faults::default(), None);
     let s = t[0].0;
     eprintln!("{:?} {s:?}", t0.elapsed());
     let total: u64 = SIZES.iter().sum::<usize>() as u64;
@@ -172,7 +173,25 @@ fn rdma_reads_under_five_percent_loss_duplication_and_reordering() {
         duplicate: 0.05,
         reorder: 0.05,
     };
-    let t = both_ways(faults);
+    let t = both_ways(faults, None);
+    let s = t[1].1;
+    assert!(s.retransmitted > 0 && s.duplicates > 0, "{s:?}");
+}
+
+/// With a 1500-byte path MTU every PULL reply larger than a datagram goes as a train of
+/// fragments (by UDP segmentation offload where the kernel has it, read back coalesced
+/// by GRO); clean, and with 5 % of the fragments lost, duplicated or held back.
+#[test]
+fn rdma_reads_in_trains_of_fragments() {
+    let t = both_ways(Faults::default(), Some(1500));
+    let total: u64 = SIZES.iter().sum::<usize>() as u64;
+    assert_eq!(t[0].0.rdma_bytes_pulled, total);
+    let faults = Faults {
+        drop: 0.05,
+        duplicate: 0.05,
+        reorder: 0.05,
+    };
+    let t = both_ways(faults, Some(1500));
     let s = t[1].1;
     assert!(s.retransmitted > 0 && s.duplicates > 0, "{s:?}");
 }

@@ -77,6 +77,17 @@ fn clean_loopback() {
         t[0].endpoint().link_stats(),
         t[0].endpoint().stats()
     );
+    // Acknowledgements travel on their own path: ACKs came in on the acknowledgement
+    // socket, and the data socket carried no more datagrams than the peer's data packets.
+    for me in 0..2 {
+        let peer = t[1 - me].endpoint().link_stats();
+        let (acks, data) = (t[me].acks_received(), t[me].received_per_lid()[0]);
+        assert!(acks > 0 && acks <= peer.acks_sent, "{acks} {peer:?}");
+        assert!(
+            data <= peer.data_sent + peer.retransmitted,
+            "{data} {peer:?}"
+        );
+    }
 }
 
 #[test]
