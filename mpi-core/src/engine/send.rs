@@ -307,7 +307,7 @@ mod tests {
             assert_eq!((a.hdr.tag, a.hdr.cookie), (7, id.0 as u64));
             let sync = mode == SendMode::Synchronous;
             assert_eq!(a.hdr.flags & FLAG_SYNC != 0, sync);
-            assert!(matches!(a.body, SendBody::Data { complete } if complete == !sync));
+            assert!(matches!(a.body, SendBody::Data { complete } if complete != sync));
             assert!(!e.is_done(id), "completes only once the driver sent it");
         }
         assert_eq!(asked.get(), 0, "an eager send never asks for single copy");
