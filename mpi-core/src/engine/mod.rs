@@ -15,10 +15,12 @@ use tsunagi_p2p::{Header, P2pError, Rank, Router};
 
 mod core;
 mod device;
+mod lean_recv;
 mod matching;
 mod requests;
 mod tools_view;
 use device::{DeviceArrival, DeviceRecv};
+pub(crate) use lean_recv::RecvArgs;
 use matching::Body;
 #[doc(hidden)]
 pub use matching::{Arrived, Posted, Queues};
