@@ -92,7 +92,7 @@ impl Engine {
             }
             Phase::Done => {
                 let st = req.status;
-                self.core.reqs.remove(id.0);
+                self.core.reqs.delete(id.0);
                 Ok(Some(st))
             }
             Phase::Inactive => Ok(Some(Status::EMPTY)),

@@ -370,19 +370,23 @@ impl Runtime {
     /// Like [`Runtime::wait`], but a truncation is reported in the status, not as an
     /// error (for MPI_Waitall's MPI_ERR_IN_STATUS handling).
     pub fn wait_raw(&self, call: &str, id: ReqId) -> MpiResult<Status> {
+        let invalid = || MpiError::new(ErrorClass::Request, format!("{call}: invalid request"));
+        if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
+            // The common case of a blocking receive or a wait on a small message: done
+            // already, or after one progress pass, all under one lock.
+            let mut e = self.lock();
+            if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+                return Ok(st);
+            }
+            e.progress()?;
+            if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+                return Ok(st);
+            }
+        }
         let mut out = None;
         self.block_until(|e| {
-            if !e.request_exists(id) {
-                return Err(MpiError::new(
-                    ErrorClass::Request,
-                    format!("{call}: invalid request"),
-                ));
-            }
-            if e.is_done(id) {
-                out = e.test(id)?;
-                return Ok(true);
-            }
-            Ok(false)
+            out = e.collect(id).map_err(|()| invalid())?;
+            Ok(out.is_some())
         })?;
         Ok(out.unwrap_or(Status::EMPTY))
     }
