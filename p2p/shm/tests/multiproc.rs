@@ -532,7 +532,8 @@ fn dead_peer_reported_when_ring_stays_full() {
                         break;
                     }
                 }
-                assert!(accepted <= 4);
+                // A 5-byte message takes one 64-byte line; one line stays spare.
+                assert!(accepted < 4 * 16448 / 64);
                 assert!(
                     Instant::now() < deadline,
                     "dead peer (pid {pid}) never reported"

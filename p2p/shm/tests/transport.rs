@@ -208,8 +208,9 @@ fn fifo_wraparound_and_full_ring() {
         // Records take the lines their size needs (1 to 4 here), so how many fit after a
         // partial drain varies; a drained ring always takes at least one.
         assert!(k >= freed, "round {round}: {k} fitted");
+        // A record at least as large as the one refused finds no room either.
         assert!(
-            !t[0].try_send(11, &Header::default(), b"").unwrap(),
+            !t[0].try_send(11, &Header::default(), &[0; 199]).unwrap(),
             "still full"
         );
         // Consume a varying number so head and tail wrap at different phases.
