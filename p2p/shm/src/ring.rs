@@ -170,6 +170,8 @@ unsafe fn copy_payload(src: &[u8], dst: *mut u8) {
 pub struct Producer {
     ring: RingRef,
     head: u64,
+    /// `head % lines`, kept so that the hot path needs no division.
+    at: u64,
     cached_tail: u64,
 }
 
@@ -180,6 +182,7 @@ impl Producer {
         Producer {
             ring,
             head: t,
+            at: t % ring.lines,
             cached_tail: t,
         }
     }
@@ -192,7 +195,8 @@ impl Producer {
         debug_assert!(payload.len() <= self.ring.max_payload());
         let lines = self.ring.lines;
         let k = record_lines(payload.len());
-        let at = self.head % lines;
+        let mut at = self.at;
+        debug_assert_eq!(at, self.head % lines);
         // Lines to skip at the end of the lap when the record does not fit before it.
         let skip = if at + k > lines { lines - at } else { 0 };
         // The record, the skip, and the spare line whose stamp is cleared.
@@ -207,9 +211,9 @@ impl Producer {
             ring.stamp_at(at)
                 .store(stamp(self.head, SKIP), Ordering::Release);
             self.head += skip;
+            at = 0;
         }
-        let at = self.head % lines;
-        let next = (at + k) % lines;
+        let next = if at + k == lines { 0 } else { at + k };
         let cell = ring.line(at);
         // SAFETY: lines `at .. at + k` and line `next` are ours: the consumer released
         // them (its tail, loaded with Acquire, is at least `head + need - lines`, so its
@@ -227,6 +231,7 @@ impl Producer {
                 .store(stamp(self.head, payload.len() as u64), Ordering::Release);
         }
         self.head += k;
+        self.at = next;
         true
     }
 
@@ -268,6 +273,8 @@ impl Producer {
 pub struct Consumer {
     ring: RingRef,
     tail: u64,
+    /// `tail % lines`, kept so that the hot path needs no division.
+    at: u64,
     half: u64,
 }
 
@@ -287,6 +294,7 @@ impl Consumer {
         Consumer {
             ring,
             tail: t,
+            at: t % ring.lines,
             half: (ring.lines / 2).max(1),
         }
     }
@@ -294,10 +302,7 @@ impl Consumer {
     /// True if a message is ready (one Acquire load of the next stamp; a skip counts).
     #[cfg(test)]
     pub fn ready(&self) -> bool {
-        let st = self
-            .ring
-            .stamp_at(self.tail % self.ring.lines)
-            .load(Ordering::Acquire);
+        let st = self.ring.stamp_at(self.at).load(Ordering::Acquire);
         (st >> 32) as u32 == self.tail.wrapping_add(1) as u32
     }
 
@@ -311,7 +316,8 @@ impl Consumer {
         let before = self.tail;
         let mut drained = false;
         while count < max {
-            let at = self.tail % lines;
+            let at = self.at;
+            debug_assert_eq!(at, self.tail % lines);
             let st = ring.stamp_at(at).load(Ordering::Acquire);
             if (st >> 32) as u32 != self.tail.wrapping_add(1) as u32 {
                 drained = true;
@@ -320,6 +326,7 @@ impl Consumer {
             let len = st & 0xffff_ffff;
             if len == SKIP {
                 self.tail += lines - at;
+                self.at = 0;
                 continue;
             }
             // A well-behaved producer never exceeds the capacity nor the end of the area;
@@ -339,7 +346,10 @@ impl Consumer {
                 )
             };
             f(&hdr, payload);
-            self.tail += record_lines(len);
+            let k = record_lines(len);
+            self.tail += k;
+            // k <= lines - at (the clamp above).
+            self.at = if at + k == lines { 0 } else { at + k };
             count += 1;
         }
         let mut wake_producer = false;
