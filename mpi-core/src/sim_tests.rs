@@ -711,5 +711,6 @@ fn communicators_do_not_match_each_other() {
 
 mod device;
 mod lean;
+mod lean_recv;
 mod ordering;
 mod random;

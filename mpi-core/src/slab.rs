@@ -55,6 +55,20 @@ impl<T> Slab<T> {
         v
     }
 
+    /// Drop the value under `i` in place (no move out of the slot); its key becomes free.
+    /// Returns whether there was one.
+    #[inline]
+    pub fn delete(&mut self, i: u32) -> bool {
+        match self.slots.get_mut(i as usize) {
+            Some(slot @ Some(_)) => {
+                *slot = None;
+                self.free.push(i);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// The key of the first value (lowest key) for which `f` is true.
     pub fn find(&self, mut f: impl FnMut(&T) -> bool) -> Option<u32> {
         self.slots

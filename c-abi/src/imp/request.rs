@@ -167,10 +167,43 @@ pub(crate) fn waitall(
     // SAFETY: MPI requires an array of `count` requests.
     let reqs = unsafe { h::slice_mut("array_of_requests", reqs, n)? };
     let r = h::runtime("MPI_Waitall")?;
-    let ids = decode_all(reqs)?;
-    let sts = r.waitall("MPI_Waitall", &ids)?;
+    // Every handle is checked before anything is collected; then the core reads them from
+    // the caller's array and the statuses go straight into the caller's array (no copies,
+    // no allocation).
+    for (i, &q) in reqs.iter().enumerate() {
+        h::element("array_of_requests", i, |name| h::request(name, q))?;
+    }
+    let mut out = statuses(stats, n)?;
+    // Indices of failed requests (rare): MPI_ERR_IN_STATUS then sets every MPI_ERROR.
+    let mut failed: Vec<usize> = Vec::new();
+    r.waitall_with(
+        "MPI_Waitall",
+        n,
+        |i| h::request("array_of_requests", reqs[i]).ok().flatten(),
+        |i, st| {
+            if st.error != 0 {
+                failed.push(i);
+            }
+            if let Some(o) = out.as_deref_mut() {
+                fill_status(&mut o[i], &st, st.error != 0);
+            }
+        },
+    )?;
     reqs.iter_mut().for_each(retire);
-    finish_all(&sts, statuses(stats, n)?)
+    if failed.is_empty() {
+        return Ok(());
+    }
+    if let Some(o) = out {
+        for (i, s) in o.iter_mut().enumerate() {
+            if !failed.contains(&i) {
+                s.MPI_ERROR = 0;
+            }
+        }
+    }
+    Err(err(
+        ErrorClass::InStatus,
+        "a request failed (see the statuses)",
+    ))
 }
 
 pub(crate) fn testall(

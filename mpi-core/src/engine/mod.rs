@@ -18,6 +18,7 @@ use tsunagi_p2p::{Header, P2pError, Rank, ReadId, Router};
 mod bsend;
 mod core;
 mod device;
+mod lean_recv;
 mod matching;
 mod requests;
 mod send;
@@ -25,6 +26,7 @@ mod tools_view;
 #[doc(hidden)]
 pub use bsend::{BufferScope, ScopedBuffers};
 use device::{DeviceArrival, DeviceRecv};
+pub(crate) use lean_recv::RecvArgs;
 use matching::Body;
 pub use matching::{Arrived, Posted, Queues};
 use send::SendAction;

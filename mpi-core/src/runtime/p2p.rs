@@ -177,7 +177,56 @@ impl Runtime {
         comm: CommId,
     ) -> MpiResult<ReqId> {
         let mut e = self.lock();
+        if let Some(id) = Self::recv_lean(&mut e, buf, count, dtype, source, tag, comm)? {
+            return Ok(id);
+        }
         self.start_new(&mut e, call, None, buf, count, dtype, source, tag, comm)
+    }
+
+    /// The lean path of a receive: the checks of [`Runtime::make_request`] in their cheap
+    /// form, one communicator lookup, and the receive posted (or matched) at once by
+    /// `Engine::post_recv`. `None`: an argument the general path must look at (it also
+    /// reports any error) or a source of MPI_PROC_NULL; nothing happened.
+    #[inline]
+    #[allow(clippy::too_many_arguments)]
+    fn recv_lean(
+        e: &mut Engine,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<Option<ReqId>> {
+        if count < 0
+            || (source < 0 && source != ANY_SOURCE)
+            || (tag < 0 && tag != ANY_TAG)
+            || tag > tag_ub()
+            || !dtype.is_committed()
+            || (buf.is_null() && count > 0)
+        {
+            return Ok(None);
+        }
+        let Some(c) = e.core.comm(comm) else {
+            return Ok(None);
+        };
+        let src_world = if source == ANY_SOURCE {
+            crate::engine::ANY_WORLD
+        } else if (source as usize) < c.peer_size() {
+            c.peer_group().world_rank(source as usize)
+        } else {
+            return Ok(None);
+        };
+        let args = crate::engine::RecvArgs {
+            buf: Buf(buf),
+            count: count as usize,
+            comm,
+            peer: source,
+            src_world,
+            tag,
+            context: c.context,
+        };
+        e.post_recv(args, dtype).map(Some)
     }
 
     /// MPI_Send / MPI_Ssend / MPI_Rsend / MPI_Bsend.
@@ -321,19 +370,23 @@ impl Runtime {
     /// Like [`Runtime::wait`], but a truncation is reported in the status, not as an
     /// error (for MPI_Waitall's MPI_ERR_IN_STATUS handling).
     pub fn wait_raw(&self, call: &str, id: ReqId) -> MpiResult<Status> {
+        let invalid = || MpiError::new(ErrorClass::Request, format!("{call}: invalid request"));
+        if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
+            // The common case of a blocking receive or a wait on a small message: done
+            // already, or after one progress pass, all under one lock.
+            let mut e = self.lock();
+            if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+                return Ok(st);
+            }
+            e.progress()?;
+            if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+                return Ok(st);
+            }
+        }
         let mut out = None;
         self.block_until(|e| {
-            if !e.request_exists(id) {
-                return Err(MpiError::new(
-                    ErrorClass::Request,
-                    format!("{call}: invalid request"),
-                ));
-            }
-            if e.is_done(id) {
-                out = e.test(id)?;
-                return Ok(true);
-            }
-            Ok(false)
+            out = e.collect(id).map_err(|()| invalid())?;
+            Ok(out.is_some())
         })?;
         Ok(out.unwrap_or(Status::EMPTY))
     }
@@ -341,15 +394,16 @@ impl Runtime {
     /// MPI_Test: Some(status) when complete.
     pub fn test(&self, call: &str, id: ReqId) -> MpiResult<Option<Status>> {
         let mut e = self.step()?;
-        if !e.request_exists(id) {
-            return Err(MpiError::new(
+        match e.collect(id) {
+            Err(()) => Err(MpiError::new(
                 ErrorClass::Request,
                 format!("{call}: invalid request"),
-            ));
-        }
-        match e.test(id)? {
-            Some(st) => self.collected_status(call, id, st).map(Some),
-            None => Ok(None),
+            )),
+            Ok(Some(st)) => {
+                drop(e);
+                self.collected_status(call, id, st).map(Some)
+            }
+            Ok(None) => Ok(None),
         }
     }
 
@@ -373,63 +427,101 @@ impl Runtime {
     /// empty status. Truncation shows in the statuses' `error` fields.
     pub fn waitall(&self, call: &str, ids: &[Option<ReqId>]) -> MpiResult<Vec<Status>> {
         let mut out = vec![Status::EMPTY; ids.len()];
+        self.waitall_with(call, ids.len(), |i| ids[i], |i, st| out[i] = st)?;
+        Ok(out)
+    }
+
+    /// MPI_Waitall over `n` requests given by `id_of(i)` (None: MPI_REQUEST_NULL, whose
+    /// status is the empty one); `put(i, status)` receives each status once, as its request
+    /// is collected. No allocation for up to 64 requests: the C interface calls this with
+    /// its handle array and the caller's status array directly.
+    pub fn waitall_with(
+        &self,
+        call: &str,
+        n: usize,
+        id_of: impl Fn(usize) -> Option<ReqId>,
+        mut put: impl FnMut(usize, Status),
+    ) -> MpiResult<()> {
+        let invalid = |i: usize| {
+            MpiError::new(
+                ErrorClass::Request,
+                format!("{call}: invalid request at index {i}"),
+            )
+        };
+        // Indices still to collect: on the stack for a window of up to 64.
+        let mut small = [0u32; 64];
+        let mut big = Vec::new();
+        let left: &mut [u32] = if n <= small.len() {
+            &mut small[..n]
+        } else {
+            big.resize(n, 0);
+            &mut big
+        };
+        let mut nleft = 0;
         {
-            // Everything already complete (a window of eager sends): collect it under one
-            // lock, with no progress pass and no bookkeeping of what is left.
+            // What is already complete (a window of eager sends) is collected under one
+            // lock; if something is left, one progress pass under the same lock (the
+            // messages of a window of receives are usually waiting in the transport) and
+            // a second look, before the general loop.
             let mut e = self.lock();
-            let mut all_done = true;
-            for (i, id) in ids.iter().enumerate() {
-                if let Some(id) = *id {
-                    if !e.request_exists(id) {
-                        return Err(MpiError::new(
-                            ErrorClass::Request,
-                            format!("{call}: invalid request at index {i}"),
-                        ));
-                    }
-                    all_done &= e.is_done(id);
+            for i in 0..n {
+                match id_of(i) {
+                    None => put(i, Status::EMPTY),
+                    Some(id) => match e.collect(id).map_err(|()| invalid(i))? {
+                        Some(st) => put(i, st),
+                        None => {
+                            left[nleft] = i as u32;
+                            nleft += 1;
+                        }
+                    },
                 }
             }
-            if all_done {
-                for (o, id) in out.iter_mut().zip(ids) {
-                    if let Some(id) = *id {
-                        *o = e.test(id)?.unwrap_or(Status::EMPTY);
+            if nleft == 0 {
+                return Ok(());
+            }
+            if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
+                e.progress()?;
+                let mut k = 0;
+                while k < nleft {
+                    let i = left[k] as usize;
+                    let id = id_of(i).expect("left holds requests");
+                    match e.collect(id).map_err(|()| invalid(i))? {
+                        Some(st) => {
+                            put(i, st);
+                            nleft -= 1;
+                            left[k] = left[nleft];
+                        }
+                        None => k += 1,
                     }
                 }
-                return Ok(out);
+                if nleft == 0 {
+                    return Ok(());
+                }
             }
         }
-        let mut left: Vec<usize> = Vec::with_capacity(ids.len());
-        left.extend((0..ids.len()).filter(|&i| ids[i].is_some()));
         // Every completion bumps the engine's counter: while it stands still, nothing in
         // `left` can have finished, so a spinning wait skips the O(n) rescan.
         let mut scanned_at: Option<u64> = None;
         self.block_until(|e| {
             if scanned_at == Some(e.core.completions) {
-                // Nothing completed since the last scan: done only if that scan collected
-                // the last request.
-                return Ok(left.is_empty());
+                return Ok(nleft == 0);
             }
             scanned_at = Some(e.core.completions);
             let mut k = 0;
-            while k < left.len() {
-                let i = left[k];
-                let id = ids[i].expect("filtered");
-                if !e.request_exists(id) {
-                    return Err(MpiError::new(
-                        ErrorClass::Request,
-                        format!("{call}: invalid request at index {i}"),
-                    ));
-                }
-                if e.is_done(id) {
-                    out[i] = e.test(id)?.unwrap_or(Status::EMPTY);
-                    left.swap_remove(k);
-                } else {
-                    k += 1;
+            while k < nleft {
+                let i = left[k] as usize;
+                let id = id_of(i).expect("left holds requests");
+                match e.collect(id).map_err(|()| invalid(i))? {
+                    Some(st) => {
+                        put(i, st);
+                        nleft -= 1;
+                        left[k] = left[nleft];
+                    }
+                    None => k += 1,
                 }
             }
-            Ok(left.is_empty())
-        })?;
-        Ok(out)
+            Ok(nleft == 0)
+        })
     }
 
     /// MPI_Testall: Some(statuses) if all are complete (then all are collected), else None

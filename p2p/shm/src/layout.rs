@@ -6,7 +6,8 @@
 //! slots_offset             Slot × nlocal        (256 B each: doorbell line, info line)
 //! rings_offset             Ring × nlocal·(nlocal-1), each `ring_stride` bytes:
 //!                            RingCtl            (128 B; consumer-written tail, wait flag)
-//!                            cell × cells_per_ring (cell_bytes each, 64-B aligned):
+//!                            area of cell × cells_per_ring (cell_bytes each) in 64-B lines,
+//!                            holding records of whole lines (at most one cell each):
 //!                              CellHead (stamp u64, Header 32 B) | payload …
 //! ```
 //!
@@ -21,7 +22,7 @@ use tsunagi_p2p::{Header, HEADER_BYTES};
 /// "TSUNAGI1" in ASCII: marks a segment whose header is complete.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TSUNAGI1");
 /// Bumped whenever the layout below changes.
-pub const VERSION: u32 = 1;
+pub const VERSION: u32 = 2;
 /// Cache line size the layout is built around.
 pub const LINE: usize = 64;
 /// Distance between fields written by different processes (two lines, see module doc).
@@ -75,8 +76,8 @@ pub struct Slot {
 /// the line normally stays in the consumer's cache.
 #[repr(C, align(128))]
 pub struct RingCtl {
-    /// Number of messages the consumer has released (monotonic). Release-stored by the
-    /// consumer after it finished reading the cells; Acquire-loaded by the producer before it
+    /// Number of 64-byte lines the consumer has released (monotonic). Release-stored by
+    /// the consumer after it finished reading them; Acquire-loaded by the producer before it
     /// overwrites them.
     pub tail: AtomicU64,
     /// Set by a producer that found the ring full and may go to sleep; the consumer clears it
@@ -84,9 +85,9 @@ pub struct RingCtl {
     pub producer_waiting: AtomicU32,
 }
 
-/// First bytes of every cell. `stamp` = `(seq + 1) as u32` << 32 | payload length, Release-
-/// stored by the producer after header and payload are written: one store publishes both
-/// "this cell is full" and its length; the consumer's Acquire load makes the data visible.
+/// First bytes of every record. `stamp` = `(line position + 1) as u32` << 32 | payload
+/// length, Release-stored by the producer after header and payload are written: one store
+/// publishes both "this record is there" and its length; the consumer's Acquire load makes the data visible.
 #[repr(C)]
 pub struct CellHead {
     pub stamp: AtomicU64,

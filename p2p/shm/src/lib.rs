@@ -16,8 +16,10 @@
 //! Layout and memory ordering are documented in `layout.rs` (what lives where) and
 //! `ring.rs` (the single-producer/single-consumer protocol). In short: one segment per node,
 //! a slot per local rank (pid, CMA probe address, doorbell), one ring per ordered pair of
-//! local ranks; each cell's first cache line carries a stamp (sequence + length), the header
-//! and the first payload bytes, published with one Release store.
+//! local ranks, an area of `cells_per_ring` cells in which each message takes the 64-byte
+//! lines it needs (an 8-byte message one line, the largest one cell); each record's first
+//! cache line carries a stamp (position + length), the header and the first payload bytes,
+//! published with one Release store.
 //!
 //! Sleeping: [`Transport::event_source`] is this rank's doorbell in the segment. A sender
 //! rings it only when the receiver announced that it sleeps (one fence and one load
