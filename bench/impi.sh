@@ -49,6 +49,10 @@ cleanup() {
     ip netns del tsgimpi-a 2>/dev/null || true
     ip netns del tsgimpi-b 2>/dev/null || true
     ip link del tsgimpibr 2>/dev/null || true
+    # A veth outlives its namespace while a process still holds the namespace: without
+    # this, the next run's `ip link add` fails with "File exists".
+    ip link del tsgiva 2>/dev/null || true
+    ip link del tsgivb 2>/dev/null || true
     rm -rf "$build"
 }
 trap cleanup EXIT

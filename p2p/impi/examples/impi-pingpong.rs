@@ -1,4 +1,4 @@
-//! 8-byte ping-pong between two IMPI devices in one process over loopback TCP, driven by
+//! Ping-pong (8 bytes unless told) between two IMPI devices in one process over loopback TCP, driven by
 //! one thread (the device path alone: no MPI core). For profiling the device's per-message
 //! cost with deterministic counts (`valgrind --tool=callgrind`, `strace -c`, `perf stat`):
 //! on loopback a written packet is in the peer's socket when `writev` returns, so every
@@ -50,25 +50,33 @@ fn main() {
             devs[from]
                 .send(env, false, vec![7u8; len], token)
                 .expect("send");
-            let mut got = None;
-            while got.is_none() {
+            // Until the receiver has the whole message and the sender's send completed;
+            // a long message needs both polled (first packet, SYNCACK, then the rest).
+            let (mut got, mut received, mut done) = (0usize, false, false);
+            let mut arrival = None;
+            while !(received && done) {
                 devs[to]
-                    .poll(&mut |e| {
-                        if let DeviceEvent::Arrived { id, data, .. } = e {
-                            got = Some((id, data.len()));
+                    .poll(&mut |e| match e {
+                        DeviceEvent::Arrived {
+                            id, data, complete, ..
+                        } => {
+                            got += data.len();
+                            received |= complete;
+                            arrival = Some(id);
                         }
+                        DeviceEvent::Data { data, .. } => got += data.len(),
+                        DeviceEvent::Received { .. } => received = true,
+                        _ => {}
                     })
                     .expect("poll");
-            }
-            let (id, n) = got.expect("arrived");
-            assert_eq!(n, len);
-            devs[to].accept(id).expect("accept");
-            let mut done = false;
-            while !done {
+                if let Some(id) = arrival.take() {
+                    devs[to].accept(id).expect("accept");
+                }
                 devs[from]
                     .poll(&mut |e| done |= matches!(e, DeviceEvent::SendComplete { .. }))
                     .expect("poll");
             }
+            assert_eq!(got, len);
         }
     }
     let us = t.elapsed().as_secs_f64() * 1e6 / (2 * iters) as f64;
