@@ -45,6 +45,7 @@ impl Engine {
             context: a.context,
             packed: None,
             bsend_bytes: 0,
+            bsend_scope: BufferScope::Process,
             capacity: a.count * dtype.size(),
             expected: 0,
             received: 0,

@@ -207,7 +207,7 @@ impl Runtime {
         {
             return Ok(None);
         }
-        let Some(c) = e.core.comm(comm) else {
+        let Some(c) = e.comms().get(comm) else {
             return Ok(None);
         };
         let src_world = if source == ANY_SOURCE {
