@@ -70,47 +70,56 @@ fn advance(iov: &mut [libc::iovec], i: &mut usize, mut n: usize) {
     }
 }
 
-/// Write the buffers of `iov`, one after the other, to the file from `off`: `pwritev`
-/// calls of at most [`IOV_MAX`] buffers, short writes finished.
-///
-/// # Safety
-/// Every iovec describes readable memory that stays valid for the call.
-pub(crate) unsafe fn pwritev_full(
-    f: &File,
+/// The loop both vectored transfers share: `call(iov, n, off)` moves bytes for at most
+/// [`IOV_MAX`] buffers from `off` and returns what the system call did; interrupted calls
+/// are repeated, short ones continued; a call that moves nothing hands the buffers not yet
+/// done to `at_zero`, whose answer ends the transfer.
+fn vectored_full(
     iov: &mut [libc::iovec],
     mut off: u64,
+    mut call: impl FnMut(*const libc::iovec, libc::c_int, libc::off_t) -> isize,
+    at_zero: impl FnOnce(&[libc::iovec]) -> io::Result<()>,
 ) -> io::Result<()> {
     let mut i = 0;
     advance(iov, &mut i, 0);
     while i < iov.len() {
         let n = (iov.len() - i).min(IOV_MAX);
-        // SAFETY: the descriptor is open (borrowed File); iov[i..i + n] are valid iovecs
-        // of readable memory (caller contract).
-        let w = unsafe {
-            libc::pwritev(
-                f.as_raw_fd(),
-                iov[i..].as_ptr(),
-                n as libc::c_int,
-                off as libc::off_t,
-            )
-        };
-        if w < 0 {
+        let r = call(iov[i..].as_ptr(), n as libc::c_int, off as libc::off_t);
+        if r < 0 {
             let e = io::Error::last_os_error();
             if e.kind() == io::ErrorKind::Interrupted {
                 continue;
             }
             return Err(e);
         }
-        if w == 0 {
-            return Err(io::Error::new(
-                io::ErrorKind::WriteZero,
-                "pwritev wrote nothing",
-            ));
+        if r == 0 {
+            return at_zero(&iov[i..]);
         }
-        off += w as u64;
-        advance(iov, &mut i, w as usize);
+        off += r as u64;
+        advance(iov, &mut i, r as usize);
     }
     Ok(())
+}
+
+/// Write the buffers of `iov`, one after the other, to the file from `off`: `pwritev`
+/// calls of at most [`IOV_MAX`] buffers, short writes finished.
+///
+/// # Safety
+/// Every iovec describes readable memory that stays valid for the call.
+pub(crate) unsafe fn pwritev_full(f: &File, iov: &mut [libc::iovec], off: u64) -> io::Result<()> {
+    vectored_full(
+        iov,
+        off,
+        // SAFETY: the descriptor is open (borrowed File); the `n` iovecs from `v` are valid
+        // iovecs of readable memory (caller contract).
+        |v, n, at| unsafe { libc::pwritev(f.as_raw_fd(), v, n, at) },
+        |_| {
+            Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ))
+        },
+    )
 }
 
 /// Fill the buffers of `iov`, one after the other, from the file at `off`: `preadv` calls
@@ -118,43 +127,21 @@ pub(crate) unsafe fn pwritev_full(
 ///
 /// # Safety
 /// Every iovec describes writable memory that nothing else accesses during the call.
-pub(crate) unsafe fn preadv_full(
-    f: &File,
-    iov: &mut [libc::iovec],
-    mut off: u64,
-) -> io::Result<()> {
-    let mut i = 0;
-    advance(iov, &mut i, 0);
-    while i < iov.len() {
-        let n = (iov.len() - i).min(IOV_MAX);
+pub(crate) unsafe fn preadv_full(f: &File, iov: &mut [libc::iovec], off: u64) -> io::Result<()> {
+    vectored_full(
+        iov,
+        off,
         // SAFETY: as for pwritev_full; the memory is writable (caller contract).
-        let got = unsafe {
-            libc::preadv(
-                f.as_raw_fd(),
-                iov[i..].as_ptr(),
-                n as libc::c_int,
-                off as libc::off_t,
-            )
-        };
-        if got < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(e);
-        }
-        if got == 0 {
+        |v, n, at| unsafe { libc::preadv(f.as_raw_fd(), v, n, at) },
+        |rest| {
             // The end of the file: the rest reads as zeros.
-            for v in &iov[i..] {
+            for v in rest {
                 // SAFETY: writable memory of iov_len bytes (caller contract).
                 unsafe { std::ptr::write_bytes(v.iov_base as *mut u8, 0, v.iov_len) };
             }
-            return Ok(());
-        }
-        off += got as u64;
-        advance(iov, &mut i, got as usize);
-    }
-    Ok(())
+            Ok(())
+        },
+    )
 }
 
 /// A POSIX record lock on `[start, start + len)` of a file, released on drop. Locks of
