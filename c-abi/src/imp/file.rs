@@ -213,11 +213,46 @@ pub(crate) fn file_get_info(f: &Arc<File>, info_used: &mut MPI_Info) -> MpiResul
     Ok(())
 }
 
+/// A conversion function of the program's: the `int`-count form (MPI_Register_datarep) or
+/// the `MPI_Count` form (MPI_Register_datarep_c).
+#[derive(Clone, Copy)]
+pub(crate) enum Conversion {
+    Int(MPI_Datarep_conversion_function),
+    Count(MPI_Datarep_conversion_function_c),
+}
+
+impl Conversion {
+    /// Call it on `count` elements of `dtype` at `buf` and the file bytes at `file`; None
+    /// when the program gave no function.
+    ///
+    /// # Safety
+    /// `buf` holds `count` elements of `dtype`, `file` their file bytes (or room for them).
+    unsafe fn call(
+        self,
+        buf: *mut c_void,
+        dtype: &TypeRef,
+        count: usize,
+        file: *mut c_void,
+        extra: usize,
+    ) -> Option<c_int> {
+        let d = h::dtype_handle(dtype);
+        let extra = extra as *mut c_void;
+        // SAFETY: the program's conversion function, given what the caller vouches for and
+        // its own extra_state; position 0 because every call converts a whole request.
+        Some(unsafe {
+            match self {
+                Conversion::Int(f) => f?(buf, d, count as c_int, file, 0, extra),
+                Conversion::Count(f) => f?(buf, d, count as MPI_Count, file, 0, extra),
+            }
+        })
+    }
+}
+
 /// A data representation the program registered: its C functions.
 struct CDatarep {
     name: String,
-    read: MPI_Datarep_conversion_function,
-    write: MPI_Datarep_conversion_function,
+    read: Conversion,
+    write: Conversion,
     extent: MPI_Datarep_extent_function,
     /// The program's `extra_state` pointer, handed back to every call.
     extra: usize,
@@ -257,19 +292,17 @@ impl tsunagi_io::UserDatarep for CDatarep {
         count: usize,
         file: &[u8],
     ) -> Option<MpiResult<()>> {
-        let f = self.read?;
-        // SAFETY: the program's read conversion: `buf` holds `count` elements of `dtype`
-        // (the caller's contract), `file` their file bytes; the function only reads `file`.
+        // SAFETY: `buf` holds `count` elements of `dtype` (the caller's contract), `file`
+        // their file bytes; a read conversion only reads `file`.
         let rc = unsafe {
-            f(
+            self.read.call(
                 buf as *mut c_void,
-                h::dtype_handle(dtype),
-                count as c_int,
+                dtype,
+                count,
                 file.as_ptr() as *mut c_void,
-                0,
-                self.extra as *mut c_void,
+                self.extra,
             )
-        };
+        }?;
         Some(if rc == MPI_SUCCESS {
             Ok(())
         } else {
@@ -284,25 +317,45 @@ impl tsunagi_io::UserDatarep for CDatarep {
         count: usize,
         file: &mut [u8],
     ) -> Option<MpiResult<()>> {
-        let f = self.write?;
-        // SAFETY: the program's write conversion: `buf` holds `count` elements of `dtype`
-        // (the caller's contract), `file` has room for their file bytes.
+        // SAFETY: `buf` holds `count` elements of `dtype` (the caller's contract), `file`
+        // has room for their file bytes.
         let rc = unsafe {
-            f(
+            self.write.call(
                 buf as *mut c_void,
-                h::dtype_handle(dtype),
-                count as c_int,
+                dtype,
+                count,
                 file.as_mut_ptr() as *mut c_void,
-                0,
-                self.extra as *mut c_void,
+                self.extra,
             )
-        };
+        }?;
         Some(if rc == MPI_SUCCESS {
             Ok(())
         } else {
             Err(conversion_error("write conversion", &self.name, rc))
         })
     }
+}
+
+/// MPI_Register_datarep and MPI_Register_datarep_c (`call` names which).
+pub(crate) fn register_datarep_of(
+    call: &str,
+    name: &str,
+    read: Conversion,
+    write: Conversion,
+    extent: MPI_Datarep_extent_function,
+    extra: *mut c_void,
+) -> MpiResult<()> {
+    register_user_datarep(
+        call,
+        name,
+        Arc::new(CDatarep {
+            name: name.to_string(),
+            read,
+            write,
+            extent,
+            extra: extra as usize,
+        }),
+    )
 }
 
 /// MPI_Register_datarep.
@@ -313,16 +366,13 @@ pub(crate) fn register_datarep(
     extent: MPI_Datarep_extent_function,
     extra: *mut c_void,
 ) -> MpiResult<()> {
-    register_user_datarep(
+    register_datarep_of(
         "MPI_Register_datarep",
         name,
-        Arc::new(CDatarep {
-            name: name.to_string(),
-            read,
-            write,
-            extent,
-            extra: extra as usize,
-        }),
+        Conversion::Int(read),
+        Conversion::Int(write),
+        extent,
+        extra,
     )
 }
 
