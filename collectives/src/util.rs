@@ -194,6 +194,9 @@ impl<'a> Ctx<'a> {
     /// Whether the communicator spans several nodes with several ranks on at least one:
     /// the case where hierarchical algorithms pay off.
     pub fn is_hierarchical(&mut self) -> MpiResult<bool> {
+        if crate::wan::flat_across_sites(self)? {
+            return Ok(false);
+        }
         let nodes = self.nodes()?;
         Ok(spans_nodes(&nodes))
     }

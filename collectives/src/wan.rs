@@ -487,8 +487,31 @@ pub enum Mode {
     Flat,
 }
 
-/// The mode of this process (read once from `TSUNAGI_WAN_COLL` and `TSUNAGI_IMPI_PEERS`).
+/// A mode set by [`set_mode`] (0: none, else 1 + the mode's index).
+static MODE_SET: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Replace the mode for the calls that follow (None: back to the environment's), for
+/// benchmarks that compare the algorithms in one job (`wan_bench`): every rank must set the
+/// same mode between the same two collective calls, with no collective in flight.
+pub fn set_mode(m: Option<Mode>) {
+    let v = match m {
+        None => 0,
+        Some(Mode::Wan) => 1,
+        Some(Mode::Impi) => 2,
+        Some(Mode::Flat) => 3,
+    };
+    MODE_SET.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+/// The mode of this process: [`set_mode`]'s, else read once from `TSUNAGI_WAN_COLL` and
+/// `TSUNAGI_IMPI_PEERS`.
 pub fn mode() -> Mode {
+    match MODE_SET.load(std::sync::atomic::Ordering::Relaxed) {
+        1 => return Mode::Wan,
+        2 => return Mode::Impi,
+        3 => return Mode::Flat,
+        _ => {}
+    }
     static MODE: OnceLock<Mode> = OnceLock::new();
     *MODE.get_or_init(|| {
         let all_tsunagi = std::env::var("TSUNAGI_IMPI_PEERS").is_ok_and(|v| v.trim() == "tsunagi");
@@ -516,6 +539,25 @@ pub fn mode() -> Mode {
             }
         }
     })
+}
+
+/// Whether this call runs the flat algorithms (`TSUNAGI_WAN_COLL=flat`) on a communicator
+/// that spans sites. Those then choose as for ranks on separate nodes, not by the node map:
+/// a site of one node (as in the emulated sites of the tests and benchmarks) would make the
+/// node-aware algorithms site-aware by accident, while real sites have many nodes, across
+/// which a site-unaware MPI's node-aware algorithms cross the wide-area link as often as
+/// any other.
+pub(crate) fn flat_across_sites(ctx: &Ctx) -> MpiResult<bool> {
+    if mode() != Mode::Flat || ctx.size < 2 {
+        return Ok(false);
+    }
+    let map = ctx.rt.site_map();
+    if map.iter().all(|&s| s == map[0]) {
+        return Ok(false);
+    }
+    let group = ctx.rt.comm_group(ctx.comm)?;
+    let w = group.world_ranks();
+    Ok(w.iter().any(|&r| map[r as usize] != map[w[0] as usize]))
 }
 
 /// The site structure when the latency-aware algorithms apply to this call.
