@@ -8,7 +8,8 @@
 //! changes from second to second, neighbouring samples of two modes meet the same load, so
 //! their ratio is what the algorithms differ by; the table gives per mode the median
 //! sample and per mode the median of the per-round ratios to `wan` with their range (min
-//! and max over the rounds).
+//! and max over the rounds). A collective and size whose rounds would take more than
+//! `WAN_BENCH_POINT_SECONDS` (10) stops after three rounds.
 //!
 //! Modes (`modes`, comma-separated, default `wan,flat,classic,impi`):
 //! - `wan`: the latency-aware algorithms (collectives/src/wan.rs);
@@ -74,16 +75,8 @@ fn main() {
     let (me, n) = (rt.world_rank(), rt.world_size());
     let mut args = std::env::args().skip(1);
     let max: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1 << 20);
-    let iters: usize = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(8)
-        .max(1);
-    let rounds: usize = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(7)
-        .max(1);
+    let iters: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(8).max(1);
+    let rounds: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(7).max(1);
     let modes: Vec<String> = args
         .next()
         .unwrap_or_else(|| "wan,flat,classic,impi".into())
@@ -93,6 +86,12 @@ fn main() {
         .collect();
     assert!(!modes.is_empty(), "wan_bench: no modes");
     let base = modes.iter().position(|m| m == "wan").unwrap_or(0);
+    // Seconds one collective and size may take (`WAN_BENCH_POINT_SECONDS`, 10): beyond it
+    // the rounds stop after three, so that the whole run stays within a few minutes.
+    let budget: f64 = std::env::var("WAN_BENCH_POINT_SECONDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10.0);
     let w = CommId::WORLD;
     let byte = Datatype::builtin(Builtin::Byte);
     let dbl = Datatype::builtin(Builtin::Double);
@@ -106,7 +105,13 @@ fn main() {
         };
         let mut out = vec![Vec::new(); modes.len()];
         let mut k = 0;
+        // Seconds the rounds so far took (from the samples, which every rank has the same
+        // of: the same decision everywhere).
+        let mut spent = 0.0;
         for r in 0..rounds {
+            if r >= 3 && spent / r as f64 * (r + 1) as f64 > budget {
+                break; // the point's time budget: at least three rounds
+            }
             for j in 0..modes.len() {
                 let m = (r + j) % modes.len();
                 enter(&modes[m]);
@@ -139,6 +144,7 @@ fn main() {
                     .unwrap();
                 }
                 out[m].push(sum[0] / n as f64);
+                spent += sum[0] / n as f64 * 1e-6 * (it + 1) as f64;
             }
         }
         set_mode(None);

@@ -54,6 +54,7 @@ mod shmcoll;
 pub mod topo;
 mod util;
 pub mod wan;
+mod wan_nbc;
 
 pub use allgather::{allgather, allgatherv};
 pub use alltoall::{

@@ -76,8 +76,8 @@ pub struct CollRequest {
     cur: usize,
     started: bool,
     reqs: Vec<Option<ReqId>>,
-    tmps: Vec<Vec<u8>>,
-    op: Option<(Op, TypeRef)>,
+    pub(crate) tmps: Vec<Vec<u8>>,
+    pub(crate) op: Option<(Op, TypeRef)>,
     /// Collectives run after this one's rounds, in order (an intercommunicator
     /// collective's local and inter-group phases; see [`crate::inter`]).
     phases: Vec<CollRequest>,
@@ -174,7 +174,7 @@ impl CollRequest {
         }
     }
 
-    fn tmp(&mut self, len: usize) -> usize {
+    pub(crate) fn tmp(&mut self, len: usize) -> usize {
         self.tmps.push(vec![0u8; len]);
         self.tmps.len() - 1
     }
@@ -341,7 +341,7 @@ impl CollRequest {
     }
 }
 
-fn send(loc: Loc, len: usize, peer: usize) -> Step {
+pub(crate) fn send(loc: Loc, len: usize, peer: usize) -> Step {
     Step::Send {
         sub: 0,
         loc,
@@ -350,7 +350,7 @@ fn send(loc: Loc, len: usize, peer: usize) -> Step {
         peer,
     }
 }
-fn recv(loc: Loc, len: usize, peer: usize) -> Step {
+pub(crate) fn recv(loc: Loc, len: usize, peer: usize) -> Step {
     Step::Recv {
         sub: 0,
         loc,
@@ -366,6 +366,9 @@ pub fn ibarrier(rt: &Runtime, comm: CommId) -> MpiResult<CollRequest> {
         return crate::inter::ibarrier(rt, comm);
     }
     rt.check_comm_id("MPI_Ibarrier", comm)?;
+    if let Some(r) = crate::wan_nbc::ibarrier(rt, comm)? {
+        return Ok(r); // across sites (wan_nbc.rs)
+    }
     let (me, n) = (rt.comm_rank(comm)?, rt.comm_size(comm)?);
     let mut r = CollRequest::new(rt, comm)?;
     let z = r.tmp(1);
@@ -422,8 +425,14 @@ pub unsafe fn ibcast(
     check_type(call, dtype)?;
     let root = check_root(call, root, n)?;
     check_buf(call, "buffer", buf, count, dtype)?;
-    let mut r = CollRequest::new(rt, comm)?;
     let len = count * dtype.size();
+    if n > 1 && len > 0 {
+        // SAFETY: forwarded caller contract (checked above).
+        if let Some(r) = unsafe { crate::wan_nbc::ibcast(rt, comm, buf, count, dtype, root)? } {
+            return Ok(r); // across sites (wan_nbc.rs)
+        }
+    }
+    let mut r = CollRequest::new(rt, comm)?;
     if n == 1 || len == 0 {
         return Ok(r);
     }
@@ -1269,7 +1278,7 @@ fn reduce_rounds(
     }
 }
 
-fn red_checks(call: &str, count: i64, dtype: &TypeRef, op: &Op) -> MpiResult<usize> {
+pub(crate) fn red_checks(call: &str, count: i64, dtype: &TypeRef, op: &Op) -> MpiResult<usize> {
     let c = check_count(call, count)?;
     check_type(call, dtype)?;
     op.check(call, dtype)?;
@@ -1457,6 +1466,14 @@ pub unsafe fn iallreduce(
         SendBuf::InPlace => recvbuf as *const u8,
         SendBuf::Ptr(s) => s,
     };
+    if n > 1 {
+        // SAFETY: forwarded caller contract (checked above).
+        if let Some(r) =
+            unsafe { crate::wan_nbc::iallreduce(rt, comm, src, recvbuf, count, dtype, op)? }
+        {
+            return Ok(r); // across sites (wan_nbc.rs)
+        }
+    }
     let mut r = CollRequest::new(rt, comm)?;
     r.op = Some((op.clone(), dtype.clone()));
     // SAFETY: caller contract.
@@ -1702,6 +1719,14 @@ unsafe fn iscan_impl(
         SendBuf::InPlace => recvbuf as *const u8,
         SendBuf::Ptr(s) => s,
     };
+    if n > 1 {
+        // SAFETY: forwarded caller contract (checked above).
+        if let Some(r) =
+            unsafe { crate::wan_nbc::iscan(rt, comm, src, recvbuf, count, dtype, op, exclusive)? }
+        {
+            return Ok(r); // across sites (wan_nbc.rs)
+        }
+    }
     let mut r = CollRequest::new(rt, comm)?;
     r.op = Some((op.clone(), dtype.clone()));
     let bytes = count * dtype.size();

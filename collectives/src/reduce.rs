@@ -1073,6 +1073,14 @@ unsafe fn scan_impl(
     unsafe { pack_into(src, count, dtype, mine.as_mut_ptr()) };
     let p = ctx.size;
     let me = ctx.rank;
+    // Across sites, small: every rank's input to every higher rank at once (wan.rs).
+    if let Some(prefix) = crate::wan::scan(&ctx, &mine, count, dtype, op, exclusive)? {
+        if let Some(v) = prefix {
+            // SAFETY: the receive buffer holds `count` elements (checked above).
+            unsafe { dtype.unpack_range(recvbuf, count, 0, &v) };
+        }
+        return Ok(());
+    }
     // `result`: the prefix to store (None until something is known, for exscan).
     if p > 1 && !exclusive && crate::impi::spans_sites(&ctx)? {
         // SAFETY: `mine` holds the packed input; the receive buffer is writable.

@@ -600,7 +600,7 @@ fn direct_max_ranks() -> usize {
 /// The largest message of a direct call (per rank pair).
 const DIRECT_MAX_BYTES: usize = 4096;
 
-fn direct(ctx: &Ctx, bytes: usize) -> bool {
+pub(crate) fn direct(ctx: &Ctx, bytes: usize) -> bool {
     ctx.size <= direct_max_ranks() && bytes <= DIRECT_MAX_BYTES
 }
 
@@ -824,6 +824,59 @@ fn split_bcast(
         }
     }
     ctx.waitall(&mut reqs)
+}
+
+const T_SCAN_DIRECT: i32 = tag::SCAN + 220;
+
+/// Scan or exscan by the direct algorithm when it applies (a small communicator and
+/// message, [`direct`]): every rank sends its packed input `mine` to every higher rank at
+/// once and combines the prefix in rank order, `((x0 op x1) op x2) ...` (the association of
+/// the chain, so any op): one wide-area crossing instead of one per site boundary in a
+/// chain. Returns None (nothing done) otherwise; the result is packed (None: exscan at
+/// rank 0, whose receive buffer stays untouched).
+pub(crate) fn scan(
+    ctx: &Ctx,
+    mine: &[u8],
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+    exclusive: bool,
+) -> MpiResult<Option<Option<Vec<u8>>>> {
+    let bytes = mine.len();
+    if bytes == 0 || ctx.size < 2 || sites(ctx)?.is_none() || !direct(ctx, bytes) {
+        return Ok(None);
+    }
+    let me = ctx.rank;
+    let mut parts = vec![0u8; (me + 1) * bytes];
+    parts[me * bytes..].copy_from_slice(mine);
+    let base = parts.as_mut_ptr();
+    let mut reqs = Vec::new();
+    for p in 0..me {
+        // SAFETY: slot p of `parts`, alive until the waitall.
+        reqs.push(unsafe { ctx.irecv(base.wrapping_add(p * bytes), bytes, p, T_SCAN_DIRECT)? });
+    }
+    for p in me + 1..ctx.size {
+        // SAFETY: `mine`, alive until the waitall.
+        reqs.push(unsafe { ctx.isend(mine.as_ptr(), bytes, p, T_SCAN_DIRECT)? });
+    }
+    ctx.waitall(&mut reqs)?;
+    let upto = if exclusive { me } else { me + 1 };
+    if upto == 0 {
+        return Ok(Some(None));
+    }
+    for i in 1..upto {
+        // SAFETY: slot 0 and slot i are disjoint ranges of `parts`, `count` elements each.
+        unsafe {
+            op.combine_left(
+                base,
+                base.wrapping_add(i * bytes) as *const u8,
+                count,
+                dtype,
+            )
+        };
+    }
+    parts.truncate(bytes);
+    Ok(Some(Some(parts)))
 }
 
 /// Reduce with a commutative op; `w` is this rank's packed input and at the root receives
