@@ -18,7 +18,9 @@
 //! - `classic`: flat with dissemination barrier, binomial bcast, recursive-doubling
 //!   allreduce and allgather and pairwise alltoall forced at every size (the textbook
 //!   algorithms of a single-cluster MPI);
-//! - `impi`: the IMPI-conformant algorithms.
+//! - `impi`: the IMPI-conformant algorithms;
+//! - `wan:PLAN`: wan with an allreduce plan forced (`coord`, `coord_rsag`, `split`,
+//!   `split_rsag`; `split` and `coord` also force that bcast).
 //!
 //! Barrier, allreduce, allgather and alltoall cannot overlap from call to call (every
 //! result needs every rank's input). A bcast from one root could (the root returns long
@@ -31,7 +33,7 @@
 //! `WAN_BENCH_ONLY=bcast,allreduce,...` runs only those collectives.
 
 use tsunagi_collectives::select::{set_algorithm, Coll};
-use tsunagi_collectives::wan::{set_mode, Mode};
+use tsunagi_collectives::wan::{force_algorithm, set_mode, Mode};
 use tsunagi_collectives::{self as coll, Op, SendBuf};
 use tsunagi_core::datatype::{Builtin, Datatype};
 use tsunagi_core::{finalize, init, CommId, ThreadLevel};
@@ -46,6 +48,17 @@ const CLASSIC: [(Coll, &str); 5] = [
 ];
 
 fn enter(mode: &str) {
+    // `wan:PLAN` forces an allreduce plan (coord, coord_rsag, split, split_rsag) or a bcast
+    // (split, coord) in wan mode: TSUNAGI_WAN_ALLREDUCE / TSUNAGI_WAN_BCAST for this mode.
+    let (mode, plan) = mode.split_once(':').unwrap_or((mode, ""));
+    let (ar, bc) = match plan {
+        "" => (None, None),
+        "split" => (Some("split"), Some("split")),
+        "coord" => (Some("coord"), Some("coord")),
+        p => (Some(p), None),
+    };
+    force_algorithm("TSUNAGI_WAN_ALLREDUCE", ar);
+    force_algorithm("TSUNAGI_WAN_BCAST", bc);
     let (m, classic) = match mode {
         "wan" => (Mode::Wan, false),
         "flat" => (Mode::Flat, false),

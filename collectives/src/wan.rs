@@ -321,15 +321,21 @@ const T_MEASURE_MULTI: i32 = tag::BARRIER + 214;
 /// Site 0's coordinator measures, with every other site at once (the links as a collective
 /// loads them):
 /// - the latency: half the faster of two zero-byte round trips with every coordinator;
-/// - one stream's rate: [`PROBE_BYTES`] to every coordinator, answered by a zero-byte
-///   message, the faster of two (the first opens the TCP window of a connection that has
+/// - one stream's rate: `m` times [`PROBE_BYTES`] to every coordinator (the bytes the
+///   `m`-stream probe moves per site pair), answered by a zero-byte message, the faster of
+///   two (the first opens the TCP window of a connection that has
 ///   carried only small messages; timing it alone measured slow start, 2-5 MB/s on a
 ///   10 ms round trip, and chose two wide-area rounds for 32 KiB allreduces);
 /// - what `m` streams per site pair get (m = the smallest site): the probe sent to each of
 ///   ranks `0..m` of every other site at once (one process pair's TCP connection each), the
 ///   faster of two; `m` streams get more across than one where a stream is limited by its
 ///   window rather than by the link (or the hosts), which is where the split algorithms
-///   pay (on the loaded 2-core test machine they do not: m streams got about what one did);
+///   pay (on the loaded 2-core test machine they do not: m streams got about what one did).
+///   Both probes move the same bytes per site pair: a probe that is short for the link is
+///   dominated by round trips and window growth, which m streams divide by m without any
+///   gain in bandwidth (session 7: 256 KiB per stream both ways made 2 streams look 1.9
+///   times one, and the split plans chosen on that were 1.1-1.6 times slower than the
+///   coordinators');
 /// - the same two figures inside site 0 with its next rank.
 ///
 /// It sends the five figures to the other coordinators, and every site broadcasts them
@@ -342,7 +348,8 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
     let mut z = [0u8; 2];
     let zs = z.as_ptr();
     let zr = z.as_mut_ptr().wrapping_add(1);
-    let mut probe = vec![0u8; PROBE_BYTES];
+    let big = PROBE_BYTES * m.max(1);
+    let mut probe = vec![0u8; big];
     let mut figures = [0f64; 5];
     // The prober side: send `bytes` to each of `to` at once and wait for every zero-byte
     // answer; the faster of two such rounds.
@@ -387,11 +394,7 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
     let d = Model::default();
     if me == c0 {
         let rtt = timed(&leaders, 0, T_MEASURE, &probe)?;
-        let one = rate(
-            PROBE_BYTES,
-            timed(&leaders, PROBE_BYTES, T_MEASURE, &probe)?,
-            rtt,
-        );
+        let one = rate(big, timed(&leaders, big, T_MEASURE, &probe)?, rtt);
         let multi = if m >= 2 {
             let t = timed(&columns, PROBE_BYTES, T_MEASURE_MULTI, &probe)?;
             rate(PROBE_BYTES * m, t, rtt)
@@ -406,12 +409,12 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
             }
             None => (d.lan_latency, d.lan_bandwidth),
         };
-        // A stream gets `one`; a site pair gets what `m` streams got when they scale
-        // nearly linearly (at least 0.9 m times one stream: streams limited by their
-        // windows), else one stream's. On the loaded test machine they got 1.4-1.8 times
-        // one stream, and the split plans chosen on that were 1.5-3x slower than the
-        // coordinators' (CPU, not windows, limited them). A site sends to ns - 1 others.
-        let pair = if multi >= 0.9 * m as f64 * one {
+        // A stream gets `one`; a site pair gets what `m` streams got when they carry the
+        // same bytes clearly faster (at least 0.75 m times one stream: streams limited by
+        // their windows), else one stream's. On the loaded test machine CPU, not windows,
+        // limits them, and split plans were 1.1-3x slower than the coordinators'. A site
+        // sends to ns - 1 others.
+        let pair = if multi >= 0.75 * m as f64 * one {
             multi
         } else {
             one
@@ -424,7 +427,7 @@ fn measure(ctx: &Ctx, h: &Hier) -> MpiResult<Model> {
     } else {
         if h.is_leader() {
             answer(c0, 0, T_MEASURE, &mut probe)?;
-            answer(c0, PROBE_BYTES, T_MEASURE, &mut probe)?;
+            answer(c0, big, T_MEASURE, &mut probe)?;
         }
         if m >= 2 && h.my_node != 0 && h.my_local < m {
             answer(c0, PROBE_BYTES, T_MEASURE_MULTI, &mut probe)?;
@@ -604,10 +607,30 @@ pub(crate) fn direct(ctx: &Ctx, bytes: usize) -> bool {
     ctx.size <= direct_max_ranks() && bytes <= DIRECT_MAX_BYTES
 }
 
-/// An algorithm forced by the environment variable `name` (for tests and measurements;
+/// Algorithms forced by [`force_algorithm`]: (variable name, value).
+static FORCED_SET: std::sync::Mutex<Vec<(String, String)>> = std::sync::Mutex::new(Vec::new());
+
+/// Force an algorithm as the environment variable `name` (`TSUNAGI_WAN_BCAST`,
+/// `TSUNAGI_WAN_ALLREDUCE`) would, for the calls that follow (None: back to the
+/// environment's), for benchmarks that compare them in one job: every rank the same,
+/// between collective calls.
+pub fn force_algorithm(name: &str, value: Option<&str>) {
+    let mut set = FORCED_SET.lock().unwrap_or_else(|p| p.into_inner());
+    set.retain(|(k, _)| k != name);
+    if let Some(v) = value {
+        set.push((name.to_string(), v.to_string()));
+    }
+}
+
+/// An algorithm forced by [`force_algorithm`] or the environment variable `name` (for tests and measurements;
 /// every site must set the same): `TSUNAGI_WAN_BCAST=split|coord`,
 /// `TSUNAGI_WAN_ALLREDUCE=coord|coord_rsag|split|split_rsag`. Unset: the cost model chooses.
 fn forced(name: &str) -> Option<String> {
+    let set = FORCED_SET.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some((_, v)) = set.iter().find(|(k, _)| k == name) {
+        return Some(v.clone());
+    }
+    drop(set);
     std::env::var(name)
         .ok()
         .map(|v| v.trim().to_string())
