@@ -33,12 +33,16 @@ fn sites(
     let ctx = Ctx::new(rt, comm, call)?;
     Ok(crate::wan::sites(&ctx)?.map(|h| {
         let direct = crate::wan::direct(&ctx, bytes);
-        if ctx.rank == 0 && std::env::var_os("TSUNAGI_WAN_TRACE").is_some() {
-            let how = if direct { "direct" } else { "coordinators" };
-            eprintln!("tsunagi: wan {call} of {bytes} bytes: {how}");
-        }
         (h, direct)
     }))
+}
+
+/// `TSUNAGI_WAN_TRACE`: rank 0 names the schedule it built.
+fn trace(me: usize, call: &str, bytes: usize, direct: bool) {
+    if me == 0 && std::env::var_os("TSUNAGI_WAN_TRACE").is_some() {
+        let how = if direct { "direct" } else { "coordinators" };
+        eprintln!("tsunagi: wan {call} of {bytes} bytes: {how}");
+    }
 }
 
 /// This process's rank in the communicator.
@@ -53,6 +57,7 @@ pub(crate) fn ibarrier(rt: &Runtime, comm: CommId) -> MpiResult<Option<CollReque
     };
     let me = rank_of(&h);
     let n = h.node_of.len();
+    trace(me, "MPI_Ibarrier", 0, direct);
     let mut r = CollRequest::new(rt, comm)?;
     let z = r.tmp(1);
     let zl = Loc::Tmp(z, 0);
@@ -106,6 +111,7 @@ pub(crate) unsafe fn ibcast(
     };
     let me = rank_of(&h);
     let n = h.node_of.len();
+    trace(me, "MPI_Ibcast", len, direct);
     let mut r = CollRequest::new(rt, comm)?;
     let (loc, packed) = match dtype.contiguous_offset() {
         Some(off) => (Loc::User(buf.wrapping_offset(off)), None),
@@ -202,6 +208,7 @@ pub(crate) unsafe fn iallreduce(
     }
     let me = rank_of(&h);
     let n = h.node_of.len();
+    trace(me, "MPI_Iallreduce", bytes, direct);
     let mut r = CollRequest::new(rt, comm)?;
     r.op = Some((op.clone(), dtype.clone()));
     let result;
@@ -316,6 +323,7 @@ pub(crate) unsafe fn iscan(
     };
     let me = rank_of(&h);
     let n = h.node_of.len();
+    trace(me, call, bytes, true);
     let mut r = CollRequest::new(rt, comm)?;
     r.op = Some((op.clone(), dtype.clone()));
     let parts = r.tmp((me + 1) * bytes);

@@ -200,15 +200,41 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
     // bcast, allreduce and allgather at full counts with the split algorithms forced (the
     // root to every remote rank; every site-rank pair across), then allreduce by
     // reduce-scatter + allgather among the sites.
+    // TSUNAGI_WAN_TRACE names the schedule of each non-blocking collective across sites:
+    // the suite's `nbc` checks must have run the latency-aware ones.
+    let traced = |out: &std::process::Output, what: &[&str]| {
+        let err = String::from_utf8_lossy(&out.stderr);
+        for w in what {
+            assert!(
+                err.contains(w),
+                "no {w:?} in the trace of the non-blocking collectives:\n{err}"
+            );
+        }
+    };
     let (out, _) = run(
-        grid(&file, &[], &coll, &["small"]),
+        grid(&file, &["TSUNAGI_WAN_TRACE=1"], &coll, &["small"]),
         Duration::from_secs(240),
     );
     assert_ok(&out, COLL, "collectives over a 5 ms WAN (latency-aware)");
+    traced(
+        &out,
+        &[
+            "wan MPI_Ibarrier of 0 bytes: direct",
+            "wan MPI_Ibcast of 8 bytes: direct",
+            "wan MPI_Iallreduce of 8 bytes: direct",
+            "wan MPI_Iscan of 64 bytes: direct",
+            "wan MPI_Iexscan of 64 bytes: direct",
+        ],
+    );
     // The same without the direct algorithms for small calls on small communicators: the
     // site coordinators' algorithms at every size.
     let (out, _) = run(
-        grid(&file, &["TSUNAGI_WAN_DIRECT=0"], &coll, &["small"]),
+        grid(
+            &file,
+            &["TSUNAGI_WAN_DIRECT=0", "TSUNAGI_WAN_TRACE=1"],
+            &coll,
+            &["small"],
+        ),
         Duration::from_secs(240),
     );
     assert_ok(
@@ -216,6 +242,21 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         COLL,
         "collectives over a 5 ms WAN (coordinators only)",
     );
+    traced(
+        &out,
+        &[
+            "wan MPI_Ibarrier of 0 bytes: coordinators",
+            "wan MPI_Ibcast of 8 bytes: coordinators",
+            "wan MPI_Iallreduce of 8 bytes: coordinators",
+        ],
+    );
+    // The flat algorithms (the benchmarks' baseline: chosen as for ranks on separate
+    // nodes across sites).
+    let (out, _) = run(
+        grid(&file, &["TSUNAGI_WAN_COLL=flat"], &coll, &["small"]),
+        Duration::from_secs(240),
+    );
+    assert_ok(&out, COLL, "collectives over a 5 ms WAN (flat)");
     let (out, _) = run(
         grid(
             &file,
