@@ -33,7 +33,10 @@
 //! communicators (at most 16 ranks, `TSUNAGI_WAN_DIRECT`): barrier, bcast, reduce,
 //! allreduce and allgather send from every rank to every rank that needs the data at once
 //! and combine in rank order. One wide-area crossing as above, and no dependent steps
-//! inside the sites before or after it; any op, commutative or not.
+//! inside the sites before or after it; any op, commutative or not. Scan and exscan within
+//! those bounds too (every rank's input to every higher rank, the prefix combined in rank
+//! order); larger scans keep the IMPI chain. The non-blocking forms of barrier, bcast,
+//! allreduce, scan and exscan have latency-aware schedules in `wan_nbc.rs`.
 //!
 //! Non-commutative reductions keep the IMPI algorithms (rank order) above those sizes. Inside a site the
 //! phases run the site's own algorithms over packed bytes.
@@ -46,7 +49,9 @@
 //! unless every site sets it. `TSUNAGI_WAN_COLL` overrides: `auto` (the default, as
 //! above), `wan` (these algorithms), `impi` (the IMPI ones), `flat` (neither: the
 //! communicator is treated as one site and the ordinary algorithms run across the
-//! wide-area link; for comparisons). Every site of a job must choose the same.
+//! wide-area link, choosing as for ranks on separate nodes; for comparisons). Every site
+//! of a job must choose the same. Benchmarks switch at run time ([`set_mode`],
+//! [`force_algorithm`]).
 //!
 //! Data crosses sites as packed native bytes, as the ordinary algorithms send them: all
 //! sites must share one data representation (the IMPI algorithms send typed data and
@@ -1485,6 +1490,29 @@ mod tests {
         assert_eq!(w.allreduce_plan(32 << 10, 4096, 2, 2, 3).rounds, 1);
         // No more pairs than elements.
         assert_eq!(w.allreduce_plan(1 << 20, 1, 2, 2, 3).pairs, 1);
+    }
+
+    #[test]
+    fn modes_and_forced_algorithms_switch_at_run_time_and_restore() {
+        set_mode(Some(Mode::Flat));
+        assert_eq!(mode(), Mode::Flat);
+        set_mode(Some(Mode::Wan));
+        assert_eq!(mode(), Mode::Wan);
+        set_mode(None);
+        // Back to the environment's choice (no TSUNAGI_IMPI_PEERS here: IMPI unless the
+        // test's environment says otherwise).
+        let env = std::env::var("TSUNAGI_WAN_COLL").ok();
+        if env.is_none() && std::env::var_os("TSUNAGI_IMPI_PEERS").is_none() {
+            assert_eq!(mode(), Mode::Impi);
+        }
+        let name = "TSUNAGI_WAN_TEST_FORCED";
+        assert_eq!(forced(name), None);
+        force_algorithm(name, Some("coord_rsag"));
+        assert_eq!(forced(name).as_deref(), Some("coord_rsag"));
+        force_algorithm(name, Some("split"));
+        assert_eq!(forced(name).as_deref(), Some("split"));
+        force_algorithm(name, None);
+        assert_eq!(forced(name), None);
     }
 
     #[test]
