@@ -302,6 +302,8 @@ impl SpecBuilder {
             env: self.env,
             kvsname: self.kvs,
             job_key: self.job_key,
+            slot_base: 0,
+            wdir: None,
         })
     }
 }
@@ -827,6 +829,8 @@ mod tests {
             env: vec![("A".into(), "1".into())],
             kvsname: "k".into(),
             job_key: Some("ab".repeat(16)),
+            slot_base: 0,
+            wdir: None,
         };
         let mut b = SpecBuilder::default();
         let mut started = false;

@@ -43,6 +43,7 @@ pub mod fuzzing;
 pub mod grid;
 pub mod hosts;
 pub mod local;
+pub mod pmi_spawn;
 pub mod server;
 pub mod signals;
 pub mod vendor;
@@ -242,6 +243,8 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             env,
             kvsname,
             job_key: Some(key),
+            slot_base: 0,
+            wdir: None,
         };
         local::run(&job, &sigs)
     };
@@ -294,6 +297,8 @@ fn multi_host(
         env: env.clone(),
         kvsname: kvsname.clone(),
         job_key: Some(key.clone()),
+        slot_base: 0,
+        wdir: None,
     };
     let remote_hosts: Vec<usize> = (0..hosts.len())
         .filter(|&h| !hosts::is_local(&hosts[h].name, &me) && placement.contains(&h))
@@ -371,6 +376,8 @@ fn multi_host(
         env: spec_env,
         kvsname,
         job_key: Some(key),
+        slot_base: 0,
+        wdir: None,
     };
     let remote = local::Remote {
         agents,
