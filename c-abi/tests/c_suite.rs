@@ -1001,7 +1001,9 @@ fn assert_no_processes_of(exe: &Path) {
 /// from 1 to 3 parents, MPI_Comm_spawn_multiple (1 + 2 children), each with data both
 /// ways, collectives across the intercommunicator, merge and collectives on the merged
 /// communicator, disconnect; both engines, and TCP among the parents (pretend nodes).
-/// Nothing is left running afterwards. Also MPI_Intercomm_create_from_groups.
+/// The children are started by the parents' own mpirun through PMI-1 `spawn` (each
+/// child's parent process is the parents' parent process: no nested mpirun), and
+/// nothing is left running afterwards. Also MPI_Intercomm_create_from_groups.
 #[test]
 fn dynamic_processes_spawn_talk_merge_and_disconnect() {
     let exe = build_as("dynproc", "test-dynproc-spawn");
@@ -1027,6 +1029,7 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
                 .arg("120")
                 .arg(mpirun())
                 .args(["-n", &np.to_string()])
+                .args(["--env", "DYNPROC_SAME_LAUNCHER=1"])
                 .args(extra)
                 .arg(&exe)
                 .args(args),
@@ -1034,6 +1037,49 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
         );
     }
     assert_no_processes_of(&exe);
+}
+
+/// A spawned child that fails takes the whole job down (issue 20): mpirun, which started
+/// it through PMI-1 `spawn`, reports it by name and exits with its code, and no process
+/// of the job and no shared-memory file of the job or of its spawned group is left.
+#[test]
+fn dynamic_processes_a_failing_child_ends_the_job_cleanly() {
+    let exe = build_as("dynproc", "test-dynproc-die");
+    let mut job = Command::new(mpirun())
+        .args(["-n", "2", "--env", "DYNPROC_SAME_LAUNCHER=1"])
+        .arg(&exe)
+        .arg("die")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start mpirun");
+    let pid = job.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while job.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = job.kill();
+            panic!("mpirun did not end within 120 s after a spawned child failed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = job.wait_with_output().expect("mpirun output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 of spawned job 1") && stderr.contains("exited with code 3"),
+        "{stderr}"
+    );
+    assert_no_processes_of(&exe);
+    let prefix = format!("tsunagi-tsunagi_{pid}_");
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "shared-memory files left: {left:?}");
 }
 
 /// MPI_Comm_accept/connect between two separately started mpirun jobs that find each

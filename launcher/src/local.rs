@@ -533,11 +533,14 @@ impl Runner {
                     code,
                     message,
                 }) => {
-                    // The blamed rank is one of the aborting rank's own world.
+                    // The blamed rank is one of the aborting rank's own world, or (numbered
+                    // past it) a process of another world it connected to, such as a
+                    // spawned child: then no slot is known, and the first other failure
+                    // within BLAME_WAIT is the first cause.
                     let blamed = message
                         .as_deref()
                         .and_then(blamed_peer)
-                        .and_then(|p| self.server.peer_slot(rank, p));
+                        .map(|p| self.server.peer_slot(rank, p).unwrap_or(usize::MAX));
                     let name = self.server.describe(rank);
                     let msg = match message {
                         // The library's default error handler, not the program, ended the job.

@@ -1,6 +1,8 @@
 /* Dynamic processes between worlds started apart. Modes (argv[1]):
  *   spawn N   the job spawns N children of this program (argv, info) and talks to them;
  *   multi     MPI_Comm_spawn_multiple: two programs' worth of children (1 + 2 ranks);
+ *   die       spawns 2 children of which one exits with code 3 while all wait for it:
+ *             mpirun must end the whole job (the test checks how);
  *   server S  opens a port, publishes it as service S, accepts one client job;
  *   client S  looks service S up and connects (run as a second, separate mpirun job);
  *   join      not under mpirun: forks, and the two singletons join over a socket pair.
@@ -103,9 +105,16 @@ static void bad_names(void) {
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 }
 
+/* The parents' side of the children's launcher check: rank 0 sends its parent's pid. */
+static void send_ppid(MPI_Comm ic, int rank) {
+    int pp = (int)getppid();
+    OK(MPI_Bcast(&pp, 1, MPI_INT, rank == 0 ? MPI_ROOT : MPI_PROC_NULL, ic));
+}
+
 static int child(int argc, char **argv, MPI_Comm parent) {
     int rank;
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (argc >= 3 && strcmp(argv[2], "die") == 0 && rank == 1) exit(3);
     /* argv[2] names the spawn kind; spawned with argv {"child", kind, "a b", NULL}. */
     CHECK(argc >= 4);
     CHECK(strcmp(argv[3], "a b") == 0);
@@ -125,6 +134,11 @@ static int child(int argc, char **argv, MPI_Comm parent) {
     int len;
     OK(MPI_Comm_get_name(parent, name, &len));
     CHECK(strcmp(name, "MPI_COMM_PARENT") == 0);
+    /* Started by the parents' own launcher, not a nested one: our parent process is
+     * theirs (the parents' root sends its parent's pid). */
+    int ppid;
+    OK(MPI_Bcast(&ppid, 1, MPI_INT, 0, parent));
+    if (getenv("DYNPROC_SAME_LAUNCHER")) CHECK_EQ(ppid, (int)getppid());
     talk(parent, 0);
     OK(MPI_Comm_disconnect(&parent));
     CHECK(parent == MPI_COMM_NULL);
@@ -190,10 +204,19 @@ int main(int argc, char **argv) {
         int rsize;
         OK(MPI_Comm_remote_size(ic, &rsize));
         CHECK_EQ(rsize, n);
+        send_ppid(ic, rank);
         talk(ic, 1);
         OK(MPI_Comm_disconnect(&ic));
         CHECK(ic == MPI_COMM_NULL);
         bad_names();
+    } else if (strcmp(argv[1], "die") == 0) {
+        char *args[] = {"child", "die", "a b", NULL};
+        OK(MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic,
+                          MPI_ERRCODES_IGNORE));
+        send_ppid(ic, rank);
+        /* Blocks: child 1 never gets here. mpirun ends the job. */
+        talk(ic, 1);
+        CHECK(0);
     } else if (strcmp(argv[1], "multi") == 0) {
         char *cmds[2] = {argv[0], argv[0]};
         char *a0[] = {"child", "multi", "a b", "0", NULL};
@@ -203,6 +226,7 @@ int main(int argc, char **argv) {
         MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
         OK(MPI_Comm_spawn_multiple(2, cmds, argvs, procs, infos, 0, MPI_COMM_WORLD, &ic,
                                    MPI_ERRCODES_IGNORE));
+        send_ppid(ic, rank);
         talk(ic, 1);
         OK(MPI_Comm_disconnect(&ic));
     } else if (strcmp(argv[1], "server") == 0) {
