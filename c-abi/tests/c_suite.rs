@@ -1039,6 +1039,31 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
     assert_no_processes_of(&exe);
 }
 
+/// MPI_Comm_spawn and MPI_Comm_spawn_multiple of our library under MPICH's Hydra
+/// (issue 20): the root sends Hydra the same PMI-1 `spawn` our mpirun serves, Hydra starts
+/// the children with the port preput, and they connect back. Skipped, with a message
+/// (failing under CI), when MPICH's mpiexec.hydra is not installed.
+#[test]
+fn dynamic_processes_spawn_under_hydra() {
+    if !have("mpiexec.hydra") {
+        tsunagi_testkit::missing("mpich", "MPICH's mpiexec.hydra is not installed");
+        return;
+    }
+    let exe = build_as("dynproc", "test-dynproc-hydra");
+    for (np, args) in [(2, &["spawn", "3"][..]), (1, &["multi"][..])] {
+        expect_ok(
+            &format!("dynproc {args:?} on {np} parents under mpiexec.hydra"),
+            Command::new("timeout")
+                .args(["120", "mpiexec.hydra", "-n", &np.to_string()])
+                .arg(&exe)
+                .args(args)
+                .env("LD_LIBRARY_PATH", prefix().join("lib")),
+            &format!("dynproc {} ok", args[0]),
+        );
+    }
+    assert_no_processes_of(&exe);
+}
+
 /// A spawned child that fails takes the whole job down (issue 20): mpirun, which started
 /// it through PMI-1 `spawn`, reports it by name and exits with its code, and no process
 /// of the job and no shared-memory file of the job or of its spawned group is left.
