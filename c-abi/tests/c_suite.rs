@@ -1108,8 +1108,9 @@ fn dynamic_processes_a_failing_child_ends_the_job_cleanly() {
 }
 
 /// MPI_Comm_accept/connect between two separately started mpirun jobs that find each
-/// other through MPI_Publish_name/MPI_Lookup_name; and MPI_Comm_join between two
-/// singletons over a socket pair. Both engines.
+/// other through MPI_Publish_name/MPI_Lookup_name (served by each job's mpirun, which keeps
+/// names in the shared directory and removes those its job left published); and
+/// MPI_Comm_join between two singletons over a socket pair. Both engines.
 #[test]
 fn dynamic_processes_accept_connect_between_jobs_and_join() {
     let exe = build_as("dynproc", "test-dynproc-jobs");
@@ -1155,6 +1156,19 @@ fn dynamic_processes_accept_connect_between_jobs_and_join() {
             "dynproc join ok",
         );
     }
+    // Names go through mpirun, which removes those its job did not unpublish.
+    let svc = format!("tsunagi-test-{}-leak", std::process::id());
+    expect_ok(
+        "publish without unpublish",
+        Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "2"])
+            .arg(&exe)
+            .args(["leak", &svc])
+            .env("TSUNAGI_NAME_DIR", &names),
+        "dynproc leak ok",
+    );
     // Every service was unpublished.
     let left: Vec<_> = std::fs::read_dir(&names)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())

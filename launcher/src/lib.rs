@@ -17,7 +17,10 @@
 //! - [`server`]: the PMI-1 server as a sans-IO state machine (lines in, replies and events
 //!   out), independent of how lines arrive;
 //! - [`local`]: spawning ranks on this host and the poll(2) loop that serves their PMI
-//!   sockets and reaps them;
+//!   sockets and reaps them; also the processes a job asks for with PMI-1 `spawn`
+//!   (MPI_Comm_spawn: a new group of the server, started and reaped by the same loop) and
+//!   the name service (MPI_Publish_name ...);
+//! - [`pmi_spawn`]: the decoder of PMI-1's multi-line `spawn` command;
 //! - [`signals`]: signals delivered into that loop through a pipe.
 //!
 //! - [`hosts`]: `--host`/`--hostfile` parsing, placement by slot or node, the

@@ -1,6 +1,7 @@
 /* Dynamic processes between worlds started apart. Modes (argv[1]):
  *   spawn N   the job spawns N children of this program (argv, info) and talks to them;
  *   multi     MPI_Comm_spawn_multiple: two programs' worth of children (1 + 2 ranks);
+ *   leak S    publishes S and ends without unpublishing it (mpirun removes it);
  *   die       spawns 2 children of which one exits with code 3 while all wait for it:
  *             mpirun must end the whole job (the test checks how);
  *   server S  opens a port, publishes it as service S, accepts one client job;
@@ -262,6 +263,18 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic));
         talk(ic, 0);
         OK(MPI_Comm_disconnect(&ic));
+    } else if (strcmp(argv[1], "leak") == 0) {
+        /* Publishes service argv[2] through the launcher and ends without unpublishing
+         * it; the children spawned by the same mpirun find it there. mpirun removes the
+         * name when the job ends (the test checks). */
+        char port[MPI_MAX_PORT_NAME], found[MPI_MAX_PORT_NAME];
+        if (rank == 0) {
+            OK(MPI_Open_port(MPI_INFO_NULL, port));
+            OK(MPI_Publish_name(argv[2], MPI_INFO_NULL, port));
+            OK(MPI_Lookup_name(argv[2], MPI_INFO_NULL, found));
+            CHECK(strcmp(port, found) == 0);
+            OK(MPI_Close_port(port));
+        }
     } else if (strcmp(argv[1], "groups") == 0) {
         /* MPI_Intercomm_create_from_groups: even world ranks against odd ones, the groups
          * taken from a session's mpi://WORLD process set; leaders: the last of each. */
