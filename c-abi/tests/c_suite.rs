@@ -1036,6 +1036,28 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
             &format!("dynproc {} ok", args[0]),
         );
     }
+    // Parents on two hosts (the second through an agent whose launch command only marks
+    // its processes): the children alternate between the hosts, the agent's started by
+    // the agent.
+    for args in [&["spawn", "3"][..], &["multi"][..]] {
+        expect_ok(
+            &format!("dynproc {args:?} with an agent"),
+            Command::new("timeout")
+                .arg("120")
+                .arg(mpirun())
+                .args(["--host", "localhost:1,tsunagi-spawn-remote:1"])
+                .args(["--launch-agent", "env DYNPROC_AGENT_HOST={host}"])
+                .args([
+                    "--launch-addr",
+                    "127.0.0.1",
+                    "--env",
+                    "DYNPROC_ROUND_ROBIN=1",
+                ])
+                .arg(&exe)
+                .args(args),
+            &format!("dynproc {} ok", args[0]),
+        );
+    }
     assert_no_processes_of(&exe);
 }
 

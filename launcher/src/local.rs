@@ -404,6 +404,7 @@ impl Runner {
                 self.kill_agents();
                 return;
             }
+            self.finish_agents_when_all_ended();
             if let Some(t) = self.kill_at {
                 if Instant::now() >= t {
                     self.signal_all(libc::SIGKILL);
@@ -832,6 +833,8 @@ pub(crate) struct RemoteState {
     refused: usize,
     /// When the launch commands of agents still running get SIGKILL.
     hard_kill_at: Option<Instant>,
+    /// The agents were told that every process has ended.
+    finished: bool,
 }
 
 /// What a pollfd past the local ranks' belongs to.
@@ -890,6 +893,7 @@ impl Runner {
             accept_paused: None,
             refused: 0,
             hard_kill_at: None,
+            finished: false,
         };
         let mut failed = None;
         for plan in rem.agents {
@@ -920,6 +924,24 @@ impl Runner {
         self.remote = Some(st);
         if let Some(msg) = failed {
             self.fail(msg, 1, libc::SIGTERM);
+        }
+    }
+
+    /// Once every process of the job (spawned ones included) has ended, tell the agents,
+    /// which until then wait for more (see [`Msg::Finish`]).
+    fn finish_agents_when_all_ended(&mut self) {
+        if !self.ranks.iter().all(|rk| rk.exited) {
+            return;
+        }
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        if st.finished || !st.agents.iter().all(|a| a.left == 0 || a.lost) {
+            return;
+        }
+        st.finished = true;
+        for a in st.agents.iter_mut().filter(|a| a.conn.is_some()) {
+            a.out.extend_from_slice(Msg::Finish.encode().as_bytes());
         }
     }
 

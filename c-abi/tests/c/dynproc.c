@@ -140,6 +140,9 @@ static int child(int argc, char **argv, MPI_Comm parent) {
     int ppid;
     OK(MPI_Bcast(&ppid, 1, MPI_INT, 0, parent));
     if (getenv("DYNPROC_SAME_LAUNCHER")) CHECK_EQ(ppid, (int)getppid());
+    /* Parents on this host and on an agent's "host" (a launch command that only sets
+     * DYNPROC_AGENT_HOST): children alternate between the two, starting here. */
+    if (getenv("DYNPROC_ROUND_ROBIN")) CHECK_EQ(getenv("DYNPROC_AGENT_HOST") != NULL, rank % 2);
     talk(parent, 0);
     OK(MPI_Comm_disconnect(&parent));
     CHECK(parent == MPI_COMM_NULL);
