@@ -103,6 +103,21 @@ static void bad_names(void) {
     CHECK_EQ(cls, MPI_ERR_PORT);
     MPI_Error_class(MPI_Unpublish_name("tsunagi-no-such-service", MPI_INFO_NULL, "x"), &cls);
     CHECK_EQ(cls, MPI_ERR_SERVICE);
+    if (getenv("DYNPROC_SAME_LAUNCHER")) {
+        /* Our mpirun refuses what it cannot start: MPI_ERR_SPAWN, and the job goes on. */
+        MPI_Info hi;
+        OK(MPI_Info_create(&hi));
+        OK(MPI_Info_set(hi, "host", "tsunagi-no-such-host"));
+        MPI_Error_class(MPI_Comm_spawn("/bin/true", MPI_ARGV_NULL, 1, hi, 0, MPI_COMM_SELF, &c,
+                                       MPI_ERRCODES_IGNORE),
+                        &cls);
+        CHECK_EQ(cls, MPI_ERR_SPAWN);
+        OK(MPI_Info_free(&hi));
+        MPI_Error_class(MPI_Comm_spawn("/tsunagi/no/such/program", MPI_ARGV_NULL, 1,
+                                       MPI_INFO_NULL, 0, MPI_COMM_SELF, &c, MPI_ERRCODES_IGNORE),
+                        &cls);
+        CHECK_EQ(cls, MPI_ERR_SPAWN);
+    }
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
 }
 

@@ -94,12 +94,17 @@ impl Runner {
                         printable(h, 100)
                     ));
                 }
-                hosts.retain(|&j| {
-                    names.iter().any(|n| match j {
-                        Host::Here => crate::hosts::is_local(n, &me),
-                        Host::Agent(_) => self.host_name(j, &me) == *n,
-                    })
-                });
+                if !names.is_empty() {
+                    hosts.retain(|&j| {
+                        names.iter().any(|n| match j {
+                            Host::Here => crate::hosts::is_local(n, &me),
+                            Host::Agent(_) => self.host_name(j, &me) == *n,
+                        })
+                    });
+                }
+            }
+            if hosts.is_empty() {
+                return Err("no host to run on".into());
             }
             let wdir = a.info("wdir").map(PathBuf::from);
             if let Some(d) = wdir.as_ref().filter(|d| !d.is_dir()) {
