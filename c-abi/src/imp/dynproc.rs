@@ -15,7 +15,8 @@
 //! over their world): that intercommunicator is MPI_Comm_get_parent. The launcher tracks
 //! the children like its other processes.
 //!
-//! Only a singleton (started without a launcher) has no PMI server to ask: it runs our
+//! Only a process with no PMI server to ask (a singleton; also one started through a
+//! bootstrap other than PMI, such as a vendor MPI's launcher or a grid join) runs our
 //! `mpirun` itself (`TSUNAGI_MPIRUN`, else the one installed beside this library, else
 //! the PATH's) with `TSUNAGI_PARENT_PORT` naming the port, reaps that mpirun, and
 //! MPI_Finalize waits for children that were not disconnected (MPI_Finalize is collective
