@@ -1089,6 +1089,7 @@ fn dynamic_processes_spawn_under_hydra() {
 /// A spawned child that fails takes the whole job down (issue 20): mpirun, which started
 /// it through PMI-1 `spawn`, reports it by name and exits with its code, and no process
 /// of the job and no shared-memory file of the job or of its spawned group is left.
+/// So does a spawned program that exits without calling MPI_Init.
 #[test]
 fn dynamic_processes_a_failing_child_ends_the_job_cleanly() {
     let exe = build_as("dynproc", "test-dynproc-die");
@@ -1127,6 +1128,21 @@ fn dynamic_processes_a_failing_child_ends_the_job_cleanly() {
         })
         .unwrap_or_default();
     assert!(left.is_empty(), "shared-memory files left: {left:?}");
+    // A spawned program that never calls MPI_Init cannot connect back: the job ends
+    // instead of its parents waiting for ever.
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "1"])
+        .arg(&exe)
+        .arg("noinit"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rank 0 of spawned job 1") && stderr.contains("without calling MPI_Init"),
+        "{stderr}"
+    );
+    assert_no_processes_of(&exe);
 }
 
 /// MPI_Comm_accept/connect between two separately started mpirun jobs that find each

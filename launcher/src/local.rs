@@ -745,6 +745,17 @@ impl Runner {
                         1,
                         libc::SIGTERM,
                     );
+                } else if !self.server.initialized(rank) && self.server.group_rank(rank).0 > 0 {
+                    // Its parents wait for it in MPI_Comm_spawn until it connects back,
+                    // which happens in MPI_Init.
+                    self.fail(
+                        format!(
+                            "{name} ({who}) exited with code 0 without calling MPI_Init, while \
+                             the processes that spawned it wait for it; job aborted"
+                        ),
+                        1,
+                        libc::SIGTERM,
+                    );
                 } else if !self.server.initialized(rank) && self.early_exit.is_none() {
                     self.early_exit = Some((rank, who.to_string()));
                     self.check_early_exit();

@@ -2,6 +2,7 @@
  *   spawn N   the job spawns N children of this program (argv, info) and talks to them;
  *   multi     MPI_Comm_spawn_multiple: two programs' worth of children (1 + 2 ranks);
  *   leak S    publishes S and ends without unpublishing it (mpirun removes it);
+ *   noinit    spawns /bin/true, which never calls MPI_Init (mpirun must end the job);
  *   die       spawns 2 children of which one exits with code 3 while all wait for it:
  *             mpirun must end the whole job (the test checks how);
  *   server S  opens a port, publishes it as service S, accepts one client job;
@@ -228,6 +229,11 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_disconnect(&ic));
         CHECK(ic == MPI_COMM_NULL);
         bad_names();
+    } else if (strcmp(argv[1], "noinit") == 0) {
+        /* /bin/true never calls MPI_Init, so it never connects back: mpirun ends the job. */
+        OK(MPI_Comm_spawn("/bin/true", MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic,
+                          MPI_ERRCODES_IGNORE));
+        CHECK(0);
     } else if (strcmp(argv[1], "die") == 0) {
         char *args[] = {"child", "die", "a b", NULL};
         OK(MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic,
