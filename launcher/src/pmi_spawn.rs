@@ -263,33 +263,20 @@ impl SpawnCollector {
     }
 }
 
-/// The lines of `req` as a client sends them (one block per application, each ending in
-/// `endcmd`), without newlines. Values must not hold newlines (the client checks).
+/// The lines of `req` as our client (`tsunagi_core::pmi::PmiClient::spawn`) sends them,
+/// without newlines: what the decoder must read back.
 pub fn encode_request(req: &SpawnRequest) -> Vec<String> {
-    let mut out = Vec::new();
-    for (i, a) in req.apps.iter().enumerate() {
-        out.push("mcmd=spawn".to_string());
-        out.push(format!("nprocs={}", a.nprocs));
-        out.push(format!("execname={}", a.execname));
-        out.push(format!("totspawns={}", req.apps.len()));
-        out.push(format!("spawnssofar={}", i + 1));
-        for (j, arg) in a.args.iter().enumerate() {
-            out.push(format!("arg{}={arg}", j + 1));
-        }
-        out.push(format!("argcnt={}", a.args.len()));
-        out.push(format!("preput_num={}", req.preput.len()));
-        for (j, (k, v)) in req.preput.iter().enumerate() {
-            out.push(format!("preput_key_{j}={k}"));
-            out.push(format!("preput_val_{j}={v}"));
-        }
-        out.push(format!("info_num={}", a.info.len()));
-        for (j, (k, v)) in a.info.iter().enumerate() {
-            out.push(format!("info_key_{j}={k}"));
-            out.push(format!("info_val_{j}={v}"));
-        }
-        out.push("endcmd".to_string());
-    }
-    out
+    let apps: Vec<tsunagi_p2p::boot::SpawnApp> = req
+        .apps
+        .iter()
+        .map(|a| tsunagi_p2p::boot::SpawnApp {
+            command: a.execname.clone(),
+            args: a.args.clone(),
+            procs: a.nprocs,
+            info: a.info.clone(),
+        })
+        .collect();
+    tsunagi_core::pmi::wire::spawn_lines(&apps, &req.preput)
 }
 
 #[cfg(test)]
@@ -338,7 +325,7 @@ mod tests {
                 "tsunagi:1.2.3.4:5:ab".to_string()
             )]
         );
-        // Our encoder writes what the decoder reads back.
+        // Our client's encoder writes what the decoder reads back.
         let mut c = SpawnCollector::default();
         let lines = encode_request(&r);
         let refs: Vec<&str> = lines.iter().map(String::as_str).collect();
