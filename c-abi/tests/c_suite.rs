@@ -1001,7 +1001,9 @@ fn assert_no_processes_of(exe: &Path) {
 /// from 1 to 3 parents, MPI_Comm_spawn_multiple (1 + 2 children), each with data both
 /// ways, collectives across the intercommunicator, merge and collectives on the merged
 /// communicator, disconnect; both engines, and TCP among the parents (pretend nodes).
-/// Nothing is left running afterwards. Also MPI_Intercomm_create_from_groups.
+/// The children are started by the parents' own mpirun through PMI-1 `spawn` (each
+/// child's parent process is the parents' parent process: no nested mpirun), and
+/// nothing is left running afterwards. Also MPI_Intercomm_create_from_groups.
 #[test]
 fn dynamic_processes_spawn_talk_merge_and_disconnect() {
     let exe = build_as("dynproc", "test-dynproc-spawn");
@@ -1027,7 +1029,30 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
                 .arg("120")
                 .arg(mpirun())
                 .args(["-n", &np.to_string()])
+                .args(["--env", "DYNPROC_SAME_LAUNCHER=1"])
                 .args(extra)
+                .arg(&exe)
+                .args(args),
+            &format!("dynproc {} ok", args[0]),
+        );
+    }
+    // Parents on two hosts (the second through an agent whose launch command only marks
+    // its processes): the children alternate between the hosts, the agent's started by
+    // the agent.
+    for args in [&["spawn", "3"][..], &["multi"][..]] {
+        expect_ok(
+            &format!("dynproc {args:?} with an agent"),
+            Command::new("timeout")
+                .arg("120")
+                .arg(mpirun())
+                .args(["--host", "localhost:1,tsunagi-spawn-remote:1"])
+                .args(["--launch-agent", "env DYNPROC_AGENT_HOST={host}"])
+                .args([
+                    "--launch-addr",
+                    "127.0.0.1",
+                    "--env",
+                    "DYNPROC_ROUND_ROBIN=1",
+                ])
                 .arg(&exe)
                 .args(args),
             &format!("dynproc {} ok", args[0]),
@@ -1036,9 +1061,94 @@ fn dynamic_processes_spawn_talk_merge_and_disconnect() {
     assert_no_processes_of(&exe);
 }
 
+/// MPI_Comm_spawn and MPI_Comm_spawn_multiple of our library under MPICH's Hydra
+/// (issue 20): the root sends Hydra the same PMI-1 `spawn` our mpirun serves, Hydra starts
+/// the children with the port preput, and they connect back. Skipped, with a message
+/// (failing under CI), when MPICH's mpiexec.hydra is not installed.
+#[test]
+fn dynamic_processes_spawn_under_hydra() {
+    if !have("mpiexec.hydra") {
+        tsunagi_testkit::missing("mpich", "MPICH's mpiexec.hydra is not installed");
+        return;
+    }
+    let exe = build_as("dynproc", "test-dynproc-hydra");
+    for (np, args) in [(2, &["spawn", "3"][..]), (1, &["multi"][..])] {
+        expect_ok(
+            &format!("dynproc {args:?} on {np} parents under mpiexec.hydra"),
+            Command::new("timeout")
+                .args(["120", "mpiexec.hydra", "-n", &np.to_string()])
+                .arg(&exe)
+                .args(args)
+                .env("LD_LIBRARY_PATH", prefix().join("lib")),
+            &format!("dynproc {} ok", args[0]),
+        );
+    }
+    assert_no_processes_of(&exe);
+}
+
+/// A spawned child that fails takes the whole job down (issue 20): mpirun, which started
+/// it through PMI-1 `spawn`, reports it by name and exits with its code, and no process
+/// of the job and no shared-memory file of the job or of its spawned group is left.
+/// So does a spawned program that exits without calling MPI_Init.
+#[test]
+fn dynamic_processes_a_failing_child_ends_the_job_cleanly() {
+    let exe = build_as("dynproc", "test-dynproc-die");
+    let mut job = Command::new(mpirun())
+        .args(["-n", "2", "--env", "DYNPROC_SAME_LAUNCHER=1"])
+        .arg(&exe)
+        .arg("die")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("start mpirun");
+    let pid = job.id();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while job.try_wait().expect("wait").is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = job.kill();
+            panic!("mpirun did not end within 120 s after a spawned child failed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = job.wait_with_output().expect("mpirun output");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(
+        stderr.contains("rank 1 of spawned job 1") && stderr.contains("exited with code 3"),
+        "{stderr}"
+    );
+    assert_no_processes_of(&exe);
+    let prefix = format!("tsunagi-tsunagi_{pid}_");
+    let left: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.starts_with(&prefix))
+                .collect()
+        })
+        .unwrap_or_default();
+    assert!(left.is_empty(), "shared-memory files left: {left:?}");
+    // A spawned program that never calls MPI_Init cannot connect back: the job ends
+    // instead of its parents waiting for ever.
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "1"])
+        .arg(&exe)
+        .arg("noinit"));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("rank 0 of spawned job 1") && stderr.contains("without calling MPI_Init"),
+        "{stderr}"
+    );
+    assert_no_processes_of(&exe);
+}
+
 /// MPI_Comm_accept/connect between two separately started mpirun jobs that find each
-/// other through MPI_Publish_name/MPI_Lookup_name; and MPI_Comm_join between two
-/// singletons over a socket pair. Both engines.
+/// other through MPI_Publish_name/MPI_Lookup_name (served by each job's mpirun, which keeps
+/// names in the shared directory and removes those its job left published); and
+/// MPI_Comm_join between two singletons over a socket pair. Both engines.
 #[test]
 fn dynamic_processes_accept_connect_between_jobs_and_join() {
     let exe = build_as("dynproc", "test-dynproc-jobs");
@@ -1084,6 +1194,19 @@ fn dynamic_processes_accept_connect_between_jobs_and_join() {
             "dynproc join ok",
         );
     }
+    // Names go through mpirun, which removes those its job did not unpublish.
+    let svc = format!("tsunagi-test-{}-leak", std::process::id());
+    expect_ok(
+        "publish without unpublish",
+        Command::new("timeout")
+            .arg("120")
+            .arg(mpirun())
+            .args(["-n", "2"])
+            .arg(&exe)
+            .args(["leak", &svc])
+            .env("TSUNAGI_NAME_DIR", &names),
+        "dynproc leak ok",
+    );
     // Every service was unpublished.
     let left: Vec<_> = std::fs::read_dir(&names)
         .map(|d| d.filter_map(|e| e.ok()).map(|e| e.file_name()).collect())

@@ -121,7 +121,15 @@ pub enum Msg {
     Rank(usize),
     Size(usize),
     Kvs(String),
+    /// In a spec: the PMI slot of its rank 0 (processes spawned by MPI_Comm_spawn; the
+    /// job's own spec has none, i.e. 0).
+    Base(usize),
+    /// In a spec: the ranks' working directory.
+    Wdir(OsString),
     Start,
+    /// mpirun → agent: every process of the job has ended; the agent may exit once its
+    /// own have (until then more may come: specs of spawned processes after `Start`).
+    Finish,
     /// Either way: a PMI line from (to) a rank.
     Pmi(usize, String),
     /// mpirun → agent: send this signal to every rank.
@@ -174,7 +182,10 @@ impl Msg {
             Msg::Rank(r) => format!("rank {r}"),
             Msg::Size(n) => format!("size {n}"),
             Msg::Kvs(k) => format!("kvs {}", hex(k.as_bytes())),
+            Msg::Base(b) => format!("base {b}"),
+            Msg::Wdir(d) => format!("wdir {}", os(d)),
             Msg::Start => "start".into(),
+            Msg::Finish => "finish".into(),
             Msg::Pmi(r, l) => format!("pmi {r} {}", hex(l.as_bytes())),
             Msg::Signal(s) => format!("signal {s}"),
             Msg::Exit { rank, code, signal } => format!("exit {rank} {code} {signal}"),
@@ -216,7 +227,10 @@ impl Msg {
             ["rank", r] => Msg::Rank(num(r)?),
             ["size", n] => Msg::Size(num(n)?),
             ["kvs", k] => Msg::Kvs(text(k)?),
+            ["base", b] => Msg::Base(num(b)?),
+            ["wdir", d] => Msg::Wdir(os(d)?),
             ["start"] => Msg::Start,
+            ["finish"] => Msg::Finish,
             ["pmi", r, l] => Msg::Pmi(num(r)?, text(l)?),
             ["signal", s] => Msg::Signal(int(s)?),
             ["exit", r, c, s] => Msg::Exit {
@@ -242,6 +256,12 @@ impl Msg {
         v.push(Msg::Kvs(job.kvsname.clone()));
         if let Some(k) = &job.job_key {
             v.push(Msg::JobKey(k.clone()));
+        }
+        if job.slot_base != 0 {
+            v.push(Msg::Base(job.slot_base));
+        }
+        if let Some(d) = &job.wdir {
+            v.push(Msg::Wdir(d.clone().into_os_string()));
         }
         v.push(Msg::Start);
         v
@@ -270,6 +290,8 @@ struct SpecBuilder {
     size: usize,
     kvs: String,
     job_key: Option<String>,
+    slot_base: usize,
+    wdir: Option<OsString>,
 }
 
 impl SpecBuilder {
@@ -283,6 +305,8 @@ impl SpecBuilder {
             Msg::Size(n) => self.size = n,
             Msg::Kvs(k) => self.kvs = k,
             Msg::JobKey(k) => self.job_key = Some(k),
+            Msg::Base(b) => self.slot_base = b,
+            Msg::Wdir(d) => self.wdir = Some(d),
             Msg::Start => return Ok(true),
             other => return Err(format!("unexpected {other:?} before start")),
         }
@@ -302,6 +326,8 @@ impl SpecBuilder {
             env: self.env,
             kvsname: self.kvs,
             job_key: self.job_key,
+            slot_base: self.slot_base,
+            wdir: self.wdir.map(PathBuf::from),
         })
     }
 }
@@ -517,29 +543,10 @@ fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
 
     let mut ranks: Vec<AgentRank> = Vec::new();
     let mut out: Vec<u8> = Vec::new(); // to mpirun
-    for &rank in &job.ranks {
-        match local::spawn_rank(&job, rank) {
-            Ok((child, conn)) => ranks.push(AgentRank {
-                rank,
-                pid: child.id() as i32,
-                child: Some(child),
-                conn: Some(conn),
-                lines: LineBuffer::new(),
-                out: Vec::new(),
-            }),
-            Err(e) => {
-                out.extend_from_slice(
-                    Msg::Failed(format!(
-                        "cannot start rank {rank} ({}): {e}",
-                        job.program.display()
-                    ))
-                    .encode()
-                    .as_bytes(),
-                );
-                break;
-            }
-        }
-    }
+    start_ranks(&job, &mut ranks, &mut out);
+    // A spec of spawned processes being received, and whether mpirun said the job ended.
+    let mut more: Option<SpecBuilder> = None;
+    let mut finished = false;
     let kill_all = |ranks: &[AgentRank], sig: i32| {
         for r in ranks.iter().filter(|r| r.child.is_some()) {
             // SAFETY: a pid we spawned and have not reaped yet.
@@ -577,7 +584,8 @@ fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
                 Err(_) => ctl_open = false,
             }
         }
-        if all_done && (out.is_empty() || !ctl_open) {
+        // Spawned processes may still come until mpirun says the job has ended.
+        if all_done && (!ctl_open || (finished && out.is_empty())) {
             return Ok(0);
         }
         if !ctl_open && kill_at.is_none() {
@@ -667,6 +675,37 @@ fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
                             kill_at = Some(Instant::now() + local::GRACE);
                         }
                     }
+                    Ok(Msg::Finish) => finished = true,
+                    // A spec of processes MPI_Comm_spawn asked for, ended by Start.
+                    Ok(
+                        m @ (Msg::Prog(_)
+                        | Msg::Argv0(_)
+                        | Msg::Arg(_)
+                        | Msg::Env(..)
+                        | Msg::Rank(_)
+                        | Msg::Size(_)
+                        | Msg::Kvs(_)
+                        | Msg::JobKey(_)
+                        | Msg::Base(_)
+                        | Msg::Wdir(_)
+                        | Msg::Start),
+                    ) => {
+                        let b = more.get_or_insert_with(SpecBuilder::default);
+                        match b.take(m) {
+                            Ok(false) => {}
+                            Ok(true) => match more.take().expect("spec").build() {
+                                Ok(job) if kill_at.is_none() => {
+                                    start_ranks(&job, &mut ranks, &mut out)
+                                }
+                                Ok(_) => {}
+                                Err(e) => out.extend_from_slice(Msg::Failed(e).encode().as_bytes()),
+                            },
+                            Err(_) => {
+                                ctl_open = false;
+                                break;
+                            }
+                        }
+                    }
                     _ => {
                         ctl_open = false;
                         break;
@@ -688,6 +727,34 @@ fn run_agent(addr: SocketAddr, id: usize, key: &JobKey) -> Result<i32, String> {
                 } else if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::WouldBlock {
                     r.out.clear();
                 }
+            }
+        }
+    }
+}
+
+/// Start `job`'s ranks (known to mpirun by their slots); a rank that cannot start is
+/// reported to mpirun, which ends the job.
+fn start_ranks(job: &LocalJob, ranks: &mut Vec<AgentRank>, out: &mut Vec<u8>) {
+    for &rank in &job.ranks {
+        match local::spawn_rank(job, rank) {
+            Ok((child, conn)) => ranks.push(AgentRank {
+                rank: job.slot_base + rank,
+                pid: child.id() as i32,
+                child: Some(child),
+                conn: Some(conn),
+                lines: LineBuffer::new(),
+                out: Vec::new(),
+            }),
+            Err(e) => {
+                out.extend_from_slice(
+                    Msg::Failed(format!(
+                        "cannot start rank {rank} ({}): {e}",
+                        job.program.display()
+                    ))
+                    .encode()
+                    .as_bytes(),
+                );
+                break;
             }
         }
     }
@@ -752,7 +819,10 @@ mod tests {
             Msg::Rank(7),
             Msg::Size(8),
             Msg::Kvs("kvs_1".into()),
+            Msg::Base(5),
+            Msg::Wdir("/tmp/a b".into()),
             Msg::Start,
+            Msg::Finish,
             Msg::Pmi(2, "cmd=put key=a value=b c\n".into()),
             Msg::Signal(15),
             Msg::Exit {
@@ -827,6 +897,8 @@ mod tests {
             env: vec![("A".into(), "1".into())],
             kvsname: "k".into(),
             job_key: Some("ab".repeat(16)),
+            slot_base: 9,
+            wdir: Some("/tmp".into()),
         };
         let mut b = SpecBuilder::default();
         let mut started = false;
@@ -836,6 +908,10 @@ mod tests {
         }
         assert!(started);
         let j = b.build().unwrap();
+        assert_eq!(
+            (j.slot_base, j.wdir.as_deref()),
+            (9, Some(std::path::Path::new("/tmp")))
+        );
         assert_eq!(
             (j.program, j.argv0, j.args, j.ranks, j.size, j.env, j.kvsname, j.job_key),
             (

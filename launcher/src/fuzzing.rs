@@ -153,13 +153,20 @@ pub fn pmi_server(data: &[u8]) {
         };
         out.clear();
         match s.handle_line(rank, line, &mut out) {
-            Some(Event::Abort { rank: r, .. }) | Some(Event::ProtocolError { rank: r, .. }) => {
-                assert_eq!(r, rank)
+            Some(Event::Abort { rank: r, .. })
+            | Some(Event::ProtocolError { rank: r, .. })
+            | Some(Event::Name { rank: r, .. }) => assert_eq!(r, rank),
+            Some(Event::Spawn { rank: r, request }) => {
+                assert_eq!(r, rank);
+                assert!(request.total_procs() <= crate::pmi_spawn::MAX_SPAWN_PROCS);
+                // A spawned group joins the server (its processes are never fed here).
+                let appnums = vec![0; request.total_procs()];
+                let _ = s.add_group("kvs_fuzz_s", &appnums, "", &request.preput);
             }
             None => {}
         }
         for (to, reply) in &out {
-            assert!(*to < 4);
+            assert!(*to < s.slots());
             assert!(
                 wire::parse(reply.trim_end_matches('\n')).is_ok(),
                 "{reply:?}"

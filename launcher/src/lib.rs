@@ -17,7 +17,10 @@
 //! - [`server`]: the PMI-1 server as a sans-IO state machine (lines in, replies and events
 //!   out), independent of how lines arrive;
 //! - [`local`]: spawning ranks on this host and the poll(2) loop that serves their PMI
-//!   sockets and reaps them;
+//!   sockets and reaps them; also the processes a job asks for with PMI-1 `spawn`
+//!   (MPI_Comm_spawn: a new group of the server, started and reaped by the same loop) and
+//!   the name service (MPI_Publish_name ...);
+//! - [`pmi_spawn`]: the decoder of PMI-1's multi-line `spawn` command;
 //! - [`signals`]: signals delivered into that loop through a pipe.
 //!
 //! - [`hosts`]: `--host`/`--hostfile` parsing, placement by slot or node, the
@@ -43,6 +46,7 @@ pub mod fuzzing;
 pub mod grid;
 pub mod hosts;
 pub mod local;
+pub mod pmi_spawn;
 pub mod server;
 pub mod signals;
 pub mod vendor;
@@ -242,6 +246,8 @@ pub fn main_with(args: Vec<OsString>) -> i32 {
             env,
             kvsname,
             job_key: Some(key),
+            slot_base: 0,
+            wdir: None,
         };
         local::run(&job, &sigs)
     };
@@ -294,6 +300,8 @@ fn multi_host(
         env: env.clone(),
         kvsname: kvsname.clone(),
         job_key: Some(key.clone()),
+        slot_base: 0,
+        wdir: None,
     };
     let remote_hosts: Vec<usize> = (0..hosts.len())
         .filter(|&h| !hosts::is_local(&hosts[h].name, &me) && placement.contains(&h))
@@ -371,6 +379,8 @@ fn multi_host(
         env: spec_env,
         kvsname,
         job_key: Some(key),
+        slot_base: 0,
+        wdir: None,
     };
     let remote = local::Remote {
         agents,

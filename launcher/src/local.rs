@@ -19,6 +19,8 @@ use crate::agent::Msg;
 use crate::server::{printable, Event, PmiServer, MESSAGE_MAX};
 use crate::signals::{self, SignalPipe};
 
+mod spawned;
+
 /// How long ranks get to exit after SIGTERM (or a forwarded signal) before SIGKILL.
 pub const GRACE: Duration = Duration::from_secs(1);
 /// How long an abort that blames a failed peer ("peer rank N failed: ...") waits for that
@@ -62,6 +64,11 @@ pub struct LocalJob {
     /// The job key (hex) for the ranks' TCP connections, handed over in a sealed memfd
     /// named by `TSUNAGI_JOB_KEY_FD`, so it is in no command line or environment.
     pub job_key: Option<String>,
+    /// The PMI server's slot of rank 0 (0 for the job mpirun started; spawned groups
+    /// follow it, see [`PmiServer::add_group`]).
+    pub slot_base: usize,
+    /// The ranks' working directory (MPI_Comm_spawn's `wdir` info); None: mpirun's.
+    pub wdir: Option<PathBuf>,
 }
 
 /// The end of a job: mpirun's exit status and, for a failed job, the one line to print.
@@ -98,6 +105,10 @@ struct Runner {
     /// The first rank that exited with status 0 without ever calling MPI_Init (PMI
     /// `init`), with where it ran: fatal once any rank waits in MPI_Init.
     early_exit: Option<(usize, String)>,
+    /// What spawned processes inherit from the job (its environment, key, kvsname).
+    template: LocalJob,
+    /// Names this job published (service, port): unpublished when mpirun ends.
+    published: Vec<(String, String)>,
 }
 
 struct Held {
@@ -175,6 +186,9 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
 
     let mut cmd = Command::new(&job.program);
     cmd.arg0(&job.argv0).args(&job.args);
+    if let Some(d) = &job.wdir {
+        cmd.current_dir(d);
+    }
     // A launcher's variables inherited from our own environment (mpirun started under
     // Hydra or Slurm) would point the ranks at the wrong server.
     for (k, _) in std::env::vars_os() {
@@ -202,9 +216,9 @@ pub(crate) fn spawn_rank(job: &LocalJob, rank: usize) -> io::Result<(Child, Owne
         cmd.env_remove("TSUNAGI_JOB_KEY")
             .env("TSUNAGI_JOB_KEY_FD", key_raw.to_string());
     }
-    // Only rank 0 reads the user's stdin (as with every mpirun); output is inherited so it
-    // reaches the user byte for byte with no copying through us.
-    cmd.stdin(if rank == 0 {
+    // Only rank 0 reads the user's stdin (as with every mpirun; spawned ranks never do);
+    // output is inherited so it reaches the user byte for byte with no copying through us.
+    cmd.stdin(if rank + job.slot_base == 0 {
         Stdio::inherit()
     } else {
         Stdio::null()
@@ -276,6 +290,8 @@ pub fn run_with(
         kill_at: None,
         held: None,
         early_exit: None,
+        template: job.clone(),
+        published: Vec::new(),
     };
     if let Some(rem) = remote {
         r.start_agents(rem);
@@ -290,7 +306,7 @@ pub fn run_with(
         }
         match spawn_rank(job, rank) {
             Ok((child, conn)) => r.ranks.push(Rank {
-                rank,
+                rank: job.slot_base + rank,
                 pid: child.id() as i32,
                 child: Some(child),
                 conn: Some(conn),
@@ -316,6 +332,7 @@ pub fn run_with(
         }
     }
     r.event_loop(sigs);
+    r.clean_up_after_spawns();
     r.failure.unwrap_or(Outcome {
         exit_code: 0,
         message: None,
@@ -387,6 +404,7 @@ impl Runner {
                 self.kill_agents();
                 return;
             }
+            self.finish_agents_when_all_ended();
             if let Some(t) = self.kill_at {
                 if Instant::now() >= t {
                     self.signal_all(libc::SIGKILL);
@@ -516,20 +534,28 @@ impl Runner {
                     code,
                     message,
                 }) => {
-                    let blamed = message.as_deref().and_then(blamed_peer);
+                    // The blamed rank is one of the aborting rank's own world, or (numbered
+                    // past it) a process of another world it connected to, such as a
+                    // spawned child: then no slot is known, and the first other failure
+                    // within BLAME_WAIT is the first cause.
+                    let blamed = message
+                        .as_deref()
+                        .and_then(blamed_peer)
+                        .map(|p| self.server.peer_slot(rank, p).unwrap_or(usize::MAX));
+                    let name = self.server.describe(rank);
                     let msg = match message {
                         // The library's default error handler, not the program, ended the job.
                         Some(m) if m.starts_with(FATAL_PREFIX) => format!(
-                            "rank {rank}: {} (exit code {code}); job aborted",
+                            "{name}: {} (exit code {code}); job aborted",
                             printable(&m, MESSAGE_MAX)
                         ),
                         Some(m) => format!(
-                            "rank {rank} called MPI_Abort with error code {code}: {}; job aborted",
+                            "{name} called MPI_Abort with error code {code}: {}; job aborted",
                             printable(&m, MESSAGE_MAX)
                         ),
-                        None => format!(
-                            "rank {rank} called MPI_Abort with error code {code}; job aborted"
-                        ),
+                        None => {
+                            format!("{name} called MPI_Abort with error code {code}; job aborted")
+                        }
                     };
                     // An exit status is 8 bits, and an aborted job must not look successful.
                     let status = match code & 0xff {
@@ -540,7 +566,7 @@ impl Runner {
                         // Another survivor of the same failure.
                         h.aborted.push(rank);
                     } else if let (Some(peer), None) = (blamed, &self.failure) {
-                        if peer != rank && peer < self.server.size() {
+                        if peer != rank {
                             self.held = Some(Held {
                                 outcome: Outcome {
                                     exit_code: status,
@@ -557,10 +583,19 @@ impl Runner {
                         self.fail(msg, status, libc::SIGTERM);
                     }
                 }
+                Some(Event::Spawn { rank, request }) => {
+                    let r = self.spawn_group(&request);
+                    self.route_replies(vec![(rank, crate::server::spawn_result(r))]);
+                }
+                Some(Event::Name { rank, op }) => {
+                    let reply = self.name_service(op);
+                    self.route_replies(vec![(rank, reply.to_line())]);
+                }
                 Some(Event::ProtocolError { rank, detail }) => {
                     self.fail(
                         format!(
-                            "rank {rank} ({who}) broke the PMI protocol ({}); job aborted",
+                            "{} ({who}) broke the PMI protocol ({}); job aborted",
+                            self.server.describe(rank),
                             printable(&detail, MESSAGE_MAX)
                         ),
                         1,
@@ -651,11 +686,17 @@ impl Runner {
         if self.failure.is_some() || self.held.is_some() {
             return;
         }
-        let size = self.server.size();
-        if let Some(waiting) = (0..size).find(|&r| self.server.initialized(r)) {
+        // Only its own world waits for it in MPI_Init.
+        if let Some(waiting) = self
+            .server
+            .group_slots(*rank)
+            .find(|&r| self.server.initialized(r))
+        {
             let msg = format!(
-                "rank {rank} ({who}) exited with code 0 before calling MPI_Init, while rank \
-                 {waiting} (and any others) wait for it in MPI_Init; job aborted"
+                "{} ({who}) exited with code 0 before calling MPI_Init, while {} (and any \
+                 others) wait for it in MPI_Init; job aborted",
+                self.server.describe(*rank),
+                self.server.describe(waiting)
             );
             self.fail(msg, 1, libc::SIGTERM);
         }
@@ -663,6 +704,7 @@ impl Runner {
 
     /// Decide what a rank's exit means for the job (`who`: where it ran, for messages).
     fn judge_exit(&mut self, rank: usize, who: &str, code: Option<i32>, signal: Option<i32>) {
+        let name = self.server.describe(rank);
         if let Some(h) = &self.held {
             // While an abort that blames a peer waits for that peer's exit, the aborting
             // ranks' own exits are consequences; the peer's exit (or any other rank's
@@ -683,7 +725,7 @@ impl Runner {
             if let Some(sig) = signal {
                 self.fail(
                     format!(
-                        "rank {rank} ({who}) killed by signal {sig} ({}); job aborted",
+                        "{name} ({who}) killed by signal {sig} ({}); job aborted",
                         signals::name(sig)
                     ),
                     128 + sig,
@@ -693,14 +735,23 @@ impl Runner {
                 let code = code.unwrap_or(1);
                 if code != 0 {
                     self.fail(
-                        format!("rank {rank} ({who}) exited with code {code}; job aborted"),
+                        format!("{name} ({who}) exited with code {code}; job aborted"),
                         code,
                         libc::SIGTERM,
                     );
                 } else if self.server.initialized(rank) && !self.server.finalized(rank) {
                     self.fail(
+                        format!("{name} ({who}) exited without calling MPI_Finalize; job aborted"),
+                        1,
+                        libc::SIGTERM,
+                    );
+                } else if !self.server.initialized(rank) && self.server.group_rank(rank).0 > 0 {
+                    // Its parents wait for it in MPI_Comm_spawn until it connects back,
+                    // which happens in MPI_Init.
+                    self.fail(
                         format!(
-                            "rank {rank} ({who}) exited without calling MPI_Finalize; job aborted"
+                            "{name} ({who}) exited with code 0 without calling MPI_Init, while \
+                             the processes that spawned it wait for it; job aborted"
                         ),
                         1,
                         libc::SIGTERM,
@@ -793,6 +844,8 @@ pub(crate) struct RemoteState {
     refused: usize,
     /// When the launch commands of agents still running get SIGKILL.
     hard_kill_at: Option<Instant>,
+    /// The agents were told that every process has ended.
+    finished: bool,
 }
 
 /// What a pollfd past the local ranks' belongs to.
@@ -851,6 +904,7 @@ impl Runner {
             accept_paused: None,
             refused: 0,
             hard_kill_at: None,
+            finished: false,
         };
         let mut failed = None;
         for plan in rem.agents {
@@ -881,6 +935,24 @@ impl Runner {
         self.remote = Some(st);
         if let Some(msg) = failed {
             self.fail(msg, 1, libc::SIGTERM);
+        }
+    }
+
+    /// Once every process of the job (spawned ones included) has ended, tell the agents,
+    /// which until then wait for more (see [`Msg::Finish`]).
+    fn finish_agents_when_all_ended(&mut self) {
+        if !self.ranks.iter().all(|rk| rk.exited) {
+            return;
+        }
+        let Some(st) = self.remote.as_mut() else {
+            return;
+        };
+        if st.finished || !st.agents.iter().all(|a| a.left == 0 || a.lost) {
+            return;
+        }
+        st.finished = true;
+        for a in st.agents.iter_mut().filter(|a| a.conn.is_some()) {
+            a.out.extend_from_slice(Msg::Finish.encode().as_bytes());
         }
     }
 

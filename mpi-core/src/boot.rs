@@ -108,6 +108,19 @@ impl Bootstrap for PmiBootstrap {
     fn appnum(&self) -> i32 {
         self.client.appnum()
     }
+    fn spawn(
+        &mut self,
+        apps: &[tsunagi_p2p::boot::SpawnApp],
+        preput: &[(String, String)],
+    ) -> Option<Result<(), P2pError>> {
+        Some(self.client.spawn(apps, preput).map_err(p2p_err))
+    }
+    fn name_service(
+        &mut self,
+        req: tsunagi_p2p::boot::NameRequest<'_>,
+    ) -> Option<Result<tsunagi_p2p::boot::NameAnswer, P2pError>> {
+        Some(self.client.name_service(req).map_err(p2p_err))
+    }
 }
 
 /// A process started without a launcher: rank 0 of 1 (autoconf's test programs, `./prog`).

@@ -144,6 +144,40 @@ pub mod wire {
         s
     }
 
+    /// The lines (without newlines) of a PMI-1 spawn request as MPICH's simple PMI writes
+    /// it: one `mcmd=spawn` ... `endcmd` block per application, values raw to the end of
+    /// their line (`argN` from 1, preput and info pairs from 0). Values must not hold
+    /// newlines.
+    pub fn spawn_lines(
+        apps: &[tsunagi_p2p::boot::SpawnApp],
+        preput: &[(String, String)],
+    ) -> Vec<String> {
+        let mut out = Vec::new();
+        for (i, a) in apps.iter().enumerate() {
+            out.push("mcmd=spawn".to_string());
+            out.push(format!("nprocs={}", a.procs));
+            out.push(format!("execname={}", a.command));
+            out.push(format!("totspawns={}", apps.len()));
+            out.push(format!("spawnssofar={}", i + 1));
+            for (j, arg) in a.args.iter().enumerate() {
+                out.push(format!("arg{}={arg}", j + 1));
+            }
+            out.push(format!("argcnt={}", a.args.len()));
+            out.push(format!("preput_num={}", preput.len()));
+            for (j, (k, v)) in preput.iter().enumerate() {
+                out.push(format!("preput_key_{j}={k}"));
+                out.push(format!("preput_val_{j}={v}"));
+            }
+            out.push(format!("info_num={}", a.info.len()));
+            for (j, (k, v)) in a.info.iter().enumerate() {
+                out.push(format!("info_key_{j}={k}"));
+                out.push(format!("info_val_{j}={v}"));
+            }
+            out.push("endcmd".to_string());
+        }
+        out
+    }
+
     /// Parse one line (with or without its trailing `\n`).
     pub fn parse(line: &str) -> Result<Command, WireError> {
         let line = line.trim_end_matches(['\n', '\r']);
@@ -865,6 +899,78 @@ impl PmiClient {
         let code = code.to_string();
         let line = wire::format("abort", &[("exitcode", &code), ("message", msg)]);
         self.send(&line)
+    }
+
+    /// Ask the launcher to start `apps` as a new job with `preput` in its key-value space
+    /// (PMI-1 `spawn`; MPI_Comm_spawn). Returns once the launcher has started them (or
+    /// refused, with its reason; class MPI_ERR_SPAWN).
+    pub fn spawn(
+        &mut self,
+        apps: &[tsunagi_p2p::boot::SpawnApp],
+        preput: &[(String, String)],
+    ) -> MpiResult<()> {
+        let lines = wire::spawn_lines(apps, preput);
+        // A value with a line break would end its line early and change the request.
+        if let Some(l) = lines.iter().find(|l| l.contains(['\n', '\r'])) {
+            let key = l.split('=').next().unwrap_or("");
+            return Err(MpiError::new(
+                ErrorClass::Arg,
+                format!("PMI spawn: {key} holds a line break, which PMI cannot carry"),
+            ));
+        }
+        let mut text = lines.join("\n");
+        text.push('\n');
+        self.send(&text)?;
+        let r = self.expect("spawn_result")?;
+        match r.get_int("rc") {
+            Some(0) => Ok(()),
+            _ => Err(MpiError::new(
+                ErrorClass::Spawn,
+                format!(
+                    "the launcher could not start the processes: {}",
+                    r.get("msg").unwrap_or("no reason given")
+                ),
+            )),
+        }
+    }
+
+    /// Ask the launcher's name service (PMI-1 `publish_name`, `unpublish_name`,
+    /// `lookup_name`, as MPICH's simple PMI sends them; `unpublish_name` also names the
+    /// port, which other servers ignore).
+    pub fn name_service(
+        &mut self,
+        req: tsunagi_p2p::boot::NameRequest<'_>,
+    ) -> MpiResult<tsunagi_p2p::boot::NameAnswer> {
+        use tsunagi_p2p::boot::{NameAnswer, NameRequest};
+        let (line, want) = match req {
+            NameRequest::Publish { service, port } => (
+                wire::format("publish_name", &[("service", service), ("port", port)]),
+                "publish_result",
+            ),
+            NameRequest::Unpublish { service, port } => (
+                wire::format("unpublish_name", &[("service", service), ("port", port)]),
+                "unpublish_result",
+            ),
+            NameRequest::Lookup { service } => (
+                wire::format("lookup_name", &[("service", service)]),
+                "lookup_result",
+            ),
+        };
+        let r = self.call(&line, want)?;
+        let msg = r
+            .get("msg")
+            .unwrap_or("refused by the launcher")
+            .to_string();
+        Ok(match (r.get("info"), req) {
+            (Some("ok"), NameRequest::Lookup { .. }) => match r.get("port") {
+                Some(p) => NameAnswer::Port(p.to_string()),
+                None => NameAnswer::Failed("the launcher's lookup answer has no port".into()),
+            },
+            (Some("ok"), _) => NameAnswer::Done,
+            (_, NameRequest::Lookup { .. }) => NameAnswer::NotFound(msg),
+            (Some("exists" | "fail"), _) => NameAnswer::ServiceRefused(msg),
+            _ => NameAnswer::Failed(msg),
+        })
     }
 
     /// Tell the launcher this process is done with PMI (MPI_Finalize). After this the

@@ -66,6 +66,55 @@ pub trait Bootstrap: Send {
     fn appnum(&self) -> i32 {
         0
     }
+    /// Start processes through the launcher (MPI_Comm_spawn; PMI-1 `spawn`), with
+    /// `preput` in their key-value space. `None` when this launcher cannot start
+    /// processes (a singleton): the caller starts them another way.
+    fn spawn(
+        &mut self,
+        _apps: &[SpawnApp],
+        _preput: &[(String, String)],
+    ) -> Option<Result<(), P2pError>> {
+        None
+    }
+    /// Ask the launcher's name service (MPI_Publish_name and friends). `None` when the
+    /// launcher has none.
+    fn name_service(&mut self, _req: NameRequest<'_>) -> Option<Result<NameAnswer, P2pError>> {
+        None
+    }
+}
+
+/// One application of a spawn request (MPI_Comm_spawn has one, _multiple several).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SpawnApp {
+    pub command: String,
+    pub args: Vec<String>,
+    pub procs: usize,
+    /// Info keys for the launcher (`host`, `wdir`, `path`).
+    pub info: Vec<(String, String)>,
+}
+
+/// A request to the launcher's name service.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NameRequest<'a> {
+    Publish { service: &'a str, port: &'a str },
+    Unpublish { service: &'a str, port: &'a str },
+    Lookup { service: &'a str },
+}
+
+/// The name service's answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NameAnswer {
+    /// Done (publish, unpublish).
+    Done,
+    /// The port published under the service (lookup).
+    Port(String),
+    /// Publish: the service is taken; unpublish: it is not published (or with another
+    /// port). The reason.
+    ServiceRefused(String),
+    /// Lookup: nothing is published under the name. The reason.
+    NotFound(String),
+    /// The name service failed otherwise.
+    Failed(String),
 }
 
 /// Makes a [`Bootstrap`] when the environment says this process was started by its

@@ -7,16 +7,26 @@
 //! agrees the intercommunicator's context pair over the roots' connection
 //! (`Runtime::intercomm_to_remote`).
 //!
-//! MPI_Comm_spawn starts the children as a job of their own: the root runs our `mpirun`
-//! (`TSUNAGI_MPIRUN`, set by mpirun for its ranks, else `mpirun` on the PATH) with
-//! `TSUNAGI_PARENT_PORT` naming a port it opened; the children's MPI_Init connects back
-//! (collective over their world), and that intercommunicator is MPI_Comm_get_parent.
-//! MPI_Comm_spawn_multiple starts one job whose ranks pick their program by rank. The
-//! launching root reaps the child mpirun; MPI_Finalize waits for children that were not
-//! disconnected (MPI_Finalize is collective over connected processes).
+//! MPI_Comm_spawn starts the children as a job of their own through the launcher that
+//! started this process: the root opens a port and sends PMI-1 `spawn` (one block per
+//! application) with the port as the preput key `PARENT_ROOT_PORT_NAME`, as MPICH does;
+//! our mpirun (or MPICH's Hydra) starts the children in a key-value space of their own
+//! with `PMI_SPAWNED=1`, and their MPI_Init reads the key and connects back (collective
+//! over their world): that intercommunicator is MPI_Comm_get_parent. The launcher tracks
+//! the children like its other processes.
 //!
-//! Names are published in a directory of files (`tsunagi_dynconn::setup::publish`), which
-//! separately started jobs share; an mpirun's key-value space is its job's only.
+//! Only a process with no PMI server to ask (a singleton; also one started through a
+//! bootstrap other than PMI, such as a vendor MPI's launcher or a grid join) runs our
+//! `mpirun` itself (`TSUNAGI_MPIRUN`, else the one installed beside this library, else
+//! the PATH's) with `TSUNAGI_PARENT_PORT` naming the port, reaps that mpirun, and
+//! MPI_Finalize waits for children that were not disconnected (MPI_Finalize is collective
+//! over connected processes). MPI_Comm_spawn_multiple then starts one job whose ranks pick
+//! their program by rank.
+//!
+//! Names are published through the launcher's name service (PMI-1 `publish_name`,
+//! `lookup_name`, `unpublish_name`), which our mpirun keeps in the directory of files of
+//! `tsunagi_dynconn::setup` that separately started jobs share; a singleton uses that
+//! directory itself.
 
 use std::collections::HashMap;
 use std::ffi::{c_char, c_int, CStr};
@@ -31,12 +41,19 @@ use std::time::Duration;
 use tsunagi_core::{CommId, ErrorClass, MpiError, MpiResult, Runtime};
 use tsunagi_dynconn::setup::{self, MeshListener, NameError, Port, PortName, Token};
 use tsunagi_dynconn::{ConnDevice, PeerInbox};
+use tsunagi_p2p::boot::{NameAnswer, NameRequest, SpawnApp};
 
 use crate::ffi::*;
 use crate::handles::{self as h, err, InfoId};
 
-/// Environment variable naming the port a spawned job connects back to.
+/// Environment variable naming the port a spawned job connects back to (children of a
+/// singleton's nested mpirun).
 const PARENT_PORT: &str = "TSUNAGI_PARENT_PORT";
+/// The preput key that carries the parents' port to children spawned through the
+/// launcher (MPICH's name for it).
+const PARENT_PORT_KEY: &str = "PARENT_ROOT_PORT_NAME";
+/// Set to 1 by the launcher (ours, Hydra) in the environment of spawned processes.
+const PMI_SPAWNED: &str = "PMI_SPAWNED";
 /// Environment variable giving a child of MPI_Comm_spawn_multiple its app's index
 /// (MPI_APPNUM; the runtime reads it, mpi-core/src/runtime/mod.rs).
 const APPNUM: &str = "TSUNAGI_APPNUM";
@@ -385,14 +402,42 @@ fn name_err(call: &str, e: NameError) -> MpiError {
     }
 }
 
+/// The launcher's name-service answer as this call's result (the port for a lookup).
+fn name_answer(call: &str, a: MpiResult<NameAnswer>) -> MpiResult<Option<String>> {
+    match a? {
+        NameAnswer::Done => Ok(None),
+        NameAnswer::Port(p) => Ok(Some(p)),
+        NameAnswer::ServiceRefused(m) => Err(err(ErrorClass::Service, format!("{call}: {m}"))),
+        NameAnswer::NotFound(m) => Err(err(ErrorClass::Name, format!("{call}: {m}"))),
+        NameAnswer::Failed(m) => Err(err(ErrorClass::Other, format!("{call}: name service: {m}"))),
+    }
+}
+
+/// Whether names go to the launcher: ours serves them; other PMI-1 servers (Hydra without
+/// its name server, Slurm) may not answer, so they get the directory of files.
+fn ask_launcher(rt: &Runtime, req: NameRequest<'_>) -> Option<MpiResult<NameAnswer>> {
+    std::env::var_os("TSUNAGI_JOBID")?;
+    rt.launcher_names(req)
+}
+
 pub(crate) fn publish_name(service: &str, _info: Option<InfoId>, port: &str) -> MpiResult<()> {
-    h::runtime("MPI_Publish_name")?;
-    setup::publish(service, port).map_err(|e| name_err("MPI_Publish_name", e))
+    let call = "MPI_Publish_name";
+    let rt = h::runtime(call)?;
+    let req = NameRequest::Publish { service, port };
+    match ask_launcher(rt, req) {
+        Some(a) => name_answer(call, a).map(drop),
+        None => setup::publish(service, port).map_err(|e| name_err(call, e)),
+    }
 }
 
 pub(crate) fn unpublish_name(service: &str, _info: Option<InfoId>, port: &str) -> MpiResult<()> {
-    h::runtime("MPI_Unpublish_name")?;
-    setup::unpublish(service, port).map_err(|e| name_err("MPI_Unpublish_name", e))
+    let call = "MPI_Unpublish_name";
+    let rt = h::runtime(call)?;
+    let req = NameRequest::Unpublish { service, port };
+    match ask_launcher(rt, req) {
+        Some(a) => name_answer(call, a).map(drop),
+        None => setup::unpublish(service, port).map_err(|e| name_err(call, e)),
+    }
 }
 
 pub(crate) fn lookup_name(
@@ -400,8 +445,12 @@ pub(crate) fn lookup_name(
     _info: Option<InfoId>,
     port_name: *mut c_char,
 ) -> MpiResult<()> {
-    h::runtime("MPI_Lookup_name")?;
-    let port = setup::lookup(service).map_err(|e| name_err("MPI_Lookup_name", e))?;
+    let call = "MPI_Lookup_name";
+    let rt = h::runtime(call)?;
+    let port = match ask_launcher(rt, NameRequest::Lookup { service }) {
+        Some(a) => name_answer(call, a)?.unwrap_or_default(),
+        None => setup::lookup(service).map_err(|e| name_err(call, e))?,
+    };
     // SAFETY: MPI requires room for MPI_MAX_PORT_NAME bytes.
     unsafe { h::write_cstr("port_name", port_name, MPI_MAX_PORT_NAME, &port)? };
     Ok(())
@@ -416,14 +465,29 @@ pub(crate) fn comm_get_parent(parent: &mut MPI_Comm) -> MpiResult<()> {
 /// MPI_Init's part: a process started by MPI_Comm_spawn connects back to its parents
 /// (collective over the new world).
 pub(crate) fn connect_to_parent() -> MpiResult<()> {
-    let Some(name) = std::env::var_os(PARENT_PORT) else {
+    let call = "MPI_Init (connecting to the spawning parents)";
+    let name = if let Some(name) = std::env::var_os(PARENT_PORT) {
+        // Our own children get a port of their own, not ours.
+        std::env::remove_var(PARENT_PORT);
+        name.to_string_lossy().into_owned()
+    } else if std::env::var_os(PMI_SPAWNED).is_some_and(|v| v == "1") {
+        // Started by the launcher for MPI_Comm_spawn: the parents' port is in our
+        // key-value space.
+        std::env::remove_var(PMI_SPAWNED);
+        h::runtime(call)?
+            .launcher_get(PARENT_PORT_KEY)?
+            .ok_or_else(|| {
+                err(
+                    ErrorClass::Spawn,
+                    format!(
+                        "{call}: PMI_SPAWNED is set but the launcher holds no {PARENT_PORT_KEY}"
+                    ),
+                )
+            })?
+    } else {
         return Ok(());
     };
-    // Our own children get a port of their own, not ours.
-    std::env::remove_var(PARENT_PORT);
-    let call = "MPI_Init (connecting to the spawning parents)";
     let rt = h::runtime(call)?;
-    let name = name.to_string_lossy().into_owned();
     let id = establish(call, rt, CommId::WORLD, 0, Side::Connect, &mut || {
         connect_to(call, &name)
     })?;
@@ -601,6 +665,46 @@ fn launch(call: &str, apps: &[App], port: &Port) -> MpiResult<Child> {
     })
 }
 
+/// Info keys the launcher is told about (others are ignored, as MPI allows; MPICH's Hydra
+/// refuses keys it does not know).
+const LAUNCHER_INFO_KEYS: [&str; 3] = ["host", "wdir", "path"];
+
+/// `apps` as a PMI-1 spawn request's applications. PMI carries each value on a line of
+/// its own, so none may hold a line break.
+fn pmi_apps(call: &str, apps: &[App]) -> MpiResult<Vec<SpawnApp>> {
+    let check = |what: &str, v: &str| -> MpiResult<String> {
+        if v.contains(['\n', '\r']) {
+            return Err(err(
+                ErrorClass::Arg,
+                format!("{call}: {what} holds a line break, which the launcher cannot be sent"),
+            ));
+        }
+        Ok(v.to_string())
+    };
+    apps.iter()
+        .map(|a| {
+            let mut info = Vec::new();
+            if let Some(i) = a.info {
+                for k in LAUNCHER_INFO_KEYS {
+                    if let Some(v) = super::info_lookup(i, k) {
+                        info.push((k.to_string(), check(&format!("info key {k}"), &v)?));
+                    }
+                }
+            }
+            Ok(SpawnApp {
+                command: check("command", &a.command)?,
+                args: a
+                    .args
+                    .iter()
+                    .map(|x| check("an argument", x))
+                    .collect::<MpiResult<_>>()?,
+                procs: a.procs,
+                info,
+            })
+        })
+        .collect()
+}
+
 fn spawn_apps(
     call: &str,
     apps: &mut dyn FnMut() -> MpiResult<Vec<App>>,
@@ -614,6 +718,15 @@ fn spawn_apps(
     let id = establish(call, rt, comm, root, Side::Accept, &mut || {
         let apps = apps()?;
         let port = Port::open().map_err(|e| io_err(ErrorClass::Spawn, call, e))?;
+        // Through the launcher when there is one: it starts, watches and reaps them.
+        let preput = [(PARENT_PORT_KEY.to_string(), port.name.to_string())];
+        if let Some(r) = rt.launcher_spawn(call, &pmi_apps(call, &apps)?, &preput) {
+            r?;
+            let s = port
+                .accept_root(&mut || None)
+                .map_err(|e| io_err(ErrorClass::Spawn, call, e))?;
+            return Ok((s, port.name.token));
+        }
         let mut child = launch(call, &apps, &port)?;
         let s = port.accept_root(&mut || match child.try_wait() {
             Ok(Some(st)) => Some(format!(

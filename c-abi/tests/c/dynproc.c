@@ -1,6 +1,10 @@
 /* Dynamic processes between worlds started apart. Modes (argv[1]):
  *   spawn N   the job spawns N children of this program (argv, info) and talks to them;
  *   multi     MPI_Comm_spawn_multiple: two programs' worth of children (1 + 2 ranks);
+ *   leak S    publishes S and ends without unpublishing it (mpirun removes it);
+ *   noinit    spawns /bin/true, which never calls MPI_Init (mpirun must end the job);
+ *   die       spawns 2 children of which one exits with code 3 while all wait for it:
+ *             mpirun must end the whole job (the test checks how);
  *   server S  opens a port, publishes it as service S, accepts one client job;
  *   client S  looks service S up and connects (run as a second, separate mpirun job);
  *   join      not under mpirun: forks, and the two singletons join over a socket pair.
@@ -100,12 +104,34 @@ static void bad_names(void) {
     CHECK_EQ(cls, MPI_ERR_PORT);
     MPI_Error_class(MPI_Unpublish_name("tsunagi-no-such-service", MPI_INFO_NULL, "x"), &cls);
     CHECK_EQ(cls, MPI_ERR_SERVICE);
+    if (getenv("DYNPROC_SAME_LAUNCHER")) {
+        /* Our mpirun refuses what it cannot start: MPI_ERR_SPAWN, and the job goes on. */
+        MPI_Info hi;
+        OK(MPI_Info_create(&hi));
+        OK(MPI_Info_set(hi, "host", "tsunagi-no-such-host"));
+        MPI_Error_class(MPI_Comm_spawn("/bin/true", MPI_ARGV_NULL, 1, hi, 0, MPI_COMM_SELF, &c,
+                                       MPI_ERRCODES_IGNORE),
+                        &cls);
+        CHECK_EQ(cls, MPI_ERR_SPAWN);
+        OK(MPI_Info_free(&hi));
+        MPI_Error_class(MPI_Comm_spawn("/tsunagi/no/such/program", MPI_ARGV_NULL, 1,
+                                       MPI_INFO_NULL, 0, MPI_COMM_SELF, &c, MPI_ERRCODES_IGNORE),
+                        &cls);
+        CHECK_EQ(cls, MPI_ERR_SPAWN);
+    }
     OK(MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL));
+}
+
+/* The parents' side of the children's launcher check: rank 0 sends its parent's pid. */
+static void send_ppid(MPI_Comm ic, int rank) {
+    int pp = (int)getppid();
+    OK(MPI_Bcast(&pp, 1, MPI_INT, rank == 0 ? MPI_ROOT : MPI_PROC_NULL, ic));
 }
 
 static int child(int argc, char **argv, MPI_Comm parent) {
     int rank;
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));
+    if (argc >= 3 && strcmp(argv[2], "die") == 0 && rank == 1) exit(3);
     /* argv[2] names the spawn kind; spawned with argv {"child", kind, "a b", NULL}. */
     CHECK(argc >= 4);
     CHECK(strcmp(argv[3], "a b") == 0);
@@ -125,6 +151,14 @@ static int child(int argc, char **argv, MPI_Comm parent) {
     int len;
     OK(MPI_Comm_get_name(parent, name, &len));
     CHECK(strcmp(name, "MPI_COMM_PARENT") == 0);
+    /* Started by the parents' own launcher, not a nested one: our parent process is
+     * theirs (the parents' root sends its parent's pid). */
+    int ppid;
+    OK(MPI_Bcast(&ppid, 1, MPI_INT, 0, parent));
+    if (getenv("DYNPROC_SAME_LAUNCHER")) CHECK_EQ(ppid, (int)getppid());
+    /* Parents on this host and on an agent's "host" (a launch command that only sets
+     * DYNPROC_AGENT_HOST): children alternate between the two, starting here. */
+    if (getenv("DYNPROC_ROUND_ROBIN")) CHECK_EQ(getenv("DYNPROC_AGENT_HOST") != NULL, rank % 2);
     talk(parent, 0);
     OK(MPI_Comm_disconnect(&parent));
     CHECK(parent == MPI_COMM_NULL);
@@ -190,10 +224,24 @@ int main(int argc, char **argv) {
         int rsize;
         OK(MPI_Comm_remote_size(ic, &rsize));
         CHECK_EQ(rsize, n);
+        send_ppid(ic, rank);
         talk(ic, 1);
         OK(MPI_Comm_disconnect(&ic));
         CHECK(ic == MPI_COMM_NULL);
         bad_names();
+    } else if (strcmp(argv[1], "noinit") == 0) {
+        /* /bin/true never calls MPI_Init, so it never connects back: mpirun ends the job. */
+        OK(MPI_Comm_spawn("/bin/true", MPI_ARGV_NULL, 1, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic,
+                          MPI_ERRCODES_IGNORE));
+        CHECK(0);
+    } else if (strcmp(argv[1], "die") == 0) {
+        char *args[] = {"child", "die", "a b", NULL};
+        OK(MPI_Comm_spawn(argv[0], args, 2, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic,
+                          MPI_ERRCODES_IGNORE));
+        send_ppid(ic, rank);
+        /* Blocks: child 1 never gets here. mpirun ends the job. */
+        talk(ic, 1);
+        CHECK(0);
     } else if (strcmp(argv[1], "multi") == 0) {
         char *cmds[2] = {argv[0], argv[0]};
         char *a0[] = {"child", "multi", "a b", "0", NULL};
@@ -203,6 +251,7 @@ int main(int argc, char **argv) {
         MPI_Info infos[2] = {MPI_INFO_NULL, MPI_INFO_NULL};
         OK(MPI_Comm_spawn_multiple(2, cmds, argvs, procs, infos, 0, MPI_COMM_WORLD, &ic,
                                    MPI_ERRCODES_IGNORE));
+        send_ppid(ic, rank);
         talk(ic, 1);
         OK(MPI_Comm_disconnect(&ic));
     } else if (strcmp(argv[1], "server") == 0) {
@@ -238,6 +287,18 @@ int main(int argc, char **argv) {
         OK(MPI_Comm_connect(port, MPI_INFO_NULL, 0, MPI_COMM_WORLD, &ic));
         talk(ic, 0);
         OK(MPI_Comm_disconnect(&ic));
+    } else if (strcmp(argv[1], "leak") == 0) {
+        /* Publishes service argv[2] through the launcher and ends without unpublishing
+         * it; the children spawned by the same mpirun find it there. mpirun removes the
+         * name when the job ends (the test checks). */
+        char port[MPI_MAX_PORT_NAME], found[MPI_MAX_PORT_NAME];
+        if (rank == 0) {
+            OK(MPI_Open_port(MPI_INFO_NULL, port));
+            OK(MPI_Publish_name(argv[2], MPI_INFO_NULL, port));
+            OK(MPI_Lookup_name(argv[2], MPI_INFO_NULL, found));
+            CHECK(strcmp(port, found) == 0);
+            OK(MPI_Close_port(port));
+        }
     } else if (strcmp(argv[1], "groups") == 0) {
         /* MPI_Intercomm_create_from_groups: even world ranks against odd ones, the groups
          * taken from a session's mpi://WORLD process set; leaders: the last of each. */

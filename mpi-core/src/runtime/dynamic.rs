@@ -10,6 +10,7 @@
 //! MPI_Intercomm_create, the leaders' swap going over the roots' connection.
 
 use super::*;
+use tsunagi_p2p::boot::{NameAnswer, NameRequest, SpawnApp};
 use tsunagi_p2p::device::Device;
 
 /// Virtual ranks handed out so far in this process (added to the world size).
@@ -89,6 +90,37 @@ impl Runtime {
         let context = self.inter_context(call, local_comm, is_leader, exchange)?;
         let local = self.hidden_local(call, local_comm)?;
         self.insert_inter(local_comm, local, Group::new(remote), context)
+    }
+
+    /// Start `apps` through the launcher that started this process (PMI-1 `spawn`), with
+    /// `preput` in the children's key-value space. `None` when there is no such launcher
+    /// (a singleton); errors are MPI_ERR_SPAWN with the launcher's reason.
+    pub fn launcher_spawn(
+        &self,
+        call: &str,
+        apps: &[SpawnApp],
+        preput: &[(String, String)],
+    ) -> Option<MpiResult<()>> {
+        let r = self.boot_lock().spawn(apps, preput)?;
+        Some(r.map_err(|e| MpiError::new(ErrorClass::Spawn, format!("{call}: {e}"))))
+    }
+
+    /// Ask the launcher's name service; `None` when it has none.
+    pub fn launcher_names(&self, req: NameRequest<'_>) -> Option<MpiResult<NameAnswer>> {
+        let r = self.boot_lock().name_service(req)?;
+        Some(r.map_err(|e| MpiError::new(ErrorClass::Other, format!("name service: {e}"))))
+    }
+
+    /// A key from this job's key-value space at the launcher (what a spawning parent
+    /// preput for its children), if present.
+    pub fn launcher_get(&self, key: &str) -> MpiResult<Option<String>> {
+        self.boot_lock()
+            .get(key)
+            .map_err(|e| MpiError::new(ErrorClass::Other, format!("launcher: {e}")))
+    }
+
+    fn boot_lock(&self) -> std::sync::MutexGuard<'_, Box<dyn tsunagi_p2p::boot::Bootstrap>> {
+        self.boot.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Whether world rank `w` is one of this world's (not a virtual rank of another's).
