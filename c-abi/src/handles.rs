@@ -344,6 +344,9 @@ impl std::ops::Deref for DtRef {
     }
 }
 
+/// The datatype of handle `d`: a builtin inline (every send and receive decodes one),
+/// anything else in [`dtype_other`].
+#[inline]
 pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
     let u = d as u32;
     if u & 0xffff_0000 == 0x4c00_0000 {
@@ -352,6 +355,16 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
                 return Ok(DtRef::Static(t));
             }
         }
+    }
+    dtype_other(name, d)
+}
+
+/// [`dtype`] for the handles that are not plain builtins (derived types, pair types,
+/// errors), out of line so that the builtin path needs no stack frame.
+#[inline(never)]
+fn dtype_other(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
+    let u = d as u32;
+    if u & 0xffff_0000 == 0x4c00_0000 {
         if d == 0x4c00_0010 || d == 0x4c00_0011 {
             return Err(err(
                 ErrorClass::Type,
