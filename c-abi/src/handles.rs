@@ -279,8 +279,10 @@ pub(crate) fn comm_handle(id: CommId) -> MPI_Comm {
 // ----- datatypes -----
 
 struct Builtins {
-    /// By the low byte of 0x4c0000xx handles.
-    plain: Vec<Option<TypeRef>>,
+    /// By the low byte of 0x4c00xxyy handles: the full handle and its type, so that
+    /// decoding a builtin is one indexed load and one comparison (every send and receive
+    /// decodes one).
+    plain: Box<[(MPI_Datatype, Option<TypeRef>); 256]>,
     /// MPICH's pair types 0x8c00000x.
     pairs: Vec<TypeRef>,
     /// Handle of each core builtin, by `Builtin as usize`.
@@ -290,7 +292,8 @@ struct Builtins {
 fn builtins() -> &'static Builtins {
     static B: OnceLock<Builtins> = OnceLock::new();
     B.get_or_init(|| {
-        let mut plain = vec![None; 256];
+        let mut plain: Box<[(MPI_Datatype, Option<TypeRef>); 256]> =
+            Box::new(std::array::from_fn(|_| (MPI_DATATYPE_NULL, None)));
         let mut pairs = vec![Datatype::builtin(Builtin::Byte); 5];
         let mut handle = vec![MPI_DATATYPE_NULL; Builtin::ALL.len()];
         for &(name, h) in BUILTIN_TYPES {
@@ -299,7 +302,7 @@ fn builtins() -> &'static Builtins {
             if (h as u32) & 0xff00_0000 == 0x8c00_0000 {
                 pairs[index(h) as usize] = t;
             } else {
-                plain[h as usize & 0xff] = Some(t);
+                plain[h as usize & 0xff] = (h, Some(t));
             }
             handle[b as usize] = h;
         }
@@ -341,14 +344,27 @@ impl std::ops::Deref for DtRef {
     }
 }
 
+/// The datatype of handle `d`: a builtin inline (every send and receive decodes one),
+/// anything else in [`dtype_other`].
+#[inline]
 pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
     let u = d as u32;
     if u & 0xffff_0000 == 0x4c00_0000 {
-        if let Some(t) = &builtins().plain[u as usize & 0xff] {
-            if builtins().handle[t.is_builtin().expect("builtin") as usize] == d {
+        if let (h, Some(t)) = &builtins().plain[u as usize & 0xff] {
+            if *h == d {
                 return Ok(DtRef::Static(t));
             }
         }
+    }
+    dtype_other(name, d)
+}
+
+/// [`dtype`] for the handles that are not plain builtins (derived types, pair types,
+/// errors), out of line so that the builtin path needs no stack frame.
+#[inline(never)]
+fn dtype_other(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
+    let u = d as u32;
+    if u & 0xffff_0000 == 0x4c00_0000 {
         if d == 0x4c00_0010 || d == 0x4c00_0011 {
             return Err(err(
                 ErrorClass::Type,
@@ -553,6 +569,13 @@ pub(crate) fn element<T>(
     check: impl Fn(&str) -> MpiResult<T>,
 ) -> MpiResult<T> {
     check(array).or_else(|_| check(&format!("{array}[{i}]")))
+}
+
+/// True when `r` is MPI_REQUEST_NULL or decodes as a request (the cheap check of a whole
+/// array before [`request`] is asked for the error of a bad element).
+#[inline]
+pub(crate) fn is_request(r: MPI_Request) -> bool {
+    r == MPI_REQUEST_NULL || r as u32 & KIND_MASK == REQ_DIRECT
 }
 
 /// A decoded request handle: None for MPI_REQUEST_NULL.

@@ -7,7 +7,7 @@
 //! thread that owns a transport), so a bump is a relaxed load and store, not a locked
 //! read-modify-write: counting costs a plain add on the message path.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::AtomicU64;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -16,35 +16,16 @@ use tsunagi_p2p::{EventSource, Header, P2pError, Rank, ReadId, Sink, Transport, 
 /// The transport kinds counted separately; every other transport counts as `other`.
 pub const TRANSPORT_KINDS: [&str; 4] = ["self", "shm", "tcp", "other"];
 
-/// Messages and bytes (payload plus header) one kind of transport sent and delivered,
-/// protocol messages (rendezvous handshakes, streamed chunks) included.
-#[derive(Default)]
-pub struct TransportCounters {
-    pub msgs_sent: AtomicU64,
-    pub bytes_sent: AtomicU64,
-    pub msgs_recvd: AtomicU64,
-    pub bytes_recvd: AtomicU64,
-}
+pub use tsunagi_p2p::TransportCounters;
 
-static COUNTERS: [TransportCounters; 4] = [const {
-    TransportCounters {
-        msgs_sent: AtomicU64::new(0),
-        bytes_sent: AtomicU64::new(0),
-        msgs_recvd: AtomicU64::new(0),
-        bytes_recvd: AtomicU64::new(0),
-    }
-}; 4];
+static COUNTERS: [TransportCounters; 4] = [const { TransportCounters::new() }; 4];
 
 /// Searches of the posted-receive queues (one per arriving message).
 pub static POSTED_MATCH_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 /// Searches of the unexpected-message queues (one per receive or probe posted).
 pub static UNEXPECTED_MATCH_ATTEMPTS: AtomicU64 = AtomicU64::new(0);
 
-/// Add `n` to a counter that has one writer at a time (see the module doc).
-#[inline]
-pub fn bump(c: &AtomicU64, n: u64) {
-    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
-}
+pub use tsunagi_p2p::bump;
 
 /// The counters of the transport kind `name` ("shm", ...; unknown names give `other`).
 pub fn counters(name: &str) -> &'static TransportCounters {
@@ -61,9 +42,13 @@ struct Counting {
     c: &'static TransportCounters,
 }
 
-/// Wrap a transport so that MPI_T sees its traffic.
-pub(crate) fn counting(inner: Box<dyn Transport>) -> Box<dyn Transport> {
+/// Have a transport count its traffic for MPI_T: itself where it can
+/// ([`Transport::count_into`]), else through a counting wrapper.
+pub(crate) fn counting(mut inner: Box<dyn Transport>) -> Box<dyn Transport> {
     let c = counters(inner.name());
+    if inner.count_into(c) {
+        return inner;
+    }
     Box::new(Counting { inner, c })
 }
 
@@ -140,6 +125,7 @@ impl Transport for Counting {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::Ordering;
     use tsunagi_p2p::self_transport::SelfTransport;
 
     #[test]

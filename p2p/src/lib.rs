@@ -11,6 +11,7 @@
 //! share, and the futex doorbells.
 
 use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -168,6 +169,58 @@ pub struct TransportCaps {
     pub timers: bool,
 }
 
+/// Messages and bytes (payload plus header) one kind of transport sent and delivered,
+/// protocol messages (rendezvous handshakes, streamed chunks) included: what the tools
+/// interface (MPI_T, in `tsunagi-core`) reads. Process-wide statics there; each has one
+/// writer at a time (a transport is used under the runtime's lock or by the one progress
+/// thread that owns it), so a count is a relaxed load and store, not a locked
+/// read-modify-write.
+#[derive(Debug, Default)]
+pub struct TransportCounters {
+    pub msgs_sent: AtomicU64,
+    pub bytes_sent: AtomicU64,
+    pub msgs_recvd: AtomicU64,
+    pub bytes_recvd: AtomicU64,
+}
+
+/// Add `n` to a counter that has one writer at a time (see [`TransportCounters`]).
+#[inline]
+pub fn bump(c: &AtomicU64, n: u64) {
+    c.store(c.load(Ordering::Relaxed).wrapping_add(n), Ordering::Relaxed);
+}
+
+impl TransportCounters {
+    /// All zero (`const`, for statics).
+    pub const fn new() -> TransportCounters {
+        TransportCounters {
+            msgs_sent: AtomicU64::new(0),
+            bytes_sent: AtomicU64::new(0),
+            msgs_recvd: AtomicU64::new(0),
+            bytes_recvd: AtomicU64::new(0),
+        }
+    }
+
+    /// Count one message of `payload` bytes sent.
+    #[inline]
+    pub fn sent(&self, payload: usize) {
+        bump(&self.msgs_sent, 1);
+        bump(&self.bytes_sent, (HEADER_BYTES + payload) as u64);
+    }
+
+    /// Count one message of `payload` bytes delivered.
+    #[inline]
+    pub fn recvd(&self, payload: usize) {
+        bump(&self.msgs_recvd, 1);
+        bump(&self.bytes_recvd, (HEADER_BYTES + payload) as u64);
+    }
+
+    /// Count `bytes` moved by a single-copy read (data without a message).
+    #[inline]
+    pub fn read(&self, bytes: usize) {
+        bump(&self.bytes_recvd, bytes as u64);
+    }
+}
+
 /// The contract of a transport.
 ///
 /// A transport reaches a set of peers and moves messages to them reliably and in order per
@@ -298,6 +351,15 @@ pub trait Transport: Send {
     /// it; the transport reads the clock itself when polled.
     fn next_deadline(&self) -> Option<Instant> {
         None
+    }
+
+    /// Count from now on what this transport moves into `c` (sends and deliveries with
+    /// [`TransportCounters::sent`] / [`TransportCounters::recvd`], single-copy reads with
+    /// [`TransportCounters::read`]) and return true; the default, false, has the caller
+    /// wrap the transport in a counting layer instead, which costs a second dynamic call
+    /// per send and per poll (the small-message path counts them).
+    fn count_into(&mut self, _c: &'static TransportCounters) -> bool {
+        false
     }
 }
 

@@ -4,7 +4,10 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 
 use crate::futex::LocalDoorbell;
-use crate::{EventSource, Header, P2pError, Rank, Sink, Transport};
+use crate::{EventSource, Header, P2pError, Rank, Sink, Transport, TransportCounters};
+
+/// Where an uncounted self transport counts (nobody reads it).
+static UNCOUNTED: TransportCounters = TransportCounters::new();
 
 /// Loopback to the calling rank. Unbounded (a rank that sends to itself without receiving
 /// holds the data in its own memory, as in every MPI); large messages still use rendezvous,
@@ -13,6 +16,7 @@ pub struct SelfTransport {
     me: Rank,
     queue: VecDeque<(Header, Vec<u8>)>,
     bell: Arc<LocalDoorbell>,
+    counters: &'static TransportCounters,
 }
 
 impl SelfTransport {
@@ -22,6 +26,7 @@ impl SelfTransport {
             me,
             queue: VecDeque::new(),
             bell: LocalDoorbell::new(),
+            counters: &UNCOUNTED,
         }
     }
 }
@@ -48,6 +53,7 @@ impl Transport for SelfTransport {
         }
         self.queue.push_back((*hdr, payload.to_vec()));
         self.bell.ring();
+        self.counters.sent(payload.len());
         Ok(true)
     }
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
@@ -55,6 +61,7 @@ impl Transport for SelfTransport {
         let n = self.queue.len();
         for _ in 0..n {
             let (h, p) = self.queue.pop_front().expect("counted");
+            self.counters.recvd(p.len());
             sink(self.me, &h, &p);
         }
         Ok(n)
@@ -73,9 +80,14 @@ impl Transport for SelfTransport {
         // rendezvous completes; it cannot overlap `dst` (a receive buffer). `copy` tolerates
         // overlap anyway.
         unsafe { std::ptr::copy(remote_addr as *const u8, dst.as_mut_ptr(), dst.len()) };
+        self.counters.read(dst.len());
         Ok(())
     }
     fn event_source(&self) -> Arc<dyn EventSource> {
         self.bell.clone()
+    }
+    fn count_into(&mut self, c: &'static TransportCounters) -> bool {
+        self.counters = c;
+        true
     }
 }

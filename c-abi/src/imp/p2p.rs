@@ -124,21 +124,18 @@ pub(crate) fn recv(
     status: Option<&mut MPI_Status>,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Recv")?;
-    let id = {
-        // SAFETY: MPI requires room for `count` elements of `dt` at `buf` for the call.
-        unsafe {
-            r.irecv(
-                "MPI_Recv",
-                buf as *mut u8,
-                count as i64,
-                dt,
-                source,
-                tag,
-                comm,
-            )?
-        }
+    // SAFETY: MPI requires room for `count` elements of `dt` at `buf` for the call.
+    let st = unsafe {
+        r.recv_raw(
+            "MPI_Recv",
+            buf as *mut u8,
+            count as i64,
+            dt,
+            source,
+            tag,
+            comm,
+        )?
     };
-    let st = r.wait_raw("MPI_Recv", id)?;
     put_status(status, &st);
     if st.error != 0 {
         return Err(err(

@@ -287,8 +287,47 @@ impl Runtime {
         tag: i32,
         comm: CommId,
     ) -> MpiResult<Status> {
-        let id = self.irecv(call, buf, count, dtype, source, tag, comm)?;
-        self.wait(call, id)
+        let st = self.recv_raw(call, buf, count, dtype, source, tag, comm)?;
+        Self::complete_status(call, st)
+    }
+
+    /// MPI_Recv with a truncation reported in the status, not as an error (the C
+    /// interface fills the status either way). The common case, a polling engine with no
+    /// non-blocking collective running and the message already arrived or waiting in the
+    /// transport, posts, polls and collects under one lock.
+    ///
+    /// # Safety
+    /// As [`Runtime::recv`].
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn recv_raw(
+        &self,
+        call: &str,
+        buf: *mut u8,
+        count: i64,
+        dtype: &TypeRef,
+        source: i32,
+        tag: i32,
+        comm: CommId,
+    ) -> MpiResult<Status> {
+        let id = {
+            let mut e = self.lock();
+            let id = match Self::recv_lean(&mut e, buf, count, dtype, source, tag, comm)? {
+                Some(id) => id,
+                None => self.start_new(&mut e, call, None, buf, count, dtype, source, tag, comm)?,
+            };
+            if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
+                let invalid = || invalid_request(call);
+                if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+                    return Ok(st);
+                }
+                e.progress()?;
+                if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+                    return Ok(st);
+                }
+            }
+            id
+        };
+        self.wait_blocking(call, id)
     }
 
     /// MPI_Send_init and friends / MPI_Recv_init: a persistent request, inactive.
@@ -370,7 +409,7 @@ impl Runtime {
     /// Like [`Runtime::wait`], but a truncation is reported in the status, not as an
     /// error (for MPI_Waitall's MPI_ERR_IN_STATUS handling).
     pub fn wait_raw(&self, call: &str, id: ReqId) -> MpiResult<Status> {
-        let invalid = || MpiError::new(ErrorClass::Request, format!("{call}: invalid request"));
+        let invalid = || invalid_request(call);
         if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
             // The common case of a blocking receive or a wait on a small message: done
             // already, or after one progress pass, all under one lock.
@@ -383,6 +422,13 @@ impl Runtime {
                 return Ok(st);
             }
         }
+        self.wait_blocking(call, id)
+    }
+
+    /// The general part of [`Runtime::wait_raw`]: progress (or watch the progress
+    /// threads) until request `id` completes, then collect it.
+    fn wait_blocking(&self, call: &str, id: ReqId) -> MpiResult<Status> {
+        let invalid = || invalid_request(call);
         let mut out = None;
         self.block_until(|e| {
             out = e.collect(id).map_err(|()| invalid())?;
@@ -926,4 +972,9 @@ impl Runtime {
     pub fn live_requests(&self) -> usize {
         self.lock().live_requests()
     }
+}
+
+#[cold]
+fn invalid_request(call: &str) -> MpiError {
+    MpiError::new(ErrorClass::Request, format!("{call}: invalid request"))
 }

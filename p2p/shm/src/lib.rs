@@ -36,7 +36,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tsunagi_p2p::futex::DoorbellWords;
-use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport};
+use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport, TransportCounters};
+
+/// Where a transport counts before (or without) [`Transport::count_into`]: nobody reads
+/// it, and counting unconditionally keeps a branch off the message path.
+static UNCOUNTED: TransportCounters = TransportCounters::new();
 
 mod factory;
 mod layout;
@@ -263,6 +267,8 @@ pub struct ShmTransport {
     /// An unbound datagram socket for waking peers that wait through their wake-up socket
     /// (made on first need).
     waker: Waker,
+    /// MPI_T's counters of this transport kind (see [`Transport::count_into`]).
+    counters: &'static TransportCounters,
 }
 
 // SAFETY: the raw pointers point into `map`, which the transport keeps alive; the shared
@@ -540,6 +546,7 @@ impl ShmTransport {
             cma_enabled: cfg.cma,
             cma: (0..n).map(|_| Cell::new(CMA_UNKNOWN)).collect(),
             waker: Waker::default(),
+            counters: &UNCOUNTED,
         })
     }
 
@@ -842,6 +849,7 @@ impl Transport for ShmTransport {
             return self.on_full(pi);
         }
         tx.full_tries = 0;
+        self.counters.sent(payload.len());
         // SAFETY: bell and info point into the receiver's slot inside our live mapping.
         notify(
             unsafe { tx.bell.as_ref() },
@@ -869,7 +877,11 @@ impl Transport for ShmTransport {
             };
             let rx = &mut self.rx[i];
             let peer = rx.peer;
-            let got = rx.cons.pop(self.poll_batch, |h, p| sink(peer, h, p));
+            let counters = self.counters;
+            let got = rx.cons.pop(self.poll_batch, |h, p| {
+                counters.recvd(p.len());
+                sink(peer, h, p)
+            });
             if got.wake_producer {
                 // SAFETY: the sender's slot inside our live mapping.
                 let (bell, info) = unsafe { (rx.bell.as_ref(), rx.info.as_ref()) };
@@ -901,7 +913,14 @@ impl Transport for ShmTransport {
                 "shm: rank {peer} has not attached; its pid is unknown"
             )));
         }
-        vm_read(pid, remote_addr, dst)
+        vm_read(pid, remote_addr, dst)?;
+        self.counters.read(dst.len());
+        Ok(())
+    }
+
+    fn count_into(&mut self, c: &'static TransportCounters) -> bool {
+        self.counters = c;
+        true
     }
 
     fn event_source(&self) -> Arc<dyn EventSource> {

@@ -470,3 +470,28 @@ fn registry_wait_is_woken_by_a_send() {
     assert_eq!(got[0].2, b"late");
     let _ = std::fs::remove_file(path(&name));
 }
+
+#[test]
+fn counts_its_traffic_into_the_counters_it_is_given() {
+    use tsunagi_p2p::{TransportCounters, HEADER_BYTES};
+    // Leaked: the transports keep `&'static` references to them.
+    let c0: &'static TransportCounters = Box::leak(Box::new(TransportCounters::new()));
+    let c1: &'static TransportCounters = Box::leak(Box::new(TransportCounters::new()));
+    let name = unique("counts");
+    let mut v = node(&name, &[0, 1], &ShmConfig::default());
+    let mut t1 = v.pop().unwrap();
+    let mut t0 = v.pop().unwrap();
+    // Traffic before count_into goes nowhere these counters see.
+    assert!(t0.try_send(1, &Header::default(), b"uncounted").unwrap());
+    assert_eq!(drain(&mut t1).len(), 1);
+    assert!(t0.count_into(c0) && t1.count_into(c1));
+    for len in [0usize, 8, 100] {
+        assert!(t0.try_send(1, &Header::default(), &vec![7u8; len]).unwrap());
+    }
+    assert_eq!(drain(&mut t1).len(), 3);
+    let get = |a: &std::sync::atomic::AtomicU64| a.load(Ordering::Relaxed);
+    let bytes = (3 * HEADER_BYTES + 108) as u64;
+    assert_eq!((get(&c0.msgs_sent), get(&c0.bytes_sent)), (3, bytes));
+    assert_eq!((get(&c1.msgs_recvd), get(&c1.bytes_recvd)), (3, bytes));
+    assert_eq!((get(&c0.msgs_recvd), get(&c1.msgs_sent)), (0, 0));
+}
