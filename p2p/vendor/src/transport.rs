@@ -35,6 +35,7 @@
 //! transports.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -651,8 +652,19 @@ fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
 /// notifier rings the doorbell and then reads `blocked` (all sequentially consistent), so
 /// either the sleeper sees the ring and does not block, or the notifier sees the sleeper
 /// and wakes it.
+///
+/// In the event registry (one wait over every transport, `tsunagi_p2p::registry`) the
+/// vendor is a polled source: its descriptor is an eventfd that only [`EventSource::notify`]
+/// makes readable (arrivals show on no descriptor), and every wait that covers the vendor
+/// lasts at most [`NAP`] ([`EventSource::prepare_wait`]), after which the waiter polls the
+/// vendor again. So a rank with the vendor and another transport (TCP to ranks outside the
+/// vendor's world) sleeps in one wait, woken at once by the other transport's arrivals and
+/// within a nap by the vendor's, under either engine.
 pub struct VendorEvents {
     bell: DoorbellWords,
+    /// Readable after a `notify` (the registry's wake-up); `None` if no eventfd could be
+    /// made (then the vendor stays out of the registry and waiters take turns).
+    wake_fd: Option<std::os::fd::OwnedFd>,
     /// The vendor to block in, when blocking is allowed.
     block_in: Option<&'static Vendor>,
     /// Threads inside `MPI_Probe` now (or about to be).
@@ -670,8 +682,13 @@ const BLOCK_FROM: Duration = Duration::from_millis(1);
 
 impl VendorEvents {
     fn new(block_in: Option<&'static Vendor>) -> VendorEvents {
+        // SAFETY: a plain system call; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let wake_fd = (raw >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
         VendorEvents {
             bell: DoorbellWords::default(),
+            wake_fd,
             block_in,
             blocked: AtomicUsize::new(0),
             quiet: AtomicBool::new(true),
@@ -706,8 +723,28 @@ impl EventSource for VendorEvents {
     fn cancel(&self) {
         self.bell.cancel()
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.wake_fd.as_ref().map(|fd| fd.as_raw_fd())
+    }
+    fn prepare_wait(&self) -> Duration {
+        // Polled: nothing announces an arrival, so poll again after a nap at most.
+        NAP
+    }
+    fn end_wait(&self) {
+        if let Some(fd) = &self.wake_fd {
+            let mut v = 0u64;
+            // SAFETY: reads at most 8 bytes into `v`; non-blocking.
+            unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        }
+    }
     fn notify(&self) {
         self.bell.ring();
+        if let Some(fd) = &self.wake_fd {
+            let one = 1u64;
+            // SAFETY: writes the 8 bytes of `one` to our eventfd; non-blocking (a counter
+            // at its maximum refuses the write, and is readable anyway).
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
         if let Some(v) = self.block_in {
             // One wake per blocked thread: each probe sees the message, but the first
             // thread to poll takes it away from the others.
