@@ -516,14 +516,14 @@ impl Core {
             let Some((src, tag, count)) = self.link.test_any(self.ahead[at].req)? else {
                 break;
             };
-            let mut buf = std::mem::take(&mut self.ahead[at].buf);
+            let buf = std::mem::take(&mut self.ahead[at].buf);
             let taken = self.accept(src, tag, &buf[..count], sink.as_deref_mut());
-            // SAFETY: as in `new`: the buffer goes back into `self.ahead[at]` below and
-            // stays there until this receive completes.
-            let req = unsafe { self.link.irecv_any(buf.as_mut_ptr(), buf.len()) };
             self.ahead[at].buf = buf;
-            self.ahead[at].req = req?;
+            // SAFETY: as in `new`: the buffer is back in `self.ahead[at]` (its heap
+            // storage never moved) and stays there until this receive completes.
+            let restarted = unsafe { self.link.restart_any(self.ahead[at].req) };
             self.next = (at + 1) % self.ahead.len();
+            restarted?;
             n += taken?;
         }
         Ok(n)
