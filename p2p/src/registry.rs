@@ -206,7 +206,10 @@ mod tests {
         a.notify();
         let t = Instant::now();
         reg.sleep(Duration::from_secs(10));
-        assert!(t.elapsed() < Duration::from_secs(5), "the event was not seen");
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the event was not seen"
+        );
     }
 
     #[test]

@@ -135,6 +135,10 @@ impl Link for VendorLink {
         let (mut done, mut src, mut tag, mut count): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
         // SAFETY: four writable ints; the shim checks that `req` names a live request.
         let rc = unsafe { (self.0.api.test_any)(req, &mut done, &mut src, &mut tag, &mut count) };
+        if rc == 0 && done == 0 {
+            // The idle poll: nothing more to look at.
+            return Ok(None);
+        }
         check(self.0.api, "MPI_Test", rc).map_err(|e| match e {
             P2pError::Other(s) if s.to_ascii_lowercase().contains("truncat") => P2pError::Other(format!(
                 "{s} (a first message longer than this rank's receive buffer: TSUNAGI_VENDOR_SHORT must be the same on every rank)"
@@ -155,7 +159,9 @@ impl Link for VendorLink {
         let mut done: c_int = 0;
         // SAFETY: plain ints; the shim checks that `req` names a live request.
         let rc = unsafe { (self.0.api.test)(req, &mut done) };
-        check(self.0.api, "MPI_Test", rc)?;
+        if rc != 0 {
+            check(self.0.api, "MPI_Test", rc)?;
+        }
         Ok(done != 0)
     }
     fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError> {

@@ -405,7 +405,10 @@ fn the_vendor_is_a_polled_source_in_the_event_registry() {
         });
         let t = Instant::now();
         reg.sleep(BOUND);
-        assert!(t.elapsed() < BOUND / 2, "round {round}: notify did not end the wait");
+        assert!(
+            t.elapsed() < BOUND / 2,
+            "round {round}: notify did not end the wait"
+        );
         h.join().unwrap();
     }
     reg.prepare();
