@@ -4,8 +4,9 @@
 //! Eager messages (up to the eager limit): each vendor message is an `MPI_Isend` from a
 //! buffer the transport owns (the [`Transport`] contract frees the caller's buffer on
 //! return), completed later by `MPI_Test`. Receives: a ring of [`POSTED_AHEAD`] receives
-//! posted ahead (`MPI_Irecv` from any source under any tag into buffers of the transport's,
-//! each tested by `MPI_Test` and posted again once taken), so that a poll with nothing
+//! posted ahead (persistent, `MPI_Recv_init` from any source under any tag into buffers of
+//! the transport's, each tested by `MPI_Test` and started again by `MPI_Start` once
+//! taken), so that a poll with nothing
 //! arrived is one `MPI_Test` and a short message costs no probe, no count and no second
 //! receive; where a thread blocks in the vendor's `MPI_Probe` (threaded engine, see
 //! below) no receive is posted ahead, since such a receive would take the messages from
