@@ -9,6 +9,10 @@
 //! published after `prepare` makes its source's descriptor readable, so the sleep returns.
 //! The timeout has nanosecond resolution (`epoll_pwait2`): a 50 µs sleep is not a
 //! millisecond one.
+//!
+//! A source whose arrivals show on no descriptor (the vendor MPI's) joins as a polled
+//! source: its descriptor only carries [`EventSource::notify`], and its `prepare_wait`
+//! bounds every wait to its polling interval.
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
@@ -45,7 +49,9 @@ impl EventRegistry {
             // SAFETY: valid epoll descriptor and event; `fd` is kept open by its source,
             // which the registry holds (an Arc) for as long as the epoll set lives.
             let r = unsafe { libc::epoll_ctl(epfd.as_raw_fd(), libc::EPOLL_CTL_ADD, fd, &mut ev) };
-            if r < 0 {
+            // One source registered twice (a transport serving both reaches, such as the
+            // vendor's) has one descriptor: it is in the set already.
+            if r < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EEXIST) {
                 return None;
             }
         }
@@ -190,6 +196,20 @@ mod tests {
     fn a_source_without_descriptor_means_no_registry() {
         let a = EventFd::new();
         assert!(EventRegistry::new(vec![a, Arc::new(NoFd)]).is_none());
+    }
+
+    #[test]
+    fn a_source_given_twice_joins_once() {
+        let a = EventFd::new();
+        let reg = EventRegistry::new(vec![a.clone(), a.clone()]).expect("registry");
+        reg.prepare();
+        a.notify();
+        let t = Instant::now();
+        reg.sleep(Duration::from_secs(10));
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the event was not seen"
+        );
     }
 
     #[test]

@@ -17,6 +17,7 @@ pub(crate) struct Api {
     pub isend: unsafe extern "C" fn(*const u8, c_int, c_int, c_int, c_int, *mut c_int) -> c_int,
     pub irecv: unsafe extern "C" fn(*mut u8, c_int, c_int, c_int, c_int, *mut c_int) -> c_int,
     pub irecv_any: unsafe extern "C" fn(*mut u8, c_int, *mut c_int) -> c_int,
+    pub restart_any: unsafe extern "C" fn(c_int) -> c_int,
     pub test: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
     pub test_any:
         unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
@@ -96,6 +97,8 @@ macro_rules! api_table {
                 ) -> c_int;
                 #[link_name = concat!($prefix, "irecv_any")]
                 fn irecv_any(buf: *mut u8, len: c_int, idx: *mut c_int) -> c_int;
+                #[link_name = concat!($prefix, "restart_any")]
+                fn restart_any(idx: c_int) -> c_int;
                 #[link_name = concat!($prefix, "test")]
                 fn test(idx: c_int, done: *mut c_int) -> c_int;
                 #[link_name = concat!($prefix, "test_any")]
@@ -156,6 +159,7 @@ macro_rules! api_table {
                 isend,
                 irecv,
                 irecv_any,
+                restart_any,
                 test,
                 test_any,
                 iprobe,

@@ -44,15 +44,25 @@ pub trait Link: Send {
     ) -> Result<Req, P2pError>;
     /// Post a receive of at most `len` bytes into `buf` from any source under any tag,
     /// ahead of the message; it never takes a message whose tag is [`frame::on_bulk`].
-    /// Receives posted ahead take messages in the order they were posted.
+    /// Receives posted ahead take messages in the order they were posted. The request is
+    /// persistent: once [`Link::test_any`] reported it complete, [`Link::restart_any`]
+    /// posts it again into the same buffer (its id stays taken for good).
     ///
     /// # Safety
-    /// As [`Link::irecv`], until [`Link::test_any`] reports the request complete.
+    /// As [`Link::irecv`], until [`Link::test_any`] reports the request complete, and
+    /// again from each [`Link::restart_any`] of it to its completion.
     unsafe fn irecv_any(&mut self, buf: *mut u8, len: usize) -> Result<Req, P2pError>;
+    /// Post the receive `req` of [`Link::irecv_any`], which completed, again into its
+    /// buffer.
+    ///
+    /// # Safety
+    /// The buffer given to [`Link::irecv_any`] must be valid, and not read or written by
+    /// anyone else, until [`Link::test_any`] reports the request complete.
+    unsafe fn restart_any(&mut self, req: Req) -> Result<(), P2pError>;
     /// Whether `req` completed (a completed request's id is free for reuse).
     fn test(&mut self, req: Req) -> Result<bool, P2pError>;
-    /// Whether the receive `req` posted by [`Link::irecv_any`] completed: its (source,
-    /// tag, bytes). A message longer than the buffer is an error.
+    /// Whether the receive `req` posted by [`Link::irecv_any`] (or restarted) completed:
+    /// its (source, tag, bytes). A message longer than the buffer is an error.
     fn test_any(&mut self, req: Req) -> Result<Option<(u32, i32, usize)>, P2pError>;
     /// The first message waiting from any source: (source, tag, bytes).
     fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError>;
@@ -115,10 +125,20 @@ impl Link for VendorLink {
         check(self.0.api, "MPI_Irecv", rc)?;
         Ok(idx)
     }
+    unsafe fn restart_any(&mut self, req: Req) -> Result<(), P2pError> {
+        // SAFETY: a plain int; the shim checks that `req` names an inactive receive of
+        // irecv_any's, whose buffer the caller keeps (this fn's contract).
+        let rc = unsafe { (self.0.api.restart_any)(req) };
+        check(self.0.api, "MPI_Start", rc)
+    }
     fn test_any(&mut self, req: Req) -> Result<Option<(u32, i32, usize)>, P2pError> {
         let (mut done, mut src, mut tag, mut count): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);
         // SAFETY: four writable ints; the shim checks that `req` names a live request.
         let rc = unsafe { (self.0.api.test_any)(req, &mut done, &mut src, &mut tag, &mut count) };
+        if rc == 0 && done == 0 {
+            // The idle poll: nothing more to look at.
+            return Ok(None);
+        }
         check(self.0.api, "MPI_Test", rc).map_err(|e| match e {
             P2pError::Other(s) if s.to_ascii_lowercase().contains("truncat") => P2pError::Other(format!(
                 "{s} (a first message longer than this rank's receive buffer: TSUNAGI_VENDOR_SHORT must be the same on every rank)"
@@ -139,7 +159,9 @@ impl Link for VendorLink {
         let mut done: c_int = 0;
         // SAFETY: plain ints; the shim checks that `req` names a live request.
         let rc = unsafe { (self.0.api.test)(req, &mut done) };
-        check(self.0.api, "MPI_Test", rc)?;
+        if rc != 0 {
+            check(self.0.api, "MPI_Test", rc)?;
+        }
         Ok(done != 0)
     }
     fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError> {
@@ -217,6 +239,8 @@ pub mod sim {
         /// Completed receives.
         done_recvs: Vec<Done>,
         next_req: Req,
+        /// Receives posted ahead (persistent): (rank, req, buf, len).
+        persistent: Vec<(u32, Req, usize, usize)>,
         /// While true, bulk messages (rests, read data) are not received.
         hold: bool,
     }
@@ -301,6 +325,9 @@ pub mod sim {
             w.next_req += 1;
             let req = w.next_req;
             w.posted.push((self.rank, req, buf as usize, len, from));
+            if from.is_none() {
+                w.persistent.push((self.rank, req, buf as usize, len));
+            }
             Self::match_posted(&mut w);
             req
         }
@@ -357,6 +384,23 @@ pub mod sim {
         }
         unsafe fn irecv_any(&mut self, buf: *mut u8, len: usize) -> Result<Req, P2pError> {
             Ok(self.post(buf, len, None))
+        }
+        unsafe fn restart_any(&mut self, req: Req) -> Result<(), P2pError> {
+            let mut w = self.w.0.lock().unwrap();
+            let me = self.rank;
+            let &(_, _, buf, len) = w
+                .persistent
+                .iter()
+                .find(|p| p.0 == me && p.1 == req)
+                .expect("restart of a receive posted ahead");
+            assert!(
+                !w.posted.iter().any(|p| p.0 == me && p.1 == req)
+                    && !w.done_recvs.iter().any(|d| d.0 == me && d.1 == req),
+                "restart of a receive not taken"
+            );
+            w.posted.push((me, req, buf, len, None));
+            Self::match_posted(&mut w);
+            Ok(())
         }
         fn test(&mut self, req: Req) -> Result<bool, P2pError> {
             let key = (self.rank, req);

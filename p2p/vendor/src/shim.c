@@ -47,6 +47,8 @@ FN(MPI_Comm_free);
 FN(MPI_Comm_set_errhandler);
 FN(MPI_Isend);
 FN(MPI_Irecv);
+FN(MPI_Recv_init);
+FN(MPI_Start);
 FN(MPI_Recv);
 FN(MPI_Test);
 FN(MPI_Wait);
@@ -71,9 +73,12 @@ static MPI_Request req_null; /* MPI_REQUEST_NULL (a library global in Open MPI) 
 
 /* Outstanding requests, named by index; a free slot holds MPI_REQUEST_NULL. */
 static MPI_Request *reqs;
-/* Per slot: a wildcard receive posted ahead (irecv_any), cancelled at finalize since no
- * message will ever come for it. */
+/* Per slot: a wildcard receive posted ahead and active (irecv_any, restart_any), cancelled
+ * at finalize since no message will ever come for it. */
 static char *posted_ahead;
+/* Per slot: a persistent request (MPI_Recv_init): its slot stays taken when it completes,
+ * and finalize frees it. */
+static char *persistent;
 static int nreqs, capreqs;
 static int *free_slots, nfree;
 
@@ -107,6 +112,8 @@ int F(load)(const char *path, char *err, int errlen)
     LOAD(MPI_Comm_set_errhandler);
     LOAD(MPI_Isend);
     LOAD(MPI_Irecv);
+    LOAD(MPI_Recv_init);
+    LOAD(MPI_Start);
     LOAD(MPI_Recv);
     LOAD(MPI_Test);
     LOAD(MPI_Wait);
@@ -196,9 +203,15 @@ static int take_slot(int *index)
         if (!p)
             return SHIM_ENOMEM;
         posted_ahead = p;
+        char *q = realloc(persistent, (size_t)cap);
+        if (!q)
+            return SHIM_ENOMEM;
+        persistent = q;
         capreqs = cap;
     }
     *index = nreqs++;
+    posted_ahead[*index] = 0;
+    persistent[*index] = 0;
     return 0;
 }
 
@@ -206,6 +219,7 @@ static void give_slot(int index)
 {
     reqs[index] = req_null;
     posted_ahead[index] = 0;
+    persistent[index] = 0;
     free_slots[nfree++] = index;
 }
 
@@ -236,38 +250,83 @@ int F(irecv)(void *buf, int len, int src, int tag, int on_bulk, int *index)
     return rc;
 }
 
+/* The byte count of a completed receive's status. Read from the status itself where the
+ * vendor's header says how (MPICH: count_lo and the high bits; Open MPI: _ucount): the
+ * MPI_Get_count call it saves is a tenth of the transport's cost of a short receive over
+ * MPICH (callgrind, docs/vendor-mpi.md). Anything unusual goes to MPI_Get_count. */
+static int status_count(MPI_Status *st, int *count)
+{
+#if defined(MPICH)
+    if ((st->count_hi_and_cancelled >> 1) == 0 && st->count_lo >= 0) {
+        *count = st->count_lo;
+        return MPI_SUCCESS;
+    }
+#elif defined(OPEN_MPI)
+    if (st->_ucount <= (size_t)0x7fffffff) {
+        *count = (int)st->_ucount;
+        return MPI_SUCCESS;
+    }
+#endif
+    return p_MPI_Get_count(st, byte, count);
+}
+
 /* Post a receive of at most len bytes from any source under any tag on the first-message
- * communicator, ahead of the message (completed by test_any). */
+ * communicator, ahead of the message (completed by test_any), as a persistent request
+ * (MPI_Recv_init, then MPI_Start): once taken, restart_any posts it again into the same
+ * buffer, which costs both vendors less than a new MPI_Irecv (no request to allocate, no
+ * arguments to check again). */
 int F(irecv_any)(void *buf, int len, int *index)
 {
     int rc = take_slot(index);
     if (rc)
         return rc;
-    rc = p_MPI_Irecv(NONEMPTY(buf, len), len, byte, MPI_ANY_SOURCE, MPI_ANY_TAG, moves,
-                     &reqs[*index]);
-    if (rc != MPI_SUCCESS)
+    rc = p_MPI_Recv_init(NONEMPTY(buf, len), len, byte, MPI_ANY_SOURCE, MPI_ANY_TAG, moves,
+                         &reqs[*index]);
+    if (rc != MPI_SUCCESS) {
         give_slot(*index);
-    else
-        posted_ahead[*index] = 1;
+        return rc;
+    }
+    persistent[*index] = 1;
+    rc = p_MPI_Start(&reqs[*index]);
+    if (rc != MPI_SUCCESS) {
+        p_MPI_Request_free(&reqs[*index]);
+        give_slot(*index);
+        return rc;
+    }
+    posted_ahead[*index] = 1;
+    return MPI_SUCCESS;
+}
+
+/* Post the receive `index` (irecv_any's, completed by test_any) again, into its buffer. */
+int F(restart_any)(int index)
+{
+    if (index < 0 || index >= nreqs || !persistent[index] || posted_ahead[index])
+        return SHIM_EBADREQ;
+    int rc = p_MPI_Start(&reqs[index]);
+    if (rc == MPI_SUCCESS)
+        posted_ahead[index] = 1;
     return rc;
 }
 
-/* Test a receive posted by irecv_any; when *done, its source, tag and byte count, and the
- * slot is free again. */
+/* Test a receive posted by irecv_any or restart_any; when *done, its source, tag and byte
+ * count, and the request is inactive until restart_any. */
 int F(test_any)(int index, int *done, int *src, int *tag, int *count)
 {
-    if (index < 0 || index >= nreqs || reqs[index] == req_null)
+    if (index < 0 || index >= nreqs || !persistent[index] || !posted_ahead[index])
         return SHIM_EBADREQ;
     MPI_Status st;
     int rc = p_MPI_Test(&reqs[index], done, &st);
-    /* A message longer than the buffer (a peer with a larger short limit) shows here as
-     * the vendor's truncation error. */
-    if (rc != MPI_SUCCESS || !*done)
+    if (rc == MPI_SUCCESS && !*done)
         return rc;
-    give_slot(index);
+    /* Complete (or failed, which also ends it): inactive until started again. A message
+     * longer than the buffer (a peer with a larger short limit) shows here as the
+     * vendor's truncation error. */
+    posted_ahead[index] = 0;
+    if (rc != MPI_SUCCESS)
+        return rc;
     *src = st.MPI_SOURCE;
     *tag = st.MPI_TAG;
-    return p_MPI_Get_count(&st, byte, count);
+    return status_count(&st, count);
 }
 
 /* Test request `index`; when *done, the slot is free again. */
@@ -290,7 +349,7 @@ int F(iprobe)(int *found, int *src, int *tag, int *count)
         return rc;
     *src = st.MPI_SOURCE;
     *tag = st.MPI_TAG;
-    return p_MPI_Get_count(&st, byte, count);
+    return status_count(&st, count);
 }
 
 /* Is a message with this tag waiting, from any source? Source and byte count. */
@@ -301,7 +360,7 @@ int F(iprobe_tag)(int tag, int *found, int *src, int *count)
     if (rc != MPI_SUCCESS || !*found)
         return rc;
     *src = st.MPI_SOURCE;
-    return p_MPI_Get_count(&st, byte, count);
+    return status_count(&st, count);
 }
 
 /* Block until a message is waiting on the transport's communicator (any source, any
@@ -345,8 +404,8 @@ int F(barrier)(void) { return p_MPI_Barrier(world); }
 int F(abort)(int code) { return lib ? p_MPI_Abort(world, code) : SHIM_ENOTLOADED; }
 
 /* Cancel the receives posted ahead (no message comes for them any more), complete what
- * is still outstanding (sends the peers have matched; receives of message tails), then
- * finalize the vendor. */
+ * is still outstanding (sends the peers have matched; receives of message tails), free the
+ * persistent receives, then finalize the vendor. */
 int F(finalize)(void)
 {
     for (int i = 0; i < nreqs; i++)
@@ -355,6 +414,9 @@ int F(finalize)(void)
     for (int i = 0; i < nreqs; i++)
         if (reqs[i] != req_null)
             p_MPI_Wait(&reqs[i], MPI_STATUS_IGNORE);
+    for (int i = 0; i < nreqs; i++)
+        if (reqs[i] != req_null && persistent[i])
+            p_MPI_Request_free(&reqs[i]);
     p_MPI_Comm_free(&moves);
     p_MPI_Comm_free(&bulk);
     return p_MPI_Finalize();

@@ -4,8 +4,9 @@
 //! Eager messages (up to the eager limit): each vendor message is an `MPI_Isend` from a
 //! buffer the transport owns (the [`Transport`] contract frees the caller's buffer on
 //! return), completed later by `MPI_Test`. Receives: a ring of [`POSTED_AHEAD`] receives
-//! posted ahead (`MPI_Irecv` from any source under any tag into buffers of the transport's,
-//! each tested by `MPI_Test` and posted again once taken), so that a poll with nothing
+//! posted ahead (persistent, `MPI_Recv_init` from any source under any tag into buffers of
+//! the transport's, each tested by `MPI_Test` and started again by `MPI_Start` once
+//! taken), so that a poll with nothing
 //! arrived is one `MPI_Test` and a short message costs no probe, no count and no second
 //! receive; where a thread blocks in the vendor's `MPI_Probe` (threaded engine, see
 //! below) no receive is posted ahead, since such a receive would take the messages from
@@ -35,6 +36,7 @@
 //! transports.
 
 use std::collections::VecDeque;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -515,14 +517,14 @@ impl Core {
             let Some((src, tag, count)) = self.link.test_any(self.ahead[at].req)? else {
                 break;
             };
-            let mut buf = std::mem::take(&mut self.ahead[at].buf);
+            let buf = std::mem::take(&mut self.ahead[at].buf);
             let taken = self.accept(src, tag, &buf[..count], sink.as_deref_mut());
-            // SAFETY: as in `new`: the buffer goes back into `self.ahead[at]` below and
-            // stays there until this receive completes.
-            let req = unsafe { self.link.irecv_any(buf.as_mut_ptr(), buf.len()) };
             self.ahead[at].buf = buf;
-            self.ahead[at].req = req?;
+            // SAFETY: as in `new`: the buffer is back in `self.ahead[at]` (its heap
+            // storage never moved) and stays there until this receive completes.
+            let restarted = unsafe { self.link.restart_any(self.ahead[at].req) };
             self.next = (at + 1) % self.ahead.len();
+            restarted?;
             n += taken?;
         }
         Ok(n)
@@ -651,8 +653,19 @@ fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
 /// notifier rings the doorbell and then reads `blocked` (all sequentially consistent), so
 /// either the sleeper sees the ring and does not block, or the notifier sees the sleeper
 /// and wakes it.
+///
+/// In the event registry (one wait over every transport, `tsunagi_p2p::registry`) the
+/// vendor is a polled source: its descriptor is an eventfd that only [`EventSource::notify`]
+/// makes readable (arrivals show on no descriptor), and every wait that covers the vendor
+/// lasts at most [`NAP`] ([`EventSource::prepare_wait`]), after which the waiter polls the
+/// vendor again. So a rank with the vendor and another transport (TCP to ranks outside the
+/// vendor's world) sleeps in one wait, woken at once by the other transport's arrivals and
+/// within a nap by the vendor's, under either engine.
 pub struct VendorEvents {
     bell: DoorbellWords,
+    /// Readable after a `notify` (the registry's wake-up); `None` if no eventfd could be
+    /// made (then the vendor stays out of the registry and waiters take turns).
+    wake_fd: Option<std::os::fd::OwnedFd>,
     /// The vendor to block in, when blocking is allowed.
     block_in: Option<&'static Vendor>,
     /// Threads inside `MPI_Probe` now (or about to be).
@@ -670,8 +683,13 @@ const BLOCK_FROM: Duration = Duration::from_millis(1);
 
 impl VendorEvents {
     fn new(block_in: Option<&'static Vendor>) -> VendorEvents {
+        // SAFETY: a plain system call; the result is checked before use.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        // SAFETY: `raw` is a fresh descriptor that nothing else owns.
+        let wake_fd = (raw >= 0).then(|| unsafe { std::os::fd::OwnedFd::from_raw_fd(raw) });
         VendorEvents {
             bell: DoorbellWords::default(),
+            wake_fd,
             block_in,
             blocked: AtomicUsize::new(0),
             quiet: AtomicBool::new(true),
@@ -706,8 +724,28 @@ impl EventSource for VendorEvents {
     fn cancel(&self) {
         self.bell.cancel()
     }
+    fn wait_fd(&self) -> Option<std::os::fd::RawFd> {
+        self.wake_fd.as_ref().map(|fd| fd.as_raw_fd())
+    }
+    fn prepare_wait(&self) -> Duration {
+        // Polled: nothing announces an arrival, so poll again after a nap at most.
+        NAP
+    }
+    fn end_wait(&self) {
+        if let Some(fd) = &self.wake_fd {
+            let mut v = 0u64;
+            // SAFETY: reads at most 8 bytes into `v`; non-blocking.
+            unsafe { libc::read(fd.as_raw_fd(), (&mut v as *mut u64).cast(), 8) };
+        }
+    }
     fn notify(&self) {
         self.bell.ring();
+        if let Some(fd) = &self.wake_fd {
+            let one = 1u64;
+            // SAFETY: writes the 8 bytes of `one` to our eventfd; non-blocking (a counter
+            // at its maximum refuses the write, and is readable anyway).
+            unsafe { libc::write(fd.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        }
         if let Some(v) = self.block_in {
             // One wake per blocked thread: each probe sees the message, but the first
             // thread to poll takes it away from the others.

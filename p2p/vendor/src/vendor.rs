@@ -185,15 +185,21 @@ pub fn current() -> Option<&'static Vendor> {
     VENDOR.get()
 }
 
+/// A vendor call's return code as a result. Inlined into every call (the success test is
+/// one comparison); the error's text is built out of line.
+#[inline]
 pub(crate) fn check(api: &Api, what: &str, rc: c_int) -> Result<(), P2pError> {
     if rc == 0 {
         Ok(())
     } else {
-        Err(P2pError::Other(format!(
-            "vendor {what}: {}",
-            api.error_string(rc)
-        )))
+        Err(vendor_error(api, what, rc))
     }
+}
+
+#[cold]
+#[inline(never)]
+fn vendor_error(api: &Api, what: &str, rc: c_int) -> P2pError {
+    P2pError::Other(format!("vendor {what}: {}", api.error_string(rc)))
 }
 
 /// Load the chosen vendor library and run its MPI_Init_thread, asking for

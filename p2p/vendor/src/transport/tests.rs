@@ -379,3 +379,43 @@ fn several_reads_are_in_flight_at_once_and_each_gets_its_own_bytes() {
         }
     }
 }
+
+#[test]
+fn the_vendor_is_a_polled_source_in_the_event_registry() {
+    use tsunagi_p2p::registry::EventRegistry;
+    // The vendor beside another source (here a second vendor event source stands in for
+    // TCP's: any source with a descriptor): one registry covers both.
+    let vendor = Arc::new(VendorEvents::new(None));
+    let other = Arc::new(VendorEvents::new(None));
+    assert!(vendor.wait_fd().is_some(), "no eventfd for the vendor");
+    let reg = EventRegistry::new(vec![vendor.clone() as Arc<dyn EventSource>, other])
+        .expect("the vendor joins the registry");
+    // Arrivals show on no descriptor: every wait is bounded by the vendor's nap.
+    let limit = reg.prepare();
+    assert!(limit <= NAP, "a wait over the vendor may last {limit:?}");
+    reg.cancel();
+    // A notify (shutdown, a send that found no room) ends a long wait at once, from
+    // another thread, and is consumed by it.
+    for round in 0..2 {
+        reg.prepare();
+        let v = vendor.clone();
+        let h = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(20));
+            v.notify();
+        });
+        let t = Instant::now();
+        reg.sleep(BOUND);
+        assert!(
+            t.elapsed() < BOUND / 2,
+            "round {round}: notify did not end the wait"
+        );
+        h.join().unwrap();
+    }
+    reg.prepare();
+    let t = Instant::now();
+    reg.sleep(Duration::from_millis(20));
+    assert!(
+        t.elapsed() >= Duration::from_millis(15),
+        "the consumed notify woke the next wait"
+    );
+}
