@@ -4,7 +4,11 @@
 //! interleave *and* their pieces are on average smaller than `tsunagi_cb_piece_limit`
 //! (16 KiB). Large pieces (a slab decomposition) and disjoint ranges go straight to the
 //! file from each rank (the independent path), with no exchange: an aggregator could not
-//! make them more contiguous, only copy them once more.
+//! make them more contiguous, only copy them once more. Reads of views whose tiles are
+//! small (`tsunagi_cb_read_small`, agreed at `MPI_File_set_view`) go straight to the file
+//! too, with no synchronisation at all. With every rank's view flattened at `set_view`
+//! (module `flat`), the setup all-gathers only each rank's stream position and length, and
+//! the aggregators compute the ranks' ranges themselves (no all-to-all of range lists).
 //!
 //! Two-phase: the span is cut into one contiguous file domain per aggregator, each handled
 //! in rounds of at most `cb_buffer_size` bytes. Each rank tells each aggregator once which
