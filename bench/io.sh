@@ -137,8 +137,8 @@ for k in "${!WS[@]}"; do
     IFS=, read -r _ pat n _ <<<"$k"
     w=5
     [ "$pat" = slab ] && w=1
-    W[$k]=$(awk -v n="$n" -v w="$w" -v t="${WS[$k]}" 'BEGIN{printf "%.1f", t > 0 ? n*n*n*w*8/t/1e6 : 0}')
-    R[$k]=$(awk -v n="$n" -v w="$w" -v t="${RS[$k]}" 'BEGIN{printf "%.1f", t > 0 ? n*n*n*w*8/t/1e6 : 0}')
+    W[$k]=$(awk -v n="$n" -v w="$w" -v t="${WS[$k]}" 'BEGIN{printf "%.1f", (t > 0 ? n*n*n*w*8/t/1e6 : 0)}')
+    R[$k]=$(awk -v n="$n" -v w="$w" -v t="${RS[$k]}" 'BEGIN{printf "%.1f", (t > 0 ? n*n*n*w*8/t/1e6 : 0)}')
 done
 
 printf '%-8s %-5s %5s %6s %10s %11s %10s %11s\n' impl pat N mode "write ms" "write MB/s" "read ms" "read MB/s"
@@ -162,7 +162,7 @@ for pat in $pats; do
             awk -v i="$impl" -v p="$pat" -v n="$n" \
                 -v wc="${WS[$impl,$pat,$n,coll]}" -v wi="${WS[$impl,$pat,$n,indep]}" \
                 -v rc="${RS[$impl,$pat,$n,coll]}" -v ri="${RS[$impl,$pat,$n,indep]}" \
-                'BEGIN{printf "  %-8s %-5s N=%-4s %7.2f %7.2f\n", i, p, n, wc > 0 ? wi/wc : 0, rc > 0 ? ri/rc : 0}'
+                'BEGIN{printf "  %-8s %-5s N=%-4s %7.2f %7.2f\n", i, p, n, (wc > 0 ? wi/wc : 0), (rc > 0 ? ri/rc : 0)}'
         done
     done
 done
@@ -176,7 +176,7 @@ for pat in $pats; do
                 awk -v i="$impl" -v p="$pat" -v n="$n" -v m="$mode" \
                     -v wt="${W[tsunagi,$pat,$n,$mode]}" -v wo="${W[$impl,$pat,$n,$mode]}" \
                     -v rt="${R[tsunagi,$pat,$n,$mode]}" -v ro="${R[$impl,$pat,$n,$mode]}" \
-                    'BEGIN{printf "  vs %-8s %-5s N=%-4s %-6s %7.2f %7.2f\n", i, p, n, m, wo > 0 ? wt/wo : 0, ro > 0 ? rt/ro : 0}'
+                    'BEGIN{printf "  vs %-8s %-5s N=%-4s %-6s %7.2f %7.2f\n", i, p, n, m, (wo > 0 ? wt/wo : 0), (ro > 0 ? rt/ro : 0)}'
             done
         done
     done
@@ -200,7 +200,7 @@ for n in $sizes; do
         for pat in $pats; do
             row="$row $(awk -v wc="${WS[$impl,$pat,$n,coll]}" -v wi="${WS[$impl,$pat,$n,indep]}" \
                 -v rc="${RS[$impl,$pat,$n,coll]}" -v ri="${RS[$impl,$pat,$n,indep]}" \
-                'BEGIN{printf "%.2f / %.2f", wc > 0 ? wi/wc : 0, rc > 0 ? ri/rc : 0}') |"
+                'BEGIN{printf "%.2f / %.2f", (wc > 0 ? wi/wc : 0), (rc > 0 ? ri/rc : 0)}') |"
         done
     done
     echo "$row"
