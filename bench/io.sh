@@ -24,7 +24,7 @@
 # implementation, pattern, mode and size, with the times (ms, slowest rank, median over
 # the R rounds of each run's best of I),
 # then each one's independent/collective time ratio (> 1: collective is faster) and
-# Tsunagi's speed relative to the others. Without -y files stay in the page cache: this
+# Tsunagi's speed relative to the others, and the ratios again as a Markdown table. Without -y files stay in the page cache: this
 # measures the I/O layer's own cost, not the disk; reads always come from the page cache.
 set -euo pipefail
 
@@ -86,8 +86,8 @@ run() { # impl N mode pattern -> "wMB rMB ws rs"
     esac | awk '/^io /{print $5, $6, $7, $8}'
 }
 
-median() { # values... -> their median
-    printf '%s\n' "$@" | sort -g | awk '{v[NR]=$1} END{print (NR%2) ? v[(NR+1)/2] : (v[NR/2]+v[NR/2+1])/2}'
+median() { # values... -> their median (0 when there are none: a configuration that failed)
+    printf '%s\n' "$@" | sort -g | awk 'NF{v[++n]=$1} END{print n == 0 ? 0 : (n%2) ? v[(n+1)/2] : (v[n/2]+v[n/2+1])/2}'
 }
 
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/') sync=$sync rounds=$rounds reps=$reps"
@@ -97,7 +97,15 @@ for ((round = 1; round <= rounds; round++)); do
         for n in $sizes; do
             for mode in coll indep; do
                 for impl in "${impls[@]}"; do
-                    read -r _ _ ws rs < <(run "$impl" "$n" "$mode" "$pat")
+                    # A failed run (no "io" line) is tried once more, then left out of the
+                    # median (a warning says so), so that one crash does not end the table.
+                    ws="" rs=""
+                    for _try in 1 2; do
+                        read -r _ _ ws rs < <(run "$impl" "$n" "$mode" "$pat" || true) || true
+                        [ -n "$rs" ] && break
+                        echo "# warning: $impl $pat N=$n $mode round $round: no result" >&2
+                    done
+                    [ -n "$rs" ] || continue
                     k=$impl,$pat,$n,$mode
                     WS[$k]="${WS[$k]:-} $ws"
                     RS[$k]="${RS[$k]:-} $rs"
@@ -110,6 +118,17 @@ done
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/') (end)"
 # Medians; MB/s from them.
 declare -A W R
+for impl in "${impls[@]}"; do
+    for pat in $pats; do
+        for n in $sizes; do
+            for mode in coll indep; do
+                k=$impl,$pat,$n,$mode
+                WS[$k]="${WS[$k]:-}"
+                RS[$k]="${RS[$k]:-}"
+            done
+        done
+    done
+done
 for k in "${!WS[@]}"; do
     # shellcheck disable=SC2086
     WS[$k]=$(median ${WS[$k]})
@@ -118,8 +137,8 @@ for k in "${!WS[@]}"; do
     IFS=, read -r _ pat n _ <<<"$k"
     w=5
     [ "$pat" = slab ] && w=1
-    W[$k]=$(awk -v n="$n" -v w="$w" -v t="${WS[$k]}" 'BEGIN{printf "%.1f", n*n*n*w*8/t/1e6}')
-    R[$k]=$(awk -v n="$n" -v w="$w" -v t="${RS[$k]}" 'BEGIN{printf "%.1f", n*n*n*w*8/t/1e6}')
+    W[$k]=$(awk -v n="$n" -v w="$w" -v t="${WS[$k]}" 'BEGIN{printf "%.1f", (t > 0 ? n*n*n*w*8/t/1e6 : 0)}')
+    R[$k]=$(awk -v n="$n" -v w="$w" -v t="${RS[$k]}" 'BEGIN{printf "%.1f", (t > 0 ? n*n*n*w*8/t/1e6 : 0)}')
 done
 
 printf '%-8s %-5s %5s %6s %10s %11s %10s %11s\n' impl pat N mode "write ms" "write MB/s" "read ms" "read MB/s"
@@ -143,7 +162,7 @@ for pat in $pats; do
             awk -v i="$impl" -v p="$pat" -v n="$n" \
                 -v wc="${WS[$impl,$pat,$n,coll]}" -v wi="${WS[$impl,$pat,$n,indep]}" \
                 -v rc="${RS[$impl,$pat,$n,coll]}" -v ri="${RS[$impl,$pat,$n,indep]}" \
-                'BEGIN{printf "  %-8s %-5s N=%-4s %7.2f %7.2f\n", i, p, n, wi/wc, ri/rc}'
+                'BEGIN{printf "  %-8s %-5s N=%-4s %7.2f %7.2f\n", i, p, n, (wc > 0 ? wi/wc : 0), (rc > 0 ? ri/rc : 0)}'
         done
     done
 done
@@ -157,8 +176,32 @@ for pat in $pats; do
                 awk -v i="$impl" -v p="$pat" -v n="$n" -v m="$mode" \
                     -v wt="${W[tsunagi,$pat,$n,$mode]}" -v wo="${W[$impl,$pat,$n,$mode]}" \
                     -v rt="${R[tsunagi,$pat,$n,$mode]}" -v ro="${R[$impl,$pat,$n,$mode]}" \
-                    'BEGIN{printf "  vs %-8s %-5s N=%-4s %-6s %7.2f %7.2f\n", i, p, n, m, wt/wo, rt/ro}'
+                    'BEGIN{printf "  vs %-8s %-5s N=%-4s %-6s %7.2f %7.2f\n", i, p, n, m, (wo > 0 ? wt/wo : 0), (ro > 0 ? rt/ro : 0)}'
             done
         done
     done
+done
+echo
+echo "Markdown: independent time / collective time, write / read (> 1: collective is faster):"
+echo
+hdr="| N |"
+sep="|---|"
+for impl in "${impls[@]}"; do
+    for pat in $pats; do
+        hdr="$hdr $impl $pat |"
+        sep="$sep---|"
+    done
+done
+echo "$hdr"
+echo "$sep"
+for n in $sizes; do
+    row="| $n |"
+    for impl in "${impls[@]}"; do
+        for pat in $pats; do
+            row="$row $(awk -v wc="${WS[$impl,$pat,$n,coll]}" -v wi="${WS[$impl,$pat,$n,indep]}" \
+                -v rc="${RS[$impl,$pat,$n,coll]}" -v ri="${RS[$impl,$pat,$n,indep]}" \
+                'BEGIN{printf "%.2f / %.2f", (wc > 0 ? wi/wc : 0), (rc > 0 ? ri/rc : 0)}') |"
+        done
+    done
+    echo "$row"
 done

@@ -3,7 +3,11 @@
 //! (npb-tests/bench/io.c: a 3-D array over 4 ranks, subarray views, every element read back
 //! and checked, a mismatch aborts the job): slabs (pieces of N·N/2 doubles) go straight to
 //! the file, BT-IO pieces (N·20 bytes, interleaved) through the aggregators, and the hints
-//! `romio_cb_write=enable` / `tsunagi_cb_piece_limit` move the choice. Both engines.
+//! `romio_cb_write=enable` / `tsunagi_cb_piece_limit` move the choice; reads of small
+//! tiles (BT-IO at N = 64: 2.6 MB per rank, 1280-byte pieces) go straight to the file
+//! with no synchronisation, unless `tsunagi_cb_read_small` is below the tile. Two-phase
+//! accesses take every rank's ranges from the views flattened at `MPI_File_set_view`, or
+//! exchange them when `TSUNAGI_IO_NO_FLAT` is set. Both engines.
 
 mod common;
 
@@ -13,6 +17,16 @@ use common::{check, mpirun, prefix, run, src_dir};
 
 /// Runs the benchmark on 4 ranks with the trace on; returns the trace lines.
 fn traced(exe: &std::path::Path, args: &[&str], progress: &str, hints: &str) -> Vec<String> {
+    traced_env(exe, args, progress, hints, &[])
+}
+
+fn traced_env(
+    exe: &std::path::Path,
+    args: &[&str],
+    progress: &str,
+    hints: &str,
+    env: &[(&str, &str)],
+) -> Vec<String> {
     let dir = std::env::temp_dir();
     let out = run(Command::new("timeout")
         .arg("120")
@@ -20,6 +34,7 @@ fn traced(exe: &std::path::Path, args: &[&str], progress: &str, hints: &str) -> 
         .args(["-n", "4", "--progress", progress])
         .env("TSUNAGI_IO_TRACE", "1")
         .env("TSUNAGI_IO_HINTS", hints)
+        .envs(env.iter().copied())
         .arg(exe)
         .args(&args[..2])
         .arg(&dir)
@@ -70,7 +85,32 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
         // BT-IO: 640-byte interleaved pieces at N = 32: through the aggregators.
         let t = traced(&exe, &["32", "coll", "bt"], progress, "");
         took(&t, w, "two-phase, mean piece 640 B, 1 aggregators");
+        took(&t, w, "ranges from the views");
         took(&t, r, "two-phase");
+        took(&t, r, "ranges from the views");
+        // The same with the ranges exchanged at every access (views not flattened).
+        let t = traced_env(
+            &exe,
+            &["32", "coll", "bt"],
+            progress,
+            "",
+            &[("TSUNAGI_IO_NO_FLAT", "1")],
+        );
+        took(&t, w, "ranges exchanged");
+        took(&t, r, "ranges exchanged");
+        // BT-IO at N = 64: the write two-phase, the read of 2.6 MB tiles in 1280-byte
+        // pieces straight to the file; below the tile, tsunagi_cb_read_small sends it
+        // back through the aggregators.
+        let t = traced(&exe, &["64", "coll", "bt"], progress, "");
+        took(&t, w, "two-phase, mean piece 1280 B");
+        took(&t, r, "independent (small reads), mean piece 1280 B");
+        let t = traced(
+            &exe,
+            &["64", "coll", "bt"],
+            progress,
+            "tsunagi_cb_read_small=1048576",
+        );
+        took(&t, r, "two-phase, mean piece 1280 B");
         // The hints move it: collective buffering forced for writes, the limit lowered.
         let t = traced(
             &exe,

@@ -191,6 +191,9 @@ impl File {
         let got = if collective && !acc.atomic {
             twophase::read_all(self, call, &acc.view, &acc.hints, pos, data)?
         } else {
+            if collective {
+                crate::stats::count(crate::stats::Dir::Read, twophase::Route::Atomic);
+            }
             access::read(self, &acc.view, &acc.hints, acc.atomic, pos, data)?
         };
         // A short read (end of file) delivers whole etypes only.
@@ -213,6 +216,9 @@ impl File {
         if collective && !acc.atomic {
             twophase::write_all(self, call, &acc.view, &acc.hints, pos, data)
         } else {
+            if collective {
+                crate::stats::count(crate::stats::Dir::Write, twophase::Route::Atomic);
+            }
             access::write(self, &acc.view, &acc.hints, acc.atomic, pos, data)
         }
     }

@@ -3,12 +3,18 @@
 //! `romio_ds_read` / `romio_ds_write`, `ind_rd_buffer_size`, `ind_wr_buffer_size`,
 //! `striping_unit` (the alignment of the aggregators' file domains), and Tsunagi's own
 //! `tsunagi_cb_piece_limit` (automatic collective buffering runs only for accesses whose
-//! pieces are on average smaller than this).
+//! pieces are on average smaller than this) and `tsunagi_cb_read_small` (automatic
+//! collective reads go straight to the file when every rank's view holds at most this
+//! many bytes per filetype tile; 0 turns it off).
 //! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
 
 /// The default of `tsunagi_cb_piece_limit` (bytes; see `docs/io.md` for the measurements
 /// behind it).
 pub const DEFAULT_CB_PIECE_LIMIT: usize = 16 << 10;
+
+/// The default of `tsunagi_cb_read_small` (bytes of one rank's filetype tile; see
+/// `docs/io.md`).
+pub const DEFAULT_CB_READ_SMALL: usize = 4 << 20;
 
 /// Whether an optimisation runs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,6 +65,11 @@ pub struct Hints {
     /// average: larger pieces go straight to the file (one request each costs less than
     /// moving their bytes through an aggregator).
     pub cb_piece_limit: usize,
+    /// Automatic collective reads go straight to the file, with no synchronisation, when
+    /// every rank's filetype tile holds at most this many bytes (and its pieces are not
+    /// tiny): the two synchronisations of two-phase I/O cost more than such a read.
+    /// 0: never.
+    pub cb_read_small: usize,
     pub ds_read: Switch,
     pub ds_write: Switch,
     /// Largest span one sieving read covers.
@@ -78,6 +89,7 @@ impl Hints {
             cb_read: Switch::Automatic,
             cb_write: Switch::Automatic,
             cb_piece_limit: DEFAULT_CB_PIECE_LIMIT,
+            cb_read_small: DEFAULT_CB_READ_SMALL,
             ds_read: Switch::Automatic,
             ds_write: Switch::Automatic,
             ind_rd_buffer_size: 4 << 20,
@@ -104,6 +116,11 @@ impl Hints {
                 "tsunagi_cb_piece_limit" => {
                     if let Some(n) = bytes(v) {
                         self.cb_piece_limit = n;
+                    }
+                }
+                "tsunagi_cb_read_small" => {
+                    if let Ok(n) = v.trim().parse::<usize>() {
+                        self.cb_read_small = n;
                     }
                 }
                 "striping_unit" => {
@@ -141,6 +158,10 @@ impl Hints {
             (
                 "tsunagi_cb_piece_limit".into(),
                 self.cb_piece_limit.to_string(),
+            ),
+            (
+                "tsunagi_cb_read_small".into(),
+                self.cb_read_small.to_string(),
             ),
             ("romio_ds_read".into(), self.ds_read.name().into()),
             ("romio_ds_write".into(), self.ds_write.name().into()),
@@ -182,6 +203,7 @@ mod tests {
                 kv("romio_ds_read", "bogus"),
                 kv("striping_factor", "4"),
                 kv("tsunagi_cb_piece_limit", "100"),
+                kv("tsunagi_cb_read_small", "0"),
             ],
             4,
         );
@@ -191,6 +213,7 @@ mod tests {
         assert_eq!(h.cb_write, Switch::Disable);
         assert_eq!(h.ds_read, Switch::Automatic);
         assert_eq!(h.cb_piece_limit, 100);
+        assert_eq!(h.cb_read_small, 0, "0 turns the small-read route off");
         assert_eq!(
             parse_list("cb_nodes=4, romio_cb_write = disable,junk"),
             vec![kv("cb_nodes", "4"), kv("romio_cb_write", "disable")]

@@ -23,9 +23,11 @@
 
 pub mod access;
 mod data;
+pub mod flat;
 pub mod hints;
 mod posix;
 mod shared;
+pub mod stats;
 pub mod twophase;
 pub mod view;
 mod worker;
@@ -91,6 +93,14 @@ struct State {
     /// access's length decides). Lets automatic collective buffering route accesses to
     /// large pieces to the independent path without communicating.
     view_mean_piece: Option<u64>,
+    /// Every rank's view flattened, all-gathered at `set_view` (None: the default view,
+    /// or some rank's filetype is too large to flatten): collective accesses then learn
+    /// every rank's file ranges from its stream position alone (module `flat`).
+    peer_views: Option<Arc<Vec<flat::FlatView>>>,
+    /// With every rank's view flattened: the most data bytes any rank's filetype tile
+    /// holds, and the mean piece over all ranks' tiles (agreed at `set_view`; the
+    /// small-read route of automatic collective reads needs no communication then).
+    view_tiles: Option<(u64, u64)>,
     /// The info as the program last set it (hints we do not know are kept to report).
     info: Vec<(String, String)>,
 }
@@ -297,6 +307,8 @@ impl File {
                 pos,
                 atomic: false,
                 view_mean_piece: None,
+                peer_views: None,
+                view_tiles: None,
                 hints,
                 info: info.to_vec(),
             }),
@@ -596,19 +608,22 @@ impl File {
             st.pos = 0;
             st.hints.apply(info, self.size);
         }
-        // Every rank's filetype pieces (a tile, at most 16 MiB of it walked); the
-        // all-gather also orders every rank's earlier use of the shared pointer before its
-        // reset (as a barrier would).
-        let (pieces, bytes) = {
-            let v = self.state().view.clone();
-            let runs = v.runs(0, v.filetype.size().min(16 << 20));
-            (
-                runs.len() as u64,
-                runs.iter().map(|r| r.1 as u64).sum::<u64>(),
-            )
-        };
+        // Every rank's filetype pieces (a tile, at most 16 MiB of it walked) and, when it
+        // is small enough, the tile itself flattened; the all-gather also orders every
+        // rank's earlier use of the shared pointer before its reset (as a barrier would).
+        let v = self.state().view.clone();
+        let runs = v.runs(0, v.filetype.size().min(16 << 20));
+        let pieces = runs.len() as u64;
+        let bytes = runs.iter().map(|r| r.1 as u64).sum::<u64>();
+        drop(runs);
         let mut mine = pieces.to_le_bytes().to_vec();
         mine.extend(bytes.to_le_bytes());
+        // TSUNAGI_IO_NO_FLAT=1: not flattened (the ranges are exchanged at every access;
+        // for measuring what flattening saves).
+        let flatten = std::env::var_os("TSUNAGI_IO_NO_FLAT").is_none();
+        if let Some(f) = flatten.then(|| flat::FlatView::of(&v)).flatten() {
+            f.encode(&mut mine);
+        }
         let all = self.rt.allgather_bytes(call, self.comm, &mine)?;
         let field = |b: &Vec<u8>, k: usize| {
             u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"))
@@ -616,7 +631,20 @@ impl File {
         let single = all.iter().any(|b| field(b, 0) <= 1);
         let total_pieces: u64 = all.iter().map(|b| field(b, 0)).sum();
         let total_bytes: u64 = all.iter().map(|b| field(b, 1)).sum();
-        self.state().view_mean_piece = (!single).then(|| total_bytes / total_pieces.max(1));
+        // Every rank decodes the same bytes, so all agree on whether the views are known.
+        let peers: Option<Vec<flat::FlatView>> = all
+            .iter()
+            .map(|b| flat::FlatView::decode(&b[16..]))
+            .collect();
+        {
+            let mut st = self.state();
+            st.view_mean_piece = (!single).then(|| total_bytes / total_pieces.max(1));
+            let max_tile = all.iter().map(|b| field(b, 1)).max().unwrap_or(0);
+            st.view_tiles = peers
+                .is_some()
+                .then(|| (max_tile, total_bytes / total_pieces.max(1)));
+            st.peer_views = peers.map(Arc::new);
+        }
         if self.rank == 0 {
             self.shared.set(0)?;
         }
@@ -626,6 +654,16 @@ impl File {
     /// The mean piece of the view's filetypes over all ranks (see `State`).
     pub(crate) fn view_mean_piece(&self) -> Option<u64> {
         self.state().view_mean_piece
+    }
+
+    /// Every rank's view flattened at `set_view`, if all could be (see `State`).
+    pub(crate) fn peer_views(&self) -> Option<Arc<Vec<flat::FlatView>>> {
+        self.state().peer_views.clone()
+    }
+
+    /// The agreed tile facts of the current view (see `State::view_tiles`).
+    pub(crate) fn view_tiles(&self) -> Option<(u64, u64)> {
+        self.state().view_tiles
     }
 
     /// MPI_File_get_view.

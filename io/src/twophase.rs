@@ -4,7 +4,11 @@
 //! interleave *and* their pieces are on average smaller than `tsunagi_cb_piece_limit`
 //! (16 KiB). Large pieces (a slab decomposition) and disjoint ranges go straight to the
 //! file from each rank (the independent path), with no exchange: an aggregator could not
-//! make them more contiguous, only copy them once more.
+//! make them more contiguous, only copy them once more. Reads of views whose tiles are
+//! small (`tsunagi_cb_read_small`, agreed at `MPI_File_set_view`) go straight to the file
+//! too, with no synchronisation at all. With every rank's view flattened at `set_view`
+//! (module `flat`), the setup all-gathers only each rank's stream position and length, and
+//! the aggregators compute the ranks' ranges themselves (no all-to-all of range lists).
 //!
 //! Two-phase: the span is cut into one contiguous file domain per aggregator, each handled
 //! in rounds of at most `cb_buffer_size` bytes. Each rank tells each aggregator once which
@@ -37,8 +41,10 @@ use tsunagi_core::datatype::{Builtin, Datatype, TypeRef};
 use tsunagi_core::{MpiResult, ReqId, SendMode};
 
 use crate::access;
+use crate::flat::FlatView;
 use crate::hints::{Hints, Switch};
 use crate::posix::{os_err, pread_full, preadv_full, pwrite_full, pwritev_full, RangeLock};
+use crate::stats::{self, Dir};
 use crate::view::View;
 use crate::File;
 
@@ -178,7 +184,19 @@ pub enum Route {
     /// bytes. Each is one request to the file straight from the rank's memory; moving
     /// its bytes through an aggregator first costs more than the request it saves.
     LargePieces,
+    /// Atomic mode: every access, collective or not, goes to the file under a lock.
+    Atomic,
+    /// Automatic, reads: every rank's filetype tile holds at most `tsunagi_cb_read_small`
+    /// bytes in pieces of at least [`SMALL_READ_MIN_PIECE`] on average (agreed at
+    /// `MPI_File_set_view`, so the access does not synchronise at all). A read has no
+    /// locks or read-modify-writes to save, and each rank's pieces are one request
+    /// each: cheaper than the two synchronisations and the extra copy of two-phase I/O.
+    SmallReads,
 }
+
+/// The mean piece below which the small-read route does not apply: so many requests per
+/// byte cost more than moving the bytes through an aggregator.
+pub const SMALL_READ_MIN_PIECE: u64 = 1 << 10;
 
 impl Route {
     fn why(self) -> &'static str {
@@ -188,6 +206,8 @@ impl Route {
             Route::Disabled => "independent (collective buffering disabled)",
             Route::Disjoint => "independent (the ranks' ranges do not interleave)",
             Route::LargePieces => "independent (large pieces)",
+            Route::Atomic => "independent (atomic mode)",
+            Route::SmallReads => "independent (small reads)",
         }
     }
 }
@@ -213,10 +233,14 @@ struct Setup {
     interleaved: bool,
     /// Mean length of the ranks' pieces (file ranges).
     mean_piece: u64,
+    /// Every rank's stream position and length of this access (with the views flattened
+    /// at `set_view`, every rank's file ranges follow from these).
+    streams: Vec<(u64, usize)>,
+    /// Every rank's view flattened at `set_view`, when all were (module `flat`).
+    views: Option<Arc<Vec<FlatView>>>,
 }
 
-fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResult<Setup> {
-    let rt = f.runtime();
+fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -> MpiResult<Setup> {
     let comm = f.comm();
     let (lo, hi) = if runs.is_empty() {
         (u64::MAX, 0)
@@ -227,22 +251,34 @@ fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResul
     };
     let bytes: u64 = runs.iter().map(|r| r.1 as u64).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    let mut mine = Vec::with_capacity(40);
-    for v in [lo, hi, cores, runs.len() as u64, bytes] {
-        mine.extend(v.to_le_bytes());
-    }
-    let all = rt.allgather_bytes(call, comm, &mine)?;
-    let field = |b: &Vec<u8>, k: usize| {
-        u64::from_le_bytes(b[8 * k..8 * k + 8].try_into().expect("8 bytes"))
+    // Fixed-size, so one all-gather (no lengths first).
+    let mine = [lo, hi, cores, runs.len() as u64, bytes, pos, len as u64];
+    let (_, size) = f.rank_and_size();
+    let mut flat = vec![0u64; SETUP_FIELDS * size];
+    let t = Datatype::builtin(Builtin::Uint64);
+    // SAFETY: SETUP_FIELDS u64 are sent from `mine` and received from each rank into `flat`.
+    unsafe {
+        tsunagi_collectives::allgather(
+            f.runtime(),
+            SendBuf::Ptr(mine.as_ptr() as *const u8),
+            SETUP_FIELDS as i64,
+            &t,
+            flat.as_mut_ptr() as *mut u8,
+            SETUP_FIELDS as i64,
+            &t,
+            comm,
+        )?
     };
+    let all: Vec<&[u64]> = flat.chunks_exact(SETUP_FIELDS).collect();
     // Every rank decides alike: on the fewest cores any rank sees.
-    let cores = all.iter().map(|b| field(b, 2)).min().unwrap_or(1) as usize;
-    let pieces: u64 = all.iter().map(|b| field(b, 3)).sum();
-    let total: u64 = all.iter().map(|b| field(b, 4)).sum();
+    let cores = all.iter().map(|b| b[2]).min().unwrap_or(1) as usize;
+    let pieces: u64 = all.iter().map(|b| b[3]).sum();
+    let total: u64 = all.iter().map(|b| b[4]).sum();
     let mean_piece = total / pieces.max(1);
+    let streams = all.iter().map(|b| (b[5], b[6] as usize)).collect();
     let mut spans: Vec<(u64, u64)> = all
         .iter()
-        .map(|b| (field(b, 0), field(b, 1)))
+        .map(|b| (b[0], b[1]))
         .filter(|(l, h)| l < h)
         .collect();
     if spans.is_empty() {
@@ -250,13 +286,15 @@ fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResul
             plan: None,
             interleaved: false,
             mean_piece,
+            streams,
+            views: None,
         });
     }
     spans.sort_unstable();
     let interleaved = spans.windows(2).any(|w| w[1].0 < w[0].1);
     let glo = spans.iter().map(|s| s.0).min().expect("non-empty");
     let ghi = spans.iter().map(|s| s.1).max().expect("non-empty");
-    let nodes = rt.comm_nodes(comm)?;
+    let nodes = f.runtime().comm_nodes(comm)?;
     let n = if hints.cb_nodes_set {
         hints.cb_nodes
     } else {
@@ -276,8 +314,14 @@ fn setup(f: &File, call: &str, hints: &Hints, runs: &[(u64, usize)]) -> MpiResul
         )),
         interleaved,
         mean_piece,
+        streams,
+        views: f.peer_views(),
     })
 }
+
+/// The u64 fields every rank contributes to a collective access's setup: its span (lo,
+/// hi), cores, piece count, bytes, and its stream position and length.
+const SETUP_FIELDS: usize = 7;
 
 /// With `automatic`, when the view agreed at `MPI_File_set_view` already says the ranks'
 /// pieces are large, the access goes to the file with no communication at all (every
@@ -288,7 +332,25 @@ fn large_view_pieces(f: &File, sw: Switch, hints: &Hints) -> Option<Setup> {
         plan: None,
         interleaved: false,
         mean_piece: mean,
+        streams: Vec::new(),
+        views: None,
     })
+}
+
+/// With `automatic`, a read whose view (agreed at `MPI_File_set_view`) has small tiles
+/// of not-tiny pieces goes to the file with no communication: the Setup to report.
+fn small_view_reads(f: &File, hints: &Hints) -> Option<Setup> {
+    let (max_tile, mean) = f.view_tiles()?;
+    (hints.cb_read == Switch::Automatic
+        && max_tile <= hints.cb_read_small as u64
+        && mean >= SMALL_READ_MIN_PIECE)
+        .then_some(Setup {
+            plan: None,
+            interleaved: false,
+            mean_piece: mean,
+            streams: Vec::new(),
+            views: None,
+        })
 }
 
 impl Setup {
@@ -308,9 +370,17 @@ type Pieces = Vec<Vec<(u64, usize, usize)>>;
 /// At an aggregator, every rank's file ranges in its domain (empty elsewhere).
 type Ranges = Vec<Vec<(u64, usize)>>;
 
-/// Split my runs over the aggregators' domains, and send each aggregator the ranges in
-/// its domain; returns mine and, at an aggregator, every rank's ranges in its domain.
-fn exchange_ranges(f: &File, plan: &Plan, runs: &[(u64, usize)]) -> MpiResult<(Pieces, Ranges)> {
+/// Split my runs over the aggregators' domains, and give each aggregator every rank's
+/// ranges in its domain; returns mine and, at an aggregator, every rank's ranges in its
+/// domain. With every rank's view flattened at `set_view`, an aggregator computes the
+/// others' ranges from their stream positions (no communication); else each rank sends
+/// each aggregator its ranges (an all-to-all of counts, then of the ranges).
+fn exchange_ranges(
+    f: &File,
+    plan: &Plan,
+    setup: &Setup,
+    runs: &[(u64, usize)],
+) -> MpiResult<(Pieces, Ranges)> {
     let (rank, size) = f.rank_and_size();
     let mut mine: Pieces = vec![Vec::new(); plan.aggs.len()];
     let mut dpos = 0usize;
@@ -328,6 +398,28 @@ fn exchange_ranges(f: &File, plan: &Plan, runs: &[(u64, usize)]) -> MpiResult<(P
             a += 1;
         }
         dpos += l;
+    }
+    if let Some(views) = &setup.views {
+        let mut theirs = vec![Vec::new(); size];
+        if let Some(a) = plan.aggs.iter().position(|&g| g == rank) {
+            let (ds, de) = plan.domain_of(a);
+            for (i, t) in theirs.iter_mut().enumerate() {
+                let (p, l) = setup.streams[i];
+                if l == 0 {
+                    continue;
+                }
+                *t = if i == rank {
+                    mine[a].iter().map(|&(o, l, _)| (o, l)).collect()
+                } else {
+                    views[i]
+                        .runs(p, l)
+                        .into_iter()
+                        .filter_map(|(o, l)| clip(o, l, ds, de))
+                        .collect()
+                };
+            }
+        }
+        return Ok((mine, theirs));
     }
     // The ranges as u64 pairs, one block per aggregator.
     let mut send: Vec<u8> = Vec::new();
@@ -417,15 +509,17 @@ fn alltoallv(
 /// set (where the time of a collective access goes: agreeing, exchanging, file access).
 struct Trace {
     on: bool,
+    dir: Dir,
     call: String,
     last: std::time::Instant,
     phases: Vec<(&'static str, f64)>,
 }
 
 impl Trace {
-    fn new(call: &str) -> Trace {
+    fn new(call: &str, dir: Dir) -> Trace {
         Trace {
             on: std::env::var_os("TSUNAGI_IO_TRACE").is_some(),
+            dir,
             call: call.to_string(),
             last: std::time::Instant::now(),
             phases: Vec::new(),
@@ -445,9 +539,11 @@ impl Trace {
         }
     }
 
-    /// One line per rank and access: the route, why, and for two-phase I/O the
+    /// Counts the route (the MPI_T counters of [`crate::stats`]) and, when tracing, prints
+    /// one line per rank and access: the route, why, and for two-phase I/O the
     /// aggregators, rounds and phase times.
     fn report(&self, f: &File, route: Route, s: &Setup) {
+        stats::count(self.dir, route);
         if !self.on {
             return;
         }
@@ -457,9 +553,16 @@ impl Trace {
             .map(|(p, ms)| format!("{p} {ms:.2} ms"))
             .collect();
         let plan = match (&s.plan, route) {
-            (Some(p), Route::TwoPhase) => {
-                format!(", {} aggregators, {} rounds", p.aggs.len(), p.rounds())
-            }
+            (Some(p), Route::TwoPhase) => format!(
+                ", {} aggregators, {} rounds, ranges {}",
+                p.aggs.len(),
+                p.rounds(),
+                if s.views.is_some() {
+                    "from the views"
+                } else {
+                    "exchanged"
+                }
+            ),
             _ => String::new(),
         };
         let line = format!(
@@ -821,7 +924,7 @@ pub(crate) fn write_all(
     pos: u64,
     data: &[u8],
 ) -> MpiResult<()> {
-    let mut trace = Trace::new(call);
+    let mut trace = Trace::new(call, Dir::Write);
     let runs = view.runs(pos, data.len());
     if let Some(s) = large_view_pieces(f, hints.cb_write, hints) {
         let r = access::write_runs(f, hints, false, &runs, data);
@@ -829,7 +932,7 @@ pub(crate) fn write_all(
         trace.report(f, Route::LargePieces, &s);
         return r;
     }
-    let s = setup(f, call, hints, &runs)?;
+    let s = setup(f, hints, pos, data.len(), &runs)?;
     trace.mark("setup");
     let route = s.route(hints.cb_write, hints);
     if route != Route::TwoPhase {
@@ -839,7 +942,7 @@ pub(crate) fn write_all(
         return r;
     }
     let plan = s.plan.as_ref().expect("two-phase has a plan");
-    let (mine, theirs) = exchange_ranges(f, plan, &runs)?;
+    let (mine, theirs) = exchange_ranges(f, plan, &s, &runs)?;
     trace.mark("ranges");
     let (rank, _) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);
@@ -990,7 +1093,7 @@ pub(crate) fn read_all(
     pos: u64,
     out: &mut [u8],
 ) -> MpiResult<usize> {
-    let mut trace = Trace::new(call);
+    let mut trace = Trace::new(call, Dir::Read);
     let runs = view.runs(pos, out.len());
     if let Some(s) = large_view_pieces(f, hints.cb_read, hints) {
         let r = access::read_runs(f, hints, false, &runs, out);
@@ -998,7 +1101,13 @@ pub(crate) fn read_all(
         trace.report(f, Route::LargePieces, &s);
         return r;
     }
-    let s = setup(f, call, hints, &runs)?;
+    if let Some(s) = small_view_reads(f, hints) {
+        let r = access::read_runs(f, hints, false, &runs, out);
+        trace.mark("independent read");
+        trace.report(f, Route::SmallReads, &s);
+        return r;
+    }
+    let s = setup(f, hints, pos, out.len(), &runs)?;
     trace.mark("setup");
     let route = s.route(hints.cb_read, hints);
     if route != Route::TwoPhase {
@@ -1008,7 +1117,7 @@ pub(crate) fn read_all(
         return r;
     }
     let plan = s.plan.as_ref().expect("two-phase has a plan");
-    let (mine, theirs) = exchange_ranges(f, plan, &runs)?;
+    let (mine, theirs) = exchange_ranges(f, plan, &s, &runs)?;
     trace.mark("ranges");
     let (rank, _) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);

@@ -125,7 +125,7 @@ struct Category {
     desc: &'static str,
 }
 
-const CATEGORIES: [Category; 4] = [
+const CATEGORIES: [Category; 5] = [
     Category {
         name: "tsunagi_progress",
         desc: "progress engine, waiting policy and the matching queues",
@@ -141,6 +141,10 @@ const CATEGORIES: [Category; 4] = [
     Category {
         name: "tsunagi_environment",
         desc: "the other TSUNAGI_* settings, as the environment gives them",
+    },
+    Category {
+        name: "tsunagi_io",
+        desc: "MPI-IO: the routes collective accesses took (two-phase or independent)",
     },
 ];
 
@@ -499,6 +503,24 @@ fn build_tables() -> Tables {
                 read,
             });
         }
+    }
+    // MPI-IO's route counters, in tsunagi_io::stats::snapshot's order.
+    let io_reads: [fn() -> u64; 4] = [
+        || tsunagi_io::stats::snapshot()[0].2,
+        || tsunagi_io::stats::snapshot()[1].2,
+        || tsunagi_io::stats::snapshot()[2].2,
+        || tsunagi_io::stats::snapshot()[3].2,
+    ];
+    for ((name, desc, _), read) in tsunagi_io::stats::snapshot().into_iter().zip(io_reads) {
+        pvars.push(Pvar {
+            name: name.into(),
+            desc: desc.into(),
+            class: CLASS_COUNTER,
+            readonly: false,
+            continuous: false,
+            category: 4,
+            read,
+        });
     }
     Tables {
         cvars,

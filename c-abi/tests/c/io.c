@@ -104,6 +104,35 @@ static void errors(void) {
     CHECK(MPI_File_f2c(MPI_File_c2f(MPI_FILE_NULL)) == MPI_FILE_NULL);
 }
 
+/* MPI_T: the route counters of collective accesses (category tsunagi_io), counted by
+ * started handles of a performance-variable session. */
+static const char *route_names[4] = {"tsunagi_io_coll_read_two_phase",
+                                     "tsunagi_io_coll_read_independent",
+                                     "tsunagi_io_coll_write_two_phase",
+                                     "tsunagi_io_coll_write_independent"};
+static MPI_T_pvar_session route_ses;
+static MPI_T_pvar_handle route_h[4];
+static void routes_start(void) {
+    int provided;
+    OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
+    OK(MPI_T_pvar_session_create(&route_ses));
+    for (int k = 0; k < 4; k++) {
+        int idx, count;
+        OK(MPI_T_pvar_get_index(route_names[k], MPI_T_PVAR_CLASS_COUNTER, &idx));
+        OK(MPI_T_pvar_handle_alloc(route_ses, idx, NULL, &route_h[k], &count));
+        CHECK_EQ(count, 1);
+    }
+    OK(MPI_T_pvar_start(route_ses, MPI_T_PVAR_ALL_HANDLES));
+}
+/* What each counter counted since routes_start. */
+static void routes_read(unsigned long long out[4]) {
+    for (int k = 0; k < 4; k++) OK(MPI_T_pvar_read(route_ses, route_h[k], &out[k]));
+}
+static void routes_stop(void) {
+    OK(MPI_T_pvar_session_free(&route_ses));
+    OK(MPI_T_finalize());
+}
+
 /* The 3-D array G[nz][ny][nx] of ints, G = global linear index, decomposed over a
  * px*py*pz grid; each rank's block lives in memory with a ghost layer (non-contiguous
  * memory type too). The BT-IO pattern. */
@@ -152,7 +181,17 @@ static void subarray_3d(const char *cb) {
     MPI_Info_free(&used);
     OK(MPI_File_set_view(fh, 0, MPI_INT, ft, "native", MPI_INFO_NULL));
     MPI_Status s;
+    unsigned long long rc[4];
+    routes_start();
     OK(MPI_File_write_all(fh, mem, 1, mt, &s));
+    /* The route counters: one collective write, two-phase when forced, independent when
+     * disabled, either in automatic mode (every rank took the same route). */
+    routes_read(rc);
+    CHECK_EQ(rc[0] + rc[1], 0);
+    CHECK_EQ(rc[2] + rc[3], 1);
+    if (strcmp(cb, "enable") == 0) CHECK_EQ(rc[2], 1);
+    if (strcmp(cb, "disable") == 0) CHECK_EQ(rc[3], 1);
+    unsigned long long wrote_two_phase = rc[2];
     int cnt;
     OK(MPI_Get_count(&s, mt, &cnt));
     CHECK_EQ(cnt, 1);
@@ -167,6 +206,16 @@ static void subarray_3d(const char *cb) {
     for (int i = 0; i < n; i++) back[i] = -1;
     OK(MPI_File_read_at_all(fh, 0, back, 1, mt, &s));
     for (int i = 0; i < n; i++) CHECK_EQ(back[i], mem[i]);
+    routes_read(rc);
+    CHECK_EQ(rc[0] + rc[1], 1);
+    CHECK_EQ(rc[2] + rc[3], 1);
+    if (strcmp(cb, "enable") == 0) CHECK_EQ(rc[0], 1);
+    if (strcmp(cb, "disable") == 0) CHECK_EQ(rc[1], 1);
+    unsigned long long all_two_phase = wrote_two_phase, mine_two_phase = wrote_two_phase;
+    OK(MPI_Allreduce(&mine_two_phase, &all_two_phase, 1, MPI_UNSIGNED_LONG_LONG, MPI_SUM,
+                     MPI_COMM_WORLD));
+    CHECK(all_two_phase == 0 || all_two_phase == (unsigned long long)size);
+    routes_stop();
     /* Every rank checks the whole file through the byte view, independently. */
     OK(MPI_File_set_view(fh, 0, MPI_BYTE, MPI_BYTE, "native", MPI_INFO_NULL));
     int total = gs[0] * gs[1] * gs[2];

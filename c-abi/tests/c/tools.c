@@ -289,7 +289,7 @@ int main(int argc, char **argv) {
     /* ---- categories ---- */
     int ncat, nc, np, sub;
     OK(MPI_T_category_get_num(&ncat));
-    CHECK_EQ(ncat, 4);
+    CHECK_EQ(ncat, 5);
     OK(MPI_T_category_get_index("tsunagi_collectives", &i));
     OK(MPI_T_category_get_info(i, NULL, NULL, NULL, NULL, &nc, &np, &sub));
     CHECK_EQ(nc, 10);
