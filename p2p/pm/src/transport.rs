@@ -699,7 +699,8 @@ impl PmTransport {
             };
             let train = self.ep.train(to);
             // ACK and NACK packets take the acknowledgement path when the peer has one.
-            let control = train == 0 && out.len() == wire::HEADER_BYTES && matches!(out[3], 2 | 3);
+            let control =
+                train == 0 && out.len() == wire::HEADER_BYTES && matches!(out[3], 2 | 3 | 5);
             if control {
                 if let Some(a) = self.ack_addrs[to as usize] {
                     addr = a;
