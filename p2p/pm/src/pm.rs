@@ -523,15 +523,7 @@ impl PmEndpoint {
     pub fn link_stats(&self) -> LinkStats {
         let mut t = LinkStats::default();
         for p in self.peers.iter().flatten() {
-            let s = p.link.stats();
-            t.data_sent += s.data_sent;
-            t.retransmitted += s.retransmitted;
-            t.timeouts += s.timeouts;
-            t.acks_sent += s.acks_sent;
-            t.nacks_sent += s.nacks_sent;
-            t.data_received += s.data_received;
-            t.duplicates += s.duplicates;
-            t.not_ready_drops += s.not_ready_drops;
+            t += p.link.stats();
         }
         t
     }

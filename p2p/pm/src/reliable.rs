@@ -122,6 +122,36 @@ pub struct LinkStats {
     pub bytes_retransmitted: u64,
 }
 
+impl std::ops::AddAssign for LinkStats {
+    /// Sum the counters of several links (an endpoint's, over its peers).
+    fn add_assign(&mut self, s: LinkStats) {
+        let LinkStats {
+            data_sent,
+            retransmitted,
+            timeouts,
+            acks_sent,
+            nacks_sent,
+            data_received,
+            duplicates,
+            not_ready_drops,
+            frag_nacks_sent,
+            frags_retransmitted,
+            bytes_retransmitted,
+        } = s;
+        self.data_sent += data_sent;
+        self.retransmitted += retransmitted;
+        self.timeouts += timeouts;
+        self.acks_sent += acks_sent;
+        self.nacks_sent += nacks_sent;
+        self.data_received += data_received;
+        self.duplicates += duplicates;
+        self.not_ready_drops += not_ready_drops;
+        self.frag_nacks_sent += frag_nacks_sent;
+        self.frags_retransmitted += frags_retransmitted;
+        self.bytes_retransmitted += bytes_retransmitted;
+    }
+}
+
 /// The sequence state saved by a checkpoint ([`Link::save`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct LinkContext {
