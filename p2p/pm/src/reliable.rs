@@ -179,6 +179,8 @@ struct Partial {
     last_at: Instant,
     /// Requests sent by the timer with no piece arriving since (the back-off).
     timer_nacks: u32,
+    /// The timer was put off once after a stall of our own (see `Link::run_timers`).
+    postponed: bool,
 }
 
 impl Partial {
@@ -194,6 +196,7 @@ impl Partial {
             later: 0,
             last_at: now,
             timer_nacks: 0,
+            postponed: false,
         }
     }
 
@@ -632,10 +635,20 @@ impl Link {
             .timers_at
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         self.timers_at = Some(now);
-        // Trains that stopped arriving: ask for all their missing pieces.
+        // Trains that stopped arriving: ask for all their missing pieces. After a stall of
+        // ours (more than two timeouts since the last timer run: descheduled, or a driver
+        // that did not read its socket) the missing pieces may be waiting in the socket
+        // buffer: put the request off once, by one timeout, so that they are read first.
         let (timeout, max) = (self.cfg.reassembly_timeout, self.cfg.rto_max);
+        let stalled = gap > 2 * timeout;
         for (&seq, part) in self.partial.iter_mut() {
             if now >= part.deadline(timeout, max) {
+                if stalled && !part.postponed {
+                    part.postponed = true;
+                    part.last_at = now;
+                    continue;
+                }
+                part.postponed = false;
                 part.asked.iter_mut().for_each(|a| *a = false);
                 part.request(seq, true, &mut self.fnacks);
                 part.last_at = now;
@@ -787,6 +800,7 @@ impl Link {
         part.later = 0;
         part.last_at = now;
         part.timer_nacks = 0;
+        part.postponed = false;
         if part.missing > 0 {
             part.seen_max = part.seen_max.max(i + 1);
             if part.seen_max > DUP_THRESH as usize {

@@ -1005,7 +1005,15 @@ impl PmTransport {
                 }
                 next += n;
             }
+            // Read what arrived before running the timers (in `flush`): after a stall
+            // of ours the pieces a reassembly timer would ask for may be in the socket.
             let now = Instant::now();
+            let arrived = |t: &Self| t.received_per_lid.iter().sum::<u64>() + t.drv.acks_received;
+            let before = arrived(self);
+            if let Err(e) = self.receive_datagrams(now) {
+                break Err(e);
+            }
+            self.stash_received();
             self.flush(now);
             let mut failed = None;
             inflight.retain(|&tag| match self.ep.pull_status(tag) {
@@ -1027,12 +1035,6 @@ impl PmTransport {
             if let Some(e) = self.ep.take_error() {
                 return self.abandon(inflight, Err(e));
             }
-            let arrived = |t: &Self| t.received_per_lid.iter().sum::<u64>() + t.drv.acks_received;
-            let before = arrived(self);
-            if let Err(e) = self.receive_datagrams(now) {
-                break Err(e);
-            }
-            self.stash_received();
             if arrived(self) == before {
                 // Nothing came: sleep until a datagram does or a timer is due.
                 let until = self

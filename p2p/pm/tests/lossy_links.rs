@@ -261,6 +261,48 @@ fn trains_recover_lost_pieces_not_packets() {
     }
 }
 
+/// After a stall of the receiver's own (it did not run for many timeouts, and the rest of
+/// the train may be waiting in its socket), the reassembly timer waits one more timeout
+/// before asking, so that a driver reading its socket first gets the pieces without an
+/// FNACK; a train still incomplete then is asked for.
+#[test]
+fn reassembly_timer_waits_out_our_own_stall() {
+    let cfg = LinkConfig {
+        max_datagram: 100 + wire::HEADER_BYTES,
+        ..Default::default()
+    };
+    let mut a = Link::new(0, 1, 7, cfg);
+    let mut b = Link::new(1, 0, 8, cfg);
+    a.push(vec![9; 500]);
+    let t0 = Instant::now();
+    let mut buf = Vec::new();
+    assert!(a.poll_transmit(t0, &mut buf));
+    let pieces: Vec<Vec<u8>> = buf.chunks(a.train()).map(<[u8]>::to_vec).collect();
+    assert_eq!(pieces.len(), 5);
+    assert!(!b.poll_transmit(t0, &mut buf));
+    b.on_packet(t0, &wire::decode(&pieces[0]).unwrap());
+    let fnacks = |b: &mut Link, t| {
+        let mut out = Vec::new();
+        let mut n = 0;
+        while b.poll_transmit(t, &mut out) {
+            n += (wire::decode(&out).unwrap().kind == wire::Kind::FragNack) as u32;
+        }
+        n
+    };
+    // We did not run for 20 timeouts: no request at once.
+    let t1 = t0 + cfg.reassembly_timeout * 20;
+    assert_eq!(fnacks(&mut b, t1), 0);
+    // The driver reads its socket: two more pieces, still incomplete; one timeout later
+    // (no stall now) the two missing ones are asked for.
+    b.on_packet(t1, &wire::decode(&pieces[1]).unwrap());
+    b.on_packet(t1, &wire::decode(&pieces[2]).unwrap());
+    let t2 = t1 + cfg.reassembly_timeout / 2;
+    assert_eq!(fnacks(&mut b, t2), 0);
+    let t3 = t1 + cfg.reassembly_timeout;
+    assert_eq!(fnacks(&mut b, t3), 1);
+    assert_eq!(b.stats().frag_nacks_sent, 1);
+}
+
 /// One train by hand: a piece lost in the middle is asked for as soon as DUP_THRESH later
 /// pieces arrived; a lost last piece when the reassembly timer expires; the sender resends
 /// exactly those pieces, with the packet's sequence number, and the packet completes.
