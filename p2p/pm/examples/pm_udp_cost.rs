@@ -5,6 +5,10 @@
 //! wall time and each thread's **CPU time per MiB** (`CLOCK_THREAD_CPUTIME_ID`), which is
 //! what the machine's load does not change much, plus the link counters.
 //!
+//! With `PM_COST_EAGER=1` rank 1 instead streams `n` eager messages of `size` bytes (at
+//! most the eager limit) through PM's rings, in windows of 64 answered by one small
+//! message (as `tsunagi-pingpong`'s bandwidth test does).
+//!
 //! `cargo run --release -p tsunagi-pm --example pm_udp_cost [n [size]]`; the transport's
 //! environment knobs apply (`TSUNAGI_PM_CHECKSUM=0`, `TSUNAGI_PM_RDMA_PIECE`, ...).
 //!
@@ -98,11 +102,28 @@ fn main() {
     a.set_peers(&[(1, cb)], &one).unwrap();
     b.set_peers(&[(0, ca)], &one).unwrap();
 
+    let eager = std::env::var("PM_COST_EAGER").is_ok_and(|v| v == "1");
+    const EAGER_WINDOW: usize = 64;
     let server = std::thread::spawn(move || {
         let src: Vec<u8> = (0..size).map(|i| i as u8).collect();
         let mut seen = Vec::new();
         let c0 = thread_cpu();
         for i in 0..n {
+            if eager {
+                let h = Header {
+                    kind: 3,
+                    src: 1,
+                    len: size as u64,
+                    cookie: i as u64,
+                    ..Default::default()
+                };
+                send(&mut b, 0, h, &src, &mut seen);
+                if (i + 1) % EAGER_WINDOW == 0 || i + 1 == n {
+                    let (h, _) = wait_for(&mut b, &mut seen);
+                    assert_eq!((h.kind, h.cookie), (2, i as u64));
+                }
+                continue;
+            }
             // SAFETY: `src` outlives the read: we wait for the reader's answer.
             let token = unsafe { b.expose(0, src.as_ptr(), src.len()) }.unwrap();
             let h = Header {
@@ -128,6 +149,20 @@ fn main() {
     let c0 = thread_cpu();
     for i in 0..n {
         let (h, p) = wait_for(&mut a, &mut seen);
+        if eager {
+            assert_eq!((h.kind, h.cookie, p.len()), (3, i as u64, size));
+            assert_eq!(p[size - 1], (size - 1) as u8);
+            if (i + 1) % EAGER_WINDOW == 0 || i + 1 == n {
+                let ack = Header {
+                    kind: 2,
+                    src: 0,
+                    cookie: i as u64,
+                    ..Default::default()
+                };
+                send(&mut a, 1, ack, &[], &mut seen);
+            }
+            continue;
+        }
         assert_eq!((h.kind, h.cookie), (1, i as u64));
         let token = u64::from_ne_bytes(p[..8].try_into().unwrap());
         a.read_remote(1, token, &mut dst).unwrap();
@@ -146,8 +181,9 @@ fn main() {
     let (scpu, sstats) = server.join().unwrap();
     let mib = (n * size) as f64 / (1 << 20) as f64;
     println!(
-        "{n} x {size} B: {:.1} MB/s wall; CPU per MiB: reader {:.0} us, server {:.0} us \
+        "{n} x {size} B{}: {:.1} MB/s wall; CPU per MiB: reader {:.0} us, server {:.0} us \
          (sum {:.0} us: {:.0} MB/s of CPU); load {}",
+        if eager { " eager" } else { "" },
         (n * size) as f64 / wall.as_secs_f64() / 1e6,
         cpu.as_secs_f64() * 1e6 / mib,
         scpu.as_secs_f64() * 1e6 / mib,

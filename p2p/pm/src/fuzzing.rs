@@ -5,13 +5,35 @@ use std::time::{Duration, Instant};
 
 use crate::nic::Wr;
 use crate::pm::{PmConfig, PmEndpoint, ReceiveMode};
+use crate::reliable::{Link, LinkConfig};
 use crate::wire;
 
 /// Outside bytes as datagrams: the packet decoder must reject or accept without panicking,
 /// what it accepts must re-encode to the same bytes, and an endpoint fed the datagrams
 /// (one per 0xff-separated piece, as if from rank 1 with epoch 7) must not panic whatever
-/// work requests they carry.
+/// work requests they carry, and neither must a link with a train in flight fed the
+/// packets of the input (FNACKs asking for any pieces, fragments of any cut).
 pub fn pm_packet(data: &[u8]) {
+    let mut out = Vec::new();
+    let t0 = Instant::now();
+    let mut link = Link::new(
+        0,
+        1,
+        9,
+        LinkConfig {
+            max_datagram: 200,
+            ..Default::default()
+        },
+    );
+    link.push(vec![7; 3000]);
+    link.push(vec![8; 10]);
+    while link.poll_transmit(t0, &mut out) {}
+    for (i, p) in wire::packets(data).flatten().enumerate() {
+        let t = t0 + Duration::from_micros(300 * i as u64);
+        link.on_packet(t, &p);
+        while link.poll_transmit(t, &mut out) {}
+        while link.pop_delivered().is_some() {}
+    }
     // A checkpoint image: refused or read back byte for byte (never restored here: its
     // user-buffer addresses would be arbitrary).
     if let Ok(ctx) = crate::pm::PmContext::decode(data) {
@@ -43,7 +65,6 @@ pub fn pm_packet(data: &[u8]) {
         ep.add_peer(1, 7);
         ep.add_peer(2, 8);
         let now = Instant::now();
-        let mut out = Vec::new();
         for (i, piece) in data.split(|&b| b == 0xff).enumerate() {
             // Pieces become DATA packets from rank 1 in sequence, so their payloads reach
             // the NIC as work requests.

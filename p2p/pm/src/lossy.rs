@@ -48,6 +48,8 @@ pub struct LossyNet {
     /// Counters: sent, dropped, duplicated, corrupted.
     pub sent: u64,
     pub dropped: u64,
+    /// Bytes of the dropped datagrams.
+    pub dropped_bytes: u64,
     pub duplicated: u64,
     pub corrupted: u64,
 }
@@ -60,6 +62,7 @@ impl LossyNet {
             in_flight: Vec::new(),
             sent: 0,
             dropped: 0,
+            dropped_bytes: 0,
             duplicated: 0,
             corrupted: 0,
         }
@@ -75,6 +78,7 @@ impl LossyNet {
         self.sent += 1;
         if self.rng.chance(self.imp.loss) {
             self.dropped += 1;
+            self.dropped_bytes += d.len() as u64;
             return;
         }
         if self.rng.chance(self.imp.corrupt) && !d.is_empty() {

@@ -523,15 +523,7 @@ impl PmEndpoint {
     pub fn link_stats(&self) -> LinkStats {
         let mut t = LinkStats::default();
         for p in self.peers.iter().flatten() {
-            let s = p.link.stats();
-            t.data_sent += s.data_sent;
-            t.retransmitted += s.retransmitted;
-            t.timeouts += s.timeouts;
-            t.acks_sent += s.acks_sent;
-            t.nacks_sent += s.nacks_sent;
-            t.data_received += s.data_received;
-            t.duplicates += s.duplicates;
-            t.not_ready_drops += s.not_ready_drops;
+            t += p.link.stats();
         }
         t
     }
@@ -616,28 +608,35 @@ impl PmEndpoint {
             let ring = ring_bytes as u64;
             let at = p.tx.head % ring;
             let skip = if at + total > ring { ring - at } else { 0 };
-            if p.tx.head + skip + total - p.tx.tail > ring {
-                // Out of room by the cached tail: refresh it lazily, once.
-                let pull = !p.tx.pulling;
-                p.tx.pulling = true;
+            let used = p.tx.head + skip + total - p.tx.tail;
+            let full = used > ring;
+            // Refresh the cached tail lazily (PM): when the ring is out of room, and
+            // already when it is past half full, so that the fresh tail is back before
+            // the ring runs out (a sender streaming more than a ring's worth otherwise
+            // stops for a round trip every ring). One refresh at a time.
+            let pull = used > ring / 2 && !p.tx.pulling;
+            p.tx.pulling |= pull;
+            if full {
                 self.stats.ring_full += 1;
-                if pull {
-                    let tag = self.next_tag;
-                    self.next_tag += 1;
-                    self.pulls.insert(tag, Pull::Tail(peer));
-                    self.stats.tail_pulls += 1;
-                    let me = self.me;
-                    self.wr_to(
-                        peer,
-                        Wr::PullReq {
-                            region: CONTROL_REGION,
-                            offset: 8 * me as u64,
-                            len: 8,
-                            tag,
-                        },
-                        true,
-                    );
-                }
+            }
+            if pull {
+                let tag = self.next_tag;
+                self.next_tag += 1;
+                self.pulls.insert(tag, Pull::Tail(peer));
+                self.stats.tail_pulls += 1;
+                let me = self.me;
+                self.wr_to(
+                    peer,
+                    Wr::PullReq {
+                        region: CONTROL_REGION,
+                        offset: 8 * me as u64,
+                        len: 8,
+                        tag,
+                    },
+                    true,
+                );
+            }
+            if full {
                 return Ok(None);
             }
         }

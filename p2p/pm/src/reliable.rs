@@ -16,6 +16,14 @@
 //!   negative acknowledgement**: a receiver that sees a gap sends a NACK at once, and the
 //!   sender resends the holes that at least three later packets overtook (fewer is more
 //!   likely reordering than loss);
+//! * **per-fragment recovery of trains**: a packet larger than one datagram goes as a train
+//!   of FRAG pieces ([`wire::encode_train`]); a receiver missing pieces asks for them by
+//!   index with an FNACK, when [`DUP_THRESH`] later pieces (of the same train or of later
+//!   packets) overtook a hole, or when a train stayed incomplete for
+//!   [`LinkConfig::reassembly_timeout`] (doubling per unanswered request); the sender
+//!   resends just those pieces at once, with the packet's sequence number, and leaves the
+//!   packet to this recovery rather than resending it whole on a NACK (a timeout still
+//!   does): one lost piece costs one piece, not the ~42 of a 60 KiB packet;
 //! * **duplicate suppression** (below the cumulative point, or already buffered) and
 //!   **in-order delivery** through a reorder buffer of one window;
 //! * **acknowledgements on a separate path**: ACK/NACK packets are never queued behind data
@@ -71,6 +79,9 @@ pub struct LinkConfig {
     /// and UDP headers): a larger DATA packet goes as a train of FRAG packets
     /// ([`wire::encode_train`]), reassembled here at the receiver.
     pub max_datagram: usize,
+    /// A train that got no new piece for this long asks for its missing pieces (FNACK);
+    /// doubled for each request that brought nothing, up to [`LinkConfig::rto_max`].
+    pub reassembly_timeout: Duration,
 }
 
 impl Default for LinkConfig {
@@ -87,6 +98,7 @@ impl Default for LinkConfig {
             rx_limit: usize::MAX,
             checksum: true,
             max_datagram: 65_535,
+            reassembly_timeout: Duration::from_micros(500),
         }
     }
 }
@@ -102,6 +114,42 @@ pub struct LinkStats {
     pub data_received: u64,
     pub duplicates: u64,
     pub not_ready_drops: u64,
+    /// FNACK packets sent (requests for missing pieces of trains).
+    pub frag_nacks_sent: u64,
+    /// Pieces of trains resent on an FNACK.
+    pub frags_retransmitted: u64,
+    /// Payload bytes sent again: whole packets (timeout, NACK) and pieces (FNACK).
+    pub bytes_retransmitted: u64,
+}
+
+impl std::ops::AddAssign for LinkStats {
+    /// Sum the counters of several links (an endpoint's, over its peers).
+    fn add_assign(&mut self, s: LinkStats) {
+        let LinkStats {
+            data_sent,
+            retransmitted,
+            timeouts,
+            acks_sent,
+            nacks_sent,
+            data_received,
+            duplicates,
+            not_ready_drops,
+            frag_nacks_sent,
+            frags_retransmitted,
+            bytes_retransmitted,
+        } = s;
+        self.data_sent += data_sent;
+        self.retransmitted += retransmitted;
+        self.timeouts += timeouts;
+        self.acks_sent += acks_sent;
+        self.nacks_sent += nacks_sent;
+        self.data_received += data_received;
+        self.duplicates += duplicates;
+        self.not_ready_drops += not_ready_drops;
+        self.frag_nacks_sent += frag_nacks_sent;
+        self.frags_retransmitted += frags_retransmitted;
+        self.bytes_retransmitted += bytes_retransmitted;
+    }
 }
 
 /// The sequence state saved by a checkpoint ([`Link::save`]).
@@ -120,6 +168,74 @@ struct Partial {
     piece: usize,
     have: Vec<bool>,
     missing: usize,
+    /// Pieces asked for by an FNACK and not come since (not asked again before the timer).
+    asked: Vec<bool>,
+    /// One past the highest piece index that arrived.
+    seen_max: usize,
+    /// Pieces of later packets that arrived since this one's last piece: its tail is lost
+    /// once [`DUP_THRESH`] did.
+    later: u32,
+    /// The last piece's arrival, or the last request the timer sent.
+    last_at: Instant,
+    /// Requests sent by the timer with no piece arriving since (the back-off).
+    timer_nacks: u32,
+    /// The timer was put off once after a stall of our own (see `Link::run_timers`).
+    postponed: bool,
+}
+
+impl Partial {
+    fn new(total: usize, piece: usize, now: Instant) -> Partial {
+        let n = total.div_ceil(piece);
+        Partial {
+            buf: vec![0; total],
+            piece,
+            have: vec![false; n],
+            missing: n,
+            asked: vec![false; n],
+            seen_max: 0,
+            later: 0,
+            last_at: now,
+            timer_nacks: 0,
+            postponed: false,
+        }
+    }
+
+    /// When the reassembly timer of this train expires.
+    fn deadline(&self, timeout: Duration, max: Duration) -> Instant {
+        self.last_at + (timeout * (1u32 << self.timer_nacks.min(8))).min(max)
+    }
+
+    /// Queue FNACKs for the pieces that are missing and not yet asked for: those that
+    /// [`DUP_THRESH`] later pieces overtook, or all of them (`all`, the timer).
+    fn request(&mut self, seq: u32, all: bool, fnacks: &mut VecDeque<(u32, u32, u32)>) {
+        let tail_lost = all || self.later >= DUP_THRESH;
+        let upto = if tail_lost {
+            self.have.len()
+        } else {
+            self.seen_max.saturating_sub(DUP_THRESH as usize)
+        };
+        let mut base = None;
+        let mut bits = 0u32;
+        for i in 0..upto {
+            if self.have[i] || self.asked[i] {
+                continue;
+            }
+            self.asked[i] = true;
+            match base {
+                Some(b) if i - b < 32 => bits |= 1u32 << (i - b),
+                _ => {
+                    if let Some(b) = base {
+                        fnacks.push_back((seq, b as u32, bits));
+                    }
+                    base = Some(i);
+                    bits = 1;
+                }
+            }
+        }
+        if let Some(b) = base {
+            fnacks.push_back((seq, b as u32, bits));
+        }
+    }
 }
 
 struct Outstanding {
@@ -130,6 +246,11 @@ struct Outstanding {
     retransmitted: bool,
     sacked: bool,
     resend: bool,
+    /// Pieces the receiver asked for by FNACK, not yet resent (bit i of word i / 64).
+    frag_resend: Vec<u64>,
+    /// The receiver holds pieces of this packet and recovers it by FNACK: a NACK does not
+    /// make it resent whole.
+    partial_at_peer: bool,
 }
 
 /// A gap between two timer runs longer than this means the owner did not run (it sleeps
@@ -137,8 +258,9 @@ struct Outstanding {
 /// against the peer.
 pub const STALL: Duration = Duration::from_secs(1);
 
-/// Packets overtaking a hole before a NACK makes it resent (TCP's duplicate threshold).
-const DUP_THRESH: u32 = 3;
+/// Packets (or pieces of trains) overtaking a hole before it is asked for again (TCP's
+/// duplicate threshold): fewer is more likely reordering than loss.
+pub const DUP_THRESH: u32 = 3;
 
 /// Signed distance from `b` to `a` in serial arithmetic.
 fn dist(a: u32, b: u32) -> i32 {
@@ -174,6 +296,8 @@ pub struct Link {
     nack_now: bool,
     /// Packets of the window being reassembled from FRAG pieces, by sequence number.
     partial: HashMap<u32, Partial>,
+    /// FNACKs to send: (sequence number, first piece, bitmap of pieces from it).
+    fnacks: VecDeque<(u32, u32, u32)>,
     /// Datagram size of the train [`Link::poll_transmit`] encoded last (0: one packet).
     train: usize,
     failed: bool,
@@ -207,6 +331,7 @@ impl Link {
             ack_now: false,
             nack_now: false,
             partial: HashMap::new(),
+            fnacks: VecDeque::new(),
             train: 0,
             failed: false,
             stats: LinkStats::default(),
@@ -264,6 +389,7 @@ impl Link {
             && self.ack_due.is_none()
             && !self.ack_now
             && !self.nack_now
+            && self.fnacks.is_empty()
     }
 
     /// Save the sequence state (PM's pmSaveContext). Only meaningful when
@@ -294,6 +420,7 @@ impl Link {
         }
         self.delivered.clear();
         self.partial.clear();
+        self.fnacks.clear();
         self.ack_due = None;
         self.ack_now = false;
         self.nack_now = false;
@@ -322,17 +449,23 @@ impl Link {
             .find(|o| !o.sacked)
             .and_then(|o| o.last_sent)
             .map(|t| t + self.rto());
-        match (retx, self.ack_due) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        }
+        let reassembly = self
+            .partial
+            .values()
+            .map(|p| p.deadline(self.cfg.reassembly_timeout, self.cfg.rto_max))
+            .min();
+        [retx, self.ack_due, reassembly].into_iter().flatten().min()
     }
 
     /// Something is ready to go now (an ACK, a resend or a new packet in the window).
     pub fn wants_transmit(&self) -> bool {
         self.ack_now
             || self.nack_now
-            || self.inflight.iter().any(|o| o.resend)
+            || !self.fnacks.is_empty()
+            || self
+                .inflight
+                .iter()
+                .any(|o| o.resend || !o.frag_resend.is_empty())
             || (!self.backlog.is_empty() && self.inflight.len() < self.cfg.window as usize)
     }
 
@@ -386,13 +519,65 @@ impl Link {
             .expect("frames fit a packet");
     }
 
+    /// Encode the pieces of inflight packet `idx` its FNACKs asked for, and clear them.
+    fn fragments(&mut self, idx: usize, now: Instant, out: &mut Vec<u8>) {
+        let o = &mut self.inflight[idx];
+        let words = std::mem::take(&mut o.frag_resend);
+        let indices = words.iter().enumerate().flat_map(|(w, &bits)| {
+            (0..64)
+                .filter(move |b| bits & (1u64 << b) != 0)
+                .map(move |b| w * 64 + b)
+        });
+        let p = Packet {
+            kind: Kind::Data,
+            src: self.me,
+            dst: self.peer,
+            epoch: self.epoch,
+            seq: o.seq,
+            ack: 0,
+            sack: 0,
+            payload: &o.frame,
+        };
+        let piece = wire::piece_size(self.cfg.max_datagram);
+        let (mut n, mut bytes) = (0u64, 0u64);
+        for k in indices.clone() {
+            n += 1;
+            bytes += (o.frame.len() - k * piece).min(piece) as u64;
+        }
+        self.train =
+            wire::encode_fragments(&p, self.cfg.checksum, self.cfg.max_datagram, indices, out)
+                .expect("FNACK indices were checked against the packet");
+        // The packet's timeout counts from this resend (and it gives no round-trip sample).
+        o.last_sent = Some(now);
+        o.retransmitted = true;
+        self.stats.frags_retransmitted += n;
+        self.stats.bytes_retransmitted += bytes;
+    }
+
     /// Run the timers and encode the next packet to send into `out`; false when nothing
     /// is to be sent now. Call until false.
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
         self.clock = Some(now);
         self.train = 0;
         self.run_timers(now);
-        // Acknowledgements first: they never wait behind data.
+        // Acknowledgements first: they never wait behind data. Requests for pieces
+        // before a NACK, so that the sender knows which holes are being recovered piece
+        // by piece when the NACK arrives.
+        if let Some((seq, base, bits)) = self.fnacks.pop_front() {
+            let p = Packet {
+                kind: Kind::FragNack,
+                src: self.me,
+                dst: self.peer,
+                epoch: self.epoch,
+                seq,
+                ack: base,
+                sack: bits,
+                payload: &[],
+            };
+            wire::encode(&p, self.cfg.checksum, out).expect("control packets have no payload");
+            self.stats.frag_nacks_sent += 1;
+            return true;
+        }
         if self.nack_now {
             self.control(Kind::Nack, out);
             return true;
@@ -401,12 +586,19 @@ impl Link {
             self.control(Kind::Ack, out);
             return true;
         }
+        if let Some(i) = self.inflight.iter().position(|o| !o.frag_resend.is_empty()) {
+            self.fragments(i, now, out);
+            return true;
+        }
         if let Some(i) = self.inflight.iter().position(|o| o.resend) {
             let o = &mut self.inflight[i];
             o.resend = false;
             o.retransmitted = true;
             o.last_sent = Some(now);
+            // A whole resend carries every piece the receiver asked for.
+            o.frag_resend.clear();
             self.stats.retransmitted += 1;
+            self.stats.bytes_retransmitted += o.frame.len() as u64;
             self.data(i, out);
             return true;
         }
@@ -425,6 +617,8 @@ impl Link {
                     retransmitted: false,
                     sacked: false,
                     resend: false,
+                    frag_resend: Vec::new(),
+                    partial_at_peer: false,
                 });
                 self.stats.data_sent += 1;
                 self.data(self.inflight.len() - 1, out);
@@ -441,6 +635,26 @@ impl Link {
             .timers_at
             .map_or(Duration::ZERO, |t| now.saturating_duration_since(t));
         self.timers_at = Some(now);
+        // Trains that stopped arriving: ask for all their missing pieces. After a stall of
+        // ours (more than two timeouts since the last timer run: descheduled, or a driver
+        // that did not read its socket) the missing pieces may be waiting in the socket
+        // buffer: put the request off once, by one timeout, so that they are read first.
+        let (timeout, max) = (self.cfg.reassembly_timeout, self.cfg.rto_max);
+        let stalled = gap > 2 * timeout;
+        for (&seq, part) in self.partial.iter_mut() {
+            if now >= part.deadline(timeout, max) {
+                if stalled && !part.postponed {
+                    part.postponed = true;
+                    part.last_at = now;
+                    continue;
+                }
+                part.postponed = false;
+                part.asked.iter_mut().for_each(|a| *a = false);
+                part.request(seq, true, &mut self.fnacks);
+                part.last_at = now;
+                part.timer_nacks += 1;
+            }
+        }
         if self.failed || self.inflight.is_empty() {
             return;
         }
@@ -487,8 +701,33 @@ impl Link {
                     self.store(d, p.payload.to_vec());
                 }
             }
-            Kind::Frag => self.on_fragment(p),
+            Kind::Frag => self.on_fragment(now, p),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
+            Kind::FragNack => self.on_fragment_nack(p.seq, p.ack, p.sack),
+        }
+    }
+
+    /// An FNACK: mark the pieces asked for to be resent (ignored for a packet no longer
+    /// in flight or already selectively acknowledged, and for indices beyond its pieces).
+    fn on_fragment_nack(&mut self, seq: u32, base: u32, bits: u32) {
+        let max_datagram = self.cfg.max_datagram;
+        let Some(o) = self.inflight.iter_mut().find(|o| o.seq == seq && !o.sacked) else {
+            return;
+        };
+        let count = wire::fragment_count(o.frame.len(), max_datagram);
+        if count < 2 {
+            return;
+        }
+        o.partial_at_peer = true;
+        for i in (0..32).filter(|i| bits & (1 << i) != 0) {
+            let k = base as usize + i;
+            if k >= count {
+                break;
+            }
+            if o.frag_resend.is_empty() {
+                o.frag_resend = vec![0; count.div_ceil(64)];
+            }
+            o.frag_resend[k / 64] |= 1 << (k % 64);
         }
     }
 
@@ -527,26 +766,28 @@ impl Link {
     /// A FRAG piece: into its packet's reassembly buffer; the packet is taken as DATA
     /// once every piece is in (pieces of packets below the window or already complete
     /// are duplicates).
-    fn on_fragment(&mut self, p: &Packet<'_>) {
+    fn on_fragment(&mut self, now: Instant, p: &Packet<'_>) {
         if self.window_slot(p.seq).is_none() {
             return;
         }
+        // This piece overtook what is missing at the tails of earlier trains.
+        for (&seq, part) in self.partial.iter_mut() {
+            if dist(seq, p.seq) < 0 {
+                part.later += 1;
+                if part.later == DUP_THRESH {
+                    part.request(seq, false, &mut self.fnacks);
+                }
+            }
+        }
         let (offset, total, piece) = wire::fragment_fields(p.ack, p.sack);
-        let part = self.partial.entry(p.seq).or_insert_with(|| Partial {
-            buf: vec![0; total],
-            piece,
-            have: vec![false; total.div_ceil(piece)],
-            missing: total.div_ceil(piece),
-        });
+        let part = self
+            .partial
+            .entry(p.seq)
+            .or_insert_with(|| Partial::new(total, piece, now));
         if part.buf.len() != total || part.piece != piece {
             // Another cut of the same packet (cannot happen with one sender's config):
             // start over with this one.
-            *part = Partial {
-                buf: vec![0; total],
-                piece,
-                have: vec![false; total.div_ceil(piece)],
-                missing: total.div_ceil(piece),
-            };
+            *part = Partial::new(total, piece, now);
         }
         let i = offset / piece;
         if part.have[i] {
@@ -554,7 +795,18 @@ impl Link {
         }
         part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
         part.have[i] = true;
+        part.asked[i] = false;
         part.missing -= 1;
+        part.later = 0;
+        part.last_at = now;
+        part.timer_nacks = 0;
+        part.postponed = false;
+        if part.missing > 0 {
+            part.seen_max = part.seen_max.max(i + 1);
+            if part.seen_max > DUP_THRESH as usize {
+                part.request(p.seq, false, &mut self.fnacks);
+            }
+        }
         if part.missing == 0 {
             let buf = self.partial.remove(&p.seq).unwrap().buf;
             if let Some(d) = self.admit(p.seq) {
@@ -637,6 +889,7 @@ impl Link {
                 }
                 o.sacked = true;
                 o.resend = false;
+                o.frag_resend = Vec::new();
                 o.frame = Vec::new();
             }
         }
@@ -648,13 +901,15 @@ impl Link {
         }
         if nack {
             // Resend the holes that at least DUP_THRESH later packets overtook (fewer is
-            // likely reordering, not loss), unless they were (re)sent within one round trip.
+            // likely reordering, not loss), unless they were (re)sent within one round trip
+            // or the receiver recovers them piece by piece (FNACK).
             let guard = self.srtt.unwrap_or(self.cfg.rto_min);
             let mut later_sacked = 0;
             for o in self.inflight.iter_mut().rev() {
                 if o.sacked {
                     later_sacked += 1;
                 } else if later_sacked >= DUP_THRESH
+                    && !o.partial_at_peer
                     && o.last_sent.is_none_or(|t| now.duration_since(t) >= guard)
                 {
                     o.resend = true;

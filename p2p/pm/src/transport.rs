@@ -73,6 +73,8 @@ pub const PULLS_IN_FLIGHT: usize = 64;
 pub const PULL_BYTES_IN_FLIGHT: usize = 2 << 20;
 /// An announced RDMA address is `key << RDMA_KEY_SHIFT | offset`.
 const RDMA_KEY_SHIFT: u32 = 40;
+/// Bytes of data per PUSH work request (one packet) into the rings, by default.
+pub const RING_PACKET: usize = 60_000;
 
 /// Fault injection on outgoing datagrams (tests only).
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -111,8 +113,9 @@ impl PmTransportConfig {
     /// From the environment (`getenv`): `TSUNAGI_PM_RECEIVE` (`rings`, the default, or
     /// `srq`), `TSUNAGI_PM_RING` (ring bytes per sender), `TSUNAGI_PM_SRQ_BUFFERS`,
     /// `TSUNAGI_PM_RDMA_PIECE` (bytes per PULL of a rendezvous read, 1024–61440),
-    /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per datagram,
-    /// 1024–60000; larger than the path MTU means IP fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_GIVE_UP` (seconds of
+    /// `TSUNAGI_PM_WINDOW` (1–32), `TSUNAGI_PM_PACKET` (data bytes per work request
+    /// packet, 1024–60000, default [`RING_PACKET`] with rings and 8192 with the shared
+    /// queue; larger than one datagram of the path means a train of fragments), `TSUNAGI_PM_CHECKSUM` (0 or 1), `TSUNAGI_PM_GIVE_UP` (seconds of
     /// silence before a peer is declared failed, see [`crate::reliable::LinkConfig`]),
     /// `TSUNAGI_PM_STATS` (0 or 1), `TSUNAGI_PM_MTU` (576–65536), `TSUNAGI_PM_EAGER` (payload bytes sent
     /// eagerly, default 64 KiB), `TSUNAGI_PM_IF`, and the
@@ -140,7 +143,8 @@ impl PmTransportConfig {
             }
         };
         let mut pm = PmConfig::default();
-        if let Some(b) = num("TSUNAGI_PM_PACKET", 1024, 60_000)? {
+        let packet = num("TSUNAGI_PM_PACKET", 1024, 60_000)?;
+        if let Some(b) = packet {
             pm.wr_data = b;
         }
         if let Some(b) = num("TSUNAGI_PM_RDMA_PIECE", 1024, crate::pm::MAX_PULL_PIECE)? {
@@ -164,7 +168,14 @@ impl PmTransportConfig {
             ));
         }
         pm.receive = match get("TSUNAGI_PM_RECEIVE").as_deref().map(str::trim) {
-            None | Some("rings") => ReceiveMode::Rings { ring_bytes: ring },
+            None | Some("rings") => {
+                // A ring message goes as PUSHes of at most this many bytes, one packet
+                // (one train) each: 60 KB cuts a 64 KiB eager message into 2 packets
+                // instead of 8 (2.0-2.7x less CPU per MiB, see docs/pm.md). The shared
+                // queue keeps 8 KiB: its buffers are that size.
+                pm.wr_data = packet.unwrap_or(RING_PACKET);
+                ReceiveMode::Rings { ring_bytes: ring }
+            }
             Some("srq") | Some("shared") => ReceiveMode::Shared {
                 buffers: num("TSUNAGI_PM_SRQ_BUFFERS", 4, 1 << 20)?.unwrap_or(256),
                 buffer_bytes: pm.wr_data,
@@ -699,7 +710,8 @@ impl PmTransport {
             };
             let train = self.ep.train(to);
             // ACK and NACK packets take the acknowledgement path when the peer has one.
-            let control = train == 0 && out.len() == wire::HEADER_BYTES && matches!(out[3], 2 | 3);
+            let control =
+                train == 0 && out.len() == wire::HEADER_BYTES && matches!(out[3], 2 | 3 | 5);
             if control {
                 if let Some(a) = self.ack_addrs[to as usize] {
                     addr = a;
@@ -993,7 +1005,15 @@ impl PmTransport {
                 }
                 next += n;
             }
+            // Read what arrived before running the timers (in `flush`): after a stall
+            // of ours the pieces a reassembly timer would ask for may be in the socket.
             let now = Instant::now();
+            let arrived = |t: &Self| t.received_per_lid.iter().sum::<u64>() + t.drv.acks_received;
+            let before = arrived(self);
+            if let Err(e) = self.receive_datagrams(now) {
+                break Err(e);
+            }
+            self.stash_received();
             self.flush(now);
             let mut failed = None;
             inflight.retain(|&tag| match self.ep.pull_status(tag) {
@@ -1015,12 +1035,6 @@ impl PmTransport {
             if let Some(e) = self.ep.take_error() {
                 return self.abandon(inflight, Err(e));
             }
-            let arrived = |t: &Self| t.received_per_lid.iter().sum::<u64>() + t.drv.acks_received;
-            let before = arrived(self);
-            if let Err(e) = self.receive_datagrams(now) {
-                break Err(e);
-            }
-            self.stash_received();
             if arrived(self) == before {
                 // Nothing came: sleep until a datagram does or a timer is due.
                 let until = self
@@ -1336,6 +1350,10 @@ mod tests {
                 ring_bytes: 1 << 20
             }
         );
+        // Ring messages go in PUSHes of 60 KB, the shared queue's in its 8 KiB buffers.
+        assert_eq!(c.pm.wr_data, RING_PACKET);
+        let c = PmTransportConfig::from_env(env(&[("TSUNAGI_PM_PACKET", "8192")])).unwrap();
+        assert_eq!(c.pm.wr_data, 8192);
         let c = PmTransportConfig::from_env(env(&[
             ("TSUNAGI_PM_DROP", "0.05"),
             ("TSUNAGI_PM_WINDOW", "8"),
@@ -1345,7 +1363,13 @@ mod tests {
         .unwrap();
         assert_eq!(c.faults.drop, 0.05);
         assert_eq!(c.pm.link.window, 8);
-        assert!(matches!(c.pm.receive, ReceiveMode::Shared { .. }));
+        assert!(matches!(
+            c.pm.receive,
+            ReceiveMode::Shared {
+                buffer_bytes: 8192,
+                ..
+            }
+        ));
         assert_eq!(c.interface.as_deref(), Some("lo"));
         for bad in [
             ("TSUNAGI_PM_DROP", "2"),

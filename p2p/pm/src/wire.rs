@@ -10,7 +10,7 @@
 //! |--------|---------------------------------------------------------------|
 //! | 0..2   | magic `b"PM"`                                                 |
 //! | 2      | version ([`VERSION`])                                         |
-//! | 3      | kind: 1 DATA, 2 ACK, 3 NACK, 4 FRAG                           |
+//! | 3      | kind: 1 DATA, 2 ACK, 3 NACK, 4 FRAG, 5 FNACK                  |
 //! | 4      | flags: bit 0 = the checksum field is set                      |
 //! | 5      | reserved, zero                                                |
 //! | 6..8   | payload length                                                |
@@ -32,6 +32,13 @@
 //! one large datagram cut into IP fragments and reassembled. A receiver with UDP GRO may
 //! get a train back in one read; [`packets`] walks one. Each piece is checked (and
 //! checksummed) on its own; the link reassembles them (`crate::reliable`).
+//!
+//! **Fragment NACKs.** A receiver missing pieces of a train asks for them by index with an
+//! FNACK: `seq` is the DATA packet's, bytes 24..28 the index of the first piece the
+//! request covers (`base`), bytes 28..32 a bitmap, bit i = piece `base + i` is missing. No
+//! payload; the bitmap is never empty and no index lies beyond the most pieces a packet
+//! can have ([`MAX_FRAGMENTS`]). The sender resends just those pieces, with the packet's
+//! sequence number ([`encode_fragments`]).
 
 use std::fmt;
 
@@ -41,6 +48,10 @@ pub const HEADER_BYTES: usize = 36;
 pub const VERSION: u8 = 1;
 /// Largest payload one packet may carry (fits a u16 length and one UDP datagram).
 pub const MAX_PACKET_PAYLOAD: usize = 65_000;
+/// Smallest piece of a train ([`encode_train`] never cuts finer).
+pub const MIN_PIECE: usize = 64;
+/// Most pieces one packet can be cut into: the bound on an FNACK's indices.
+pub const MAX_FRAGMENTS: usize = MAX_PACKET_PAYLOAD.div_ceil(MIN_PIECE);
 const MAGIC: [u8; 2] = *b"PM";
 const FLAG_CHECKSUM: u8 = 1;
 
@@ -55,6 +66,15 @@ pub enum Kind {
     Nack = 3,
     /// A piece of a DATA packet too large for one datagram (see the module doc).
     Frag = 4,
+    /// A request for missing pieces of a DATA packet, by index (see the module doc).
+    FragNack = 5,
+}
+
+impl Kind {
+    /// ACK, NACK and FNACK: no payload, sent on the acknowledgement path.
+    pub fn is_control(self) -> bool {
+        matches!(self, Kind::Ack | Kind::Nack | Kind::FragNack)
+    }
 }
 
 /// A decoded packet; `payload` borrows the datagram.
@@ -88,6 +108,8 @@ pub enum WireError {
     TooLong(usize),
     /// A FRAG whose offset, piece size and total do not fit together.
     Fragment,
+    /// An FNACK asking for no piece, or for a piece no packet can have.
+    FragNack,
 }
 
 impl fmt::Display for WireError {
@@ -102,10 +124,13 @@ impl fmt::Display for WireError {
             WireError::Length { said, got } => {
                 write!(f, "header says {said} payload bytes, datagram has {got}")
             }
-            WireError::PayloadOnControl => f.write_str("ACK/NACK with a payload"),
+            WireError::PayloadOnControl => f.write_str("ACK/NACK/FNACK with a payload"),
             WireError::Checksum => f.write_str("checksum mismatch"),
             WireError::TooLong(n) => write!(f, "payload of {n} bytes is too long"),
             WireError::Fragment => f.write_str("fragment does not fit its packet"),
+            WireError::FragNack => {
+                f.write_str("fragment NACK asks for no piece or beyond the last")
+            }
         }
     }
 }
@@ -166,6 +191,7 @@ pub fn decode(d: &[u8]) -> Result<Packet<'_>, WireError> {
         2 => Kind::Ack,
         3 => Kind::Nack,
         4 => Kind::Frag,
+        5 => Kind::FragNack,
         k => return Err(WireError::Kind(k)),
     };
     if d[4] & !FLAG_CHECKSUM != 0 {
@@ -182,7 +208,7 @@ pub fn decode(d: &[u8]) -> Result<Packet<'_>, WireError> {
             got: payload.len(),
         });
     }
-    if matches!(kind, Kind::Ack | Kind::Nack) && !payload.is_empty() {
+    if kind.is_control() && !payload.is_empty() {
         return Err(WireError::PayloadOnControl);
     }
     let u32_at = |i: usize| u32::from_le_bytes([d[i], d[i + 1], d[i + 2], d[i + 3]]);
@@ -207,6 +233,12 @@ pub fn decode(d: &[u8]) -> Result<Packet<'_>, WireError> {
             && total <= MAX_PACKET_PAYLOAD;
         if !fits {
             return Err(WireError::Fragment);
+        }
+    }
+    if kind == Kind::FragNack {
+        let (base, bits) = (u32_at(24) as usize, u32_at(28));
+        if bits == 0 || base + (31 - bits.leading_zeros() as usize) >= MAX_FRAGMENTS {
+            return Err(WireError::FragNack);
         }
     }
     Ok(Packet {
@@ -247,20 +279,73 @@ pub fn encode_train(
     if p.payload.len() > MAX_PACKET_PAYLOAD {
         return Err(WireError::TooLong(p.payload.len()));
     }
-    let piece = max_datagram
-        .saturating_sub(HEADER_BYTES)
-        .clamp(64, u16::MAX as usize);
+    let piece = piece_size(max_datagram);
     out.clear();
     out.reserve(p.payload.len() + p.payload.len().div_ceil(piece) * HEADER_BYTES);
-    for (k, chunk) in p.payload.chunks(piece).enumerate() {
-        let f = Packet {
-            kind: Kind::Frag,
-            ack: (k * piece) as u32,
-            sack: p.payload.len() as u32 | (piece as u32) << 16,
-            payload: chunk,
-            ..*p
-        };
-        append(&f, checksum, out);
+    for k in 0..p.payload.len().div_ceil(piece) {
+        append_fragment(p, checksum, piece, k, out);
+    }
+    Ok(HEADER_BYTES + piece)
+}
+
+/// The payload bytes of each piece (but the last) of a train of `max_datagram` datagrams.
+pub fn piece_size(max_datagram: usize) -> usize {
+    max_datagram
+        .saturating_sub(HEADER_BYTES)
+        .clamp(MIN_PIECE, u16::MAX as usize)
+}
+
+/// Pieces DATA packet `p` is cut into for datagrams of `max_datagram` bytes (1 when it
+/// goes whole).
+pub fn fragment_count(payload_len: usize, max_datagram: usize) -> usize {
+    if HEADER_BYTES + payload_len <= max_datagram {
+        1
+    } else {
+        payload_len.div_ceil(piece_size(max_datagram))
+    }
+}
+
+/// Append piece `k` of DATA packet `p` as a FRAG packet.
+fn append_fragment(p: &Packet<'_>, checksum: bool, piece: usize, k: usize, out: &mut Vec<u8>) {
+    let end = ((k + 1) * piece).min(p.payload.len());
+    let f = Packet {
+        kind: Kind::Frag,
+        ack: (k * piece) as u32,
+        sack: p.payload.len() as u32 | (piece as u32) << 16,
+        payload: &p.payload[k * piece..end],
+        ..*p
+    };
+    append(&f, checksum, out);
+}
+
+/// Encode only pieces `indices` (ascending, each below [`fragment_count`]) of the train of
+/// DATA packet `p` into `out` (cleared first): the answer to an FNACK. Same return as
+/// [`encode_train`]: the datagram size of the train (only the last piece of the packet is
+/// shorter, and ascending order puts it last, as UDP segmentation requires).
+pub fn encode_fragments(
+    p: &Packet<'_>,
+    checksum: bool,
+    max_datagram: usize,
+    indices: impl IntoIterator<Item = usize>,
+    out: &mut Vec<u8>,
+) -> Result<usize, WireError> {
+    if p.payload.len() > MAX_PACKET_PAYLOAD {
+        return Err(WireError::TooLong(p.payload.len()));
+    }
+    out.clear();
+    if fragment_count(p.payload.len(), max_datagram) == 1 || p.kind != Kind::Data {
+        encode(p, checksum, out)?;
+        return Ok(0);
+    }
+    let piece = piece_size(max_datagram);
+    let count = p.payload.len().div_ceil(piece);
+    let mut last = None;
+    for k in indices {
+        if k >= count || last.is_some_and(|l| k <= l) {
+            return Err(WireError::Fragment);
+        }
+        last = Some(k);
+        append_fragment(p, checksum, piece, k, out);
     }
     Ok(HEADER_BYTES + piece)
 }
@@ -410,6 +495,62 @@ mod tests {
         two.extend_from_slice(&one);
         assert_eq!(packets(&two).filter(|p| p.is_ok()).count(), 2);
         assert_eq!(packets(&two[..40]).nth(1), Some(Err(WireError::Short(2))));
+    }
+
+    #[test]
+    fn fragment_nacks() {
+        let nack = |base: u32, bits: u32| Packet {
+            kind: Kind::FragNack,
+            src: 1,
+            dst: 2,
+            epoch: 3,
+            seq: 77,
+            ack: base,
+            sack: bits,
+            payload: &[],
+        };
+        let mut buf = Vec::new();
+        encode(&nack(32, 0b101), true, &mut buf).unwrap();
+        assert_eq!(decode(&buf), Ok(nack(32, 0b101)));
+        // The last index a packet can have, and one beyond it.
+        let last = MAX_FRAGMENTS as u32 - 1;
+        encode(&nack(last, 1), false, &mut buf).unwrap();
+        assert!(decode(&buf).is_ok());
+        for (base, bits) in [
+            (0, 0),
+            (last + 1, 1),
+            (last, 2),
+            (last - 30, 1 << 31),
+            (u32::MAX, 1),
+        ] {
+            encode(&nack(base, bits), false, &mut buf).unwrap();
+            assert_eq!(decode(&buf), Err(WireError::FragNack), "{base} {bits:#x}");
+        }
+        // No payload on an FNACK.
+        encode(&nack(0, 1), false, &mut buf).unwrap();
+        buf[6] = 1;
+        buf.push(0);
+        assert_eq!(decode(&buf), Err(WireError::PayloadOnControl));
+        // Answering one: only the pieces asked for, ascending, as a train whose last
+        // datagram may be short; indices beyond the packet or out of order are refused.
+        let payload: Vec<u8> = (0..5000u32).map(|i| (i * 7) as u8).collect();
+        assert_eq!(fragment_count(5000, 1472), 4);
+        assert_eq!(fragment_count(100, 1472), 1);
+        let stride = encode_fragments(&data(&payload), true, 1472, [1, 3], &mut buf).unwrap();
+        assert_eq!(stride, 1472);
+        let got: Vec<_> = packets(&buf).map(Result::unwrap).collect();
+        assert_eq!(got.len(), 2);
+        assert_eq!(fragment_fields(got[0].ack, got[0].sack), (1436, 5000, 1436));
+        assert_eq!(got[0].payload, &payload[1436..2872]);
+        assert_eq!(fragment_fields(got[1].ack, got[1].sack), (4308, 5000, 1436));
+        assert_eq!(got[1].payload, &payload[4308..]);
+        assert_eq!(got[1].seq, 41);
+        for bad in [&[4][..], &[2, 1], &[1, 1]] {
+            assert_eq!(
+                encode_fragments(&data(&payload), true, 1472, bad.iter().copied(), &mut buf),
+                Err(WireError::Fragment)
+            );
+        }
     }
 
     #[test]

@@ -69,6 +69,32 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     };
     wire::encode(&ack, true, &mut pkt).unwrap();
     out.push(("nack".into(), pkt.clone()));
+    // Pieces 2 and 4 of the train of the fuzz body's 3000-byte packet (seq 0) asked for,
+    // and a piece of a train arriving.
+    let fnack = Packet {
+        kind: Kind::FragNack,
+        src: 1,
+        dst: 0,
+        epoch: 7,
+        seq: 0,
+        ack: 2,
+        sack: 0b101,
+        payload: &[],
+    };
+    wire::encode(&fnack, true, &mut pkt).unwrap();
+    out.push(("fnack".into(), pkt.clone()));
+    let big = Packet {
+        kind: Kind::Data,
+        src: 1,
+        dst: 0,
+        epoch: 7,
+        seq: 0,
+        ack: 0,
+        sack: 0,
+        payload: &[5; 500],
+    };
+    wire::encode_fragments(&big, true, 200, [1], &mut pkt).unwrap();
+    out.push(("frag".into(), pkt.clone()));
     wrs[0].encode(&mut wr);
     let mut spread = wr.clone();
     spread.push(0xff);

@@ -151,12 +151,78 @@ fn rings_deliver_exactly_once_in_order_under_loss() {
 }
 
 #[test]
-fn tail_is_pulled_only_when_the_ring_is_full() {
-    // Plenty of ring for everything: no tail traffic at all.
+fn tail_is_pulled_only_when_the_ring_runs_low() {
+    // Plenty of ring for everything (never half full): no tail traffic at all.
     let cfg = PmConfig::default();
     let w = World::new(2, cfg, Impairments::default(), 1);
     let w = all_to_all(w, 50, 200, Duration::from_secs(10));
     assert_eq!(w.eps[0].stats().tail_pulls, 0);
+}
+
+/// A sender streaming into a ring asks for the receiver's tail once the ring is past half
+/// full, before it runs out of room, and not again while that request is out; with the
+/// fresh tail back, the ring never stops it.
+#[test]
+fn tail_is_refreshed_before_the_ring_runs_out() {
+    let cfg = small_rings();
+    let ring = 64 << 10;
+    let mut a = PmEndpoint::new(0, 2, 1000, cfg);
+    let mut b = PmEndpoint::new(1, 2, 1001, cfg);
+    a.add_peer(1, 1001);
+    b.add_peer(0, 1000);
+    let now = Instant::now();
+    let mut buf = Vec::new();
+    let body = 4000;
+    let record = ring / 16; // 4000 bytes, header and trailer, aligned: 4096
+    let mut sent = 0;
+    let mut got = 0;
+    // Fill the ring to just over half without delivering anything.
+    while (sent + 1) * record <= ring / 2 {
+        let s = a.get_send_buffer(1, body).unwrap().expect("room");
+        s.fill(sent as u8);
+        a.send(1, body).unwrap();
+        sent += 1;
+    }
+    let s = a.stats();
+    assert_eq!((s.tail_pulls, s.ring_full), (0, 0), "{s:?}");
+    // The next message goes (there is room) and asks for the tail, once.
+    for _ in 0..2 {
+        let s = a.get_send_buffer(1, body).unwrap().expect("room");
+        s.fill(sent as u8);
+        a.send(1, body).unwrap();
+        sent += 1;
+    }
+    let s = a.stats();
+    assert_eq!((s.tail_pulls, s.ring_full), (1, 0), "{s:?}");
+    // The receiver takes everything; the tail comes back; the sender keeps streaming
+    // 200 messages (12 rings) with the receiver consuming as they come.
+    for round in 0..10_000 {
+        let t = now + Duration::from_micros(round * 10);
+        while let Some(to) = a.poll_transmit(t, &mut buf) {
+            assert_eq!(to, 1);
+            b.handle_datagram(t, &buf);
+        }
+        while let Some(r) = b.receive() {
+            assert_eq!(b.message(&r)[0], got as u8);
+            b.release();
+            got += 1;
+        }
+        while b.poll_transmit(t, &mut buf).is_some() {
+            a.handle_datagram(t, &buf);
+        }
+        if sent < 200 {
+            if let Some(s) = a.get_send_buffer(1, body).unwrap() {
+                s.fill(sent as u8);
+                a.send(1, body).unwrap();
+                sent += 1;
+            }
+        } else if got == sent {
+            break;
+        }
+    }
+    assert_eq!(got, 200);
+    let s = a.stats();
+    assert!(s.tail_pulls >= 12 && s.tail_pulls < 200, "{s:?}");
 }
 
 #[test]
