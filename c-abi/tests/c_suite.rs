@@ -389,10 +389,9 @@ fn wrappers_link_our_libmpi_before_a_callers_library_dirs() {
         .arg("-o")
         .arg(&exe)
         .arg(src_dir().join("tests/c/p2p.c"));
-    let show = check(Command::new(prefix().join("bin/mpicc")).args([
-        "-show",
-        &format!("-L{}", dir.display()),
-    ]));
+    let show = check(
+        Command::new(prefix().join("bin/mpicc")).args(["-show", &format!("-L{}", dir.display())]),
+    );
     let ours = show.find(&format!("-L{}/lib", prefix().display()));
     let theirs = show.find(&format!("-L{}", dir.display()));
     assert!(
