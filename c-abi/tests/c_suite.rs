@@ -366,6 +366,48 @@ fn wrappers_pass_flags_and_report_their_lines() {
     }
 }
 
+/// A caller's `-L DIR` that holds another `libmpi.so` (Python's build tools pass
+/// `-L/usr/lib/x86_64-linux-gnu`, where Debian keeps Open MPI's or MPICH's) must not win over
+/// ours: mpi4py's configure step linked its probes against Open MPI and so found no MPI-4
+/// function. Here the other libmpi.so is a decoy without a single MPI symbol.
+#[test]
+fn wrappers_link_our_libmpi_before_a_callers_library_dirs() {
+    let dir = prefix().join("decoy-libdir");
+    std::fs::create_dir_all(&dir).expect("decoy dir");
+    let decoy_src = dir.join("decoy.c");
+    std::fs::write(&decoy_src, "int tsunagi_decoy_libmpi;\n").expect("decoy source");
+    check(
+        Command::new("cc")
+            .args(["-shared", "-fPIC", "-o"])
+            .arg(dir.join("libmpi.so"))
+            .arg(&decoy_src),
+    );
+    let exe = prefix().join("test-p2p-decoy-libdir");
+    let mut cc = Command::new(prefix().join("bin/mpicc"));
+    cc.args(["-std=c11", "-pthread", "-O1"])
+        .arg(format!("-L{}", dir.display()))
+        .arg("-o")
+        .arg(&exe)
+        .arg(src_dir().join("tests/c/p2p.c"));
+    let show = check(
+        Command::new(prefix().join("bin/mpicc")).args(["-show", &format!("-L{}", dir.display())]),
+    );
+    let ours = show.find(&format!("-L{}/lib", prefix().display()));
+    let theirs = show.find(&format!("-L{}", dir.display()));
+    assert!(
+        matches!((ours, theirs), (Some(o), Some(t)) if o < t),
+        "-show must give our -L first: {show}"
+    );
+    check(&mut cc);
+    let out = mpirun_n(2, &exe);
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("p2p ok"),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Build tests/c/<name>.c with Debian's mpicc.mpich and run it on `ranks` ranks under MPICH,
 /// under our mpirun on Tsunagi and under mpiexec.hydra on Tsunagi: same output. Returns
 /// the binary.
