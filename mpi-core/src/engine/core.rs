@@ -2,9 +2,10 @@
 //! hands up (EAGER, RTS, CTS, DATA, FIN, SYNC_ACK) is matched, delivered or queued here,
 //! and what must be *sent* or *read* in response (CTS, FIN, SYNC_ACK, single-copy reads,
 //! streamed chunks) is not done here but queued as actions in [`Core`] (`ctrl`, `cma`,
-//! `streams`), which the driver (`Engine::flush`, in `mod.rs`) carries out over the
-//! router. So nothing in this file touches a transport, and its tests feed arrivals in
-//! and read actions and completions out, with no process or socket.
+//! `streams`), which a driver takes out (`actions.rs`: `Engine::flush` over the router,
+//! or `fabric_tests.rs` over an in-memory fabric). So nothing in this file touches a
+//! transport, and its tests feed arrivals in and read actions and completions out, with
+//! no process or socket.
 
 use super::*;
 
@@ -184,7 +185,7 @@ impl Core {
             if h.kind == EAGER {
                 self.deliver_eager(posted.id, src, h.tag, p);
                 if h.flags & FLAG_SYNC != 0 {
-                    self.ctrl.push((src, sync_ack(self.me, h.cookie)));
+                    self.ctrl.push_back((src, sync_ack(self.me, h.cookie)));
                 }
             } else {
                 let a = Arrived {
@@ -277,7 +278,7 @@ impl Core {
             Body::Eager { data, sync } => {
                 self.deliver_eager(id, a.src, a.tag, &data);
                 if let Some(cookie) = sync {
-                    self.ctrl.push((a.src, sync_ack(self.me, cookie)));
+                    self.ctrl.push_back((a.src, sync_ack(self.me, cookie)));
                 }
                 self.pool.push(data);
             }
@@ -309,7 +310,7 @@ impl Core {
                         len: a.len,
                         sender_cookie: cookie,
                     }),
-                    None => self.ctrl.push((
+                    None => self.ctrl.push_back((
                         a.src,
                         Header {
                             kind: CTS,

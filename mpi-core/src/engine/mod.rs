@@ -1,28 +1,34 @@
 //! The request layer: requests, matching, and the eager/rendezvous protocols, all state
 //! kept in one [`Engine`] that the runtime guards with one lock.
 //!
-//! The engine is driven from two sides: API calls (post a send or a receive, probe,
-//! cancel) and arrivals handed up by the transports during progress. Arrivals are handled
-//! inside the transport's poll callback, which borrows the router; anything that needs to
-//! *send* or *read remote memory* in response (CTS, FIN, SYNC_ACK, single-copy reads,
-//! streamed chunks, sends that found no room) is queued in the core and carried out by
-//! [`Engine::flush`] right after the poll returns. Starting a send works the same way: the
-//! core chooses eager or rendezvous and queues the message (`send.rs`), the driver sends
-//! it; only the lean path of a small send (`Engine::send_eager_now`) writes at once.
+//! The engine is two parts. [`Core`] is the protocol core, without I/O: events in (API
+//! calls: post a send or a receive, probe, cancel, `post.rs`, `send.rs`; arrivals,
+//! `core.rs`; a read's end, a full transport, `actions.rs`), actions out (send this, read
+//! that: `Core::poll_action`; DATA chunks: `Core::stream_chunk`), requests' completions
+//! as state. [`Engine`] is the thin driver over the router: it polls the transports,
+//! feeds arrivals to the core inside their poll callbacks (which borrow the router), and
+//! carries out the core's actions in [`Engine::flush`] right after. Only the lean path of
+//! a small send (`Engine::send_eager_now`) writes without the core's action, and sends to
+//! native devices are one device call (`device.rs`). `fabric_tests.rs` drives cores alone.
 
 use std::collections::{HashMap, VecDeque};
 
 use tsunagi_p2p::device::DataRep;
 use tsunagi_p2p::{Header, P2pError, Rank, ReadId, Router};
 
+mod actions;
 mod bsend;
 mod core;
 mod device;
+#[cfg(test)]
+mod fabric_tests;
 mod lean_recv;
 mod matching;
+mod post;
 mod requests;
 mod send;
 mod tools_view;
+pub(crate) use actions::{Action, ReadInto, ReadOutcome};
 #[doc(hidden)]
 pub use bsend::{BufferScope, ScopedBuffers};
 use device::{DeviceArrival, DeviceRecv};
@@ -213,7 +219,7 @@ struct Stream {
 }
 
 /// A single-copy read to carry out after the poll.
-struct CmaRead {
+pub(crate) struct CmaRead {
     recv: ReqId,
     peer: Rank,
     addr: u64,
@@ -231,8 +237,8 @@ pub(crate) struct Core {
     pending_peers: usize,
     /// Sends the core started, for the driver to carry out at once (`engine/send.rs`):
     /// empty whenever the engine lock is free.
-    outbox: Vec<SendAction>,
-    ctrl: Vec<(Rank, Header)>,
+    outbox: VecDeque<SendAction>,
+    ctrl: VecDeque<(Rank, Header)>,
     cma: Vec<CmaRead>,
     streams: Vec<Stream>,
     scratch: Vec<u8>,
@@ -282,31 +288,7 @@ impl Engine {
         let dev_reps = router.devices().iter().map(|d| d.caps().data_rep).collect();
         Engine {
             router,
-            core: Core {
-                me,
-                reqs: Slab::default(),
-                queues: Vec::new(),
-                msgs: Slab::default(),
-                pending: (0..size).map(|_| VecDeque::new()).collect(),
-                pending_peers: 0,
-                outbox: Vec::new(),
-                ctrl: Vec::new(),
-                cma: Vec::new(),
-                streams: Vec::new(),
-                scratch: Vec::new(),
-                pool: Vec::new(),
-                comms: CommTable::default(),
-                fault: None,
-                completions: 0,
-                self_dirty: false,
-                bsend_buffer: None,
-                bsend_used: 0,
-                bsend_scoped: ScopedBuffers::default(),
-                byte_type: Datatype::builtin(Builtin::Byte),
-                dev_accepts: Vec::new(),
-                dev_recvs: HashMap::new(),
-                dev_reps,
-            },
+            core: Core::new(me, size, dev_reps),
         }
     }
 
@@ -366,7 +348,7 @@ impl Engine {
     }
 
     fn flush_inner(&mut self) -> MpiResult<()> {
-        if self.core.pending_peers > 0 {
+        if self.core.blocked_peers() > 0 {
             self.retry_pending()?;
         }
         // Messages to self are delivered here, at once, so that no progress thread or
@@ -388,94 +370,55 @@ impl Engine {
         if !self.core.dev_accepts.is_empty() {
             self.flush_device_accepts()?;
         }
-        while !self.core.ctrl.is_empty() {
-            let ctrl = std::mem::take(&mut self.core.ctrl);
-            for (peer, hdr) in ctrl {
-                self.send_or_queue(peer, hdr, &[])?;
-            }
+        if self.core.has_actions() {
+            self.carry_actions()?;
         }
-        if !self.core.cma.is_empty() {
-            let reads = std::mem::take(&mut self.core.cma);
-            self.do_cma_reads(reads)?;
-        }
-        if !self.core.streams.is_empty() {
+        if self.core.stream_count() > 0 {
             self.push_streams()?;
         }
         Ok(())
     }
 
-    fn retry_pending(&mut self) -> MpiResult<()> {
-        let Engine { router, core } = self;
-        for peer in 0..core.pending.len() {
-            let q = &mut core.pending[peer];
-            if q.is_empty() {
-                continue;
-            }
-            let t = router
-                .to(peer as Rank)
-                .expect("pending messages only for routed peers");
-            while let Some(o) = q.front() {
-                if t.try_send(peer as Rank, &o.hdr, &o.payload)
-                    .map_err(p2p_fault)?
-                {
-                    let o = q.pop_front().expect("front exists");
-                    core.pool.push(o.payload);
-                } else {
-                    break;
+    /// Carry out the core's actions until it has none: sends, control messages and
+    /// single-copy reads, all reads in flight at once where the transport reads without
+    /// blocking (`Transport::start_read`); each read's end is told to the core, which
+    /// answers with a FIN (done) or a CTS (refused: the sender streams instead).
+    pub(super) fn carry_actions(&mut self) -> MpiResult<()> {
+        let mut flying: Vec<(CmaRead, ReadId)> = Vec::new();
+        loop {
+            while let Some(a) = self.core.poll_action() {
+                match a {
+                    Action::Send(a) => self.send_action(a)?,
+                    Action::Control { peer, hdr } => self.send_or_queue(peer, hdr, &[])?,
+                    Action::Read(r) => self.start_read(r, &mut flying)?,
                 }
             }
-            if q.is_empty() {
-                core.pending_peers -= 1;
-            }
-        }
-        Ok(())
-    }
-
-    /// Send now if the peer's queue is empty and the transport has room, else queue a copy
-    /// (keeping per-peer order).
-    fn send_or_queue(&mut self, peer: Rank, hdr: Header, payload: &[u8]) -> MpiResult<()> {
-        let Engine { router, core } = self;
-        if peer == core.me {
-            core.self_dirty = true;
-        }
-        let q = &mut core.pending[peer as usize];
-        if q.is_empty() {
-            let t = router.to(peer).ok_or_else(|| no_route(peer))?;
-            if t.try_send(peer, &hdr, payload).map_err(p2p_fault)? {
+            if flying.is_empty() {
                 return Ok(());
             }
-            core.pending_peers += 1;
+            self.wait_reads(&mut flying)?;
         }
-        let mut buf = core.pool.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(payload);
-        core.pending[peer as usize].push_back(Outgoing { hdr, payload: buf });
-        Ok(())
     }
 
-    /// Carry out single-copy reads, all in flight at once where the transport reads
-    /// without blocking (`Transport::start_read`), each answered by a FIN when done, or
-    /// by a CTS (the sender streams instead) when the transport refuses it.
-    fn do_cma_reads(&mut self, reads: Vec<CmaRead>) -> MpiResult<()> {
-        let mut flying = Vec::with_capacity(reads.len());
-        for r in reads {
-            match self.start_cma_read(&r)? {
-                Ok(id) => flying.push((r, id)),
-                Err(_) => self.finish_cma_read(r, false)?,
-            }
-        }
+    /// Wait for every read in `flying` to end, telling the core of each.
+    fn wait_reads(&mut self, flying: &mut Vec<(CmaRead, ReadId)>) -> MpiResult<()> {
         let mut idle_rounds = 0u32;
         while !flying.is_empty() {
             let mut i = 0;
             let mut finished = false;
             while i < flying.len() {
-                let (peer, id) = (flying[i].0.peer, flying[i].1);
+                let (peer, id) = (flying[i].0.peer(), flying[i].1);
                 let t = self.router.to(peer).ok_or_else(|| no_route(peer))?;
                 match t.test_read(id) {
                     Ok(false) => i += 1,
                     done => {
                         let (r, _) = flying.swap_remove(i);
-                        self.finish_cma_read(r, done.is_ok())?;
+                        let outcome = if done.is_ok() {
+                            ReadOutcome::Done
+                        } else {
+                            ReadOutcome::Refused
+                        };
+                        self.core.read_finished(r, outcome);
                         finished = true;
                     }
                 }
@@ -491,117 +434,91 @@ impl Engine {
         Ok(())
     }
 
-    /// Start the read `r` into its receive buffer. A non-contiguous receive is read into
-    /// the scratch buffer and unpacked at once (the scratch is one for all reads).
-    fn start_cma_read(&mut self, r: &CmaRead) -> MpiResult<Result<ReadId, P2pError>> {
+    /// Start read `r` where the core wants its bytes: in flight (added to `flying`), or
+    /// over at once (a read into a staging buffer, for a non-contiguous receive, or one
+    /// the transport refused), told to the core.
+    fn start_read(&mut self, r: CmaRead, flying: &mut Vec<(CmaRead, ReadId)>) -> MpiResult<()> {
         let Engine { router, core } = self;
-        let req = core
-            .reqs
-            .get_mut(r.recv.0)
-            .expect("cma read for a live request");
-        let take = r.len.min(req.capacity);
-        let t = router.to(r.peer).ok_or_else(|| no_route(r.peer))?;
-        Ok(match req.dtype.contiguous_offset() {
-            // SAFETY: the receive buffer holds `capacity` bytes from `buf + off` (MPI
-            // contract for a contiguous type), `take <= capacity`; the request stays
-            // incomplete, so its buffer untouched by anyone else, until the read is done
-            // (`finish_cma_read`).
-            Some(off) => unsafe { t.start_read(r.peer, r.addr, req.buf.0.offset(off), take) },
-            None => {
-                core.scratch.resize(take, 0);
-                let res = t.read_remote(r.peer, r.addr, &mut core.scratch[..take]);
-                if res.is_ok() {
-                    // SAFETY: the buffer holds `count` elements of `dtype` (MPI contract);
-                    // `take <= count * size` bytes of packed data.
-                    unsafe {
-                        req.dtype
-                            .unpack_range(req.buf.0, req.count, 0, &core.scratch[..take])
-                    };
+        let (into, take) = core.read_target(&r);
+        let t = router.to(r.peer()).ok_or_else(|| no_route(r.peer()))?;
+        match into {
+            // SAFETY: `read_target` gives `take` writable bytes of the receive buffer
+            // (MPI contract), untouched by anyone else until the core hears the read ended.
+            ReadInto::Direct(dst) => match unsafe { t.start_read(r.peer(), r.addr(), dst, take) } {
+                Ok(id) => flying.push((r, id)),
+                Err(_) => core.read_finished(r, ReadOutcome::Refused),
+            },
+            ReadInto::Staged => {
+                let mut staged = std::mem::take(&mut core.scratch);
+                staged.resize(take, 0);
+                match t.read_remote(r.peer(), r.addr(), &mut staged[..take]) {
+                    Ok(()) => core.read_finished(r, ReadOutcome::Staged(&staged[..take])),
+                    Err(_) => core.read_finished(r, ReadOutcome::Refused),
                 }
-                res.map(|()| ReadId::DONE)
+                core.scratch = staged;
             }
-        })
-    }
-
-    /// The read `r` is over: done (complete the receive, FIN to the sender) or refused
-    /// (single copy impossible, e.g. ptrace restrictions: ask the sender to stream).
-    fn finish_cma_read(&mut self, r: CmaRead, done: bool) -> MpiResult<()> {
-        let core = &mut self.core;
-        if done {
-            let req = core
-                .reqs
-                .get_mut(r.recv.0)
-                .expect("cma read for a live request");
-            req.received = r.len;
-            let hdr = Header {
-                kind: FIN,
-                src: core.me,
-                cookie: r.sender_cookie,
-                ..Header::default()
-            };
-            core.complete(r.recv);
-            self.send_or_queue(r.peer, hdr, &[])
-        } else {
-            let hdr = Header {
-                kind: CTS,
-                src: core.me,
-                cookie: r.sender_cookie,
-                len: r.recv.0 as u64,
-                ..Header::default()
-            };
-            self.send_or_queue(r.peer, hdr, &[])
         }
+        Ok(())
     }
 
+    /// Send what waited for room, peer by peer, while the transports take it.
+    fn retry_pending(&mut self) -> MpiResult<()> {
+        let Engine { router, core } = self;
+        for peer in 0..core.pending.len() as Rank {
+            let Some((hdr, payload)) = core.parked(peer) else {
+                continue;
+            };
+            let t = router
+                .to(peer)
+                .expect("pending messages only for routed peers");
+            let mut sent = t.try_send(peer, hdr, payload).map_err(p2p_fault)?;
+            while sent {
+                core.unpark(peer);
+                sent = match core.parked(peer) {
+                    Some((hdr, payload)) => t.try_send(peer, hdr, payload).map_err(p2p_fault)?,
+                    None => false,
+                };
+            }
+        }
+        Ok(())
+    }
+
+    /// Send now if nothing waits before it for `peer` and the transport has room, else
+    /// park a copy in the core (keeping per-peer order).
+    fn send_or_queue(&mut self, peer: Rank, hdr: Header, payload: &[u8]) -> MpiResult<()> {
+        let Engine { router, core } = self;
+        if peer == core.me {
+            core.self_dirty = true;
+        }
+        if !core.is_blocked(peer) {
+            let t = router.to(peer).ok_or_else(|| no_route(peer))?;
+            if t.try_send(peer, &hdr, payload).map_err(p2p_fault)? {
+                return Ok(());
+            }
+        }
+        core.park(peer, hdr, payload);
+        Ok(())
+    }
+
+    /// Send the DATA chunks of streaming sends while the transports take them.
     fn push_streams(&mut self) -> MpiResult<()> {
         let Engine { router, core } = self;
         let mut i = 0;
-        while i < core.streams.len() {
-            let s = &mut core.streams[i];
-            let t = router.to(s.peer).ok_or_else(|| no_route(s.peer))?;
-            let chunk_max = t.max_payload();
-            let req = core.reqs.get(s.send.0).expect("streaming a live send");
-            let total = req.bytes();
-            let mut finished = s.offset >= total;
-            while !finished {
-                let n = chunk_max.min(total - s.offset);
-                let hdr = Header {
-                    kind: DATA,
-                    src: core.me,
-                    len: s.offset as u64,
-                    cookie: s.recv_cookie,
-                    ..Header::default()
+        while i < core.stream_count() {
+            let peer = core.stream_peer(i);
+            let t = router.to(peer).ok_or_else(|| no_route(peer))?;
+            let max = t.max_payload();
+            loop {
+                let Some((hdr, data)) = core.stream_chunk(i, max) else {
+                    core.end_stream(i);
+                    break;
                 };
-                let sent = if let Some(p) = &req.packed {
-                    t.try_send(s.peer, &hdr, &p[s.offset..s.offset + n])
-                } else if let Some(off) = req.dtype.contiguous_offset() {
-                    // SAFETY: the send buffer holds `total` bytes from `buf + off`.
-                    let data = unsafe {
-                        std::slice::from_raw_parts(req.buf.0.offset(off).add(s.offset), n)
-                    };
-                    t.try_send(s.peer, &hdr, data)
-                } else {
-                    core.scratch.resize(n, 0);
-                    // SAFETY: the send buffer holds `count` elements of `dtype`.
-                    unsafe {
-                        req.dtype
-                            .pack_range(req.buf.0, req.count, s.offset, &mut core.scratch[..n])
-                    };
-                    t.try_send(s.peer, &hdr, &core.scratch[..n])
-                }
-                .map_err(p2p_fault)?;
-                if !sent {
+                let n = data.len();
+                if !t.try_send(peer, &hdr, data).map_err(p2p_fault)? {
+                    i += 1;
                     break;
                 }
-                s.offset += n;
-                finished = s.offset >= total;
-            }
-            if finished {
-                let send = s.send;
-                core.streams.swap_remove(i);
-                core.complete(send);
-            } else {
-                i += 1;
+                core.chunk_sent(i, n);
             }
         }
         Ok(())
@@ -630,6 +547,7 @@ impl Engine {
 
     /// [`Engine::new_request`] with the communicator's context already looked up.
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn new_request_on(
         &mut self,
         send: Option<SendMode>,
@@ -642,32 +560,9 @@ impl Engine {
         context: u32,
         persistent: bool,
     ) -> ReqId {
-        let capacity = count * dtype.size();
-        let id = self.core.reqs.insert(Request {
-            op: match send {
-                Some(m) => Op::Send(m),
-                None => Op::Recv,
-            },
-            phase: Phase::Inactive,
-            persistent,
-            detached: false,
-            status: Status::EMPTY,
-            buf,
-            count,
-            dtype,
-            comm,
-            peer,
-            tag,
-            context,
-            packed: None,
-            bsend_bytes: 0,
-            bsend_scope: BufferScope::Process,
-            capacity,
-            expected: 0,
-            received: 0,
-        });
-        assert!(id < SENT_BASE, "request table full");
-        ReqId(id)
+        self.core.new_request(
+            send, buf, count, dtype, comm, peer, tag, context, persistent,
+        )
     }
 
     /// The lean path of a small standard or ready send: when `data` fits the eager limit
@@ -722,25 +617,10 @@ impl Engine {
 
     /// Start a request made by [`Engine::new_request`] (MPI_Start for persistent ones).
     pub(crate) fn start(&mut self, id: ReqId) -> MpiResult<()> {
-        let req = self
-            .core
-            .reqs
-            .get_mut(id.0)
-            .ok_or_else(|| bad_request("MPI_Start", id))?;
-        if req.phase == Phase::Active {
-            return Err(mpi_err(
-                ErrorClass::Request,
-                "MPI_Start: request is already active".into(),
-            ));
-        }
-        req.phase = Phase::Active;
-        req.status = Status::EMPTY;
-        req.received = 0;
-        req.expected = 0;
-        match req.op {
+        match self.core.activate(id)? {
             Op::Send(mode) => self.start_send(id, mode)?,
             Op::Recv => {
-                self.start_recv(id)?;
+                self.core.start_recv(id);
                 // A receive that was only posted left nothing to carry out.
                 if !self.core.has_deferred() {
                     return Ok(());
@@ -772,48 +652,15 @@ impl Engine {
         }
     }
 
-    fn start_recv(&mut self, id: ReqId) -> MpiResult<()> {
-        let core = &mut self.core;
-        let req = core.reqs.get_mut(id.0).expect("live request");
-        if req.peer == PROC_NULL {
-            req.status = Status::PROC_NULL;
-            core.complete(id);
-            return Ok(());
-        }
-        let (comm_id, peer, tag, context) = (req.comm, req.peer, req.tag, req.context);
-        let src = if peer == ANY_SOURCE {
-            ANY_WORLD
-        } else {
-            core.comms
-                .world_rank(comm_id, peer as usize)
-                .expect("checked by the API")
-        };
-        let q = core.queue(context);
-        if let Some(pos) = q.find_unexpected(src, tag) {
-            let a = q.take_unexpected(pos).expect("position is valid");
-            core.consume(id, a);
-            return self.flush();
-        }
-        q.post(Posted { id, src, tag });
-        Ok(())
-    }
-
     /// MPI_Mrecv / MPI_Imrecv: receive a message taken by mprobe into a started request.
     pub(crate) fn start_mrecv(&mut self, id: ReqId, msg: MsgId) -> MpiResult<()> {
-        let (_, a) = self.core.msgs.remove(msg.0).ok_or_else(|| {
-            mpi_err(
-                ErrorClass::Request,
-                "MPI_Mrecv: invalid message handle".into(),
-            )
-        })?;
-        let req = self.core.reqs.get_mut(id.0).expect("live request");
-        req.phase = Phase::Active;
-        self.core.consume(id, a);
+        self.core.start_mrecv(id, msg)?;
         self.flush()
     }
 
     /// Look for a matching message without receiving it (MPI_Iprobe); with `take`, remove
     /// it from the queue for a later MPI_Mrecv (MPI_Improbe).
+    #[inline]
     pub(crate) fn probe(
         &mut self,
         comm: CommId,
@@ -821,35 +668,7 @@ impl Engine {
         tag: i32,
         take: bool,
     ) -> MpiResult<Option<(Status, Option<MsgId>)>> {
-        let core = &mut self.core;
-        let src = if peer == ANY_SOURCE {
-            ANY_WORLD
-        } else {
-            core.comms
-                .world_rank(comm, peer as usize)
-                .expect("checked by the API")
-        };
-        let context = core.comms.context(comm).expect("checked by the API");
-        let q = core.queue(context);
-        let Some(pos) = q.find_unexpected(src, tag) else {
-            return Ok(None);
-        };
-        let a = &q.unexpected[pos];
-        let (asrc, atag, alen) = (a.src, a.tag, a.len);
-        let source = core.comm_rank_of(comm, asrc);
-        let status = Status {
-            source,
-            tag: atag,
-            error: 0,
-            bytes: alen,
-            cancelled: false,
-        };
-        if take {
-            let a = core.queue(context).take_unexpected(pos).expect("valid");
-            let m = core.msgs.insert((comm, a));
-            return Ok(Some((status, Some(MsgId(m)))));
-        }
-        Ok(Some((status, None)))
+        Ok(self.core.probe(comm, peer, tag, take))
     }
 }
 

@@ -6,28 +6,9 @@ use super::*;
 impl Engine {
     /// Has the request completed? Returns its status if so (and releases non-persistent
     /// requests).
+    #[inline]
     pub(crate) fn test(&mut self, id: ReqId) -> MpiResult<Option<Status>> {
-        if let Some(bytes) = id.sent_bytes() {
-            return Ok(Some(sent_status(bytes)));
-        }
-        let req = self
-            .core
-            .reqs
-            .get_mut(id.0)
-            .ok_or_else(|| bad_request("MPI_Test", id))?;
-        match req.phase {
-            Phase::Done => {
-                let st = req.status;
-                if req.persistent {
-                    req.phase = Phase::Inactive;
-                } else {
-                    self.core.reqs.remove(id.0);
-                }
-                Ok(Some(st))
-            }
-            Phase::Inactive => Ok(Some(Status::EMPTY)),
-            Phase::Active => Ok(None),
-        }
+        self.core.test(id)
     }
 
     /// True when the request is done (or inactive) without collecting it.
@@ -164,74 +145,15 @@ impl Engine {
     /// if its first message has not left this process yet; otherwise the operation
     /// completes normally and MPI_Test_cancelled reports false.
     pub(crate) fn cancel(&mut self, id: ReqId) -> MpiResult<()> {
-        if id.sent_bytes().is_some() {
-            // The message has left this process: the send completes normally.
-            return Ok(());
+        // A send to a peer behind a native device is the device's to cancel.
+        if let Some(dev) = self
+            .core
+            .send_dest(id)
+            .and_then(|dest| self.router.device_of(dest))
+        {
+            return self.cancel_device_send(id, dev);
         }
-        let core = &mut self.core;
-        let req = core
-            .reqs
-            .get(id.0)
-            .ok_or_else(|| bad_request("MPI_Cancel", id))?;
-        if req.op == Op::Scheduled {
-            // MPI-3.1 §5.12: cancelling a non-blocking collective is erroneous.
-            return Err(mpi_err(
-                ErrorClass::Request,
-                "MPI_Cancel: a non-blocking collective request cannot be cancelled".into(),
-            ));
-        }
-        if req.phase != Phase::Active {
-            return Ok(());
-        }
-        match req.op {
-            Op::Recv => {
-                let context = req.context;
-                let q = core.queue(context);
-                if let Some(pos) = q.posted.iter().position(|p| p.id == id) {
-                    q.posted.remove(pos);
-                    let req = core.reqs.get_mut(id.0).expect("live");
-                    req.status = Status::EMPTY;
-                    req.status.cancelled = true;
-                    core.complete(id);
-                }
-            }
-            Op::Send(_) => {
-                if req.peer == PROC_NULL {
-                    return Ok(());
-                }
-                let dest = core
-                    .comms
-                    .world_rank(req.comm, req.peer as usize)
-                    .unwrap_or(0);
-                if let Some(dev) = self.router.device_of(dest) {
-                    return self.cancel_device_send(id, dev);
-                }
-                let core = &mut self.core;
-                let q = &mut core.pending[dest as usize];
-                // The last envelope with this cookie: earlier ones belong to completed
-                // eager sends whose request id this one reuses (they are still queued
-                // behind a full transport, but their senders were told they are done).
-                if let Some(pos) = q.iter().rposition(|o| {
-                    (o.hdr.kind == EAGER || o.hdr.kind == RTS) && o.hdr.cookie == id.0 as u64
-                }) {
-                    q.remove(pos);
-                    if q.is_empty() {
-                        core.pending_peers -= 1;
-                    }
-                    let req = core.reqs.get_mut(id.0).expect("live");
-                    req.status.cancelled = true;
-                    req.status.bytes = 0;
-                    if req.phase == Phase::Active {
-                        core.complete(id);
-                    } else if let Some(r) = core.reqs.get_mut(id.0) {
-                        // An eager send completed locally when queued: report it cancelled.
-                        r.status.cancelled = true;
-                    }
-                }
-            }
-            Op::Scheduled => unreachable!("refused above"),
-        }
-        Ok(())
+        self.core.cancel(id)
     }
 
     /// Whether any request (pending, or persistent and inactive) uses communicator `comm`.

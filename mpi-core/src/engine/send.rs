@@ -1,6 +1,6 @@
 //! The protocol core's send side: starting a send over a byte mover. The core decides
 //! between eager and rendezvous (and whether a rendezvous offers single copy) and queues
-//! the message as a [`SendAction`] in `Core::outbox`; the driver (`Engine::flush_outbox`)
+//! the message as a [`SendAction`] in `Core::outbox`; the driver (`Engine::carry_actions`)
 //! carries it out over the router at once, behind anything already queued for that peer
 //! (so the outbox is empty whenever the engine lock is free, and no progress step needs
 //! to look at it). The core learns what it needs of the transport (its eager limit, whether it
@@ -13,7 +13,7 @@
 use super::*;
 
 /// A message the core decided to send: to `peer`, this header, with this body.
-pub(super) struct SendAction {
+pub(crate) struct SendAction {
     pub peer: Rank,
     /// Its `cookie` is the send request's id.
     pub hdr: Header,
@@ -21,7 +21,7 @@ pub(super) struct SendAction {
 }
 
 /// What follows a [`SendAction`]'s header on the wire.
-pub(super) enum SendBody {
+pub(crate) enum SendBody {
     /// The send request's data (EAGER); with `complete`, the request completes once the
     /// message is sent or queued (a standard or ready send; a synchronous one waits for
     /// the SYNC_ACK).
@@ -32,6 +32,16 @@ pub(super) enum SendBody {
     /// driver asks the transport what to announce for them (`Transport::expose`) and
     /// sends a plain RTS (CTS/DATA follow) when it refuses.
     Expose { addr: u64 },
+}
+
+impl SendAction {
+    /// The RTS of an [`SendBody::Expose`] action once the transport announced `announced`
+    /// for the buffer: flagged single copy, the announcement as its payload.
+    pub(crate) fn offer(&self, announced: u64) -> (Header, [u8; 8]) {
+        let mut hdr = self.hdr;
+        hdr.flags |= FLAG_CMA;
+        (hdr, announced.to_ne_bytes())
+    }
 }
 
 impl Core {
@@ -62,7 +72,7 @@ impl Core {
             ..Header::default()
         };
         if bytes <= eager_limit {
-            self.outbox.push(SendAction {
+            self.outbox.push_back(SendAction {
                 peer: dest,
                 hdr,
                 body: SendBody::Data { complete: !sync },
@@ -91,7 +101,7 @@ impl Core {
         } else {
             SendBody::Empty
         };
-        self.outbox.push(SendAction {
+        self.outbox.push_back(SendAction {
             peer: dest,
             hdr,
             body,
@@ -175,75 +185,46 @@ impl Engine {
         let Engine { router, core } = self;
         let t = router.to(dest).ok_or_else(|| no_route(dest))?;
         core.start_send(id, mode, dest, t.eager_limit(), || t.single_copy(dest));
-        self.flush_outbox()
+        self.carry_actions()
     }
 
-    /// Carry out the sends the core started, in the order it started them.
-    pub(super) fn flush_outbox(&mut self) -> MpiResult<()> {
-        let mut actions = std::mem::take(&mut self.core.outbox);
-        let mut result = Ok(());
-        for a in actions.drain(..) {
-            result = self.send_action(a);
-            if result.is_err() {
-                break;
-            }
-        }
-        // Keep the allocation for the next sends (nothing added to the outbox meanwhile).
-        self.core.outbox = actions;
-        result
-    }
-
-    fn send_action(&mut self, a: SendAction) -> MpiResult<()> {
-        let SendAction {
-            peer,
-            mut hdr,
-            body,
-        } = a;
-        let id = ReqId(hdr.cookie as u32);
-        match body {
-            SendBody::Data { complete } => {
-                let req = self.core.reqs.get_mut(id.0).expect("live request");
-                let bytes = hdr.len as usize;
-                if let Some(p) = req.packed.take() {
-                    self.send_or_queue(peer, hdr, &p)?;
-                } else if let Some(off) = req.dtype.contiguous_offset() {
-                    let data: &[u8] = if bytes == 0 {
-                        // A zero-byte message may come from a NULL buffer: no slice from it.
-                        &[]
-                    } else {
-                        // SAFETY: the send buffer holds `bytes` bytes from `buf + off`.
-                        unsafe { std::slice::from_raw_parts(req.buf.0.offset(off), bytes) }
-                    };
-                    self.send_or_queue(peer, hdr, data)?;
-                } else {
-                    let mut tmp = std::mem::take(&mut self.core.scratch);
-                    tmp.resize(bytes, 0);
-                    // SAFETY: the send buffer holds `count` elements of `dtype`.
-                    unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut tmp) };
-                    let r = self.send_or_queue(peer, hdr, &tmp);
-                    self.core.scratch = tmp;
-                    r?;
+    /// Carry out [`Action::Send`] `a`: the first message of a send, from the request's
+    /// bytes (EAGER), or an RTS offering single copy when the transport exposes the buffer.
+    pub(super) fn send_action(&mut self, a: SendAction) -> MpiResult<()> {
+        let peer = a.peer;
+        match a.body {
+            SendBody::Data { .. } => {
+                let Engine { router, core } = self;
+                if peer == core.me {
+                    core.self_dirty = true;
                 }
-                if complete {
-                    self.core.complete(id);
+                let id = ReqId(a.hdr.cookie as u32);
+                let sent = !core.is_blocked(peer) && {
+                    let t = router.to(peer).ok_or_else(|| no_route(peer))?;
+                    let data = core.send_bytes(id, 0, a.hdr.len as usize);
+                    t.try_send(peer, &a.hdr, data).map_err(p2p_fault)?
+                };
+                if !sent {
+                    core.park_send(peer, a.hdr);
                 }
-                Ok(())
             }
-            SendBody::Empty => self.send_or_queue(peer, hdr, &[]),
+            SendBody::Empty => self.send_or_queue(peer, a.hdr, &[])?,
             SendBody::Expose { addr } => {
                 let t = self.router.to(peer).ok_or_else(|| no_route(peer))?;
                 // SAFETY: the send buffer (or the request's packed copy) stays valid and
                 // untouched until the receiver answers with FIN or CTS (MPI contract).
-                match unsafe { t.expose(peer, addr as *const u8, hdr.len as usize) } {
+                match unsafe { t.expose(peer, addr as *const u8, a.hdr.len as usize) } {
                     // The transport may announce another address (PM: a registered region).
                     Ok(announced) => {
-                        hdr.flags |= FLAG_CMA;
-                        self.send_or_queue(peer, hdr, &announced.to_ne_bytes())
+                        let (hdr, payload) = a.offer(announced);
+                        self.send_or_queue(peer, hdr, &payload)?
                     }
-                    Err(_) => self.send_or_queue(peer, hdr, &[]),
+                    Err(_) => self.send_or_queue(peer, a.hdr, &[])?,
                 }
             }
         }
+        self.core.send_carried(&a);
+        Ok(())
     }
 }
 
@@ -302,7 +283,7 @@ mod tests {
                 asked.set(asked.get() + 1);
                 true
             });
-            let a = e.core.outbox.pop().expect("one action");
+            let a = e.core.outbox.pop_front().expect("one action");
             assert_eq!((a.peer, a.hdr.kind, a.hdr.len), (1, EAGER, 64));
             assert_eq!((a.hdr.tag, a.hdr.cookie), (7, id.0 as u64));
             let sync = mode == SendMode::Synchronous;
@@ -316,7 +297,7 @@ mod tests {
             let id = send(&mut e, SendMode::Synchronous, &data, byte(), 65);
             e.core
                 .start_send(id, SendMode::Synchronous, 1, 64, || offered);
-            let a = e.core.outbox.pop().expect("one action");
+            let a = e.core.outbox.pop_front().expect("one action");
             assert_eq!((a.hdr.kind, a.hdr.flags, a.hdr.len), (RTS, 0, 65));
             match a.body {
                 SendBody::Expose { addr } => {
@@ -341,7 +322,7 @@ mod tests {
         let bytes: &[u8] = unsafe { std::slice::from_raw_parts(src.as_ptr().cast(), 320) };
         let id = send(&mut e, SendMode::Standard, bytes, strided, 1);
         e.core.start_send(id, SendMode::Standard, 1, 64, || true);
-        let a = e.core.outbox.pop().expect("one action");
+        let a = e.core.outbox.pop_front().expect("one action");
         let SendBody::Expose { addr } = a.body else {
             panic!("single copy offered")
         };
