@@ -90,6 +90,21 @@ struct Rank {
     exited: bool,
 }
 
+impl Rank {
+    /// A rank just started on this host, with our end of its PMI socket.
+    fn started(rank: usize, child: Child, conn: OwnedFd) -> Rank {
+        Rank {
+            rank,
+            pid: child.id() as i32,
+            child: Some(child),
+            conn: Some(conn),
+            lines: LineBuffer::new(),
+            out: Vec::new(),
+            exited: false,
+        }
+    }
+}
+
 struct Runner {
     server: PmiServer,
     ranks: Vec<Rank>,
@@ -305,15 +320,9 @@ pub fn run_with(
             r.on_signal(sig);
         }
         match spawn_rank(job, rank) {
-            Ok((child, conn)) => r.ranks.push(Rank {
-                rank: job.slot_base + rank,
-                pid: child.id() as i32,
-                child: Some(child),
-                conn: Some(conn),
-                lines: LineBuffer::new(),
-                out: Vec::new(),
-                exited: false,
-            }),
+            Ok((child, conn)) => r
+                .ranks
+                .push(Rank::started(job.slot_base + rank, child, conn)),
             Err(e) => {
                 r.fail(
                     format!(

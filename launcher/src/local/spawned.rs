@@ -196,15 +196,7 @@ impl Runner {
             let job = job_for(&self.template.env, on(Host::Here));
             for &rank in &job.ranks {
                 match spawn_rank(&job, rank) {
-                    Ok((child, conn)) => self.ranks.push(Rank {
-                        rank: base + rank,
-                        pid: child.id() as i32,
-                        child: Some(child),
-                        conn: Some(conn),
-                        lines: LineBuffer::new(),
-                        out: Vec::new(),
-                        exited: false,
-                    }),
+                    Ok((child, conn)) => self.ranks.push(Rank::started(base + rank, child, conn)),
                     Err(e) => {
                         let msg = format!(
                             "cannot start {} ({}): {e}",
