@@ -503,9 +503,10 @@ impl Link {
         self.train
     }
 
-    fn data(&mut self, idx: usize, out: &mut Vec<u8>) {
-        let o = &self.inflight[idx];
-        let p = Packet {
+    /// The DATA packet that carries inflight packet `o` (whole, or the pieces of it that
+    /// are resent).
+    fn data_packet<'a>(&self, o: &'a Outstanding) -> Packet<'a> {
+        Packet {
             kind: Kind::Data,
             src: self.me,
             dst: self.peer,
@@ -514,30 +515,25 @@ impl Link {
             ack: 0,
             sack: 0,
             payload: &o.frame,
-        };
+        }
+    }
+
+    fn data(&mut self, idx: usize, out: &mut Vec<u8>) {
+        let p = self.data_packet(&self.inflight[idx]);
         self.train = wire::encode_train(&p, self.cfg.checksum, self.cfg.max_datagram, out)
             .expect("frames fit a packet");
     }
 
     /// Encode the pieces of inflight packet `idx` its FNACKs asked for, and clear them.
     fn fragments(&mut self, idx: usize, now: Instant, out: &mut Vec<u8>) {
-        let o = &mut self.inflight[idx];
-        let words = std::mem::take(&mut o.frag_resend);
+        let words = std::mem::take(&mut self.inflight[idx].frag_resend);
         let indices = words.iter().enumerate().flat_map(|(w, &bits)| {
             (0..64)
                 .filter(move |b| bits & (1u64 << b) != 0)
                 .map(move |b| w * 64 + b)
         });
-        let p = Packet {
-            kind: Kind::Data,
-            src: self.me,
-            dst: self.peer,
-            epoch: self.epoch,
-            seq: o.seq,
-            ack: 0,
-            sack: 0,
-            payload: &o.frame,
-        };
+        let o = &self.inflight[idx];
+        let p = self.data_packet(o);
         let piece = wire::piece_size(self.cfg.max_datagram);
         let (mut n, mut bytes) = (0u64, 0u64);
         for k in indices.clone() {
@@ -548,6 +544,7 @@ impl Link {
             wire::encode_fragments(&p, self.cfg.checksum, self.cfg.max_datagram, indices, out)
                 .expect("FNACK indices were checked against the packet");
         // The packet's timeout counts from this resend (and it gives no round-trip sample).
+        let o = &mut self.inflight[idx];
         o.last_sent = Some(now);
         o.retransmitted = true;
         self.stats.frags_retransmitted += n;
