@@ -315,13 +315,8 @@ impl Runtime {
                 Some(id) => id,
                 None => self.start_new(&mut e, call, None, buf, count, dtype, source, tag, comm)?,
             };
-            if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
-                let invalid = || invalid_request(call);
-                if let Some(st) = e.collect(id).map_err(|()| invalid())? {
-                    return Ok(st);
-                }
-                e.progress()?;
-                if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+            if self.polls_inline() {
+                if let Some(st) = self.finish_now(&mut e, call, id)? {
                     return Ok(st);
                 }
             }
@@ -409,20 +404,32 @@ impl Runtime {
     /// Like [`Runtime::wait`], but a truncation is reported in the status, not as an
     /// error (for MPI_Waitall's MPI_ERR_IN_STATUS handling).
     pub fn wait_raw(&self, call: &str, id: ReqId) -> MpiResult<Status> {
-        let invalid = || invalid_request(call);
-        if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
-            // The common case of a blocking receive or a wait on a small message: done
-            // already, or after one progress pass, all under one lock.
-            let mut e = self.lock();
-            if let Some(st) = e.collect(id).map_err(|()| invalid())? {
-                return Ok(st);
-            }
-            e.progress()?;
-            if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+        if self.polls_inline() {
+            if let Some(st) = self.finish_now(&mut self.lock(), call, id)? {
                 return Ok(st);
             }
         }
         self.wait_blocking(call, id)
+    }
+
+    /// Whether a wait may make progress inline under one lock ([`Runtime::finish_now`]):
+    /// the polling engine with no schedules running (otherwise progress belongs to the
+    /// threads, or to the schedules' loop in [`Runtime::wait_blocking`]).
+    #[inline]
+    fn polls_inline(&self) -> bool {
+        self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0
+    }
+
+    /// The common end of a blocking receive or of a wait on a small message, under the
+    /// lock the caller holds: request `id` is done already, or after one progress pass.
+    #[inline]
+    fn finish_now(&self, e: &mut Engine, call: &str, id: ReqId) -> MpiResult<Option<Status>> {
+        let invalid = || invalid_request(call);
+        if let Some(st) = e.collect(id).map_err(|()| invalid())? {
+            return Ok(Some(st));
+        }
+        e.progress()?;
+        e.collect(id).map_err(|()| invalid())
     }
 
     /// The general part of [`Runtime::wait_raw`]: progress (or watch the progress
@@ -525,7 +532,7 @@ impl Runtime {
             if nleft == 0 {
                 return Ok(());
             }
-            if self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0 {
+            if self.polls_inline() {
                 e.progress()?;
                 let mut k = 0;
                 while k < nleft {
