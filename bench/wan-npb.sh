@@ -9,7 +9,8 @@
 # C interface made by `c-abi/scripts/install-c` into target/debug/c-abi-prefix), puts SITES
 # (2) sites of RANKS_PER_SITE (2) ranks behind tsunagi-wan (scripts/wan-netns; LINK default
 # delay=5ms, 10 ms round trip) and runs each kernel of class CLASS (A) with
-# TSUNAGI_WAN_COLL set to each of MODES (wan impi flat), ROUNDS (1) times: round r runs
+# TSUNAGI_WAN_COLL set to each of MODES (wan impi flat; MODE:VAR=VALUE also sets VAR in the
+# ranks, e.g. wan:TSUNAGI_COLL_ALLGATHER=recursive_doubling), ROUNDS (1) times: round r runs
 # every kernel in every mode, the mode order rotating from round to round, so that a
 # changing machine load falls on all modes alike. Prints every run's time (the kernels'
 # own "Time in seconds", verified runs only), then per kernel the median time per mode and
@@ -59,8 +60,12 @@ for ((r = 0; r < rounds; r++)); do
         for ((j = 0; j < n; j++)); do
             mode=${mlist[$(( (j + r) % n ))]}
             log=$build/$kern.$mode.r$r.log
+            # MODE:VAR=VALUE adds one variable (e.g. wan:TSUNAGI_COLL_ALLGATHER=ring).
+            extra=()
+            [[ $mode != *:* ]] || extra=(--env "${mode#*:}")
             TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 timeout 900 "$bin/mpirun" \
-                --env LD_LIBRARY_PATH="$prefix/lib" --env TSUNAGI_WAN_COLL=$mode "${trace[@]}" \
+                --env LD_LIBRARY_PATH="$prefix/lib" --env TSUNAGI_WAN_COLL="${mode%%:*}" \
+                "${trace[@]}" "${extra[@]}" \
                 --sites "$build/sites" "$build/$kern" "$class" > "$log" 2>&1 || true
             if grep -q "Verification *= *SUCCESSFUL" "$log"; then
                 t=$(sed -n 's/^ *Time in seconds *= *//p' "$log" | head -1 | tr -d ' ')
