@@ -3,7 +3,7 @@
 # flat vs. IMPI-conformant algorithms, interleaved in one job.
 #
 #   bench/wan.sh [-s SITES] [-k RANKS_PER_SITE] [-m MAX_BYTES] [-i ITERS] [-R ROUNDS]
-#                [-M MODES] [-e ENGINE] [-t SECONDS] [-N] LINK...
+#                [-M MODES] [-T TIMINGS] [-O COLLECTIVES] [-e ENGINE] [-t SECONDS] [-N] LINK...
 #
 # Each LINK (default: delay=5ms, i.e. 10 ms round trip) is a tsunagi-wan link spec, e.g.
 # `delay=5ms` or `delay=5ms,rate=100Mbit`. For each, SITES (3) sites of RANKS_PER_SITE (2)
@@ -21,12 +21,22 @@
 #   classic  flat with the textbook algorithms forced at every size (dissemination barrier,
 #            binomial bcast, recursive-doubling allreduce and allgather, pairwise alltoall);
 #   impi     TSUNAGI_WAN_COLL=impi (the IMPI/LAM-conformant algorithms).
+# TIMINGS (chain) says how the calls are timed, one table each (see wan_bench.rs):
+#   chain     back-to-back calls, the bcast root moving over the sites' lowest ranks (a
+#             call's period in a stream of calls);
+#   rotate    back-to-back bcasts with the root moving over every rank (as IMB's Bcast);
+#   isolated  every call alone: the ranks start it at an instant agreed on the host's clock
+#             (30 ms after the previous call ended everywhere), and it lasts until the last
+#             rank returns (the latency of a user's single call; the bcast root moving over
+#             every rank).
+# COLLECTIVES (all of barrier,bcast,allreduce,allgather,alltoall; also reduce) limits the
+# collectives (WAN_BENCH_ONLY).
 # The table gives the median sample per mode (microseconds per call at rank 0) and each
 # mode's median ratio to wan over the rounds, with its range: > 1 means wan is faster. The
 # ratios come from neighbouring samples, so they hold under a changing load better than
 # the times do.
 #
-# The job is bounded by -t SECONDS (480); on the default settings it takes 3–5 minutes on
+# The job is bounded by -t SECONDS (480 per timing); on the default settings it takes 3–5 minutes on
 # an idle 2-core machine. -N also runs the NPB comparison afterwards (bench/wan-npb.sh,
 # class A on 2 sites x 2 ranks, one link: several more minutes).
 # Binaries: $TSUNAGI_PREFIX/bin and libexec/tsunagi/examples (after scripts/install), or the
@@ -34,17 +44,22 @@
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
 sites=3 k=2 max=1048576 iters=8 rounds=7 modes=wan,flat,classic,impi engine=threaded
-limit=480 npb=0
-while getopts "s:k:m:i:R:M:e:t:N" o; do
+limit= npb=0 timings=chain only=
+while getopts "s:k:m:i:R:M:T:O:e:t:N" o; do
     case $o in
         s) sites=$OPTARG ;; k) k=$OPTARG ;; m) max=$OPTARG ;; i) iters=$OPTARG ;;
         R) rounds=$OPTARG ;; M) modes=$OPTARG ;; e) engine=$OPTARG ;; t) limit=$OPTARG ;;
+        T) timings=$OPTARG ;; O) only=$OPTARG ;;
         N) npb=1 ;;
         *) exit 2 ;;
     esac
 done
 shift $((OPTIND - 1))
 links=("$@")
+ntimings=$(awk -F, '{print NF}' <<< "$timings")
+[ -n "$limit" ] || limit=$(( 480 * ntimings ))
+export WAN_BENCH_TIMING=$timings
+[ -z "$only" ] || export WAN_BENCH_ONLY=$only
 [ ${#links[@]} -gt 0 ] || links=("delay=5ms")
 if [ -n "${TSUNAGI_PREFIX:-}" ]; then
     bin=$TSUNAGI_PREFIX/bin
@@ -91,7 +106,7 @@ for link in "${links[@]}"; do
     wait "$echo_pid" 2>/dev/null || true
     echo_pid=
     echo "load average (1/5/15 min) at the start: $(cut -d' ' -f1-3 /proc/loadavg)"
-    echo "modes interleaved in one job: $rounds rounds x ($modes), a sample = mean of $iters calls (fewer above 32 KiB); median sample per mode, median ratio (min–max over the rounds)"
+    echo "modes interleaved in one job: $rounds rounds x ($modes), a sample = mean of $iters calls (fewer above 32 KiB); median sample per mode, median ratio (min–max over the rounds); timings $timings"
     echo
     t0=$(date +%s)
     env TSUNAGI_SPIN=50 TSUNAGI_YIELDS=20 timeout "$limit" \

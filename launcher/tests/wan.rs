@@ -288,6 +288,69 @@ fn three_sites_behind_a_5ms_wan_run_every_collective() {
         &["allreduce"],
         "allreduce by reduce-scatter + allgather over a 5 ms WAN",
     );
+    // The benchmark's three timings (bench/wan.sh -T): one 8-byte point per collective,
+    // one round of wan and flat. Each table must be there with a time for both modes and
+    // a ratio, and the isolated calls (which agree on a start instant on the host clock)
+    // must have run.
+    let bench = example("tsunagi-collectives", "wan_bench");
+    let (out, _) = run(
+        grid(
+            &file,
+            &[
+                "WAN_BENCH_TIMING=chain,rotate,isolated",
+                "WAN_BENCH_ONLY=barrier,bcast,allreduce",
+                "WAN_BENCH_SIZES=8",
+            ],
+            &bench,
+            &["8", "2", "1", "wan,flat"],
+        ),
+        Duration::from_secs(120),
+    );
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "wan_bench failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tables: Vec<&str> = text.split("#### timing ").skip(1).collect();
+    assert_eq!(tables.len(), 3, "three timing tables expected:\n{text}");
+    for (table, (name, rows)) in tables.iter().zip([
+        (
+            "`Chain`",
+            &["| barrier | 0 |", "| bcast | 8 |", "| allreduce | 8 |"][..],
+        ),
+        ("`Rotate`", &["| bcast | 8 |"][..]),
+        (
+            "`Isolated`",
+            &["| barrier | 0 |", "| bcast | 8 |", "| allreduce | 8 |"][..],
+        ),
+    ]) {
+        assert!(table.starts_with(name), "table {name} expected:\n{text}");
+        for row in rows {
+            let line = table
+                .lines()
+                .find(|l| l.starts_with(row))
+                .unwrap_or_else(|| panic!("no row {row:?} in table {name}:\n{text}"));
+            // | coll | bytes | wan | flat | flat/wan |: two positive times and a ratio.
+            let cells: Vec<&str> = line.split('|').map(str::trim).collect();
+            for cell in &cells[3..5] {
+                let t: f64 = cell.parse().unwrap_or(0.0);
+                assert!(t > 0.0, "no time in {line:?} ({name})");
+            }
+            assert!(
+                cells[5]
+                    .split_whitespace()
+                    .next()
+                    .and_then(|r| r.parse::<f64>().ok())
+                    .is_some(),
+                "no ratio in {line:?} ({name})"
+            );
+        }
+    }
+    assert!(
+        tables[2].contains("isolated calls had a rank start"),
+        "no late-start note in the isolated table:\n{text}"
+    );
     // The IMPI algorithms through the same link.
     let c = grid(
         &file,
