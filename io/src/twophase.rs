@@ -22,6 +22,11 @@
 //! slices (and the aggregator's own pieces straight into its buffer), each sent as one
 //! contiguous message.
 //!
+//! On one node (every rank of the file on one host, and no rank's `tsunagi_cb_shm` hint
+//! says `disable`) the rounds go through memory the ranks share instead (module `shm`):
+//! the ranks copy their own pieces into or out of the aggregator's round buffers, and only
+//! the aggregator enters the kernel. The message rounds below serve files across nodes.
+//!
 //! Pipelining: an aggregator has two buffers and a helper thread for the file. While the
 //! helper writes round r's buffer, the ranks exchange round r + 1 into the other one;
 //! reading, the helper reads round r + 1 while round r's data goes out.
@@ -1159,7 +1164,7 @@ pub(crate) fn read_all(
         trace.mark("shared-memory rounds");
         trace.shared = true;
         trace.report(f, route, &s);
-        return Ok(bytes_before_eof(f, &runs)?);
+        return bytes_before_eof(f, &runs);
     }
     let (rank, _) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);
