@@ -6,8 +6,8 @@
 #
 # Usage: bench/io.sh [-r R] [-i I] [-s "N N ..."] [-p "slab bt"] [-y] [-d DIR] [-h]
 #   -r R     rounds (default 3): each round runs every configuration once, in turn, so
-#            that a change in the machine's load hits all of them alike; the median of
-#            the R rounds is reported
+#            that a change in the machine's load hits all of them alike (collective and
+#            independent alternate which runs first); the median of the R rounds is reported
 #   -i I     repetitions inside one run (default 2: the first warms up; the best counts)
 #   -s SIZES edge lengths N of the N^3 array (default "64 128 192 256")
 #   -p PATS  decompositions (default "slab bt"): slab = 2x2x1 grid, one double per point,
@@ -93,9 +93,13 @@ median() { # values... -> their median (0 when there are none: a configuration t
 echo "# $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/') sync=$sync rounds=$rounds reps=$reps"
 declare -A WS RS
 for ((round = 1; round <= rounds; round++)); do
+    # The modes alternate which goes first from round to round (a machine whose load
+    # drifts within a round then favours neither).
+    modes="coll indep"
+    [ $((round % 2)) -eq 0 ] && modes="indep coll"
     for pat in $pats; do
         for n in $sizes; do
-            for mode in coll indep; do
+            for mode in $modes; do
                 for impl in "${impls[@]}"; do
                     # A failed run (no "io" line) is tried once more, then left out of the
                     # median (a warning says so), so that one crash does not end the table.

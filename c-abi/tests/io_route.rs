@@ -7,7 +7,8 @@
 //! tiles (BT-IO at N = 64: 2.6 MB per rank, 1280-byte pieces) go straight to the file
 //! with no synchronisation, unless `tsunagi_cb_read_small` is below the tile. Two-phase
 //! accesses take every rank's ranges from the views flattened at `MPI_File_set_view`, or
-//! exchange them when `TSUNAGI_IO_NO_FLAT` is set. Both engines.
+//! exchange them when `TSUNAGI_IO_NO_FLAT` is set; on one node their rounds go through
+//! shared memory unless `tsunagi_cb_shm=disable`. Both engines.
 
 mod common;
 
@@ -88,6 +89,13 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
         took(&t, w, "ranges from the views");
         took(&t, r, "two-phase");
         took(&t, r, "ranges from the views");
+        // One node: the rounds go through shared memory; the hint sends them by messages.
+        took(&t, w, "through shared memory");
+        took(&t, r, "through shared memory");
+        let t = traced(&exe, &["32", "coll", "bt"], progress, "tsunagi_cb_shm=disable");
+        took(&t, w, "two-phase, mean piece 640 B, 1 aggregators");
+        took(&t, w, "by messages");
+        took(&t, r, "by messages");
         // The same with the ranges exchanged at every access (views not flattened).
         let t = traced_env(
             &exe,
@@ -96,8 +104,8 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
             "",
             &[("TSUNAGI_IO_NO_FLAT", "1")],
         );
-        took(&t, w, "ranges exchanged");
-        took(&t, r, "ranges exchanged");
+        took(&t, w, "ranges exchanged, through shared memory");
+        took(&t, r, "ranges exchanged, through shared memory");
         // BT-IO at N = 64: the write two-phase, the read of 2.6 MB tiles in 1280-byte
         // pieces straight to the file; below the tile, tsunagi_cb_read_small sends it
         // back through the aggregators.

@@ -5,7 +5,8 @@
 //! `tsunagi_cb_piece_limit` (automatic collective buffering runs only for accesses whose
 //! pieces are on average smaller than this) and `tsunagi_cb_read_small` (automatic
 //! collective reads go straight to the file when every rank's view holds at most this
-//! many bytes per filetype tile; 0 turns it off).
+//! many bytes per filetype tile; 0 turns it off) and `tsunagi_cb_shm` (`disable`: two-phase
+//! I/O on one node moves the data by messages instead of through shared memory).
 //! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
 
 /// The default of `tsunagi_cb_piece_limit` (bytes; see `docs/io.md` for the measurements
@@ -70,6 +71,9 @@ pub struct Hints {
     /// tiny): the two synchronisations of two-phase I/O cost more than such a read.
     /// 0: never.
     pub cb_read_small: usize,
+    /// Two-phase I/O of a file whose ranks all run on one node goes through shared memory
+    /// (module `shm`) unless this is `disable`.
+    pub cb_shm: Switch,
     pub ds_read: Switch,
     pub ds_write: Switch,
     /// Largest span one sieving read covers.
@@ -90,6 +94,7 @@ impl Hints {
             cb_write: Switch::Automatic,
             cb_piece_limit: DEFAULT_CB_PIECE_LIMIT,
             cb_read_small: DEFAULT_CB_READ_SMALL,
+            cb_shm: Switch::Automatic,
             ds_read: Switch::Automatic,
             ds_write: Switch::Automatic,
             ind_rd_buffer_size: 4 << 20,
@@ -140,6 +145,7 @@ impl Hints {
                 }
                 "romio_cb_read" => self.cb_read = Switch::parse(v).unwrap_or(self.cb_read),
                 "romio_cb_write" => self.cb_write = Switch::parse(v).unwrap_or(self.cb_write),
+                "tsunagi_cb_shm" => self.cb_shm = Switch::parse(v).unwrap_or(self.cb_shm),
                 "romio_ds_read" => self.ds_read = Switch::parse(v).unwrap_or(self.ds_read),
                 "romio_ds_write" => self.ds_write = Switch::parse(v).unwrap_or(self.ds_write),
                 _ => {}
@@ -163,6 +169,7 @@ impl Hints {
                 "tsunagi_cb_read_small".into(),
                 self.cb_read_small.to_string(),
             ),
+            ("tsunagi_cb_shm".into(), self.cb_shm.name().into()),
             ("romio_ds_read".into(), self.ds_read.name().into()),
             ("romio_ds_write".into(), self.ds_write.name().into()),
             (
@@ -204,6 +211,7 @@ mod tests {
                 kv("striping_factor", "4"),
                 kv("tsunagi_cb_piece_limit", "100"),
                 kv("tsunagi_cb_read_small", "0"),
+                kv("tsunagi_cb_shm", "disable"),
             ],
             4,
         );
@@ -214,6 +222,7 @@ mod tests {
         assert_eq!(h.ds_read, Switch::Automatic);
         assert_eq!(h.cb_piece_limit, 100);
         assert_eq!(h.cb_read_small, 0, "0 turns the small-read route off");
+        assert_eq!(h.cb_shm, Switch::Disable);
         assert_eq!(
             parse_list("cb_nodes=4, romio_cb_write = disable,junk"),
             vec![kv("cb_nodes", "4"), kv("romio_cb_write", "disable")]

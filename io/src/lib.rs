@@ -27,6 +27,7 @@ pub mod flat;
 pub mod hints;
 mod posix;
 mod shared;
+mod shm;
 pub mod stats;
 pub mod twophase;
 pub mod view;
@@ -119,6 +120,9 @@ pub struct File {
     state: Mutex<State>,
     /// Two-phase buffers kept between collective accesses.
     buffers: Mutex<Vec<Vec<u8>>>,
+    /// The memory the ranks of one node share for two-phase I/O (module `shm`), made at
+    /// the first access that needs it.
+    shm: Mutex<Option<Arc<shm::Segment>>>,
     /// The I/O thread of non-blocking accesses (started with the first).
     worker: Mutex<Option<worker::Worker>>,
     pending: worker::Pending,
@@ -313,6 +317,7 @@ impl File {
                 info: info.to_vec(),
             }),
             buffers: Mutex::new(Vec::new()),
+            shm: Mutex::new(None),
             worker: Mutex::new(None),
             pending: worker::Pending::default(),
         }))
@@ -801,6 +806,15 @@ impl File {
                 vec![0u8; len]
             }
         }
+    }
+
+    /// The shared two-phase memory of the file, if made (module `shm`).
+    pub(crate) fn shm_segment(&self) -> Option<Arc<shm::Segment>> {
+        self.shm.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    pub(crate) fn set_shm_segment(&self, s: Option<Arc<shm::Segment>>) {
+        *self.shm.lock().unwrap_or_else(|p| p.into_inner()) = s;
     }
 
     /// Give a buffer back to the pool (which keeps the two largest).

@@ -22,6 +22,11 @@
 //! slices (and the aggregator's own pieces straight into its buffer), each sent as one
 //! contiguous message.
 //!
+//! On one node (every rank of the file on one host, and no rank's `tsunagi_cb_shm` hint
+//! says `disable`) the rounds go through memory the ranks share instead (module `shm`):
+//! the ranks copy their own pieces into or out of the aggregator's round buffers, and only
+//! the aggregator enters the kernel. The message rounds below serve files across nodes.
+//!
 //! Pipelining: an aggregator has two buffers and a helper thread for the file. While the
 //! helper writes round r's buffer, the ranks exchange round r + 1 into the other one;
 //! reading, the helper reads round r + 1 while round r's data goes out.
@@ -238,6 +243,9 @@ struct Setup {
     streams: Vec<(u64, usize)>,
     /// Every rank's view flattened at `set_view`, when all were (module `flat`).
     views: Option<Arc<Vec<FlatView>>>,
+    /// Every rank runs on one node and allows shared memory: two-phase I/O goes through
+    /// it (module `shm`).
+    one_node: bool,
 }
 
 fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -> MpiResult<Setup> {
@@ -252,7 +260,17 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
     let bytes: u64 = runs.iter().map(|r| r.1 as u64).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
     // Fixed-size, so one all-gather (no lengths first).
-    let mine = [lo, hi, cores, runs.len() as u64, bytes, pos, len as u64];
+    let shm_ok = u64::from(hints.cb_shm != Switch::Disable);
+    let mine = [
+        lo,
+        hi,
+        cores,
+        runs.len() as u64,
+        bytes,
+        pos,
+        len as u64,
+        shm_ok,
+    ];
     let (_, size) = f.rank_and_size();
     let mut flat = vec![0u64; SETUP_FIELDS * size];
     let t = Datatype::builtin(Builtin::Uint64);
@@ -288,6 +306,7 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
             mean_piece,
             streams,
             views: None,
+            one_node: false,
         });
     }
     spans.sort_unstable();
@@ -295,6 +314,9 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
     let glo = spans.iter().map(|s| s.0).min().expect("non-empty");
     let ghi = spans.iter().map(|s| s.1).max().expect("non-empty");
     let nodes = f.runtime().comm_nodes(comm)?;
+    // Shared memory only when every rank allows it (a hint set on some ranks only must
+    // not split them between two protocols).
+    let one_node = nodes.iter().all(|&x| x == nodes[0]) && all.iter().all(|b| b[7] == 1);
     let n = if hints.cb_nodes_set {
         hints.cb_nodes
     } else {
@@ -316,12 +338,14 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
         mean_piece,
         streams,
         views: f.peer_views(),
+        one_node,
     })
 }
 
 /// The u64 fields every rank contributes to a collective access's setup: its span (lo,
-/// hi), cores, piece count, bytes, and its stream position and length.
-const SETUP_FIELDS: usize = 7;
+/// hi), cores, piece count, bytes, its stream position and length, and whether its hints
+/// allow shared memory (`tsunagi_cb_shm`).
+const SETUP_FIELDS: usize = 8;
 
 /// With `automatic`, when the view agreed at `MPI_File_set_view` already says the ranks'
 /// pieces are large, the access goes to the file with no communication at all (every
@@ -334,6 +358,7 @@ fn large_view_pieces(f: &File, sw: Switch, hints: &Hints) -> Option<Setup> {
         mean_piece: mean,
         streams: Vec::new(),
         views: None,
+        one_node: false,
     })
 }
 
@@ -350,6 +375,7 @@ fn small_view_reads(f: &File, hints: &Hints) -> Option<Setup> {
             mean_piece: mean,
             streams: Vec::new(),
             views: None,
+            one_node: false,
         })
 }
 
@@ -513,6 +539,8 @@ struct Trace {
     call: String,
     last: std::time::Instant,
     phases: Vec<(&'static str, f64)>,
+    /// Two-phase rounds went through shared memory (module `shm`).
+    shared: bool,
 }
 
 impl Trace {
@@ -523,6 +551,7 @@ impl Trace {
             call: call.to_string(),
             last: std::time::Instant::now(),
             phases: Vec::new(),
+            shared: false,
         }
     }
 
@@ -554,13 +583,18 @@ impl Trace {
             .collect();
         let plan = match (&s.plan, route) {
             (Some(p), Route::TwoPhase) => format!(
-                ", {} aggregators, {} rounds, ranges {}",
+                ", {} aggregators, {} rounds, ranges {}, {}",
                 p.aggs.len(),
                 p.rounds(),
                 if s.views.is_some() {
                     "from the views"
                 } else {
                     "exchanged"
+                },
+                if self.shared {
+                    "through shared memory"
+                } else {
+                    "by messages"
                 }
             ),
             _ => String::new(),
@@ -944,6 +978,12 @@ pub(crate) fn write_all(
     let plan = s.plan.as_ref().expect("two-phase has a plan");
     let (mine, theirs) = exchange_ranges(f, plan, &s, &runs)?;
     trace.mark("ranges");
+    if s.one_node && crate::shm::write_all(f, call, plan, &mine, &theirs, data)? {
+        trace.mark("shared-memory rounds");
+        trace.shared = true;
+        trace.report(f, route, &s);
+        return Ok(());
+    }
     let (rank, _) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);
     let file = f.os_file();
@@ -1119,6 +1159,13 @@ pub(crate) fn read_all(
     let plan = s.plan.as_ref().expect("two-phase has a plan");
     let (mine, theirs) = exchange_ranges(f, plan, &s, &runs)?;
     trace.mark("ranges");
+    let shared = s.one_node && crate::shm::read_all(f, call, plan, &mine, &theirs, out)?;
+    if shared {
+        trace.mark("shared-memory rounds");
+        trace.shared = true;
+        trace.report(f, route, &s);
+        return bytes_before_eof(f, &runs);
+    }
     let (rank, _) = f.rank_and_size();
     let me = plan.aggs.iter().position(|&a| a == rank);
     let file = f.os_file();
@@ -1250,11 +1297,15 @@ pub(crate) fn read_all(
         Ok(())
     })?;
     trace.report(f, route, &s);
-    // Bytes before the end of the file, in stream order, up to the first piece the file
-    // does not hold entirely.
+    bytes_before_eof(f, &runs)
+}
+
+/// Bytes of an access's `runs` before the end of the file, in stream order, up to the
+/// first piece the file does not hold entirely (what a collective read delivers).
+fn bytes_before_eof(f: &File, runs: &[(u64, usize)]) -> MpiResult<usize> {
     let eof = f.size()?;
     let mut got = 0usize;
-    for &(o, l) in &runs {
+    for &(o, l) in runs {
         let have = eof.saturating_sub(o).min(l as u64) as usize;
         got += have;
         if have < l {
