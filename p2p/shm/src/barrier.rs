@@ -36,7 +36,14 @@ const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
 
 fn membarrier(cmd: libc::c_long) -> libc::c_long {
     // SAFETY: membarrier takes (cmd, flags, cpu_id) by value and touches no user memory.
-    unsafe { libc::syscall(libc::SYS_membarrier, cmd, 0 as libc::c_long, 0 as libc::c_long) }
+    unsafe {
+        libc::syscall(
+            libc::SYS_membarrier,
+            cmd,
+            0 as libc::c_long,
+            0 as libc::c_long,
+        )
+    }
 }
 
 /// Register this process for the heavy barrier, once. True if the kernel offers
@@ -73,7 +80,10 @@ mod tests {
     #[test]
     fn a_registered_process_can_issue_the_heavy_barrier() {
         if registered() {
-            assert!(heavy(), "membarrier(GLOBAL_EXPEDITED) failed after registration");
+            assert!(
+                heavy(),
+                "membarrier(GLOBAL_EXPEDITED) failed after registration"
+            );
         } else {
             // Old kernel or a sandbox: the fallback (fence per send) is what runs.
             eprintln!("membarrier GLOBAL_EXPEDITED not available here");
