@@ -53,7 +53,7 @@ fn shm_args(
     count: i64,
     dtype: &TypeRef,
     op: &Op,
-) -> MpiResult<Option<(std::sync::Arc<crate::shmcoll::Node>, usize)>> {
+) -> MpiResult<Option<(crate::shmcoll::NodeRef, usize)>> {
     if count <= 0 || !dtype.is_committed() || op.check("", dtype).is_err() {
         return Ok(None);
     }

@@ -217,10 +217,10 @@ impl Core {
     /// truncation).
     pub(crate) fn read_target(&self, r: &CmaRead) -> (ReadInto, usize) {
         let req = self.reqs.get(r.recv.0).expect("read for a live request");
-        let take = r.len.min(req.capacity);
+        let take = r.len.min(req.bytes());
         match req.dtype.contiguous_offset() {
             // SAFETY (of the pointer's later use, not of this arithmetic): the receive
-            // buffer holds `capacity >= take` bytes from `buf + off` (MPI contract for a
+            // buffer holds `bytes() >= take` bytes from `buf + off` (MPI contract for a
             // contiguous type); the request stays incomplete, its buffer untouched by
             // anyone else, until `read_finished`.
             Some(off) => (ReadInto::Direct(req.buf.0.wrapping_offset(off)), take),
@@ -239,7 +239,7 @@ impl Core {
                     .get_mut(r.recv.0)
                     .expect("read for a live request");
                 if let ReadOutcome::Staged(data) = outcome {
-                    let take = data.len().min(req.capacity);
+                    let take = data.len().min(req.bytes());
                     // SAFETY: the buffer holds `count` elements of `dtype` (MPI contract);
                     // `take <= count * size` bytes of packed data.
                     unsafe {

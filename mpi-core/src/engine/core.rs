@@ -230,11 +230,12 @@ impl Core {
         // A receive that named its source matched only that rank; a wildcard one needs the
         // sender's rank in the communicator (looked up below, off the common path).
         let source = req.peer;
-        let take = data.len().min(req.capacity);
+        let capacity = req.bytes();
+        let take = data.len().min(capacity);
         if take > 0 {
             match req.dtype.contiguous_offset() {
-                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`, and
-                // `take <= capacity`; `data` is the transport's (for shm, the ring cell's)
+                // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
+                // `take <= bytes()`; `data` is the transport's (for shm, the ring cell's)
                 // or the unexpected queue's copy, which does not overlap it.
                 Some(off) => unsafe { copy_small(data.as_ptr(), req.buf.0.offset(off), take) },
                 // SAFETY: the receive buffer holds `count` elements of `dtype`.
@@ -247,7 +248,7 @@ impl Core {
         req.status = Status {
             source,
             tag,
-            error: if data.len() > req.capacity {
+            error: if data.len() > capacity {
                 ErrorClass::Truncate as i32
             } else {
                 0
@@ -292,12 +293,12 @@ impl Core {
                 req.status = Status {
                     source,
                     tag: a.tag,
-                    error: if a.len > req.capacity {
+                    error: if a.len > req.bytes() {
                         ErrorClass::Truncate as i32
                     } else {
                         0
                     },
-                    bytes: a.len.min(req.capacity),
+                    bytes: a.len.min(req.bytes()),
                     cancelled: false,
                 };
                 req.expected = a.len;
@@ -335,11 +336,12 @@ impl Core {
             ));
             return;
         };
-        if offset < req.capacity && !p.is_empty() {
-            let take = p.len().min(req.capacity - offset);
+        let capacity = req.bytes();
+        if offset < capacity && !p.is_empty() {
+            let take = p.len().min(capacity - offset);
             match req.dtype.contiguous_offset() {
-                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`, and
-                // `offset + take <= capacity`.
+                // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
+                // `offset + take <= bytes()`.
                 Some(off) => unsafe {
                     std::ptr::copy_nonoverlapping(
                         p.as_ptr(),

@@ -368,11 +368,11 @@ impl Core {
             x.feed(&req.dtype, req.buf, req.count, data);
             return;
         }
-        if offset < req.capacity && !data.is_empty() {
-            let take = data.len().min(req.capacity - offset);
+        if offset < req.bytes() && !data.is_empty() {
+            let take = data.len().min(req.bytes() - offset);
             match req.dtype.contiguous_offset() {
-                // SAFETY: the receive buffer holds `capacity` bytes from `buf + off`, and
-                // `offset + take <= capacity`.
+                // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
+                // `offset + take <= bytes()`.
                 Some(off) => unsafe {
                     std::ptr::copy_nonoverlapping(
                         data.as_ptr(),
@@ -397,8 +397,8 @@ impl Core {
         match r.staging {
             None => {
                 let got = req.received;
-                req.status.bytes = got.min(req.capacity);
-                if got > req.capacity {
+                req.status.bytes = got.min(req.bytes());
+                if got > req.bytes() {
                     req.status.error = ErrorClass::Truncate as i32;
                 }
             }

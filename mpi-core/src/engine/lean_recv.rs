@@ -46,7 +46,6 @@ impl Engine {
             packed: None,
             bsend_bytes: 0,
             bsend_scope: BufferScope::Process,
-            capacity: a.count * dtype.size(),
             expected: 0,
             received: 0,
         });

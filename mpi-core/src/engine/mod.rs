@@ -192,13 +192,18 @@ struct Request {
     bsend_bytes: usize,
     /// Buffered send: the buffer those bytes belong to.
     bsend_scope: BufferScope,
-    /// Receive side: bytes the buffer holds, bytes announced, bytes arrived.
-    capacity: usize,
+    /// Receive side: bytes announced, bytes arrived (the buffer holds [`Request::bytes`]).
     expected: usize,
     received: usize,
 }
 
+// Two cache lines: a window of posted receives is written (lean_recv's insert) and read
+// (arrival, collect) a line pair per request. Keep it there.
+const _: () = assert!(std::mem::size_of::<Request>() <= 128);
+
 impl Request {
+    /// Bytes of the buffer (a receive's capacity).
+    #[inline]
     fn bytes(&self) -> usize {
         self.count * self.dtype.size()
     }

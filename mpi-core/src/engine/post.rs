@@ -21,7 +21,6 @@ impl Core {
         context: u32,
         persistent: bool,
     ) -> ReqId {
-        let capacity = count * dtype.size();
         let id = self.reqs.insert(Request {
             op: match send {
                 Some(m) => Op::Send(m),
@@ -41,7 +40,6 @@ impl Core {
             packed: None,
             bsend_bytes: 0,
             bsend_scope: BufferScope::Process,
-            capacity,
             expected: 0,
             received: 0,
         });

@@ -150,7 +150,6 @@ impl Core {
             packed: Some(packed),
             bsend_bytes: need,
             bsend_scope: scope,
-            capacity: bytes,
             expected: 0,
             received: 0,
         };

@@ -22,7 +22,7 @@ use tsunagi_p2p::{Header, HEADER_BYTES};
 /// "TSUNAGI1" in ASCII: marks a segment whose header is complete.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TSUNAGI1");
 /// Bumped whenever the layout below changes.
-pub const VERSION: u32 = 2;
+pub const VERSION: u32 = 3;
 /// Cache line size the layout is built around.
 pub const LINE: usize = 64;
 /// Distance between fields written by different processes (two lines, see module doc).
@@ -62,6 +62,10 @@ pub struct InfoLine {
     /// Address of the segment in the owner's address space: a CMA probe reads
     /// [`MAGIC`] from there through `process_vm_readv`.
     pub base_addr: AtomicU64,
+    /// 1 if the owner registered for `membarrier` and issues the heavy barrier before it
+    /// sleeps, so that registered senders may skip their fence (`barrier.rs`). Written
+    /// before `pid`.
+    pub heavy_sleeper: AtomicU32,
 }
 
 /// Per-local-rank slot.

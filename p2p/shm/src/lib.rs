@@ -22,8 +22,8 @@
 //! published with one Release store.
 //!
 //! Sleeping: [`Transport::event_source`] is this rank's doorbell in the segment. A sender
-//! rings it only when the receiver announced that it sleeps (one fence and one load
-//! otherwise). A sender whose ring is full is woken by the receiver once half the ring has
+//! rings it only when the receiver announced that it sleeps (otherwise one load, and no
+//! fence when both registered for `membarrier`: `barrier.rs`). A sender whose ring is full is woken by the receiver once half the ring has
 //! been drained, so a caller with a blocked send should, like the final poll, retry that
 //! send between [`EventSource::prepare`] and [`EventSource::sleep`]: a wake-up that came
 //! before `prepare` is otherwise only noticed at the sleep's timeout.
@@ -31,7 +31,7 @@
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
-use std::sync::atomic::{fence, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -42,6 +42,7 @@ use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport, TransportCount
 /// it, and counting unconditionally keeps a branch off the message path.
 static UNCOUNTED: TransportCounters = TransportCounters::new();
 
+mod barrier;
 mod factory;
 mod layout;
 mod ring;
@@ -221,7 +222,18 @@ struct Tx {
     peer: Rank,
     /// Consecutive `try_send` calls that found this ring full.
     full_tries: u32,
+    /// How this sender orders its stamp store before its look at the receiver's
+    /// doorbell: [`FENCE_UNKNOWN`] until the receiver attached, then [`FENCE_NONE`] if both
+    /// sides registered for `membarrier` (`barrier.rs`), else [`FENCE_SEQCST`].
+    fence: u8,
 }
+
+/// [`Tx::fence`]: the receiver has not attached yet; fence, and ask again next time.
+const FENCE_UNKNOWN: u8 = 0;
+/// [`Tx::fence`]: the receiver's membarrier before it sleeps orders both sides.
+const FENCE_NONE: u8 = 1;
+/// [`Tx::fence`]: a SeqCst fence on every send.
+const FENCE_SEQCST: u8 = 2;
 
 /// Receiving side of one peer.
 struct Rx {
@@ -510,6 +522,7 @@ impl ShmTransport {
                 idx: i,
                 peer,
                 full_tries: 0,
+                fence: FENCE_UNKNOWN,
             });
             rx.push(Rx {
                 cons: Consumer::new(ring(i, my_idx)),
@@ -519,12 +532,14 @@ impl ShmTransport {
                 peer,
             });
         }
-        // Publish who we are: base address first, pid last with Release, so a peer that
-        // sees our pid also sees the probe address.
+        // Publish who we are: base address and how we sleep first, pid last with Release,
+        // so a peer that sees our pid also sees them.
         // SAFETY: our own slot, inside the mapping; fields are atomics.
         unsafe {
             let info = &(*slot(my_idx).as_ptr()).info;
             info.base_addr.store(base as u64, Ordering::Relaxed);
+            info.heavy_sleeper
+                .store(barrier::registered() as u32, Ordering::Relaxed);
             info.pid.store(libc::getpid(), Ordering::Release);
         }
         let contiguous = local_ranks[n - 1] - local_ranks[0] == (n - 1) as Rank;
@@ -693,18 +708,36 @@ fn check_ranks(local_ranks: &[Rank], me: Rank) -> Result<usize, P2pError> {
         .map_err(|_| P2pError::Other(format!("shm: rank {me} is not among the local ranks")))
 }
 
+/// How a sender orders its sends towards the receiver `tx` ([`Tx::fence`]), once the
+/// receiver has attached.
+#[cold]
+fn fence_towards(tx: &Tx) -> u8 {
+    // SAFETY: the receiver's identity line inside our live mapping; fields are atomics.
+    let info = unsafe { tx.info.as_ref() };
+    // Acquire pairs with the receiver's Release of its pid: `heavy_sleeper` was written
+    // before.
+    if info.pid.load(Ordering::Acquire) == 0 {
+        return FENCE_UNKNOWN;
+    }
+    if barrier::registered() && info.heavy_sleeper.load(Ordering::Relaxed) == 1 {
+        FENCE_NONE
+    } else {
+        FENCE_SEQCST
+    }
+}
+
 /// Ring `bell` if its owner announced that it sleeps (or is about to).
 ///
-/// The SeqCst fence sits between our Release of the stamp and the load of `sleeping`; the
-/// sleeper has SeqCst on `sleeping.fetch_add` and a SeqCst fence before its final poll
-/// (see [`ShmEvents::prepare`] and [`ShmEvents::prepare_wait`]). Either we see
-/// `sleeping != 0` and ring (bumping `count`, which makes a futex wait return, and sending
-/// a datagram to the wake-up socket of a sleeper that waits through it), or its final poll
-/// sees our message. Skipping the atomic add when nobody sleeps keeps the doorbell line
-/// shared-clean among many senders.
+/// The caller has ordered its Release of the stamp before this load of `sleeping`: with a
+/// SeqCst fence, or, when both sides registered for it, by the sleeper's `membarrier`
+/// (`barrier.rs`). The sleeper has SeqCst on `sleeping.fetch_add`, then that membarrier
+/// or a SeqCst fence, before its final poll (see [`ShmEvents::prepare`] and
+/// [`ShmEvents::prepare_wait`]). Either we see `sleeping != 0` and ring (bumping `count`,
+/// which makes a futex wait return, and sending a datagram to the wake-up socket of a
+/// sleeper that waits through it), or its final poll sees our message. Skipping the atomic
+/// add when nobody sleeps keeps the doorbell line shared-clean among many senders.
 #[inline]
 fn notify(bell: &DoorbellWords, info: &InfoLine, idx: usize, waker: &Waker) {
-    fence(Ordering::SeqCst);
     if bell.sleeping.load(Ordering::Relaxed) != 0 {
         ring(bell, info, idx, waker);
     }
@@ -850,6 +883,16 @@ impl Transport for ShmTransport {
         }
         tx.full_tries = 0;
         self.counters.sent(payload.len());
+        if tx.fence == FENCE_NONE {
+            // The receiver's membarrier orders us (barrier.rs); the compiler must not move
+            // the doorbell load above the stamp store either.
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
+            if tx.fence == FENCE_UNKNOWN {
+                tx.fence = fence_towards(tx);
+            }
+        }
         // SAFETY: bell and info point into the receiver's slot inside our live mapping.
         notify(
             unsafe { tx.bell.as_ref() },
@@ -946,6 +989,8 @@ impl Transport for ShmTransport {
             spin_iters: self.spin_iters,
             wake_sock: std::sync::OnceLock::new(),
             waker: Waker::default(),
+            heavy: barrier::registered(),
+            degraded: AtomicBool::new(false),
         })
     }
 }
@@ -963,7 +1008,16 @@ pub struct ShmEvents {
     wake_sock: std::sync::OnceLock<Option<OwnedFd>>,
     /// For `notify` of a sleeper that waits through the socket.
     waker: Waker,
+    /// We published `heavy_sleeper`: registered senders do not fence, and every sleep is
+    /// preceded by the heavy barrier (`barrier.rs`).
+    heavy: bool,
+    /// A heavy barrier failed: a sender's message may have gone unnoticed by the final
+    /// poll, so sleeps last at most [`DEGRADED_NAP`].
+    degraded: AtomicBool,
 }
+
+/// The longest sleep once a heavy barrier failed (see [`ShmEvents::degraded`]).
+const DEGRADED_NAP: Duration = Duration::from_millis(1);
 
 // SAFETY: `words` points into the mapping `_map` keeps alive; DoorbellWords is all atomics.
 unsafe impl Send for ShmEvents {}
@@ -976,14 +1030,32 @@ impl ShmEvents {
         // SAFETY: see the Send/Sync justification.
         unsafe { self.words.as_ref() }
     }
+
+    /// After announcing a sleep and before the final poll: order the senders that skip
+    /// their fence (the heavy half of the asymmetric fence, `barrier.rs`).
+    fn order_senders(&self) {
+        if self.heavy && !barrier::heavy() && !self.degraded.swap(true, Ordering::Relaxed) {
+            eprintln!("tsunagi-shm: membarrier failed; waits poll every millisecond");
+        }
+    }
+
+    /// The longest sleep allowed now.
+    fn cap(&self, timeout: Duration) -> Duration {
+        if self.degraded.load(Ordering::Relaxed) {
+            timeout.min(DEGRADED_NAP)
+        } else {
+            timeout
+        }
+    }
 }
 
 impl EventSource for ShmEvents {
     fn prepare(&self) -> u64 {
         let t = self.words().prepare();
-        // Pairs with the fence in `notify`: orders our `sleeping` increment before the
-        // caller's final poll of the rings (see `notify`).
+        // Pairs with the sender's fence or compiler fence before `notify`: orders our
+        // `sleeping` increment before the caller's final poll of the rings.
         fence(Ordering::SeqCst);
+        self.order_senders();
         t
     }
 
@@ -996,7 +1068,7 @@ impl EventSource for ShmEvents {
             }
             std::hint::spin_loop();
         }
-        w.sleep(token, timeout);
+        w.sleep(token, self.cap(timeout));
     }
 
     fn cancel(&self) {
@@ -1044,9 +1116,10 @@ impl EventSource for ShmEvents {
         self.words()
             .sleeping
             .fetch_add(FD_SLEEPER, Ordering::SeqCst);
-        // Pairs with the fence in `notify`, as in `prepare`.
+        // Pairs with the sender's side of `notify`, as in `prepare`.
         fence(Ordering::SeqCst);
-        Duration::MAX
+        self.order_senders();
+        self.cap(Duration::MAX)
     }
 
     fn end_wait(&self) {

@@ -542,3 +542,88 @@ fn dead_peer_reported_when_ring_stays_full() {
         },
     );
 }
+
+/// Each message races a sleep: rank 1 announces a sleep as soon as it has nothing, and
+/// rank 0 sends after a short random delay, so sends land before, during and after the
+/// receiver's announcement and final poll. The senders skip their fence when both ranks
+/// registered for membarrier (`barrier.rs`): a sleep that lasts to its 10 s timeout is a
+/// lost wake-up (a loaded machine can stall the sender for a good part of a second). Run both ways (`TSUNAGI_SHM_MEMBARRIER=0` keeps the fence per send).
+fn every_message_races_a_sleep(job: &Job) {
+    const ROUNDS: u64 = 400;
+    let world = [0, 1];
+    let mut t = job.setup(&world, &ShmConfig::default());
+    if job.rank == 0 {
+        let mut rng = Rng::new(7);
+        for i in 0..ROUNDS {
+            let until = Instant::now() + Duration::from_nanos(rng.next() % 40_000);
+            while Instant::now() < until {
+                std::hint::spin_loop();
+            }
+            let h = Header {
+                kind: 3,
+                cookie: i,
+                ..Header::default()
+            };
+            send_blocking(&mut t, 1, &h, b"race");
+            // The ack, polled (this side never sleeps).
+            let (_, a, _) = recv_one(&mut t);
+            assert_eq!((a.kind, a.cookie), (4, i));
+        }
+    } else {
+        let ev = t.event_source();
+        let mut longest = Duration::ZERO;
+        for i in 0..ROUNDS {
+            let mut got: Option<Header> = None;
+            loop {
+                t.poll(&mut |_, h: &Header, _| got = Some(*h)).unwrap();
+                if got.is_some() {
+                    break;
+                }
+                let tok = ev.prepare();
+                t.poll(&mut |_, h: &Header, _| got = Some(*h)).unwrap();
+                if got.is_some() {
+                    ev.cancel();
+                    break;
+                }
+                let s = Instant::now();
+                ev.sleep(tok, Duration::from_secs(10));
+                longest = longest.max(s.elapsed());
+            }
+            let h = got.unwrap();
+            assert_eq!((h.kind, h.cookie), (3, i));
+            let ack = Header {
+                kind: 4,
+                cookie: i,
+                ..Header::default()
+            };
+            send_blocking(&mut t, 0, &ack, &[]);
+        }
+        eprintln!("longest sleep over {ROUNDS} racing messages: {longest:?}");
+        assert!(
+            longest < Duration::from_secs(9),
+            "a sleep lasted {longest:?}: a wake-up was lost"
+        );
+    }
+}
+
+#[test]
+fn every_message_races_a_sleep_without_sender_fences() {
+    run_job(
+        "every_message_races_a_sleep_without_sender_fences",
+        2,
+        &[],
+        JOB_TIMEOUT,
+        every_message_races_a_sleep,
+    );
+}
+
+#[test]
+fn every_message_races_a_sleep_with_sender_fences() {
+    run_job(
+        "every_message_races_a_sleep_with_sender_fences",
+        2,
+        &[("TSUNAGI_SHM_MEMBARRIER", "0")],
+        JOB_TIMEOUT,
+        every_message_races_a_sleep,
+    );
+}
