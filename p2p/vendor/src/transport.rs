@@ -1026,7 +1026,9 @@ impl Transport for VendorTransport {
         self.poll_placing(&mut SinkArrivals(sink))
     }
     fn places(&self) -> bool {
-        true
+        // `TSUNAGI_VENDOR_PLACE=0` turns the receive into the posted buffer off (to
+        // measure it against the pooled buffer and copy in one build, bench/vendor.sh).
+        std::env::var("TSUNAGI_VENDOR_PLACE").map_or(true, |v| v.trim() != "0")
     }
     fn poll_placing(&mut self, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         let offset = self.offset;
