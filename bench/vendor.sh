@@ -7,10 +7,14 @@
 #   -v V   vendors (default "mpich openmpi")
 #   -p     point-to-point only;  -n  NPB only
 #   -s     the short-limit sweep instead: Tsunagi over each vendor (polling), a blocking
-#          ping-pong at SWEEP_SIZES (default "8 512 1024 2048 4096 8192 16384 32768")
-#          with TSUNAGI_VENDOR_SHORT at each of SHORTS (default "1024 2048 4056 8192
-#          16384 32768"), interleaved; table: median half round trip (µs) per short
-#          limit and size, the lowest of each size marked
+#          ping-pong at SWEEP_SIZES (default "1024 2048 4096 6144 8192 12288 16384
+#          24576 32768") with TSUNAGI_VENDOR_SHORT at each of SHORTS (default "2048 4056
+#          8192 16384 32768 65536"), interleaved, short limits in a new random order per
+#          repetition; per run and size the best of 15 short batches (a batch that lost
+#          the CPU to another job only makes that batch slower, so on a loaded machine the
+#          best batch is the measurement, the median the load); table: median over
+#          runs of that best half round trip (µs) per short limit and size, the lowest of
+#          each size marked, and per short limit the sum over sizes relative to the best
 # Environment: TSUNAGI_PREFIX (an install prefix with bin/mpicc; default ./dist),
 #   TSUNAGI_MPIRUN (default $TSUNAGI_PREFIX/bin/mpirun), P2P_MAX (default 4194304),
 #   P2P_SEC (seconds per point, default 0.1), KERNELS (default "cg mg is ep"), NPROCS
@@ -74,8 +78,8 @@ over() { # vendor engine|shm n prog args...
 }
 
 if [ $do_sweep = 1 ]; then
-    # A blocking ping-pong at given sizes: per size a warm-up, then 5 batches of about
-    # 20 ms each; prints the median batch's half round trip.
+    # A blocking ping-pong at given sizes: per size a warm-up, then 15 batches of about
+    # 4 ms each; prints the best batch's half round trip and the median batch's.
     cat > "$build/pp.c" <<'C'
 #include <mpi.h>
 #include <stdio.h>
@@ -106,13 +110,13 @@ int main(int argc, char **argv) {
         long n = atol(argv[a]);
         char *buf = calloc(n ? n : 1, 1);
         double us = batch(me, buf, n, 200);
-        long iters = (long)(20000.0 / (us * 2 + 0.01));
+        long iters = (long)(4000.0 / (us * 2 + 0.01));
         iters = iters < 10 ? 10 : iters > 200000 ? 200000 : iters;
         MPI_Bcast(&iters, 1, MPI_LONG, 0, MPI_COMM_WORLD);
-        double t[5];
-        for (int k = 0; k < 5; k++) t[k] = batch(me, buf, n, iters);
-        qsort(t, 5, sizeof t[0], cmp);
-        if (me == 0) printf("pp %ld %.3f\n", n, t[2]);
+        double t[15];
+        for (int k = 0; k < 15; k++) t[k] = batch(me, buf, n, iters);
+        qsort(t, 15, sizeof t[0], cmp);
+        if (me == 0) printf("pp %ld %.3f %.3f\n", n, t[0], t[7]);
         free(buf);
     }
     MPI_Finalize();
@@ -120,16 +124,16 @@ int main(int argc, char **argv) {
 }
 C
     "$prefix/bin/mpicc" -O2 -o "$build/pp" "$build/pp.c"
-    shorts="${SHORTS:-1024 2048 4056 8192 16384 32768}"
-    sizes="${SWEEP_SIZES:-8 512 1024 2048 4096 8192 16384 32768}"
+    shorts="${SHORTS:-2048 4056 8192 16384 32768 65536}"
+    sizes="${SWEEP_SIZES:-1024 2048 4096 6144 8192 12288 16384 24576 32768}"
     res="$build/sweep"
     : > "$res"
     for r in $(seq "$reps"); do
         echo "repetition $r:$(uptime)" >&2
         for v in $vendors; do
-            for s in $shorts; do
+            for s in $(printf '%s\n' $shorts | shuf); do
                 TSUNAGI_VENDOR_SHORT=$s timeout 300 "$trun" --vendor "$v" --progress polling -n 2 \
-                    "$build/pp" $sizes 2>&1 | awk -v v="$v" -v s="$s" '$1=="pp"{print v, s, $2, $3}' >> "$res" || true
+                    "$build/pp" $sizes 2>&1 | awk -v v="$v" -v s="$s" '$1=="pp"{print v, s, $2, $3, $4}' >> "$res" || true
             done
         done
     done
@@ -140,14 +144,14 @@ import sys, statistics as st
 from collections import defaultdict
 rows = defaultdict(list)
 for line in open(sys.argv[1]):
-    v, s, n, us = line.split()
+    v, s, n, us = line.split()[:4]
     rows[(v, int(s), int(n))].append(float(us))
 for v in sorted({k[0] for k in rows}):
     shorts = sorted({k[1] for k in rows if k[0] == v})
     sizes = sorted({k[2] for k in rows if k[0] == v})
     med = {k: st.median(x) for k, x in rows.items() if k[0] == v}
     best = {n: min(shorts, key=lambda s: med.get((v, s, n), float("inf"))) for n in sizes}
-    print(f"\n{v}: half round trip µs over the vendor (polling), median of interleaved runs; * = lowest for the size\n")
+    print(f"\n{v}: best-batch half round trip µs over the vendor (polling), median of interleaved runs; * = lowest for the size\n")
     print("| short \\ size | " + " | ".join(str(n) for n in sizes) + " |")
     print("|---" * (1 + len(sizes)) + "|")
     for s in shorts:
@@ -156,6 +160,9 @@ for v in sorted({k[0] for k in rows}):
             m = med.get((v, s, n))
             cells.append("-" if m is None else f"{m:.2f}{'*' if best[n] == s else ''} ({len(rows[(v, s, n)])})")
         print(f"| {s} | " + " | ".join(cells) + " |")
+    # One figure per limit: its latencies relative to the best limit's, averaged over sizes.
+    rel = {s: st.mean(med[(v, s, n)] / med[(v, best[n], n)] for n in sizes if (v, s, n) in med) for s in shorts}
+    print("\nmean over sizes of (latency / lowest latency of the size): " + ", ".join(f"{s}: {rel[s]:.3f}" for s in shorts))
 PY
     exit 0
 fi

@@ -19,11 +19,13 @@ pub mod boot;
 pub mod device;
 pub mod framing;
 pub mod futex;
+pub mod placing;
 pub mod registry;
 pub mod self_transport;
 pub mod sim;
 pub mod sim_device;
 
+pub use placing::{Arrivals, Placement};
 pub use self_transport::SelfTransport;
 
 /// A process's rank in MPI_COMM_WORLD.
@@ -250,6 +252,20 @@ pub trait Transport: Send {
     /// many were delivered. A transport may bound the number delivered per call.
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError>;
 
+    /// True if [`Transport::poll_placing`] may claim messages (receive into the posted
+    /// buffer, [`placing`]); read once when the transport joins the router, which polls
+    /// the others with plain [`Transport::poll`].
+    fn places(&self) -> bool {
+        false
+    }
+
+    /// [`Transport::poll`], offering the request layer each message whose payload is still
+    /// to come ([`Arrivals::claim`]) so that it lands in the posted receive's buffer.
+    /// The default never claims.
+    fn poll_placing(&mut self, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
+        self.poll(&mut |src, hdr, payload| rx.deliver(src, hdr, payload))
+    }
+
     /// Make `len` bytes at `addr` readable by `peer` through its [`Transport::read_remote`],
     /// for a rendezvous the caller is about to announce; returns the address to announce
     /// (what the peer passes to `read_remote`). Only asked where `single_copy(peer)`.
@@ -437,6 +453,8 @@ pub struct Router {
     device_route: Vec<u8>,
     /// Some transport or device has timers.
     timers: bool,
+    /// Per transport, [`Transport::places`].
+    places: Vec<bool>,
 }
 
 /// Marks a rank no transport reaches.
@@ -451,6 +469,7 @@ impl Router {
             devices: Vec::new(),
             device_route: Vec::new(),
             timers: false,
+            places: Vec::new(),
         }
     }
 
@@ -548,6 +567,7 @@ impl Router {
             transport.name()
         );
         self.timers |= caps.timers;
+        self.places.push(transport.places());
         self.transports.push(transport);
         for &p in peers {
             self.route[p as usize] = idx as u8;
@@ -603,6 +623,35 @@ impl Router {
             n += t.poll(sink)?;
         }
         Ok(n)
+    }
+
+    /// [`Router::poll_all`] delivering to `rx`, and letting the transports that place
+    /// ([`Transport::places`]) claim messages through it.
+    pub fn poll_all_placing<A: Arrivals>(&mut self, rx: &mut A) -> Result<usize, P2pError> {
+        let mut n = 0;
+        for (t, &places) in self.transports.iter_mut().zip(&self.places) {
+            n += if places {
+                t.poll_placing(rx)?
+            } else {
+                t.poll(&mut |src, hdr, payload| rx.deliver(src, hdr, payload))?
+            };
+        }
+        Ok(n)
+    }
+
+    /// Poll transport `idx` alone (a threaded-engine progress thread), as
+    /// [`Router::poll_all_placing`] polls it.
+    pub fn poll_one_placing<A: Arrivals>(
+        &mut self,
+        idx: usize,
+        rx: &mut A,
+    ) -> Result<usize, P2pError> {
+        let t = &mut self.transports[idx];
+        if self.places[idx] {
+            t.poll_placing(rx)
+        } else {
+            t.poll(&mut |src, hdr, payload| rx.deliver(src, hdr, payload))
+        }
     }
 }
 

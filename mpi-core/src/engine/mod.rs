@@ -24,6 +24,7 @@ mod device;
 mod fabric_tests;
 mod lean_recv;
 mod matching;
+mod placed;
 mod post;
 mod requests;
 mod send;
@@ -300,7 +301,7 @@ impl Engine {
     /// One polling-engine step over every transport, then the deferred work.
     pub(crate) fn progress(&mut self) -> MpiResult<usize> {
         let Engine { router, core } = self;
-        let mut n = match router.poll_all(&mut |src, h, p| core.on_arrival(src, h, p)) {
+        let mut n = match router.poll_all_placing(core) {
             Ok(n) => n,
             Err(e) => return Err(core.set_fault(p2p_fault(e))),
         };
@@ -331,7 +332,7 @@ impl Engine {
             return Ok(n);
         }
         let Engine { router, core } = self;
-        let n = match router.transports()[idx].poll(&mut |src, h, p| core.on_arrival(src, h, p)) {
+        let n = match router.poll_one_placing(idx, core) {
             Ok(n) => n,
             Err(e) => return Err(core.set_fault(p2p_fault(e))),
         };

@@ -19,6 +19,7 @@ pub(crate) struct Api {
     pub irecv_any: unsafe extern "C" fn(*mut u8, c_int, *mut c_int) -> c_int,
     pub restart_any: unsafe extern "C" fn(c_int) -> c_int,
     pub test: unsafe extern "C" fn(c_int, *mut c_int) -> c_int,
+    pub test_some: unsafe extern "C" fn(*const c_int, c_int, *mut c_int, *mut c_int) -> c_int,
     pub test_any:
         unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
     pub iprobe: unsafe extern "C" fn(*mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
@@ -101,6 +102,13 @@ macro_rules! api_table {
                 fn restart_any(idx: c_int) -> c_int;
                 #[link_name = concat!($prefix, "test")]
                 fn test(idx: c_int, done: *mut c_int) -> c_int;
+                #[link_name = concat!($prefix, "test_some")]
+                fn test_some(
+                    idx: *const c_int,
+                    n: c_int,
+                    done: *mut c_int,
+                    ndone: *mut c_int,
+                ) -> c_int;
                 #[link_name = concat!($prefix, "test_any")]
                 fn test_any(
                     idx: c_int,
@@ -161,6 +169,7 @@ macro_rules! api_table {
                 irecv_any,
                 restart_any,
                 test,
+                test_some,
                 test_any,
                 iprobe,
                 recv,

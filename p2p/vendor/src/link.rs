@@ -61,6 +61,18 @@ pub trait Link: Send {
     unsafe fn restart_any(&mut self, req: Req) -> Result<(), P2pError>;
     /// Whether `req` completed (a completed request's id is free for reuse).
     fn test(&mut self, req: Req) -> Result<bool, P2pError>;
+    /// Test the plain requests `reqs` (not those of [`Link::irecv_any`]) at once: the
+    /// positions in `reqs` of those complete, into `done` (cleared first), whose ids are
+    /// free for reuse. The vendor's `MPI_Testsome`: its progress runs once, not per request.
+    fn test_some(&mut self, reqs: &[Req], done: &mut Vec<usize>) -> Result<(), P2pError> {
+        done.clear();
+        for (i, &r) in reqs.iter().enumerate() {
+            if self.test(r)? {
+                done.push(i);
+            }
+        }
+        Ok(())
+    }
     /// Whether the receive `req` posted by [`Link::irecv_any`] (or restarted) completed:
     /// its (source, tag, bytes). A message longer than the buffer is an error.
     fn test_any(&mut self, req: Req) -> Result<Option<(u32, i32, usize)>, P2pError>;
@@ -163,6 +175,18 @@ impl Link for VendorLink {
             check(self.0.api, "MPI_Test", rc)?;
         }
         Ok(done != 0)
+    }
+    fn test_some(&mut self, reqs: &[Req], done: &mut Vec<usize>) -> Result<(), P2pError> {
+        done.clear();
+        let n = len_int(reqs.len())?;
+        let mut at: Vec<c_int> = vec![0; reqs.len()];
+        let mut ndone: c_int = 0;
+        // SAFETY: `reqs` holds n ints and `at` room for n (at most n complete); the shim
+        // checks that every id names a live plain request.
+        let rc = unsafe { (self.0.api.test_some)(reqs.as_ptr(), n, at.as_mut_ptr(), &mut ndone) };
+        check(self.0.api, "MPI_Testsome", rc)?;
+        done.extend(at[..ndone.clamp(0, n) as usize].iter().map(|&i| i as usize));
+        Ok(())
     }
     fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError> {
         let (mut found, mut src, mut tag, mut count): (c_int, c_int, c_int, c_int) = (0, 0, 0, 0);

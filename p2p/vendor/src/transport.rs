@@ -17,6 +17,15 @@
 //! order: while a long message of a peer waits for its rest, that peer's later messages
 //! queue behind it.
 //!
+//! Receiving into the posted buffer ([`Transport::poll_placing`], seed 002): when a head
+//! arrives and the request layer has a receive posted for it
+//! ([`tsunagi_p2p::Arrivals::claim`]), the first part is copied into that receive's buffer
+//! and the rest's vendor receive is posted straight behind it, so the rest lands where the
+//! application wants it and the request layer copies nothing; a claimed message does not
+//! hold back its peer's later messages (it is matched already). A whole message (up to the
+//! short limit) lands in a buffer posted ahead and is copied out as before: which receive
+//! it is for shows only in its header, after the vendor has put it somewhere.
+//!
 //! Larger messages go by the request layer's single-copy rendezvous
 //! ([`Transport::read_remote`]): the sender's RTS names the address of its data, and the
 //! receiver, once matched, posts vendor receives straight into the user's buffer and asks
@@ -43,7 +52,11 @@ use std::time::Duration;
 
 use tsunagi_p2p::boot::{Bootstrap, Reach, StartInfo, Starting, TransportFactory};
 use tsunagi_p2p::futex::DoorbellWords;
-use tsunagi_p2p::{EventSource, Header, P2pError, Rank, ReadId, Sink, Transport, TransportCaps};
+use tsunagi_p2p::placing::SinkArrivals;
+use tsunagi_p2p::{
+    Arrivals, EventSource, Header, P2pError, Placement, Rank, ReadId, Sink, Transport,
+    TransportCaps, TransportCounters,
+};
 
 use crate::frame::{self, First, HEAD_PREFIX, TAG_GET, TAG_GET_DATA, TAG_REST, TAG_WAKE};
 use crate::link::{Link, Req, VendorLink};
@@ -132,6 +145,17 @@ struct Arrived {
     rest: Option<Req>,
 }
 
+/// A claimed message's rest, being received straight into the posted receive's buffer.
+struct Placing {
+    /// The rest's vendor receive (`None`: nothing was left to receive).
+    rest: Option<Req>,
+    /// The sender (vendor rank) and the request layer's name of the receive.
+    peer: Rank,
+    token: u64,
+    /// Payload bytes, for the counters.
+    len: usize,
+}
+
 /// A receive posted ahead and the buffer it fills.
 struct Ahead {
     req: Req,
@@ -158,6 +182,9 @@ pub(crate) struct Core {
     read_tests: u32,
     /// Outstanding sends, oldest first: the vendor request and the buffer it reads.
     sends: VecDeque<(Req, Vec<u8>)>,
+    /// Scratch of `test_sends` (kept to save an allocation per test).
+    send_ids: Vec<Req>,
+    send_done: Vec<usize>,
     send_bytes: usize,
     /// Per peer (vendor rank), messages received and not yet delivered, in order.
     inbox: Vec<VecDeque<Arrived>>,
@@ -168,6 +195,10 @@ pub(crate) struct Core {
     pool: Vec<Vec<u8>>,
     /// Small send buffers to reuse (capacity [`SMALL_BUF`]).
     small: Vec<Vec<u8>>,
+    /// Claimed messages whose rest is on its way into the receive's buffer.
+    placing: Vec<Placing>,
+    /// MPI_T's counters ([`Transport::count_into`]), once asked.
+    counters: Option<&'static TransportCounters>,
     events: Arc<VendorEvents>,
 }
 
@@ -197,12 +228,16 @@ impl Core {
             reads: Vec::new(),
             read_tests: 0,
             sends: VecDeque::new(),
+            send_ids: Vec::new(),
+            send_done: Vec::new(),
             send_bytes: 0,
             inbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
             scratch: vec![0; HEAD_PREFIX + short],
             pool: Vec::new(),
             small: Vec::new(),
+            placing: Vec::new(),
+            counters: None,
             events: Arc::new(VendorEvents::new(None)),
         };
         for _ in 0..ahead {
@@ -222,8 +257,10 @@ impl Core {
     /// message to wait for): then only a new message can give a poll work, and a thread
     /// may block in the vendor's probe. Published for [`VendorEvents::sleep`].
     fn publish_quiet(&self) {
-        let quiet =
-            self.sends.is_empty() && self.queued == 0 && self.reads.iter().all(Option::is_none);
+        let quiet = self.sends.is_empty()
+            && self.queued == 0
+            && self.placing.is_empty()
+            && self.reads.iter().all(Option::is_none);
         self.events.quiet.store(quiet, Ordering::SeqCst);
     }
 
@@ -262,19 +299,32 @@ impl Core {
         Ok(())
     }
 
-    /// Test the outstanding sends; drop the buffers of those complete.
+    /// Test the outstanding sends (one vendor call for all, [`Link::test_some`]); drop
+    /// the buffers of those complete.
     fn test_sends(&mut self) -> Result<(), P2pError> {
-        let mut i = 0;
-        while i < self.sends.len() {
-            if self.link.test(self.sends[i].0)? {
-                let (_, buf) = self.sends.remove(i).expect("i < len");
+        if self.sends.len() == 1 {
+            if self.link.test(self.sends[0].0)? {
+                let (_, buf) = self.sends.pop_front().expect("one send");
                 self.send_bytes -= buf.len();
                 self.give_buf(buf);
-            } else {
-                i += 1;
             }
+            return Ok(());
         }
-        Ok(())
+        let mut ids = std::mem::take(&mut self.send_ids);
+        let mut done = std::mem::take(&mut self.send_done);
+        ids.clear();
+        ids.extend(self.sends.iter().map(|s| s.0));
+        let tested = self.link.test_some(&ids, &mut done);
+        // Latest first, so that the positions of the others stay put.
+        done.sort_unstable();
+        for &i in done.iter().rev() {
+            let (_, buf) = self.sends.remove(i).expect("a position among the sends");
+            self.send_bytes -= buf.len();
+            self.give_buf(buf);
+        }
+        self.send_ids = ids;
+        self.send_done = done;
+        tested
     }
 
     pub(crate) fn try_send(
@@ -316,6 +366,9 @@ impl Core {
         self.isend(peer, tag, first)?;
         if long {
             self.isend(peer, TAG_REST, rest)?;
+        }
+        if let Some(c) = self.counters {
+            c.sent(payload.len());
         }
         Ok(true)
     }
@@ -416,6 +469,11 @@ impl Core {
             // job (the request layer reports it as a transport fault).
             recvs.push(unsafe { self.link.irecv(dst.add(at), n, peer, TAG_GET_DATA)? });
         }
+        if let Some(c) = self.counters {
+            // Counted when started, as the request layer's wrapper did: the bytes come in
+            // unless the job fails.
+            c.read(len);
+        }
         let ask = frame::get_request(addr, len as u64).to_vec();
         self.isend(peer, TAG_GET, ask)?;
         self.events.quiet.store(false, Ordering::SeqCst);
@@ -462,7 +520,7 @@ impl Core {
     }
 
     /// Deliver the queued messages of `peer` whose rest has arrived, in order.
-    fn drain_peer(&mut self, peer: usize, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+    fn drain_peer(&mut self, peer: usize, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         let mut n = 0;
         while let Some(front) = self.inbox[peer].front_mut() {
             if let Some(req) = front.rest {
@@ -473,14 +531,21 @@ impl Core {
             }
             let m = self.inbox[peer].pop_front().expect("front exists");
             self.queued -= 1;
-            sink(peer as Rank, &m.hdr, &m.payload);
+            deliver(self.counters, rx, peer as Rank, &m.hdr, &m.payload);
             self.give_buf(m.payload);
             n += 1;
         }
         Ok(n)
     }
 
+    /// Deliver what arrived to `sink` (claiming nothing).
+    #[cfg(test)]
     pub(crate) fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        self.poll_placing(&mut SinkArrivals(sink))
+    }
+
+    /// Deliver what arrived to `rx`, offering it each head whose receive may be posted.
+    pub(crate) fn poll_placing(&mut self, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         if !self.sends.is_empty() {
             self.polls += 1;
             if self.ahead.is_empty()
@@ -495,22 +560,25 @@ impl Core {
         if self.queued > 0 {
             for p in 0..self.inbox.len() {
                 if !self.inbox[p].is_empty() {
-                    n += self.drain_peer(p, sink)?;
+                    n += self.drain_peer(p, rx)?;
                 }
             }
         }
+        if !self.placing.is_empty() {
+            n += self.test_placing(rx)?;
+        }
         n += if self.ahead.is_empty() {
-            self.take_probed(sink)?
+            self.take_probed(rx)?
         } else {
-            self.take_ahead(Some(sink))?
+            self.take_ahead(Some(rx))?
         };
         self.publish_quiet();
         Ok(n)
     }
 
     /// Take the messages the receives posted ahead got, oldest first, posting each again;
-    /// deliver to `sink` (or queue, without one).
-    fn take_ahead(&mut self, mut sink: Option<&mut Sink<'_>>) -> Result<usize, P2pError> {
+    /// deliver to `rx` (or queue, without one).
+    fn take_ahead(&mut self, mut rx: Option<&mut dyn Arrivals>) -> Result<usize, P2pError> {
         let mut n = 0;
         for _ in 0..PROBES_PER_POLL {
             let at = self.next;
@@ -518,7 +586,12 @@ impl Core {
                 break;
             };
             let buf = std::mem::take(&mut self.ahead[at].buf);
-            let taken = self.accept(src, tag, &buf[..count], sink.as_deref_mut());
+            // A reborrow for this message alone (the trait object's lifetime shortened to it).
+            let rx_now: Option<&mut dyn Arrivals> = match &mut rx {
+                Some(r) => Some(&mut **r),
+                None => None,
+            };
+            let taken = self.accept(src, tag, &buf[..count], rx_now);
             self.ahead[at].buf = buf;
             // SAFETY: as in `new`: the buffer is back in `self.ahead[at]` (its heap
             // storage never moved) and stays there until this receive completes.
@@ -531,7 +604,7 @@ impl Core {
     }
 
     /// Take the messages `MPI_Iprobe` finds, receiving each into the pooled buffer.
-    fn take_probed(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+    fn take_probed(&mut self, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         let mut n = 0;
         for _ in 0..PROBES_PER_POLL {
             let Some((src, tag, count)) = self.link.iprobe()? else {
@@ -548,7 +621,7 @@ impl Core {
                 scratch.resize(count, 0);
             }
             let got = self.link.recv_probed(&mut scratch[..count], src, tag);
-            let taken = got.and_then(|()| self.accept(src, tag, &scratch[..count], Some(sink)));
+            let taken = got.and_then(|()| self.accept(src, tag, &scratch[..count], Some(&mut *rx)));
             self.scratch = scratch;
             n += taken?;
         }
@@ -556,14 +629,14 @@ impl Core {
     }
 
     /// One vendor message (`tag`, `bytes`) from `src` on the first-message communicator:
-    /// a first message, delivered to `sink` when given and nothing of that peer waits
+    /// a first message, delivered to `rx` when given and nothing of that peer waits
     /// before it, else queued; a memory request, answered; a wake-up, dropped.
     fn accept(
         &mut self,
         src: Rank,
         tag: i32,
         bytes: &[u8],
-        sink: Option<&mut Sink<'_>>,
+        rx: Option<&mut dyn Arrivals>,
     ) -> Result<usize, P2pError> {
         if tag == TAG_GET && (src as usize) < self.size {
             self.serve_get(src, bytes)?;
@@ -583,8 +656,8 @@ impl Core {
             .map_err(|e| P2pError::Other(format!("vendor: from rank {src}: {e}")))?;
         match first {
             First::Whole { hdr, payload } => {
-                if let Some(sink) = sink.filter(|_| self.inbox[peer].is_empty()) {
-                    sink(src, &hdr, payload);
+                if let Some(rx) = rx.filter(|_| self.inbox[peer].is_empty()) {
+                    deliver(self.counters, rx, src, &hdr, payload);
                     return Ok(1);
                 }
                 let mut copy = self.take_buf(payload.len());
@@ -599,6 +672,13 @@ impl Core {
             }
             First::Head { hdr, total, first } => {
                 let at = first.len();
+                let mut rx = rx;
+                if self.inbox[peer].is_empty() {
+                    if let Some(p) = rx.as_deref_mut().and_then(|rx| rx.claim(src, &hdr)) {
+                        self.place(src, p, total, first)?;
+                        return Ok(0);
+                    }
+                }
                 let mut payload = take_pooled(&mut self.pool, total);
                 payload.extend_from_slice(first);
                 payload.resize(total, 0);
@@ -617,13 +697,92 @@ impl Core {
                     rest: Some(req),
                 });
                 self.queued += 1;
-                match sink {
-                    Some(sink) => self.drain_peer(peer, sink),
+                match rx {
+                    Some(rx) => self.drain_peer(peer, rx),
                     None => Ok(0),
                 }
             }
         }
     }
+}
+
+impl Core {
+    /// A claimed head (`first` of `total` payload bytes from `src`): the first part into
+    /// the receive's buffer, and the rest's receive posted straight behind it.
+    fn place(
+        &mut self,
+        src: Rank,
+        p: Placement,
+        total: usize,
+        first: &[u8],
+    ) -> Result<(), P2pError> {
+        if p.len < total {
+            // The request layer promised room for the whole payload.
+            return Err(P2pError::Other(format!(
+                "vendor: a receive of {} bytes was offered for a message of {total}",
+                p.len
+            )));
+        }
+        let at = first.len();
+        // SAFETY: the claim gave `p.len >= total > at` writable bytes at `p.dst`, untouched
+        // by anyone else until `placed`; `first` is the transport's own buffer (a receive
+        // posted ahead or the scratch buffer), which cannot overlap the application's.
+        unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), p.dst, at) };
+        let rest = if total > at {
+            // SAFETY: the receive writes total - at bytes at p.dst + at, inside the claimed
+            // buffer, which stays valid and ours until `placed` (called only after `test`
+            // saw this receive complete; a vendor error ends the job, and the shim's
+            // finalize waits for the receive before the process goes on).
+            Some(unsafe { self.link.irecv(p.dst.add(at), total - at, src, TAG_REST)? })
+        } else {
+            None
+        };
+        self.placing.push(Placing {
+            rest,
+            peer: src,
+            token: p.token,
+            len: total,
+        });
+        Ok(())
+    }
+
+    /// Tell `rx` of every claimed message whose rest is in.
+    fn test_placing(&mut self, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
+        let mut n = 0;
+        let mut i = 0;
+        while i < self.placing.len() {
+            let done = match self.placing[i].rest {
+                Some(req) => self.link.test(req)?,
+                None => true,
+            };
+            if done {
+                let p = self.placing.swap_remove(i);
+                if let Some(c) = self.counters {
+                    c.recvd(p.len);
+                }
+                rx.placed(p.peer, p.token);
+                n += 1;
+            } else {
+                i += 1;
+            }
+        }
+        Ok(n)
+    }
+}
+
+/// Hand a message to the request layer, counting it first.
+#[inline]
+fn deliver(
+    counters: Option<&'static TransportCounters>,
+    rx: &mut dyn Arrivals,
+    src: Rank,
+    hdr: &Header,
+    payload: &[u8],
+) {
+    if let Some(c) = counters {
+        c.recvd(payload.len());
+    }
+    rx.deliver(src, hdr, payload);
 }
 
 /// [`Core::take_buf`] on the pool alone (while `scratch` is borrowed).
@@ -864,14 +1023,47 @@ impl Transport for VendorTransport {
         self.lock().try_send(vendor_rank, hdr, payload)
     }
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        self.poll_placing(&mut SinkArrivals(sink))
+    }
+    fn places(&self) -> bool {
+        // `TSUNAGI_VENDOR_PLACE=0` turns the receive into the posted buffer off (to
+        // measure it against the pooled buffer and copy in one build, bench/vendor.sh).
+        std::env::var("TSUNAGI_VENDOR_PLACE").map_or(true, |v| v.trim() != "0")
+    }
+    fn poll_placing(&mut self, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         let offset = self.offset;
         if offset == 0 {
-            return self.lock().poll(sink);
+            return self.lock().poll_placing(rx);
         }
-        self.lock().poll(&mut |p, h, b| sink(p + offset, h, b))
+        self.lock().poll_placing(&mut Offset { rx, offset })
+    }
+    fn count_into(&mut self, c: &'static TransportCounters) -> bool {
+        // Counted inside (the node and remote registrations share the state and the
+        // counters of one kind): no counting wrapper, whose second dynamic call per poll
+        // and send the small-message path would pay.
+        self.lock().counters = Some(c);
+        true
     }
     fn event_source(&self) -> Arc<dyn EventSource> {
         self.events.clone()
+    }
+}
+
+/// `rx` for a site that does not start at world rank 0: vendor ranks moved to world ranks.
+struct Offset<'a> {
+    rx: &'a mut dyn Arrivals,
+    offset: Rank,
+}
+
+impl Arrivals for Offset<'_> {
+    fn deliver(&mut self, src: Rank, hdr: &Header, payload: &[u8]) {
+        self.rx.deliver(src + self.offset, hdr, payload)
+    }
+    fn claim(&mut self, src: Rank, hdr: &Header) -> Option<Placement> {
+        self.rx.claim(src + self.offset, hdr)
+    }
+    fn placed(&mut self, src: Rank, token: u64) {
+        self.rx.placed(src + self.offset, token)
     }
 }
 
