@@ -2,6 +2,7 @@
  * regression names the call. Run on 1 and 2 ranks under both progress engines. */
 #include "check.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -83,6 +84,76 @@ static void bottom_with_absolute_addresses(MPI_Comm comm) {
     }
 }
 
+/* A persistent collective's count, displacement and datatype arrays are read at
+ * initialization (as MPICH does): mpi4py frees them once MPI_*_init returns (its
+ * test_cco_pr_buf/test_cco_pr_vec testReduceScatter, testAllgatherv...). Here they are
+ * overwritten with garbage and freed before each start. */
+static void persistent_collectives_copy_their_arrays(MPI_Comm comm) {
+    int size, me;
+    MPI_Comm_size(comm, &size);
+    MPI_Comm_rank(comm, &me);
+    int *counts = malloc(size * sizeof(int)), *displs = malloc(size * sizeof(int));
+    int *zeros = malloc(size * sizeof(int));
+    MPI_Datatype *types = malloc(size * sizeof(MPI_Datatype));
+    int *gathered = malloc(2 * size * sizeof(int)), mine[2] = {me, -me};
+    int *sends = malloc(size * sizeof(int)), *recvs = malloc(size * sizeof(int));
+    int *sums = malloc(size * sizeof(int)), got = -1;
+    CHECK(counts && displs && zeros && types && gathered && sends && recvs && sums);
+    for (int i = 0; i < size; i++) {
+        counts[i] = 2;
+        displs[i] = 2 * (size - 1 - i); /* reversed: a garbage array would not give this */
+        zeros[i] = 0;
+        types[i] = MPI_INT;
+    }
+    MPI_Request ag, rs, aw;
+    OK(MPI_Allgatherv_init(mine, 2, MPI_INT, gathered, counts, displs, MPI_INT, comm,
+                           MPI_INFO_NULL, &ag));
+    for (int i = 0; i < size; i++) counts[i] = 1;
+    OK(MPI_Reduce_scatter_init(sums, &got, counts, MPI_INT, MPI_SUM, comm, MPI_INFO_NULL, &rs));
+    int *wdispls = malloc(size * sizeof(int));
+    CHECK(wdispls != NULL);
+    for (int i = 0; i < size; i++) wdispls[i] = i * (int)sizeof(int);
+    OK(MPI_Alltoallw_init(sends, counts, wdispls, types, recvs, counts, wdispls, types, comm,
+                          MPI_INFO_NULL, &aw));
+    for (int i = 0; i < size; i++) {
+        counts[i] = -7;
+        displs[i] = -1000000;
+        wdispls[i] = -1000000;
+        types[i] = MPI_DATATYPE_NULL;
+    }
+    free(counts);
+    free(displs);
+    free(wdispls);
+    free(types);
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 2 * size; i++) gathered[i] = -1;
+        for (int i = 0; i < size; i++) {
+            sums[i] = (i + 1) * (me + round);
+            sends[i] = me * 1000 + i + round;
+            recvs[i] = -1;
+        }
+        got = -1;
+        MPI_Request all[3] = {ag, rs, aw};
+        OK(MPI_Startall(3, all));
+        OK(MPI_Waitall(3, all, MPI_STATUSES_IGNORE));
+        for (int i = 0; i < size; i++) {
+            CHECK_EQ(gathered[2 * (size - 1 - i)], i);
+            CHECK_EQ(gathered[2 * (size - 1 - i) + 1], -i);
+            CHECK_EQ(recvs[i], i * 1000 + me + round);
+        }
+        /* sum over ranks r of (me + 1) * (r + round) */
+        CHECK_EQ(got, (me + 1) * (size * (size - 1) / 2 + size * round));
+    }
+    OK(MPI_Request_free(&ag));
+    OK(MPI_Request_free(&rs));
+    OK(MPI_Request_free(&aw));
+    free(zeros);
+    free(gathered);
+    free(sends);
+    free(recvs);
+    free(sums);
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
@@ -91,6 +162,8 @@ int main(int argc, char **argv) {
     issend_to_self_completes(MPI_COMM_WORLD);
     bottom_with_absolute_addresses(MPI_COMM_SELF);
     bottom_with_absolute_addresses(MPI_COMM_WORLD);
+    persistent_collectives_copy_their_arrays(MPI_COMM_SELF);
+    persistent_collectives_copy_their_arrays(MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("bindings ok\n");
     MPI_Finalize();
