@@ -154,6 +154,40 @@ static void persistent_collectives_copy_their_arrays(MPI_Comm comm) {
     free(sums);
 }
 
+/* MPI_Session_c2f / MPI_Session_f2c exist and round-trip (mpi4py's test_fortran
+ * TestFortranSession; without them mpi4py's fallback gives 0). */
+static void session_handles_convert(void) {
+    MPI_Session s;
+    OK(MPI_Session_init(MPI_INFO_NULL, MPI_ERRORS_RETURN, &s));
+    MPI_Fint f = MPI_Session_c2f(s);
+    CHECK(MPI_Session_f2c(f) == s);
+    CHECK(MPI_Session_f2c(MPI_Session_c2f(MPI_SESSION_NULL)) == MPI_SESSION_NULL);
+    OK(MPI_Session_finalize(&s));
+}
+
+/* A one-sided accumulate that moves nothing is done without the op/datatype check, as
+ * in MPICH (mpi4py's test_rma testGetAccumulate: 0 MPI_BYTEs with MPI_SUM). */
+static void empty_get_accumulate(MPI_Comm comm) {
+    int me;
+    MPI_Comm_rank(comm, &me);
+    char mem[8] = {0}, o = 0, r = 0;
+    MPI_Win win;
+    OK(MPI_Win_create(mem, sizeof mem, 1, MPI_INFO_NULL, comm, &win));
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Get_accumulate(&o, 0, MPI_BYTE, &r, 0, MPI_BYTE, me, 0, 0, MPI_BYTE, MPI_SUM, win));
+    OK(MPI_Accumulate(&o, 0, MPI_BYTE, me, 0, 0, MPI_BYTE, MPI_PROD, win));
+    OK(MPI_Win_fence(0, win));
+    /* With data, the check stays: SUM is not defined for MPI_BYTE. */
+    OK(MPI_Win_set_errhandler(win, MPI_ERRORS_RETURN));
+    int rc = MPI_Get_accumulate(&o, 1, MPI_BYTE, &r, 1, MPI_BYTE, me, 0, 1, MPI_BYTE, MPI_SUM,
+                                win);
+    int class = MPI_SUCCESS;
+    MPI_Error_class(rc, &class);
+    CHECK_EQ(class, MPI_ERR_OP);
+    OK(MPI_Win_fence(0, win));
+    OK(MPI_Win_free(&win));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     int rank;
@@ -164,6 +198,9 @@ int main(int argc, char **argv) {
     bottom_with_absolute_addresses(MPI_COMM_WORLD);
     persistent_collectives_copy_their_arrays(MPI_COMM_SELF);
     persistent_collectives_copy_their_arrays(MPI_COMM_WORLD);
+    session_handles_convert();
+    empty_get_accumulate(MPI_COMM_SELF);
+    empty_get_accumulate(MPI_COMM_WORLD);
     MPI_Barrier(MPI_COMM_WORLD);
     if (rank == 0) printf("bindings ok\n");
     MPI_Finalize();
