@@ -524,9 +524,9 @@ fn gen_narrow(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
 /// The body of a persistent collective (`persistent ... = Iname`): the initialization
 /// checks its own arguments as annotated and keeps the C arguments as given; every start
 /// decodes them again and calls the non-blocking `Iname`'s implementation, whose schedule
-/// `imp::persistent` takes as the work of the request. MPI forbids changing the buffers,
-/// count arrays and datatypes until the request is freed, so decoding again gives what
-/// initialization would have.
+/// `imp::persistent` takes as the work of the request. MPI forbids changing the buffers
+/// and datatypes until the request is freed, so decoding again gives what initialization
+/// would have; the count, displacement and datatype arrays are copied at initialization.
 fn gen_persistent(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
     let b = funcs
         .iter()
@@ -562,12 +562,6 @@ fn gen_persistent(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
         .map(|a| format!("h::err_comm({})", a.name))
         .unwrap_or_else(|| "None".into());
     writeln!(out, "    entry(\"{call}\", {err_comm}, move || {{").unwrap();
-    writeln!(
-        out,
-        "        let kept = imp::Captured(({},));",
-        names.join(", ")
-    )
-    .unwrap();
     // The initialization's own checks, the communicator first (as everywhere); only the
     // request is used here.
     let mut lines = Vec::new();
@@ -589,11 +583,36 @@ fn gen_persistent(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
     for (_, l) in lines {
         writeln!(out, "        {l}").unwrap();
     }
+    // The count, displacement and datatype arrays are copied now, as MPICH does: a program
+    // may free them once the initialization returns (mpi4py does), and each start reads the
+    // copies. The copies move into the request's closure; `kept` points at them.
+    let mut copies = Vec::new();
+    for a in kept.iter().filter(|a| a.is_array && a.depth == 1) {
+        let n = &a.name;
+        let len = persistent_array_len(&f.name, a);
+        writeln!(
+            out,
+            "        // SAFETY: the array has `len` elements where significant (MPI contract).\n        \
+             let {n}_copy = unsafe {{ imp::keep_array({n}, {len}) }};\n        \
+             let {n} = {n}_copy.as_ref().map_or({n}, |v| v.as_ptr());"
+        )
+        .unwrap();
+        copies.push(format!("&{n}_copy"));
+    }
+    writeln!(
+        out,
+        "        let kept = imp::Captured(({},));",
+        names.join(", ")
+    )
+    .unwrap();
     writeln!(
         out,
         "        imp::persistent(\"{call}\", request, move |request| {{"
     )
     .unwrap();
+    if !copies.is_empty() {
+        writeln!(out, "            let _ = ({},);", copies.join(", ")).unwrap();
+    }
     writeln!(out, "            let ({},) = kept.get();", names.join(", ")).unwrap();
     if !std::ptr::eq(b, inner) {
         // Narrow before the handles are decoded (the lengths read the raw communicator).
@@ -657,6 +676,41 @@ fn gen_persistent(out: &mut String, f: &Func, funcs: &[Func], base: &str) {
     )
     .unwrap();
     out.push_str("        })\n    })\n}\n\n");
+}
+
+/// How many elements array argument `a` of persistent collective `fname` has where it is
+/// significant (an expression of the raw C arguments): the annotation of the large-count
+/// form, else by the collective's kind. Send-side arrays of the all-to-all forms are
+/// ignored with MPI_IN_PLACE (`(void *)-1`): none are read then.
+fn persistent_array_len(fname: &str, a: &Arg) -> String {
+    let kind = match &a.kind {
+        Kind::Array { len: Some(l), .. } => l.clone(),
+        _ => {
+            let send_side = a.name.starts_with("send") || a.name == "sdispls";
+            if fname.starts_with("Neighbor_") {
+                if send_side { "outdegree" } else { "indegree" }.to_string()
+            } else if fname.starts_with("Gatherv") || fname.starts_with("Scatterv") {
+                "rooted".to_string()
+            } else if fname.starts_with("Reduce_scatter") {
+                "local".to_string()
+            } else {
+                "peers".to_string()
+            }
+        }
+    };
+    let len = match kind.as_str() {
+        "peers" => "imp::peer_count(comm)?".to_string(),
+        "local" => "imp::local_count(comm)?".to_string(),
+        "rooted" => "imp::rooted_count(comm, root)?".to_string(),
+        "indegree" => "imp::degrees(comm)?.0".to_string(),
+        "outdegree" => "imp::degrees(comm)?.1".to_string(),
+        arg => format!("({arg}).max(0) as usize"),
+    };
+    if fname.starts_with("Alltoall") && (a.name.starts_with("send") || a.name == "sdispls") {
+        format!("if sendbuf as usize == usize::MAX {{ 0 }} else {{ {len} }}")
+    } else {
+        len
+    }
 }
 
 fn c_proto(f: &Func, prefix: &str) -> String {

@@ -1264,3 +1264,22 @@ fn dynamic_processes_accept_connect_between_jobs_and_join() {
 fn large_count_arrays_positions_and_displacement_units() {
     suite("large_arrays", &[1, 2, 5], "large arrays ok");
 }
+
+/// What mpi4py's test suite found (scripts/mpi4py-check), as C: 1 and 2 ranks, both engines.
+#[test]
+fn cases_found_by_mpi4py() {
+    let exe = build("bindings");
+    for np in [1, 2] {
+        for engine in ["polling", "threaded"] {
+            expect_ok(
+                &format!("bindings on {np} ranks, {engine}"),
+                Command::new("timeout")
+                    .arg("120")
+                    .arg(mpirun())
+                    .args(["-n", &np.to_string(), "--progress", engine])
+                    .arg(&exe),
+                "bindings ok",
+            );
+        }
+    }
+}

@@ -273,7 +273,14 @@ impl Op {
         }
         if let Some(off) = dtype.contiguous_offset() {
             // SAFETY: a contiguous type's data is the stream at `off`.
-            unsafe { self.apply_packed(input.offset(off), inout.offset(off), count, dtype) };
+            unsafe {
+                self.apply_packed(
+                    input.wrapping_offset(off),
+                    inout.wrapping_offset(off),
+                    count,
+                    dtype,
+                )
+            };
             return;
         }
         // SAFETY: caller contract: the type maps are readable (and writable for inout).

@@ -693,7 +693,7 @@ pub(crate) unsafe fn copy_typed(
     // SAFETY: caller contract.
     unsafe {
         if let (Some(a), Some(b)) = (st.contiguous_offset(), rt.contiguous_offset()) {
-            std::ptr::copy(src.offset(a), dst.offset(b), n);
+            std::ptr::copy(src.wrapping_offset(a), dst.wrapping_offset(b), n);
         } else {
             let v = st.pack(src, count);
             rt.unpack_range(dst, rcount, 0, &v);

@@ -379,6 +379,15 @@ impl Window {
             .map(|(o, n)| (o as i64, n as u64))
             .collect();
         let total: u64 = runs.iter().map(|r| r.1).sum();
+        // Nothing to move on either side: done, with no op/datatype check and no message,
+        // as in MPICH (mpi4py's test_rma does a Get_accumulate of 0 MPI_BYTEs with MPI_SUM).
+        let empty = |a: &Option<Access<'_>>| {
+            a.as_ref()
+                .is_none_or(|a| a.count == 0 || a.dtype.size() == 0)
+        };
+        if total == 0 && empty(&origin) && empty(&result) {
+            return done_request(self.rt, None);
+        }
         let base: i128 = if self.flavor == Flavor::Dynamic {
             target_disp as i128
         } else {

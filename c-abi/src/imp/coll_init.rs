@@ -3,9 +3,10 @@
 //! `gen_persistent`): the arguments are kept as given (`Captured`), and each MPI_Start
 //! decodes them again and calls the matching non-blocking collective (`coll::i*`), whose
 //! schedule the core runs as the work of the persistent request
-//! (`Runtime::persistent_schedule`). MPI forbids changing the buffers, count arrays and
-//! datatypes of a persistent collective until it is freed, so decoding again gives what
-//! initialization would have.
+//! (`Runtime::persistent_schedule`). MPI forbids changing the buffers and datatypes of a
+//! persistent collective until it is freed, so decoding again gives what initialization
+//! would have. The count, displacement and datatype arrays are copied at initialization
+//! (`keep_array`), as MPICH does: mpi4py frees its arrays once `MPI_*_init` returns.
 //!
 //! The non-blocking functions hand their schedule to `started`; while a start builds one,
 //! `divert` takes it instead of starting it as a request of its own.
@@ -49,6 +50,19 @@ impl<T: Copy> Captured<T> {
     pub(crate) fn get(&self) -> T {
         self.0
     }
+}
+
+/// A copy of a persistent collective's array argument of `len` elements (None for a NULL
+/// or empty one: the start passes the program's pointer then, which is not read).
+///
+/// # Safety
+/// `p` is NULL or points to `len` readable elements.
+pub(crate) unsafe fn keep_array<T: Copy>(p: *const T, len: usize) -> Option<Vec<T>> {
+    if p.is_null() || len == 0 {
+        return None;
+    }
+    // SAFETY: `len` readable elements (caller's contract).
+    Some(unsafe { std::slice::from_raw_parts(p, len) }.to_vec())
 }
 
 /// Make the persistent request whose starts build their schedule with `build` (a call of

@@ -159,6 +159,12 @@ pub(crate) fn win_c2f(h: MPI_Win) -> MPI_Fint {
 pub(crate) fn win_f2c(h: MPI_Fint) -> MPI_Win {
     h
 }
+pub(crate) fn session_c2f(h: MPI_Session) -> MPI_Fint {
+    h
+}
+pub(crate) fn session_f2c(h: MPI_Fint) -> MPI_Session {
+    h
+}
 
 pub(crate) fn status_c2f(c: &MPI_Status, f: *mut MPI_Fint) -> MpiResult<()> {
     // SAFETY: MPI requires room for MPI_STATUS_SIZE integers.

@@ -799,7 +799,8 @@ impl Datatype {
             return (Vec::new(), 0);
         }
         // SAFETY: the elements lie within [ptr + lo, ptr + hi) (caller contract).
-        let copy = unsafe { std::slice::from_raw_parts(ptr.offset(lo), (hi - lo) as usize) };
+        let copy =
+            unsafe { std::slice::from_raw_parts(ptr.wrapping_offset(lo), (hi - lo) as usize) };
         (copy.to_vec(), 0usize.wrapping_sub(lo as usize))
     }
 

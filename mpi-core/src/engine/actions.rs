@@ -127,7 +127,9 @@ impl Core {
             // SAFETY: the send buffer holds `bytes()` bytes from `buf + off` (MPI contract
             // for a contiguous type) and `offset + n <= bytes()`; the request is active,
             // so the buffer stays valid until it completes.
-            return unsafe { std::slice::from_raw_parts(req.buf.0.offset(off).add(offset), n) };
+            return unsafe {
+                std::slice::from_raw_parts(req.buf.0.wrapping_offset(off).wrapping_add(offset), n)
+            };
         }
         scratch.resize(n, 0);
         // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).

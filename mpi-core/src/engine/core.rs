@@ -237,7 +237,9 @@ impl Core {
                 // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
                 // `take <= bytes()`; `data` is the transport's (for shm, the ring cell's)
                 // or the unexpected queue's copy, which does not overlap it.
-                Some(off) => unsafe { copy_small(data.as_ptr(), req.buf.0.offset(off), take) },
+                Some(off) => unsafe {
+                    copy_small(data.as_ptr(), req.buf.0.wrapping_offset(off), take)
+                },
                 // SAFETY: the receive buffer holds `count` elements of `dtype`.
                 None => unsafe {
                     req.dtype
@@ -345,7 +347,7 @@ impl Core {
                 Some(off) => unsafe {
                     std::ptr::copy_nonoverlapping(
                         p.as_ptr(),
-                        req.buf.0.offset(off).add(offset),
+                        req.buf.0.wrapping_offset(off).wrapping_add(offset),
                         take,
                     )
                 },

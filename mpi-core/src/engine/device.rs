@@ -376,7 +376,7 @@ impl Core {
                 Some(off) => unsafe {
                     std::ptr::copy_nonoverlapping(
                         data.as_ptr(),
-                        req.buf.0.offset(off).add(offset),
+                        req.buf.0.wrapping_offset(off).wrapping_add(offset),
                         take,
                     )
                 },

@@ -358,18 +358,25 @@ impl Engine {
             self.retry_pending()?;
         }
         // Messages to self are delivered here, at once, so that no progress thread or
-        // later poll is needed for them (the self path has no thread of its own).
-        while self.core.self_dirty {
-            self.core.self_dirty = false;
-            let Engine { router, core } = self;
-            if let Some(i) = router.route_of(core.me) {
-                router.transports()[i]
-                    .poll(&mut |src, h, p| core.on_arrival(src, h, p))
-                    .map_err(p2p_fault)?;
+        // later poll is needed for them (the self path has no thread of its own). The
+        // control step may itself send to self (a synchronous send's ack when a receive
+        // matched a message from self), so the delivery is tried again after it: under
+        // the threaded engine nothing else would ever poll the self path.
+        loop {
+            if self.core.self_dirty {
+                self.core.self_dirty = false;
+                let Engine { router, core } = self;
+                if let Some(i) = router.route_of(core.me) {
+                    router.transports()[i]
+                        .poll(&mut |src, h, p| core.on_arrival(src, h, p))
+                        .map_err(p2p_fault)?;
+                }
             }
             self.flush_control()?;
+            if !self.core.self_dirty {
+                return Ok(());
+            }
         }
-        self.flush_control()
     }
 
     fn flush_control(&mut self) -> MpiResult<()> {

@@ -87,8 +87,8 @@ impl Core {
             let addr = if let Some(p) = &req.packed {
                 p.as_ptr() as u64
             } else if let Some(off) = req.dtype.contiguous_offset() {
-                // SAFETY: pointer arithmetic within the user's buffer (MPI contract).
-                (unsafe { req.buf.0.offset(off) }) as u64
+                // Wrapping: the buffer may be MPI_BOTTOM (NULL) with an absolute offset.
+                req.buf.0.wrapping_offset(off) as u64
             } else {
                 let mut packed = vec![0u8; bytes];
                 // SAFETY: the send buffer holds `count` elements of `dtype`.

@@ -119,7 +119,7 @@ impl Runtime {
             // SAFETY: the send buffer holds `count` elements of the contiguous `dtype`,
             // `bytes` bytes from `buf + off` (MPI contract); the slice lives only for
             // this call, which copies it into the transport.
-            unsafe { std::slice::from_raw_parts(buf.offset(off), bytes) }
+            unsafe { std::slice::from_raw_parts(buf.wrapping_offset(off), bytes) }
         };
         let world = c.peer_group().world_rank(dest as usize);
         let context = c.context;
