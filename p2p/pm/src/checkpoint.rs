@@ -46,6 +46,9 @@ pub const SIGNAL_LATENCY: Duration = Duration::from_millis(100);
 /// Marker phases.
 pub const STABLE: u8 = 0;
 pub const SAVED: u8 = 1;
+/// The sender saved its context and stops: a new process restores it
+/// ([`crate::restart`]). Counts as [`SAVED`] for the peers' wait.
+pub const RESTARTING: u8 = 2;
 
 /// What asks for checkpoints, and where images go.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -212,6 +215,14 @@ impl Coordinator {
         self.marks
             .get(&id)
             .map(|(s, v)| if phase == STABLE { s } else { v })
+    }
+
+    /// A process restored from the image of checkpoint `id`: that one and those before it
+    /// are over (late markers of the peers for it ask for nothing).
+    pub fn restored_from(&mut self, id: u32) {
+        self.last = self.last.max(id);
+        self.requested = None;
+        self.marks.clear();
     }
 
     /// Checkpoint `id` is over (taken or abandoned).

@@ -50,6 +50,7 @@ pub mod lossy;
 pub mod nic;
 pub mod pm;
 pub mod reliable;
+pub mod restart;
 pub mod transport;
 pub mod wire;
 

@@ -431,6 +431,30 @@ impl Link {
         self.failed = false;
     }
 
+    /// The peer restarted in a new process that restored its context and now listens at
+    /// another address: what it has not acknowledged died with its old process (or sits
+    /// unread in its old socket), so resend every packet it has not selectively
+    /// acknowledged now, with a fresh back-off and give-up clock, and tell it where we
+    /// are (which also confirms to it that we know its new address).
+    pub fn on_peer_moved(&mut self, now: Instant) {
+        for o in self.inflight.iter_mut().filter(|o| !o.sacked) {
+            o.resend = true;
+        }
+        // Trains of the old process will not be completed by the new one.
+        self.partial.clear();
+        self.backoff = 0;
+        self.unanswered = 0;
+        if !self.inflight.is_empty() {
+            self.progress_at = Some(now);
+        }
+        self.ack_now = true;
+    }
+
+    /// Send an ACK restating where we are, now.
+    pub fn restate(&mut self) {
+        self.ack_now = true;
+    }
+
     fn rto(&self) -> Duration {
         let base = match self.srtt {
             None => self.cfg.rto_initial,
@@ -701,6 +725,8 @@ impl Link {
             Kind::Frag => self.on_fragment(now, p),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
             Kind::FragNack => self.on_fragment_nack(p.seq, p.ack, p.sack),
+            // The driver checks and applies moves (`crate::restart`); never a link's.
+            Kind::Move => {}
         }
     }
 
