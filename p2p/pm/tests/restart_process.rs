@@ -310,3 +310,70 @@ fn a_rank_restarts_in_a_new_process() {
     assert!(old.contains("image of"), "{old}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A MOVE is applied only when its MAC is right under the job key, it comes from the
+/// address its card names, it names the epoch we know and a newer generation; a repeat of
+/// the one applied is answered, not applied again.
+#[test]
+fn moves_are_checked() {
+    use tsunagi_pm::restart::{encode_move, Move};
+    let cfg = config();
+    let mut a = PmTransport::bind(0, 2, &cfg).unwrap();
+    let b = PmTransport::bind(1, 2, &cfg).unwrap();
+    let one = tsunagi_pm::lids::LidWiring::single(2);
+    let cb = tsunagi_pm::parse_card(&b.card()).unwrap();
+    a.set_peers(&[(1, cb.clone())], &one).unwrap();
+    // The "new process" of rank 1: a socket of its own.
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let here = sock.local_addr().unwrap();
+    let card = |epoch: u32| {
+        tsunagi_pm::parse_card(&format!("pm:127.0.0.1:{}:{epoch:08x}", here.port())).unwrap()
+    };
+    let mv = |key: &[u8], old_epoch: u32, generation: u32, epoch: u32| {
+        let m = Move {
+            rank: 1,
+            old_epoch,
+            generation,
+            card: card(epoch),
+        };
+        let mut out = Vec::new();
+        encode_move(key, &m, 0, true, &mut out);
+        out
+    };
+    let key = tsunagi_tcp::JobKey::from_hex(KEY).unwrap().0;
+    let deliver = |a: &mut PmTransport, d: &[u8]| {
+        sock.send_to(d, a.local_addr()).unwrap();
+        let start = Instant::now();
+        let before = a.moves_seen();
+        while a.moves_seen() == before && start.elapsed() < Duration::from_millis(300) {
+            a.poll(&mut |_, _: &Header, _: &[u8]| {}).unwrap();
+        }
+        a.moves_seen()
+    };
+    assert_eq!(deliver(&mut a, &mv(b"wrong key", cb.epoch, 1, 5)), (0, 1));
+    assert_eq!(
+        deliver(&mut a, &mv(&key, cb.epoch ^ 1, 1, 5)),
+        (0, 2),
+        "stale epoch"
+    );
+    assert_eq!(
+        deliver(&mut a, &mv(&key, cb.epoch, 1, 5)),
+        (1, 2),
+        "applied"
+    );
+    assert_eq!(a.destination(1), Some(here));
+    // The repeat is answered (an ACK to the new address), not applied again.
+    let mut buf = [0u8; 256];
+    sock.set_nonblocking(true).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    while sock.recv_from(&mut buf).is_ok() {}
+    sock.set_nonblocking(false).unwrap();
+    assert_eq!(deliver(&mut a, &mv(&key, cb.epoch, 1, 5)), (1, 2));
+    sock.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let (n, _) = sock.recv_from(&mut buf).unwrap();
+    let p = tsunagi_pm::wire::decode(&buf[..n]).unwrap();
+    assert_eq!((p.kind, p.src, p.dst), (tsunagi_pm::wire::Kind::Ack, 0, 1));
+    // A replay of the first generation once the epoch moved on is refused.
+    assert_eq!(deliver(&mut a, &mv(&key, cb.epoch, 1, 6)), (1, 3));
+    drop(b);
+}
