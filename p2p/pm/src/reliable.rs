@@ -120,6 +120,11 @@ pub struct LinkStats {
     pub frags_retransmitted: u64,
     /// Payload bytes sent again: whole packets (timeout, NACK) and pieces (FNACK).
     pub bytes_retransmitted: u64,
+    /// FNACKs sent by the reassembly timer (the rest: a hole overtaken).
+    pub frag_nacks_by_timer: u64,
+    /// Pieces of trains that arrived when the packet already had them (resent needlessly,
+    /// or duplicated by the network).
+    pub duplicate_pieces: u64,
 }
 
 impl std::ops::AddAssign for LinkStats {
@@ -137,6 +142,8 @@ impl std::ops::AddAssign for LinkStats {
             frag_nacks_sent,
             frags_retransmitted,
             bytes_retransmitted,
+            frag_nacks_by_timer,
+            duplicate_pieces,
         } = s;
         self.data_sent += data_sent;
         self.retransmitted += retransmitted;
@@ -149,6 +156,8 @@ impl std::ops::AddAssign for LinkStats {
         self.frag_nacks_sent += frag_nacks_sent;
         self.frags_retransmitted += frags_retransmitted;
         self.bytes_retransmitted += bytes_retransmitted;
+        self.frag_nacks_by_timer += frag_nacks_by_timer;
+        self.duplicate_pieces += duplicate_pieces;
     }
 }
 
@@ -207,7 +216,8 @@ impl Partial {
 
     /// Queue FNACKs for the pieces that are missing and not yet asked for: those that
     /// [`DUP_THRESH`] later pieces overtook, or all of them (`all`, the timer).
-    fn request(&mut self, seq: u32, all: bool, fnacks: &mut VecDeque<(u32, u32, u32)>) {
+    /// Returns whether it asked for anything.
+    fn request(&mut self, seq: u32, all: bool, fnacks: &mut VecDeque<(u32, u32, u32)>) -> bool {
         let tail_lost = all || self.later >= DUP_THRESH;
         let upto = if tail_lost {
             self.have.len()
@@ -235,6 +245,7 @@ impl Partial {
         if let Some(b) = base {
             fnacks.push_back((seq, b as u32, bits));
         }
+        base.is_some()
     }
 }
 
@@ -450,6 +461,17 @@ impl Link {
         self.ack_now = true;
     }
 
+    /// How long a train waits for a piece before asking for what is missing: the
+    /// configured time, but at least a smoothed round trip to the peer, so that the
+    /// answer to a request can be back before the timer asks for the same pieces again
+    /// (under load a round trip takes milliseconds; asking every 500 µs resent pieces
+    /// that were already on their way).
+    fn reassembly_timeout(&self) -> Duration {
+        self.cfg
+            .reassembly_timeout
+            .max(self.srtt.unwrap_or_default())
+    }
+
     /// Send an ACK restating where we are, now.
     pub fn restate(&mut self) {
         self.ack_now = true;
@@ -476,7 +498,7 @@ impl Link {
         let reassembly = self
             .partial
             .values()
-            .map(|p| p.deadline(self.cfg.reassembly_timeout, self.cfg.rto_max))
+            .map(|p| p.deadline(self.reassembly_timeout(), self.cfg.rto_max))
             .min();
         [retx, self.ack_due, reassembly].into_iter().flatten().min()
     }
@@ -660,7 +682,7 @@ impl Link {
         // ours (more than two timeouts since the last timer run: descheduled, or a driver
         // that did not read its socket) the missing pieces may be waiting in the socket
         // buffer: put the request off once, by one timeout, so that they are read first.
-        let (timeout, max) = (self.cfg.reassembly_timeout, self.cfg.rto_max);
+        let (timeout, max) = (self.reassembly_timeout(), self.cfg.rto_max);
         let stalled = gap > 2 * timeout;
         for (&seq, part) in self.partial.iter_mut() {
             if now >= part.deadline(timeout, max) {
@@ -671,7 +693,9 @@ impl Link {
                 }
                 part.postponed = false;
                 part.asked.iter_mut().for_each(|a| *a = false);
+                let before = self.fnacks.len();
                 part.request(seq, true, &mut self.fnacks);
+                self.stats.frag_nacks_by_timer += (self.fnacks.len() - before) as u64;
                 part.last_at = now;
                 part.timer_nacks += 1;
             }
@@ -798,7 +822,11 @@ impl Link {
             if dist(seq, p.seq) < 0 {
                 part.later += 1;
                 if part.later == DUP_THRESH {
-                    part.request(seq, false, &mut self.fnacks);
+                    // The timer counts from this request: asking again before the
+                    // answer could be back would resend the same pieces twice.
+                    if part.request(seq, false, &mut self.fnacks) {
+                        part.last_at = now;
+                    }
                 }
             }
         }
@@ -814,6 +842,7 @@ impl Link {
         }
         let i = offset / piece;
         if part.have[i] {
+            self.stats.duplicate_pieces += 1;
             return;
         }
         part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);

@@ -360,6 +360,8 @@ pub struct DriverStats {
     pub acks_received: u64,
     pub sleeps: u64,
     pub sleep_ns: u64,
+    /// Datagrams the fault knob (`TSUNAGI_PM_DROP`) dropped (always counted).
+    pub fault_drops: u64,
 }
 
 /// Why a segmented send failed.
@@ -627,6 +629,11 @@ impl PmTransport {
         self.ep.config().link.max_datagram
     }
 
+    /// Datagrams dropped so far by the fault knob (`TSUNAGI_PM_DROP`).
+    pub fn fault_drops(&self) -> u64 {
+        self.drv.fault_drops
+    }
+
     /// Datagrams accepted on the acknowledgement socket so far.
     pub fn acks_received(&self) -> u64 {
         self.drv.acks_received
@@ -745,6 +752,7 @@ impl PmTransport {
             let step = if train == 0 { out.len().max(1) } else { train };
             for seg in out.chunks(step) {
                 if f.drop > 0.0 && self.rng.chance(f.drop) {
+                    self.drv.fault_drops += 1;
                     continue;
                 }
                 if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
