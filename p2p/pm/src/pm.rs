@@ -162,6 +162,8 @@ pub struct PmStats {
     pub rdma_pulls_served: u64,
     /// Bytes pulled into user buffers (RDMA rendezvous, receiver side).
     pub rdma_bytes_pulled: u64,
+    /// ... of which placed as their pieces arrived, without a copy through the link.
+    pub rdma_bytes_placed: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -197,6 +199,9 @@ enum Pull {
         offset: u64,
         len: usize,
         done: Option<Result<(), String>>,
+        /// Its reply's data went straight into the region as it arrived
+        /// ([`PullPlacement`]): the delivered reply carries none.
+        placed: bool,
     },
     /// A PULL whose asker gave up: its reply is dropped.
     Abandoned(Rank),
@@ -466,6 +471,62 @@ pub struct PmEndpoint {
     /// Checkpoint markers executed, oldest first: (from, checkpoint id, phase).
     markers: VecDeque<(Rank, u32, u8)>,
     stats: PmStats,
+}
+
+/// The receiving NIC's placement of PULL replies ([`crate::reliable::Placement`]): a
+/// reply from `src` to a pending [`PmEndpoint::pull_into`] is written into the local region
+/// it was asked for as its pieces arrive, instead of being reassembled in the link and
+/// copied from there when executed. The reply's work request header (operation, tag,
+/// status: [`PULL_REPLY_HEAD`] bytes) is in its first piece, so pieces that come before it
+/// are kept by the link and placed when it comes.
+struct PullPlacement<'a> {
+    src: Rank,
+    regions: &'a mut Regions,
+    pulls: &'a mut HashMap<u64, Pull>,
+    stats: &'a mut PmStats,
+}
+
+/// Bytes of a PULL reply's work request before its data.
+const PULL_REPLY_HEAD: usize = 10;
+
+impl crate::reliable::Placement for PullPlacement<'_> {
+    fn place(
+        &mut self,
+        _seq: u32,
+        head: &[u8],
+        total: usize,
+        offset: usize,
+        data: &[u8],
+    ) -> Option<usize> {
+        // A successful PULL reply: operation 3, tag, status 0.
+        if head.len() < PULL_REPLY_HEAD || head[0] != 3 || head[9] != 0 {
+            return None;
+        }
+        let tag = u64::from_le_bytes(head[1..9].try_into().unwrap());
+        let Some(Pull::Into {
+            peer,
+            key,
+            offset: at,
+            len,
+            done: None,
+            placed,
+        }) = self.pulls.get_mut(&tag)
+        else {
+            return None;
+        };
+        if *peer != self.src || total != PULL_REPLY_HEAD + *len {
+            return None;
+        }
+        // The data part of `data`, at its place in the destination.
+        let skip = PULL_REPLY_HEAD.saturating_sub(offset).min(data.len());
+        let dst = *at + (offset + skip - PULL_REPLY_HEAD) as u64;
+        // Bounds are checked against the registration; the pull's registration contract
+        // (`register_local`) keeps the buffer valid while the pull is pending.
+        self.regions.local_write(*key, dst, &data[skip..]).ok()?;
+        self.stats.rdma_bytes_placed += (data.len() - skip) as u64;
+        *placed = true;
+        Some(PULL_REPLY_HEAD)
+    }
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
@@ -866,11 +927,18 @@ impl PmEndpoint {
             self.stats.stray_datagrams += 1;
             return;
         }
+        // PULL replies go straight into the buffers they were asked for.
+        let mut placement = PullPlacement {
+            src,
+            regions: &mut self.regions,
+            pulls: &mut self.pulls,
+            stats: &mut self.stats,
+        };
         self.peers[src as usize]
             .as_mut()
             .unwrap()
             .link
-            .on_packet(now, pkt);
+            .on_packet_placing(now, pkt, &mut placement);
         self.execute(src);
     }
 
@@ -1003,9 +1071,13 @@ impl PmEndpoint {
                         offset,
                         len,
                         done: done @ None,
+                        placed,
                     }) if *peer == src => {
                         *done = Some(if !ok {
                             Err(format!("rank {src} refused the PULL"))
+                        } else if *placed {
+                            self.stats.rdma_bytes_pulled += *len as u64;
+                            Ok(())
                         } else if data.len() != *len {
                             Err(format!("PULL of {len} bytes answered with {}", data.len()))
                         } else {
@@ -1333,6 +1405,7 @@ impl PmEndpoint {
                 offset: local_offset,
                 len,
                 done: None,
+                placed: false,
             },
         );
         self.wr_to(

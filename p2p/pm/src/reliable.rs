@@ -174,6 +174,8 @@ pub struct LinkContext {
 /// A DATA packet whose FRAG pieces are arriving.
 struct Partial {
     buf: Vec<u8>,
+    /// The whole payload's length.
+    total: usize,
     piece: usize,
     have: Vec<bool>,
     missing: usize,
@@ -190,13 +192,17 @@ struct Partial {
     timer_nacks: u32,
     /// The timer was put off once after a stall of our own (see `Link::run_timers`).
     postponed: bool,
+    /// The payload goes straight to its destination ([`Placement`]): only its first this
+    /// many bytes are kept in `buf` (all of `buf` is kept until piece 0 is in).
+    placing: Option<usize>,
 }
 
 impl Partial {
-    fn new(total: usize, piece: usize, now: Instant) -> Partial {
+    fn new(total: usize, piece: usize, now: Instant, buf: Vec<u8>) -> Partial {
         let n = total.div_ceil(piece);
         Partial {
-            buf: vec![0; total],
+            buf,
+            total,
             piece,
             have: vec![false; n],
             missing: n,
@@ -206,6 +212,7 @@ impl Partial {
             last_at: now,
             timer_nacks: 0,
             postponed: false,
+            placing: None,
         }
     }
 
@@ -262,6 +269,33 @@ struct Outstanding {
     /// The receiver holds pieces of this packet and recovers it by FNACK: a NACK does not
     /// make it resent whole.
     partial_at_peer: bool,
+}
+
+/// Where the payload of an arriving DATA packet may go directly instead of through the
+/// link's buffers: the receiving NIC placing a PULL reply into the buffer it was asked for
+/// (the reply is then delivered, in order, with only its first bytes).
+pub trait Placement {
+    /// `head` is the start of packet `seq`'s payload (at least its first piece), whose
+    /// whole length is `total`; `data` is the part of it at `offset`. `Some(keep)` when
+    /// `data` was placed: the packet is delivered with its first `keep` bytes only.
+    /// Called once per piece, and for the pieces that came before piece 0 once it comes.
+    fn place(
+        &mut self,
+        seq: u32,
+        head: &[u8],
+        total: usize,
+        offset: usize,
+        data: &[u8],
+    ) -> Option<usize>;
+}
+
+/// No placement: every payload is kept by the link.
+pub struct Keep;
+
+impl Placement for Keep {
+    fn place(&mut self, _: u32, _: &[u8], _: usize, _: usize, _: &[u8]) -> Option<usize> {
+        None
+    }
 }
 
 /// A gap between two timer runs longer than this means the owner did not run (it sleeps
@@ -733,6 +767,17 @@ impl Link {
     /// Feed a packet that [`wire::decode`] accepted and that the caller matched to this
     /// link (source rank and epoch).
     pub fn on_packet(&mut self, now: Instant, p: &Packet<'_>) {
+        self.on_packet_placing(now, p, &mut Keep);
+    }
+
+    /// [`Link::on_packet`], with the payloads `placement` takes going straight to their
+    /// destination.
+    pub fn on_packet_placing(
+        &mut self,
+        now: Instant,
+        p: &Packet<'_>,
+        placement: &mut dyn Placement,
+    ) {
         self.clock = Some(now);
         // Any packet is a sign of life: a peer that answers but cannot take our data yet
         // (receiver not ready) is slow, not failed.
@@ -743,10 +788,12 @@ impl Link {
         match p.kind {
             Kind::Data => {
                 if let Some(d) = self.admit(p.seq) {
-                    self.store(d, p.payload.to_vec());
+                    let len = p.payload.len();
+                    let keep = placement.place(p.seq, p.payload, len, 0, p.payload);
+                    self.store(d, p.payload[..keep.map_or(len, |k| k.min(len))].to_vec());
                 }
             }
-            Kind::Frag => self.on_fragment(now, p),
+            Kind::Frag => self.on_fragment(now, p, placement),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
             Kind::FragNack => self.on_fragment_nack(p.seq, p.ack, p.sack),
             // The driver checks and applies moves (`crate::restart`); never a link's.
@@ -813,7 +860,7 @@ impl Link {
     /// A FRAG piece: into its packet's reassembly buffer; the packet is taken as DATA
     /// once every piece is in (pieces of packets below the window or already complete
     /// are duplicates).
-    fn on_fragment(&mut self, now: Instant, p: &Packet<'_>) {
+    fn on_fragment(&mut self, now: Instant, p: &Packet<'_>, placement: &mut dyn Placement) {
         if self.window_slot(p.seq).is_none() {
             return;
         }
@@ -831,21 +878,49 @@ impl Link {
             }
         }
         let (offset, total, piece) = wire::fragment_fields(p.ack, p.sack);
-        let part = self
-            .partial
-            .entry(p.seq)
-            .or_insert_with(|| Partial::new(total, piece, now));
-        if part.buf.len() != total || part.piece != piece {
-            // Another cut of the same packet (cannot happen with one sender's config):
-            // start over with this one.
-            *part = Partial::new(total, piece, now);
-        }
         let i = offset / piece;
-        if part.have[i] {
+        let fits = |part: &Partial| part.total == total && part.piece == piece;
+        if !self.partial.get(&p.seq).is_some_and(fits) {
+            // A new train (or another cut of the same packet, which one sender's config
+            // cannot make: start over with this one). When its first piece comes first
+            // and its payload can go straight to its destination, only the head is kept.
+            let mut part = Partial::new(total, piece, now, Vec::new());
+            match (i == 0)
+                .then(|| placement.place(p.seq, p.payload, total, 0, p.payload))
+                .flatten()
+            {
+                Some(keep) => {
+                    part.buf = p.payload[..keep.min(p.payload.len())].to_vec();
+                    part.placing = Some(keep);
+                }
+                None => part.buf = vec![0; total],
+            }
+            self.partial.insert(p.seq, part);
+        } else if self.partial[&p.seq].have[i] {
             self.stats.duplicate_pieces += 1;
             return;
         }
-        part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
+        let part = self.partial.get_mut(&p.seq).unwrap();
+        if part.placing.is_none() && !part.have[i] {
+            part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
+            if i == 0 {
+                // Piece 0 came late: place it and the pieces before it, if it can go.
+                if let Some(keep) = placement.place(p.seq, p.payload, total, 0, p.payload) {
+                    for j in (1..part.have.len()).filter(|&j| part.have[j]) {
+                        let (s, e) = (j * piece, ((j + 1) * piece).min(total));
+                        placement.place(p.seq, &part.buf[..keep], total, s, &part.buf[s..e]);
+                    }
+                    part.buf.truncate(keep);
+                    part.placing = Some(keep);
+                }
+            }
+        } else if i > 0 {
+            // Placing: straight to the destination (dropped if it is gone meanwhile: its
+            // reply is then dropped whole when delivered).
+            let keep = part.placing.unwrap_or(0);
+            let head = &part.buf[..keep.min(part.buf.len())];
+            placement.place(p.seq, head, total, offset, p.payload);
+        }
         part.have[i] = true;
         part.asked[i] = false;
         part.missing -= 1;

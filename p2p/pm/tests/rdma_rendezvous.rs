@@ -166,6 +166,8 @@ fn rdma_reads_land_in_the_receive_buffer() {
     eprintln!("{:?} {s:?}", t0.elapsed());
     let total: u64 = SIZES.iter().sum::<usize>() as u64;
     assert_eq!(s.rdma_bytes_pulled, total);
+    // Whole replies (one datagram each over loopback) are placed from the datagram too.
+    assert_eq!(s.rdma_bytes_placed, total);
     assert!(s.rdma_pulls_served as usize >= SIZES.len());
     // The large data went by PULL, not through the rings: few ring messages.
     assert!(s.messages_sent < 4 * SIZES.len() as u64, "{s:?}");
@@ -191,6 +193,8 @@ fn rdma_reads_in_trains_of_fragments() {
     let t = both_ways(Faults::default(), Some(1500));
     let total: u64 = SIZES.iter().sum::<usize>() as u64;
     assert_eq!(t[0].0.rdma_bytes_pulled, total);
+    // Each reply's pieces went straight into the receive buffer as they arrived.
+    assert_eq!(t[0].0.rdma_bytes_placed, total);
     let faults = Faults {
         drop: 0.05,
         duplicate: 0.05,
@@ -199,6 +203,8 @@ fn rdma_reads_in_trains_of_fragments() {
     let t = both_ways(faults, Some(1500));
     let s = t[1].1;
     assert!(s.duplicates > 0, "{s:?}");
+    // Also when pieces came before the reply's first (placed once it came), or twice.
+    assert_eq!(t[1].0.rdma_bytes_placed, total, "{:?}", t[1].0);
     // Lost pieces of the trains were asked for by FNACK and resent one by one, about
     // once each: at most twice as many pieces resent as datagrams dropped (which include
     // ACKs and small packets). Before the reassembly timer waited a round trip it asked
