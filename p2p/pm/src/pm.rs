@@ -1149,7 +1149,7 @@ impl PmEndpoint {
     /// After a [`PmEndpoint::poll_transmit`] to `peer` that encoded a vectored train
     /// ([`LinkConfig::vectored`]): the frame its pieces' payloads lie in and their ranges
     /// (see [`Link::train_payload`]).
-    pub fn train_payload(&self, peer: Rank) -> Option<(&[u8], &[(usize, usize)])> {
+    pub fn train_payload(&self, peer: Rank) -> Option<crate::reliable::TrainPayload<'_>> {
         self.peers
             .get(peer as usize)?
             .as_ref()?

@@ -276,6 +276,10 @@ struct Outstanding {
     partial_at_peer: bool,
 }
 
+/// A vectored train's payload: the frame its pieces lie in, and each piece's range in it
+/// (in the order of the train's headers).
+pub type TrainPayload<'a> = (&'a [u8], &'a [(usize, usize)]);
+
 /// Where the payload of an arriving DATA packet may go directly instead of through the
 /// link's buffers: the receiving NIC placing a PULL reply into the buffer it was asked for
 /// (the reply is then delivered, in order, with only its first bytes).
@@ -650,7 +654,7 @@ impl Link {
     /// After a [`Link::poll_transmit`] that encoded a vectored train (its `out` holds one
     /// [`wire::HEADER_BYTES`]-byte header per piece): the frame the pieces' payloads lie
     /// in and each piece's range in it, in the order of the headers.
-    pub fn train_payload(&self) -> Option<(&[u8], &[(usize, usize)])> {
+    pub fn train_payload(&self) -> Option<TrainPayload<'_>> {
         let seq = self.train_seq?;
         let o = self.inflight.iter().find(|o| o.seq == seq)?;
         Some((&o.frame, &self.train_ranges))
