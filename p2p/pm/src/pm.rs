@@ -1146,17 +1146,6 @@ impl PmEndpoint {
         None
     }
 
-    /// After a [`PmEndpoint::poll_transmit`] to `peer` that encoded a vectored train
-    /// ([`LinkConfig::vectored`]): the frame its pieces' payloads lie in and their ranges
-    /// (see [`Link::train_payload`]).
-    pub fn train_payload(&self, peer: Rank) -> Option<crate::reliable::TrainPayload<'_>> {
-        self.peers
-            .get(peer as usize)?
-            .as_ref()?
-            .link
-            .train_payload()
-    }
-
     /// The datagram size of the train the last [`PmEndpoint::poll_transmit`] to `peer`
     /// encoded (the segment size for the kernel's UDP segmentation), or 0 for one packet.
     pub fn train(&self, peer: Rank) -> usize {

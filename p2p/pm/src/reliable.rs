@@ -82,10 +82,6 @@ pub struct LinkConfig {
     /// A train that got no new piece for this long asks for its missing pieces (FNACK);
     /// doubled for each request that brought nothing, up to [`LinkConfig::rto_max`].
     pub reassembly_timeout: Duration,
-    /// Encode trains as headers only, their pieces' payloads left in the frames
-    /// ([`Link::train_payload`]), for a driver that hands them to the kernel as a vector
-    /// of buffers: no copy of the payload into the train.
-    pub vectored: bool,
 }
 
 impl Default for LinkConfig {
@@ -103,7 +99,6 @@ impl Default for LinkConfig {
             checksum: true,
             max_datagram: 65_535,
             reassembly_timeout: Duration::from_micros(500),
-            vectored: false,
         }
     }
 }
@@ -276,10 +271,6 @@ struct Outstanding {
     partial_at_peer: bool,
 }
 
-/// A vectored train's payload: the frame its pieces lie in, and each piece's range in it
-/// (in the order of the train's headers).
-pub type TrainPayload<'a> = (&'a [u8], &'a [(usize, usize)]);
-
 /// Where the payload of an arriving DATA packet may go directly instead of through the
 /// link's buffers: the receiving NIC placing a PULL reply into the buffer it was asked for
 /// (the reply is then delivered, in order, with only its first bytes).
@@ -354,11 +345,6 @@ pub struct Link {
     fnacks: VecDeque<(u32, u32, u32)>,
     /// Datagram size of the train [`Link::poll_transmit`] encoded last (0: one packet).
     train: usize,
-    /// Trains are encoded as headers only ([`Link::set_vectored`]); the last one's packet
-    /// and its pieces' ranges in the frame.
-    vectored: bool,
-    train_seq: Option<u32>,
-    train_ranges: Vec<(usize, usize)>,
     failed: bool,
     stats: LinkStats,
     /// The latest time the owner gave us (for timers set while taking frames).
@@ -392,9 +378,6 @@ impl Link {
             partial: HashMap::new(),
             fnacks: VecDeque::new(),
             train: 0,
-            vectored: cfg.vectored,
-            train_seq: None,
-            train_ranges: Vec::new(),
             failed: false,
             stats: LinkStats::default(),
             clock: None,
@@ -616,48 +599,9 @@ impl Link {
     }
 
     fn data(&mut self, idx: usize, out: &mut Vec<u8>) {
-        let (max, checksum) = (self.cfg.max_datagram, self.cfg.checksum);
-        let o = &self.inflight[idx];
-        let count = wire::fragment_count(o.frame.len(), max);
-        if self.vectored && count > 1 {
-            self.train_headers(idx, 0..count, out);
-            return;
-        }
-        let p = self.data_packet(o);
-        self.train = wire::encode_train(&p, checksum, max, out).expect("frames fit a packet");
-    }
-
-    /// Vectored trains: the headers of pieces `indices` of inflight packet `idx` into
-    /// `out`, and where their payloads lie in its frame ([`Link::train_payload`]).
-    fn train_headers(
-        &mut self,
-        idx: usize,
-        indices: impl IntoIterator<Item = usize>,
-        out: &mut Vec<u8>,
-    ) {
-        let o = &self.inflight[idx];
-        let p = self.data_packet(o);
-        let mut ranges = std::mem::take(&mut self.train_ranges);
-        self.train = wire::encode_train_headers(
-            &p,
-            self.cfg.checksum,
-            self.cfg.max_datagram,
-            indices,
-            out,
-            &mut ranges,
-        )
-        .expect("pieces of a packet in flight");
-        self.train_ranges = ranges;
-        self.train_seq = Some(o.seq);
-    }
-
-    /// After a [`Link::poll_transmit`] that encoded a vectored train (its `out` holds one
-    /// [`wire::HEADER_BYTES`]-byte header per piece): the frame the pieces' payloads lie
-    /// in and each piece's range in it, in the order of the headers.
-    pub fn train_payload(&self) -> Option<TrainPayload<'_>> {
-        let seq = self.train_seq?;
-        let o = self.inflight.iter().find(|o| o.seq == seq)?;
-        Some((&o.frame, &self.train_ranges))
+        let p = self.data_packet(&self.inflight[idx]);
+        self.train = wire::encode_train(&p, self.cfg.checksum, self.cfg.max_datagram, out)
+            .expect("frames fit a packet");
     }
 
     /// Encode the pieces of inflight packet `idx` its FNACKs asked for, and clear them.
@@ -676,13 +620,9 @@ impl Link {
             n += 1;
             bytes += (o.frame.len() - k * piece).min(piece) as u64;
         }
-        if self.vectored {
-            self.train_headers(idx, indices, out);
-        } else {
-            self.train =
-                wire::encode_fragments(&p, self.cfg.checksum, self.cfg.max_datagram, indices, out)
-                    .expect("FNACK indices were checked against the packet");
-        }
+        self.train =
+            wire::encode_fragments(&p, self.cfg.checksum, self.cfg.max_datagram, indices, out)
+                .expect("FNACK indices were checked against the packet");
         // The packet's timeout counts from this resend (and it gives no round-trip sample).
         let o = &mut self.inflight[idx];
         o.last_sent = Some(now);
@@ -696,7 +636,6 @@ impl Link {
     pub fn poll_transmit(&mut self, now: Instant, out: &mut Vec<u8>) -> bool {
         self.clock = Some(now);
         self.train = 0;
-        self.train_seq = None;
         self.run_timers(now);
         // Acknowledgements first: they never wait behind data. Requests for pieces
         // before a NACK, so that the sender knows which holes are being recovered piece

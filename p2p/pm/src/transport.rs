@@ -380,26 +380,11 @@ fn send_segmented(
     d: &[u8],
     segment: usize,
 ) -> Result<(), SendError> {
-    send_vectored(sock, to, &[iovec(d)], Some(segment))
-}
-
-/// An iovec for `d` (read only by the kernel).
-fn iovec(d: &[u8]) -> libc::iovec {
-    libc::iovec {
+    let to: socket2::SockAddr = to.into();
+    let mut iov = libc::iovec {
         iov_base: d.as_ptr() as *mut libc::c_void,
         iov_len: d.len(),
-    }
-}
-
-/// One `sendmsg` to `to` of the concatenation of `iov` (each valid for reads of its
-/// length), with UDP_SEGMENT = `segment` when given.
-fn send_vectored(
-    sock: &UdpSocket,
-    to: SocketAddr,
-    iov: &[libc::iovec],
-    segment: Option<usize>,
-) -> Result<(), SendError> {
-    let to: socket2::SockAddr = to.into();
+    };
     // Room for one cmsg with a u16, aligned as cmsghdr wants.
     let mut control = [0u64; 4];
     // SAFETY: CMSG_SPACE is a pure size computation.
@@ -410,25 +395,18 @@ fn send_vectored(
     let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
     msg.msg_name = to.as_ptr() as *mut libc::c_void;
     msg.msg_namelen = to.len();
-    // The kernel only reads through msg_iov (sendmsg's msghdr is const there).
-    msg.msg_iov = iov.as_ptr() as *mut libc::iovec;
-    msg.msg_iovlen = iov.len() as _;
-    if segment.is_some() {
-        msg.msg_control = control.as_mut_ptr().cast();
-        msg.msg_controllen = space as _;
-    }
-    // SAFETY: with a segment, `msg` has a control buffer of `space` bytes, enough for the
-    // one cmsg CMSG_FIRSTHDR returns, and CMSG_DATA points inside it with room for a u16;
-    // every iovec points at memory valid for reads of its length (the caller's contract),
-    // all of which lives across the call.
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: `msg` has a control buffer of `space` bytes, enough for the one cmsg
+    // CMSG_FIRSTHDR returns; CMSG_DATA points inside it, with room for a u16.
     let rc = unsafe {
-        if let Some(segment) = segment {
-            let c = libc::CMSG_FIRSTHDR(&msg);
-            (*c).cmsg_level = libc::SOL_UDP;
-            (*c).cmsg_type = UDP_SEGMENT;
-            (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
-            std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
-        }
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_UDP;
+        (*c).cmsg_type = UDP_SEGMENT;
+        (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<u16>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u16>(), segment as u16);
         libc::sendmsg(sock.as_raw_fd(), &msg, 0)
     };
     if rc >= 0 {
@@ -551,8 +529,6 @@ impl PmTransport {
         let ip_udp = if publish.is_ipv4() { 28 } else { 48 };
         let mut pm = cfg.pm;
         pm.link.max_datagram = mtu.saturating_sub(ip_udp).max(wire::HEADER_BYTES + 512);
-        // Trains go to the kernel as headers beside the payload where it lies (flush).
-        pm.link.vectored = true;
         Ok(PmTransport {
             ep: PmEndpoint::new(me, size, epoch, pm),
             shared: Arc::new(Shared {
@@ -768,52 +744,6 @@ impl PmTransport {
                 }
             }
             let f = self.faults;
-            if let Some((frame, ranges)) = self.ep.train_payload(to) {
-                // A vectored train: each piece's header (in `out`) beside its payload in
-                // the frame the link keeps, handed to the kernel without a copy.
-                let h = wire::HEADER_BYTES;
-                let per_send = (GSO_MAX_BYTES / train).clamp(1, GSO_MAX_SEGMENTS);
-                let mut sent = 0;
-                if f == Faults::default() && self.gso {
-                    let mut iov = Vec::with_capacity(2 * per_send);
-                    for (c, chunk) in ranges.chunks(per_send).enumerate() {
-                        iov.clear();
-                        for (j, &(s, e)) in chunk.iter().enumerate() {
-                            let k = c * per_send + j;
-                            iov.push(iovec(&out[k * h..(k + 1) * h]));
-                            iov.push(iovec(&frame[s..e]));
-                        }
-                        let t = self.stats_on.then(Instant::now);
-                        let segment = (chunk.len() > 1).then_some(train);
-                        match send_vectored(&self.shared.socks[0], addr, &iov, segment) {
-                            Ok(()) | Err(SendError::Lost) => {}
-                            Err(SendError::Unsupported) => {
-                                self.gso = false;
-                                break;
-                            }
-                        }
-                        if let Some(t) = t {
-                            self.drv.send_ns += t.elapsed().as_nanos() as u64;
-                            self.drv.sent += 1;
-                            self.drv.sent_bytes +=
-                                chunk.iter().map(|(s, e)| h + e - s).sum::<usize>() as u64;
-                        }
-                        sent += chunk.len();
-                    }
-                }
-                if sent < ranges.len() {
-                    // Fault injection, or no segmentation offload: the rest of the train
-                    // as one buffer (a copy), through the paths below.
-                    let mut whole = Vec::with_capacity((ranges.len() - sent) * train);
-                    for (k, &(s, e)) in ranges.iter().enumerate().skip(sent) {
-                        whole.extend_from_slice(&out[k * h..(k + 1) * h]);
-                        whole.extend_from_slice(&frame[s..e]);
-                    }
-                    out = whole;
-                } else {
-                    continue;
-                }
-            }
             if f == Faults::default() {
                 self.send_datagram(addr, &out, train);
                 continue;

@@ -171,13 +171,6 @@ pub fn encode(p: &Packet<'_>, checksum: bool, out: &mut Vec<u8>) -> Result<(), W
 
 /// Append packet `p` (its payload fits) to `out`, after what is there.
 fn append(p: &Packet<'_>, checksum: bool, out: &mut Vec<u8>) {
-    append_header(p, checksum, out);
-    out.extend_from_slice(p.payload);
-}
-
-/// Append the header of packet `p` only (its checksum covers the payload all the same):
-/// the payload goes beside it, from where it lies ([`encode_train_headers`]).
-fn append_header(p: &Packet<'_>, checksum: bool, out: &mut Vec<u8>) {
     let start = out.len();
     out.extend_from_slice(&MAGIC);
     out.push(VERSION);
@@ -188,8 +181,9 @@ fn append_header(p: &Packet<'_>, checksum: bool, out: &mut Vec<u8>) {
     for v in [p.src, p.dst, p.epoch, p.seq, p.ack, p.sack, 0] {
         out.extend_from_slice(&v.to_le_bytes());
     }
+    out.extend_from_slice(p.payload);
     if checksum {
-        let c = crc32(&[&out[start..], p.payload]);
+        let c = crc32(&[&out[start..]]);
         out[start + 32..start + 36].copy_from_slice(&c.to_le_bytes());
     }
 }
@@ -369,50 +363,6 @@ pub fn encode_fragments(
         }
         last = Some(k);
         append_fragment(p, checksum, piece, k, out);
-    }
-    Ok(HEADER_BYTES + piece)
-}
-
-/// The headers of pieces `indices` (ascending, each below [`fragment_count`]) of DATA
-/// packet `p`'s train, back to back in `out` (cleared first), and in `ranges` (cleared
-/// first) where each piece's payload lies in `p.payload`: header `k` followed by
-/// `p.payload[ranges[k]]`, for each `k`, is [`encode_fragments`]'s train, which a driver can
-/// hand to the kernel as one vector of buffers without copying the payload. Returns the
-/// train's datagram size (only a packet of one piece is refused: it is no train).
-pub fn encode_train_headers(
-    p: &Packet<'_>,
-    checksum: bool,
-    max_datagram: usize,
-    indices: impl IntoIterator<Item = usize>,
-    out: &mut Vec<u8>,
-    ranges: &mut Vec<(usize, usize)>,
-) -> Result<usize, WireError> {
-    out.clear();
-    ranges.clear();
-    if p.payload.len() > MAX_PACKET_PAYLOAD {
-        return Err(WireError::TooLong(p.payload.len()));
-    }
-    if fragment_count(p.payload.len(), max_datagram) == 1 || p.kind != Kind::Data {
-        return Err(WireError::Fragment);
-    }
-    let piece = piece_size(max_datagram);
-    let count = p.payload.len().div_ceil(piece);
-    let mut last = None;
-    for k in indices {
-        if k >= count || last.is_some_and(|l| k <= l) {
-            return Err(WireError::Fragment);
-        }
-        last = Some(k);
-        let (s, e) = (k * piece, ((k + 1) * piece).min(p.payload.len()));
-        let f = Packet {
-            kind: Kind::Frag,
-            ack: s as u32,
-            sack: p.payload.len() as u32 | (piece as u32) << 16,
-            payload: &p.payload[s..e],
-            ..*p
-        };
-        append_header(&f, checksum, out);
-        ranges.push((s, e));
     }
     Ok(HEADER_BYTES + piece)
 }
@@ -618,53 +568,6 @@ mod tests {
                 Err(WireError::Fragment)
             );
         }
-    }
-
-    #[test]
-    fn train_headers_beside_their_payload_make_the_train() {
-        let payload: Vec<u8> = (0..5000u32).map(|i| (i * 13) as u8).collect();
-        let (mut heads, mut ranges, mut train) = (Vec::new(), Vec::new(), Vec::new());
-        for ck in [false, true] {
-            for indices in [&[0usize, 1, 2, 3][..], &[1, 3]] {
-                let stride = encode_train_headers(
-                    &data(&payload),
-                    ck,
-                    1472,
-                    indices.iter().copied(),
-                    &mut heads,
-                    &mut ranges,
-                )
-                .unwrap();
-                encode_fragments(
-                    &data(&payload),
-                    ck,
-                    1472,
-                    indices.iter().copied(),
-                    &mut train,
-                )
-                .unwrap();
-                assert_eq!(stride, 1472);
-                let mut joined = Vec::new();
-                for (k, &(s, e)) in ranges.iter().enumerate() {
-                    joined.extend_from_slice(&heads[k * HEADER_BYTES..(k + 1) * HEADER_BYTES]);
-                    joined.extend_from_slice(&payload[s..e]);
-                }
-                assert_eq!(joined, train);
-            }
-        }
-        assert!(encode_train_headers(
-            &data(&payload[..100]),
-            true,
-            1472,
-            [0],
-            &mut heads,
-            &mut ranges
-        )
-        .is_err());
-        assert!(
-            encode_train_headers(&data(&payload), true, 1472, [4], &mut heads, &mut ranges)
-                .is_err()
-        );
     }
 
     #[test]
