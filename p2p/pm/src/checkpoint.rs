@@ -26,6 +26,11 @@
 //!    that has not saved yet; a peer's marker 1 that arrives before our save is left out of
 //!    our image ([`crate::pm::PmContext::forget_last_from`]), as it is out of the peer's.
 //!
+//! A rank that is to continue in a new process takes its image instead with
+//! [`crate::transport::PmTransport::checkpoint_for_restart`]: after step 2 it sends marker
+//! phase [`RESTARTING`] (which its peers count as its "saved"), takes its image and stops;
+//! see [`crate::restart`].
+//!
 //! A peer that does not answer within [`PATIENCE`] (it finished, or computes outside MPI
 //! for that long) makes the rank abandon the checkpoint and resume: nothing is lost, the
 //! image is just not taken. A finishing rank answers markers while it lingers.
