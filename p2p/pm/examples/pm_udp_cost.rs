@@ -139,8 +139,9 @@ fn main() {
         }
         let cpu = thread_cpu() - c0;
         let stats = b.endpoint().link_stats();
+        let drops = b.fault_drops();
         drop(b);
-        (cpu, stats)
+        (cpu, stats, drops)
     });
 
     let mut dst = vec![0u8; size];
@@ -178,7 +179,7 @@ fn main() {
     let wall = t0.elapsed();
     let cpu = thread_cpu() - c0;
     let stats = a.endpoint().link_stats();
-    let (scpu, sstats) = server.join().unwrap();
+    let (scpu, sstats, sdrops) = server.join().unwrap();
     let mib = (n * size) as f64 / (1 << 20) as f64;
     println!(
         "{n} x {size} B{}: {:.1} MB/s wall; CPU per MiB: reader {:.0} us, server {:.0} us \
@@ -202,5 +203,9 @@ fn main() {
         a.segmentation_offload()
     );
     println!("reader link {stats:?}\nserver link {sstats:?}");
+    println!(
+        "datagrams dropped by TSUNAGI_PM_DROP: reader {}, server {sdrops}",
+        a.fault_drops()
+    );
     drop(a);
 }

@@ -26,6 +26,11 @@
 //!    that has not saved yet; a peer's marker 1 that arrives before our save is left out of
 //!    our image ([`crate::pm::PmContext::forget_last_from`]), as it is out of the peer's.
 //!
+//! A rank that is to continue in a new process takes its image instead with
+//! [`crate::transport::PmTransport::checkpoint_for_restart`]: after step 2 it sends marker
+//! phase [`RESTARTING`] (which its peers count as its "saved"), takes its image and stops;
+//! see [`crate::restart`].
+//!
 //! A peer that does not answer within [`PATIENCE`] (it finished, or computes outside MPI
 //! for that long) makes the rank abandon the checkpoint and resume: nothing is lost, the
 //! image is just not taken. A finishing rank answers markers while it lingers.
@@ -46,6 +51,9 @@ pub const SIGNAL_LATENCY: Duration = Duration::from_millis(100);
 /// Marker phases.
 pub const STABLE: u8 = 0;
 pub const SAVED: u8 = 1;
+/// The sender saved its context and stops: a new process restores it
+/// ([`crate::restart`]). Counts as [`SAVED`] for the peers' wait.
+pub const RESTARTING: u8 = 2;
 
 /// What asks for checkpoints, and where images go.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -212,6 +220,14 @@ impl Coordinator {
         self.marks
             .get(&id)
             .map(|(s, v)| if phase == STABLE { s } else { v })
+    }
+
+    /// A process restored from the image of checkpoint `id`: that one and those before it
+    /// are over (late markers of the peers for it ask for nothing).
+    pub fn restored_from(&mut self, id: u32) {
+        self.last = self.last.max(id);
+        self.requested = None;
+        self.marks.clear();
     }
 
     /// Checkpoint `id` is over (taken or abandoned).

@@ -41,7 +41,11 @@ impl TransportFactory for PmFactory {
         info: &StartInfo<'_>,
         boot: &mut dyn Bootstrap,
     ) -> Result<Box<dyn Starting>, P2pError> {
-        let cfg = PmTransportConfig::from_env(|k| std::env::var(k).ok()).map_err(other)?;
+        let mut cfg = PmTransportConfig::from_env(|k| std::env::var(k).ok()).map_err(other)?;
+        // As the TCP transport: without a key from our mpirun, one derived from the job id
+        // (foreign launchers give every rank the same one).
+        cfg.job_key
+            .get_or_insert_with(|| tsunagi_tcp::JobKey::derive(info.job_id));
         // Plan before binding: a bad TSUNAGI_FATTREE_NODES is refused at once.
         let wiring = LidWiring::plan(&cfg.lids, &info.placement.node, info.rank as usize)
             .map_err(|e| other(format!("pm: {e}")))?;

@@ -19,6 +19,9 @@
 //!   planner's choice among them per connection;
 //! * [`checkpoint`]: checkpoints of a running job (SIGUSR2 or a period), coordinated by
 //!   markers on PM's links: quiesce, stable, save, restore, resume;
+//! * [`restart`]: one rank's image taken for, and restored in, a **new process** (new
+//!   socket, new epoch), which announces its address to the peers with a MOVE
+//!   authenticated by the job key;
 //! * [`lossy`]: the simulated lossy network the tests drive the state machines through.
 //!
 //! Boundary: this crate moves messages (the request layer's 32-byte header plus payload)
@@ -50,6 +53,7 @@ pub mod lossy;
 pub mod nic;
 pub mod pm;
 pub mod reliable;
+pub mod restart;
 pub mod transport;
 pub mod wire;
 

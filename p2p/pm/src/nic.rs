@@ -17,8 +17,9 @@
 //! * `5` INVALIDATE: region u32 — the sender is done reading the receiver's user region
 //!   (InfiniBand's send-with-invalidate): its right to PULL it ends;
 //! * `6` MARKER: checkpoint id u32, phase u8 (0: the sender is quiesced, everything it
-//!   sent before arrived; 1: the sender saved its context) — the coordinated checkpoint of
-//!   [`crate::transport`].
+//!   sent before arrived; 1: the sender saved its context; 2: the sender saved its context
+//!   and stops, to be restarted from its image in a new process) — the coordinated
+//!   checkpoint of [`crate::transport`].
 //!
 //! Regions hold either the NIC's own memory (rings, the pool, the control words) or a
 //! **user buffer registered in place** ([`UserMem`]): the software NIC lives in the process
@@ -186,7 +187,7 @@ impl Wr<'_> {
             4 => Ok(Wr::Send { data: &f[1..] }),
             5 if f.len() == 5 => Ok(Wr::Invalidate { region: u32_at(1) }),
             5 => Err(BadWr(format!("INVALIDATE of {} bytes, need 5", f.len()))),
-            6 if f.len() == 6 && f[5] <= 1 => Ok(Wr::Marker {
+            6 if f.len() == 6 && f[5] <= 2 => Ok(Wr::Marker {
                 id: u32_at(1),
                 phase: f[5],
             }),
@@ -535,7 +536,7 @@ mod tests {
             &[3, 0, 0, 0, 0, 0, 0, 0, 0, 1, 5],
             &[5, 0, 0, 0],
             &[5, 0, 0, 0, 0, 0],
-            &[6, 0, 0, 0, 0, 2],
+            &[6, 0, 0, 0, 0, 3],
             &[6, 0, 0, 0, 0],
         ] {
             assert!(Wr::decode(bad).is_err(), "{bad:?}");

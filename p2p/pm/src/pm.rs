@@ -162,6 +162,8 @@ pub struct PmStats {
     pub rdma_pulls_served: u64,
     /// Bytes pulled into user buffers (RDMA rendezvous, receiver side).
     pub rdma_bytes_pulled: u64,
+    /// ... of which placed as their pieces arrived, without a copy through the link.
+    pub rdma_bytes_placed: u64,
 }
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -197,6 +199,9 @@ enum Pull {
         offset: u64,
         len: usize,
         done: Option<Result<(), String>>,
+        /// Its reply's data went straight into the region as it arrived
+        /// ([`PullPlacement`]): the delivered reply carries none.
+        placed: bool,
     },
     /// A PULL whose asker gave up: its reply is dropped.
     Abandoned(Rank),
@@ -416,6 +421,30 @@ impl PmContext {
     pub fn rank(&self) -> Rank {
         self.me
     }
+
+    /// The job size the context was saved in.
+    pub fn size(&self) -> usize {
+        self.peers.len()
+    }
+
+    /// Leave out the user buffers registered in place, for an image another process
+    /// restores (their addresses mean nothing there). Refused while a peer may still
+    /// PULL one of them (a rendezvous in progress): that read would need the buffer.
+    pub fn drop_user_buffers(&mut self) -> Result<(), String> {
+        if let Some((k, _, r)) = self.user.iter().find(|(_, _, r)| !r.is_empty()) {
+            return Err(format!(
+                "user buffer (region {k}) exposed to rank {} for a rendezvous not finished",
+                r[0]
+            ));
+        }
+        self.user.clear();
+        Ok(())
+    }
+
+    /// Whether the context holds user buffers (registered by address in its process).
+    pub fn has_user_buffers(&self) -> bool {
+        !self.user.is_empty()
+    }
 }
 
 /// One process's PM: links, NIC regions, rings.
@@ -442,6 +471,62 @@ pub struct PmEndpoint {
     /// Checkpoint markers executed, oldest first: (from, checkpoint id, phase).
     markers: VecDeque<(Rank, u32, u8)>,
     stats: PmStats,
+}
+
+/// The receiving NIC's placement of PULL replies ([`crate::reliable::Placement`]): a
+/// reply from `src` to a pending [`PmEndpoint::pull_into`] is written into the local region
+/// it was asked for as its pieces arrive, instead of being reassembled in the link and
+/// copied from there when executed. The reply's work request header (operation, tag,
+/// status: [`PULL_REPLY_HEAD`] bytes) is in its first piece, so pieces that come before it
+/// are kept by the link and placed when it comes.
+struct PullPlacement<'a> {
+    src: Rank,
+    regions: &'a mut Regions,
+    pulls: &'a mut HashMap<u64, Pull>,
+    stats: &'a mut PmStats,
+}
+
+/// Bytes of a PULL reply's work request before its data.
+const PULL_REPLY_HEAD: usize = 10;
+
+impl crate::reliable::Placement for PullPlacement<'_> {
+    fn place(
+        &mut self,
+        _seq: u32,
+        head: &[u8],
+        total: usize,
+        offset: usize,
+        data: &[u8],
+    ) -> Option<usize> {
+        // A successful PULL reply: operation 3, tag, status 0.
+        if head.len() < PULL_REPLY_HEAD || head[0] != 3 || head[9] != 0 {
+            return None;
+        }
+        let tag = u64::from_le_bytes(head[1..9].try_into().unwrap());
+        let Some(Pull::Into {
+            peer,
+            key,
+            offset: at,
+            len,
+            done: None,
+            placed,
+        }) = self.pulls.get_mut(&tag)
+        else {
+            return None;
+        };
+        if *peer != self.src || total != PULL_REPLY_HEAD + *len {
+            return None;
+        }
+        // The data part of `data`, at its place in the destination.
+        let skip = PULL_REPLY_HEAD.saturating_sub(offset).min(data.len());
+        let dst = *at + (offset + skip - PULL_REPLY_HEAD) as u64;
+        // Bounds are checked against the registration; the pull's registration contract
+        // (`register_local`) keeps the buffer valid while the pull is pending.
+        self.regions.local_write(*key, dst, &data[skip..]).ok()?;
+        self.stats.rdma_bytes_placed += (data.len() - skip) as u64;
+        *placed = true;
+        Some(PULL_REPLY_HEAD)
+    }
 }
 
 fn u32_at(b: &[u8], i: usize) -> u32 {
@@ -842,11 +927,18 @@ impl PmEndpoint {
             self.stats.stray_datagrams += 1;
             return;
         }
+        // PULL replies go straight into the buffers they were asked for.
+        let mut placement = PullPlacement {
+            src,
+            regions: &mut self.regions,
+            pulls: &mut self.pulls,
+            stats: &mut self.stats,
+        };
         self.peers[src as usize]
             .as_mut()
             .unwrap()
             .link
-            .on_packet(now, pkt);
+            .on_packet_placing(now, pkt, &mut placement);
         self.execute(src);
     }
 
@@ -979,9 +1071,13 @@ impl PmEndpoint {
                         offset,
                         len,
                         done: done @ None,
+                        placed,
                     }) if *peer == src => {
                         *done = Some(if !ok {
                             Err(format!("rank {src} refused the PULL"))
+                        } else if *placed {
+                            self.stats.rdma_bytes_pulled += *len as u64;
+                            Ok(())
                         } else if data.len() != *len {
                             Err(format!("PULL of {len} bytes answered with {}", data.len()))
                         } else {
@@ -1309,6 +1405,7 @@ impl PmEndpoint {
                 offset: local_offset,
                 len,
                 done: None,
+                placed: false,
             },
         );
         self.wr_to(
@@ -1418,6 +1515,8 @@ impl PmEndpoint {
         if ctx.me != self.me || ctx.peers.len() != self.peers.len() {
             return Err(PmError::Usage("pm: context of another endpoint".into()));
         }
+        self.check_context(ctx)
+            .map_err(|why| PmError::Usage(format!("pm: context does not fit: {why}")))?;
         for (k, mem, access) in &ctx.regions {
             self.regions.deregister(*k);
             self.regions.register(Some(*k), mem.len(), *access);
@@ -1459,6 +1558,54 @@ impl PmEndpoint {
         Ok(())
     }
 
+    /// What [`PmEndpoint::restore_context`] relies on in a context that came from a file:
+    /// no peer is this rank, the control region and each peer's ring are there with the
+    /// sizes this configuration gives them, ring positions are record-aligned and within a
+    /// ring of each other, region keys are in the range this endpoint hands out.
+    fn check_context(&self, ctx: &PmContext) -> Result<(), String> {
+        let size = self.peers.len();
+        let region = |k: u32| ctx.regions.iter().find(|r| r.0 == k).map(|r| r.1.len());
+        if ctx.peers.get(self.me as usize).is_some_and(Option::is_some) {
+            return Err("this rank as its own peer".into());
+        }
+        if region(CONTROL_REGION) != Some(8 * size) {
+            return Err("no control region of the job's size".into());
+        }
+        let key_limit = size as u32 + 2 + (1 << 16);
+        let mut keys: Vec<u32> = ctx.regions.iter().map(|r| r.0).collect();
+        keys.extend(ctx.user.iter().map(|u| u.0));
+        keys.sort_unstable();
+        if keys.windows(2).any(|w| w[0] == w[1]) || keys.last().is_some_and(|&k| k >= key_limit) {
+            return Err("region keys repeated or out of range".into());
+        }
+        let ReceiveMode::Rings { ring_bytes } = self.cfg.receive else {
+            return Err("the shared receive queue is not restored".into());
+        };
+        let ring = ring_bytes as u64;
+        for (r, p) in ctx.peers.iter().enumerate() {
+            let Some((_, _, tx, rx)) = p else { continue };
+            if region(ring_region(r as Rank)) != Some(ring_bytes) {
+                return Err(format!("no ring of {ring_bytes} bytes for rank {r}"));
+            }
+            let aligned = |v: u64| v.is_multiple_of(ALIGN as u64);
+            if !aligned(rx.tail) || !aligned(tx.head) || !aligned(tx.tail) {
+                return Err(format!("ring positions of rank {r} not record-aligned"));
+            }
+            if tx.tail > tx.head || tx.head - tx.tail > ring {
+                return Err(format!(
+                    "ring head and tail of rank {r} apart by more than a ring"
+                ));
+            }
+        }
+        for (k, _, _) in &ctx.regions {
+            let ring_of = k.checked_sub(1).filter(|&r| (r as usize) < size);
+            if ring_of.is_some_and(|r| ctx.peers[r as usize].is_none()) {
+                return Err(format!("ring region {k} of a rank that is not a peer"));
+            }
+        }
+        Ok(())
+    }
+
     /// The ranks this endpoint has as peers (failed ones included).
     pub fn peer_ranks(&self) -> Vec<Rank> {
         (0..self.peers.len() as Rank)
@@ -1492,6 +1639,28 @@ impl PmEndpoint {
     /// pmControlSend: let sends go again.
     pub fn resume(&mut self) {
         self.stopped = false;
+    }
+
+    /// The epoch `rank`'s packets carry, if it is a peer.
+    pub fn peer_epoch(&self, rank: Rank) -> Option<u32> {
+        self.peers.get(rank as usize)?.as_ref().map(|p| p.epoch)
+    }
+
+    /// `rank` restarted in a new process from its checkpoint image: its packets now carry
+    /// `epoch`, and what it had not acknowledged is resent now (see
+    /// [`Link::on_peer_moved`]).
+    pub fn peer_moved(&mut self, rank: Rank, epoch: u32, now: Instant) {
+        if let Some(Some(p)) = self.peers.get_mut(rank as usize) {
+            p.epoch = epoch;
+            p.link.on_peer_moved(now);
+        }
+    }
+
+    /// Send `rank` an ACK restating where we are (it asks again what we answered).
+    pub fn restate_to(&mut self, rank: Rank) {
+        if let Some(Some(p)) = self.peers.get_mut(rank as usize) {
+            p.link.restate();
+        }
     }
 
     /// A peer's packets now carry another epoch (it restarted from a checkpoint).

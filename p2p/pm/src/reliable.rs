@@ -120,6 +120,11 @@ pub struct LinkStats {
     pub frags_retransmitted: u64,
     /// Payload bytes sent again: whole packets (timeout, NACK) and pieces (FNACK).
     pub bytes_retransmitted: u64,
+    /// FNACKs sent by the reassembly timer (the rest: a hole overtaken).
+    pub frag_nacks_by_timer: u64,
+    /// Pieces of trains that arrived when the packet already had them (resent needlessly,
+    /// or duplicated by the network).
+    pub duplicate_pieces: u64,
 }
 
 impl std::ops::AddAssign for LinkStats {
@@ -137,6 +142,8 @@ impl std::ops::AddAssign for LinkStats {
             frag_nacks_sent,
             frags_retransmitted,
             bytes_retransmitted,
+            frag_nacks_by_timer,
+            duplicate_pieces,
         } = s;
         self.data_sent += data_sent;
         self.retransmitted += retransmitted;
@@ -149,6 +156,8 @@ impl std::ops::AddAssign for LinkStats {
         self.frag_nacks_sent += frag_nacks_sent;
         self.frags_retransmitted += frags_retransmitted;
         self.bytes_retransmitted += bytes_retransmitted;
+        self.frag_nacks_by_timer += frag_nacks_by_timer;
+        self.duplicate_pieces += duplicate_pieces;
     }
 }
 
@@ -165,6 +174,8 @@ pub struct LinkContext {
 /// A DATA packet whose FRAG pieces are arriving.
 struct Partial {
     buf: Vec<u8>,
+    /// The whole payload's length.
+    total: usize,
     piece: usize,
     have: Vec<bool>,
     missing: usize,
@@ -181,13 +192,17 @@ struct Partial {
     timer_nacks: u32,
     /// The timer was put off once after a stall of our own (see `Link::run_timers`).
     postponed: bool,
+    /// The payload goes straight to its destination ([`Placement`]): only its first this
+    /// many bytes are kept in `buf` (all of `buf` is kept until piece 0 is in).
+    placing: Option<usize>,
 }
 
 impl Partial {
-    fn new(total: usize, piece: usize, now: Instant) -> Partial {
+    fn new(total: usize, piece: usize, now: Instant, buf: Vec<u8>) -> Partial {
         let n = total.div_ceil(piece);
         Partial {
-            buf: vec![0; total],
+            buf,
+            total,
             piece,
             have: vec![false; n],
             missing: n,
@@ -197,6 +212,7 @@ impl Partial {
             last_at: now,
             timer_nacks: 0,
             postponed: false,
+            placing: None,
         }
     }
 
@@ -207,7 +223,8 @@ impl Partial {
 
     /// Queue FNACKs for the pieces that are missing and not yet asked for: those that
     /// [`DUP_THRESH`] later pieces overtook, or all of them (`all`, the timer).
-    fn request(&mut self, seq: u32, all: bool, fnacks: &mut VecDeque<(u32, u32, u32)>) {
+    /// Returns whether it asked for anything.
+    fn request(&mut self, seq: u32, all: bool, fnacks: &mut VecDeque<(u32, u32, u32)>) -> bool {
         let tail_lost = all || self.later >= DUP_THRESH;
         let upto = if tail_lost {
             self.have.len()
@@ -235,6 +252,7 @@ impl Partial {
         if let Some(b) = base {
             fnacks.push_back((seq, b as u32, bits));
         }
+        base.is_some()
     }
 }
 
@@ -251,6 +269,33 @@ struct Outstanding {
     /// The receiver holds pieces of this packet and recovers it by FNACK: a NACK does not
     /// make it resent whole.
     partial_at_peer: bool,
+}
+
+/// Where the payload of an arriving DATA packet may go directly instead of through the
+/// link's buffers: the receiving NIC placing a PULL reply into the buffer it was asked for
+/// (the reply is then delivered, in order, with only its first bytes).
+pub trait Placement {
+    /// `head` is the start of packet `seq`'s payload (at least its first piece), whose
+    /// whole length is `total`; `data` is the part of it at `offset`. `Some(keep)` when
+    /// `data` was placed: the packet is delivered with its first `keep` bytes only.
+    /// Called once per piece, and for the pieces that came before piece 0 once it comes.
+    fn place(
+        &mut self,
+        seq: u32,
+        head: &[u8],
+        total: usize,
+        offset: usize,
+        data: &[u8],
+    ) -> Option<usize>;
+}
+
+/// No placement: every payload is kept by the link.
+pub struct Keep;
+
+impl Placement for Keep {
+    fn place(&mut self, _: u32, _: &[u8], _: usize, _: usize, _: &[u8]) -> Option<usize> {
+        None
+    }
 }
 
 /// A gap between two timer runs longer than this means the owner did not run (it sleeps
@@ -431,6 +476,41 @@ impl Link {
         self.failed = false;
     }
 
+    /// The peer restarted in a new process that restored its context and now listens at
+    /// another address: what it has not acknowledged died with its old process (or sits
+    /// unread in its old socket), so resend every packet it has not selectively
+    /// acknowledged now, with a fresh back-off and give-up clock, and tell it where we
+    /// are (which also confirms to it that we know its new address).
+    pub fn on_peer_moved(&mut self, now: Instant) {
+        for o in self.inflight.iter_mut().filter(|o| !o.sacked) {
+            o.resend = true;
+        }
+        // Trains of the old process will not be completed by the new one.
+        self.partial.clear();
+        self.backoff = 0;
+        self.unanswered = 0;
+        if !self.inflight.is_empty() {
+            self.progress_at = Some(now);
+        }
+        self.ack_now = true;
+    }
+
+    /// How long a train waits for a piece before asking for what is missing: the
+    /// configured time, but at least a smoothed round trip to the peer, so that the
+    /// answer to a request can be back before the timer asks for the same pieces again
+    /// (under load a round trip takes milliseconds; asking every 500 µs resent pieces
+    /// that were already on their way).
+    fn reassembly_timeout(&self) -> Duration {
+        self.cfg
+            .reassembly_timeout
+            .max(self.srtt.unwrap_or_default())
+    }
+
+    /// Send an ACK restating where we are, now.
+    pub fn restate(&mut self) {
+        self.ack_now = true;
+    }
+
     fn rto(&self) -> Duration {
         let base = match self.srtt {
             None => self.cfg.rto_initial,
@@ -452,7 +532,7 @@ impl Link {
         let reassembly = self
             .partial
             .values()
-            .map(|p| p.deadline(self.cfg.reassembly_timeout, self.cfg.rto_max))
+            .map(|p| p.deadline(self.reassembly_timeout(), self.cfg.rto_max))
             .min();
         [retx, self.ack_due, reassembly].into_iter().flatten().min()
     }
@@ -636,7 +716,7 @@ impl Link {
         // ours (more than two timeouts since the last timer run: descheduled, or a driver
         // that did not read its socket) the missing pieces may be waiting in the socket
         // buffer: put the request off once, by one timeout, so that they are read first.
-        let (timeout, max) = (self.cfg.reassembly_timeout, self.cfg.rto_max);
+        let (timeout, max) = (self.reassembly_timeout(), self.cfg.rto_max);
         let stalled = gap > 2 * timeout;
         for (&seq, part) in self.partial.iter_mut() {
             if now >= part.deadline(timeout, max) {
@@ -647,7 +727,9 @@ impl Link {
                 }
                 part.postponed = false;
                 part.asked.iter_mut().for_each(|a| *a = false);
+                let before = self.fnacks.len();
                 part.request(seq, true, &mut self.fnacks);
+                self.stats.frag_nacks_by_timer += (self.fnacks.len() - before) as u64;
                 part.last_at = now;
                 part.timer_nacks += 1;
             }
@@ -685,6 +767,17 @@ impl Link {
     /// Feed a packet that [`wire::decode`] accepted and that the caller matched to this
     /// link (source rank and epoch).
     pub fn on_packet(&mut self, now: Instant, p: &Packet<'_>) {
+        self.on_packet_placing(now, p, &mut Keep);
+    }
+
+    /// [`Link::on_packet`], with the payloads `placement` takes going straight to their
+    /// destination.
+    pub fn on_packet_placing(
+        &mut self,
+        now: Instant,
+        p: &Packet<'_>,
+        placement: &mut dyn Placement,
+    ) {
         self.clock = Some(now);
         // Any packet is a sign of life: a peer that answers but cannot take our data yet
         // (receiver not ready) is slow, not failed.
@@ -695,12 +788,16 @@ impl Link {
         match p.kind {
             Kind::Data => {
                 if let Some(d) = self.admit(p.seq) {
-                    self.store(d, p.payload.to_vec());
+                    let len = p.payload.len();
+                    let keep = placement.place(p.seq, p.payload, len, 0, p.payload);
+                    self.store(d, p.payload[..keep.map_or(len, |k| k.min(len))].to_vec());
                 }
             }
-            Kind::Frag => self.on_fragment(now, p),
+            Kind::Frag => self.on_fragment(now, p, placement),
             Kind::Ack | Kind::Nack => self.on_ack(now, p.ack, p.sack, p.kind == Kind::Nack),
             Kind::FragNack => self.on_fragment_nack(p.seq, p.ack, p.sack),
+            // The driver checks and applies moves (`crate::restart`); never a link's.
+            Kind::Move => {}
         }
     }
 
@@ -763,7 +860,7 @@ impl Link {
     /// A FRAG piece: into its packet's reassembly buffer; the packet is taken as DATA
     /// once every piece is in (pieces of packets below the window or already complete
     /// are duplicates).
-    fn on_fragment(&mut self, now: Instant, p: &Packet<'_>) {
+    fn on_fragment(&mut self, now: Instant, p: &Packet<'_>, placement: &mut dyn Placement) {
         if self.window_slot(p.seq).is_none() {
             return;
         }
@@ -772,25 +869,58 @@ impl Link {
             if dist(seq, p.seq) < 0 {
                 part.later += 1;
                 if part.later == DUP_THRESH {
-                    part.request(seq, false, &mut self.fnacks);
+                    // The timer counts from this request: asking again before the
+                    // answer could be back would resend the same pieces twice.
+                    if part.request(seq, false, &mut self.fnacks) {
+                        part.last_at = now;
+                    }
                 }
             }
         }
         let (offset, total, piece) = wire::fragment_fields(p.ack, p.sack);
-        let part = self
-            .partial
-            .entry(p.seq)
-            .or_insert_with(|| Partial::new(total, piece, now));
-        if part.buf.len() != total || part.piece != piece {
-            // Another cut of the same packet (cannot happen with one sender's config):
-            // start over with this one.
-            *part = Partial::new(total, piece, now);
-        }
         let i = offset / piece;
-        if part.have[i] {
+        let fits = |part: &Partial| part.total == total && part.piece == piece;
+        if !self.partial.get(&p.seq).is_some_and(fits) {
+            // A new train (or another cut of the same packet, which one sender's config
+            // cannot make: start over with this one). When its first piece comes first
+            // and its payload can go straight to its destination, only the head is kept.
+            let mut part = Partial::new(total, piece, now, Vec::new());
+            match (i == 0)
+                .then(|| placement.place(p.seq, p.payload, total, 0, p.payload))
+                .flatten()
+            {
+                Some(keep) => {
+                    part.buf = p.payload[..keep.min(p.payload.len())].to_vec();
+                    part.placing = Some(keep);
+                }
+                None => part.buf = vec![0; total],
+            }
+            self.partial.insert(p.seq, part);
+        } else if self.partial[&p.seq].have[i] {
+            self.stats.duplicate_pieces += 1;
             return;
         }
-        part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
+        let part = self.partial.get_mut(&p.seq).unwrap();
+        if part.placing.is_none() && !part.have[i] {
+            part.buf[offset..offset + p.payload.len()].copy_from_slice(p.payload);
+            if i == 0 {
+                // Piece 0 came late: place it and the pieces before it, if it can go.
+                if let Some(keep) = placement.place(p.seq, p.payload, total, 0, p.payload) {
+                    for j in (1..part.have.len()).filter(|&j| part.have[j]) {
+                        let (s, e) = (j * piece, ((j + 1) * piece).min(total));
+                        placement.place(p.seq, &part.buf[..keep], total, s, &part.buf[s..e]);
+                    }
+                    part.buf.truncate(keep);
+                    part.placing = Some(keep);
+                }
+            }
+        } else if i > 0 {
+            // Placing: straight to the destination (dropped if it is gone meanwhile: its
+            // reply is then dropped whole when delivered).
+            let keep = part.placing.unwrap_or(0);
+            let head = &part.buf[..keep.min(part.buf.len())];
+            placement.place(p.seq, head, total, offset, p.payload);
+        }
         part.have[i] = true;
         part.asked[i] = false;
         part.missing -= 1;

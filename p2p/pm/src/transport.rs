@@ -47,6 +47,8 @@ use crate::pm::{PmConfig, PmContext, PmEndpoint, PmError, ReceiveMode};
 use crate::wire;
 use crate::Card;
 
+mod moving;
+
 /// Datagrams read per poll at most, so that a flood cannot starve the caller.
 const READ_BUDGET: usize = 512;
 /// Messages handed out per poll at most.
@@ -107,6 +109,10 @@ pub struct PmTransportConfig {
     /// Print the endpoint's and links' counters and the driver's time split to stderr
     /// when the transport is dropped (`TSUNAGI_PM_STATS=1`).
     pub stats: bool,
+    /// The job's secret (`TSUNAGI_JOB_KEY_FD`, `TSUNAGI_JOB_KEY`, else the factory derives
+    /// it from the job id as the TCP transport does): a restarted rank's MOVE is accepted
+    /// only under it ([`crate::restart`]). `None`: moves are neither sent nor accepted.
+    pub job_key: Option<tsunagi_tcp::JobKey>,
 }
 
 impl PmTransportConfig {
@@ -204,6 +210,11 @@ impl PmTransportConfig {
             lids,
             rdma: num("TSUNAGI_PM_RDMA", 0, 1)?.unwrap_or(1) == 1,
             stats: num("TSUNAGI_PM_STATS", 0, 1)?.unwrap_or(0) == 1,
+            job_key: match (get("TSUNAGI_JOB_KEY_FD"), get("TSUNAGI_JOB_KEY")) {
+                (Some(fd), _) => Some(tsunagi_tcp::config::read_key_fd(&fd)?),
+                (None, Some(k)) => Some(tsunagi_tcp::JobKey::from_hex(&k)?),
+                (None, None) => None,
+            },
             mtu: num("TSUNAGI_PM_MTU", 576, 65_536)?,
             checkpoint: {
                 let c = CheckpointConfig::from_env(&getenv)?;
@@ -325,6 +336,10 @@ pub struct PmTransport {
     /// `TSUNAGI_PM_STATS`: keep [`DriverStats`] and print them with the counters at drop.
     stats_on: bool,
     drv: DriverStats,
+    /// Each peer's LID index the fat-tree plan addresses (for a move of that peer).
+    lid_index: Vec<u32>,
+    /// Restart state ([`crate::restart`]).
+    moves: moving::Moves,
 }
 
 /// Where the driver's time goes (`TSUNAGI_PM_STATS=1`; nanoseconds, summed).
@@ -345,6 +360,8 @@ pub struct DriverStats {
     pub acks_received: u64,
     pub sleeps: u64,
     pub sleep_ns: u64,
+    /// Datagrams the fault knob (`TSUNAGI_PM_DROP`) dropped (always counted).
+    pub fault_drops: u64,
 }
 
 /// Why a segmented send failed.
@@ -545,6 +562,8 @@ impl PmTransport {
             stash: VecDeque::new(),
             stats_on: cfg.stats,
             drv: DriverStats::default(),
+            lid_index: vec![0; size],
+            moves: moving::Moves::new(size, cfg.job_key),
         })
     }
 
@@ -588,6 +607,7 @@ impl PmTransport {
             self.addrs[*r as usize] = Some(card.addr(index));
             self.sources[*r as usize] = Some(card.addr(0));
             self.ack_addrs[*r as usize] = card.ack_port.map(|p| SocketAddr::new(card.ip, p));
+            self.lid_index[*r as usize] = index as u32;
             self.ep.add_peer(*r, card.epoch);
         }
         Ok(())
@@ -607,6 +627,11 @@ impl PmTransport {
     /// The largest datagram this endpoint sends (the path MTU less IP and UDP headers).
     pub fn max_datagram(&self) -> usize {
         self.ep.config().link.max_datagram
+    }
+
+    /// Datagrams dropped so far by the fault knob (`TSUNAGI_PM_DROP`).
+    pub fn fault_drops(&self) -> u64 {
+        self.drv.fault_drops
     }
 
     /// Datagrams accepted on the acknowledgement socket so far.
@@ -697,6 +722,7 @@ impl PmTransport {
 
     /// Send everything the endpoint wants to send now.
     fn flush(&mut self, now: Instant) {
+        self.send_moves(now);
         let mut out = std::mem::take(&mut self.out);
         loop {
             let t = self.stats_on.then(Instant::now);
@@ -726,6 +752,7 @@ impl PmTransport {
             let step = if train == 0 { out.len().max(1) } else { train };
             for seg in out.chunks(step) {
                 if f.drop > 0.0 && self.rng.chance(f.drop) {
+                    self.drv.fault_drops += 1;
                     continue;
                 }
                 if f.reorder > 0.0 && self.held_back.is_none() && self.rng.chance(f.reorder) {
@@ -767,6 +794,11 @@ impl PmTransport {
                 }
                 match got {
                     Ok((n, from)) => {
+                        if n > wire::HEADER_BYTES && self.inbuf[3] == wire::Kind::Move as u8 {
+                            // A restarted peer at a new address: checked by its MAC.
+                            self.handle_move(now, from, n);
+                            continue;
+                        }
                         // Only from the address the source rank published (its first
                         // port), on whichever of our LIDs it chose.
                         let d = &self.inbuf[..n];
@@ -779,6 +811,8 @@ impl PmTransport {
                         };
                         let known = src.and_then(|s| from_list.get(s as usize).copied().flatten());
                         if known == Some(from) {
+                            // It reached our address: a move of ours is known there.
+                            self.moves.confirmed(src.unwrap_or(0));
                             if i < lids {
                                 self.received_per_lid[i] += 1;
                             } else {
@@ -1064,6 +1098,11 @@ impl PmTransport {
 
 impl Drop for PmTransport {
     fn drop(&mut self) {
+        if self.moves.moved_out {
+            // A new process continues from our image: acknowledging anything now would
+            // take it from the peers without it being in the image.
+            return;
+        }
         // Keep the network going until our data is acknowledged (the peers may still need
         // it to finish), then a little longer to answer retransmissions of theirs whose
         // ACK was lost.
@@ -1157,6 +1196,7 @@ impl Transport for PmTransport {
     }
 
     fn try_send(&mut self, peer: Rank, hdr: &Header, payload: &[u8]) -> Result<bool, P2pError> {
+        self.usable()?;
         if payload.len() > self.max_payload {
             return Err(P2pError::Other(format!(
                 "pm: payload of {} bytes exceeds max_payload {}",
@@ -1192,6 +1232,7 @@ impl Transport for PmTransport {
     }
 
     fn poll(&mut self, sink: &mut Sink<'_>) -> Result<usize, P2pError> {
+        self.usable()?;
         let now = Instant::now();
         let mut n = 0;
         while n < DELIVER_BUDGET {
@@ -1269,6 +1310,7 @@ impl Transport for PmTransport {
     }
 
     unsafe fn expose(&mut self, peer: Rank, addr: *const u8, len: usize) -> Result<u64, P2pError> {
+        self.usable()?;
         if !self.single_copy(peer) || len as u64 >= 1 << RDMA_KEY_SHIFT {
             return Err(P2pError::Unsupported(format!(
                 "pm: no RDMA to rank {peer} for {len} bytes"
@@ -1286,6 +1328,7 @@ impl Transport for PmTransport {
         remote_addr: u64,
         dst: &mut [u8],
     ) -> Result<(), P2pError> {
+        self.usable()?;
         let key = (remote_addr >> RDMA_KEY_SHIFT) as u32;
         let offset = remote_addr & ((1 << RDMA_KEY_SHIFT) - 1);
         if !self.single_copy(peer) {
@@ -1317,7 +1360,10 @@ impl Transport for PmTransport {
     }
 
     fn next_deadline(&self) -> Option<Instant> {
-        let ep = self.ep.next_deadline();
+        let ep = [self.ep.next_deadline(), self.moves.next_deadline()]
+            .into_iter()
+            .flatten()
+            .min();
         if !self.ckpt.cfg.enabled() && self.ckpt.requested.is_none() {
             return ep;
         }

@@ -10,7 +10,7 @@
 //! |--------|---------------------------------------------------------------|
 //! | 0..2   | magic `b"PM"`                                                 |
 //! | 2      | version ([`VERSION`])                                         |
-//! | 3      | kind: 1 DATA, 2 ACK, 3 NACK, 4 FRAG, 5 FNACK                  |
+//! | 3      | kind: 1 DATA, 2 ACK, 3 NACK, 4 FRAG, 5 FNACK, 6 MOVE          |
 //! | 4      | flags: bit 0 = the checksum field is set                      |
 //! | 5      | reserved, zero                                                |
 //! | 6..8   | payload length                                                |
@@ -39,6 +39,12 @@
 //! payload; the bitmap is never empty and no index lies beyond the most pieces a packet
 //! can have ([`MAX_FRAGMENTS`]). The sender resends just those pieces, with the packet's
 //! sequence number ([`encode_fragments`]).
+//!
+//! **Moves.** A rank restarted from a checkpoint image in a new process (new socket, new
+//! epoch) announces its new address with a MOVE: `epoch` is the new epoch, `seq` the
+//! restart's generation, bytes 24..28 the epoch the peers knew, bytes 28..32 zero; the
+//! payload is the new card and a MAC under the job key ([`crate::restart`] checks it; this
+//! decoder only checks that a payload of at least [`MOVE_MIN_PAYLOAD`] bytes is there).
 
 use std::fmt;
 
@@ -53,6 +59,8 @@ pub const MIN_PIECE: usize = 64;
 /// Most pieces one packet can be cut into: the bound on an FNACK's indices.
 pub const MAX_FRAGMENTS: usize = MAX_PACKET_PAYLOAD.div_ceil(MIN_PIECE);
 const MAGIC: [u8; 2] = *b"PM";
+/// A MOVE's payload: at least one byte of card and the 32-byte MAC.
+pub const MOVE_MIN_PAYLOAD: usize = 33;
 const FLAG_CHECKSUM: u8 = 1;
 
 /// What a packet is.
@@ -68,6 +76,8 @@ pub enum Kind {
     Frag = 4,
     /// A request for missing pieces of a DATA packet, by index (see the module doc).
     FragNack = 5,
+    /// A restarted rank's new address (see the module doc).
+    Move = 6,
 }
 
 impl Kind {
@@ -110,6 +120,8 @@ pub enum WireError {
     Fragment,
     /// An FNACK asking for no piece, or for a piece no packet can have.
     FragNack,
+    /// A MOVE without its card and MAC, or with the reserved field set.
+    Move,
 }
 
 impl fmt::Display for WireError {
@@ -131,6 +143,7 @@ impl fmt::Display for WireError {
             WireError::FragNack => {
                 f.write_str("fragment NACK asks for no piece or beyond the last")
             }
+            WireError::Move => f.write_str("MOVE without card and MAC"),
         }
     }
 }
@@ -192,6 +205,7 @@ pub fn decode(d: &[u8]) -> Result<Packet<'_>, WireError> {
         3 => Kind::Nack,
         4 => Kind::Frag,
         5 => Kind::FragNack,
+        6 => Kind::Move,
         k => return Err(WireError::Kind(k)),
     };
     if d[4] & !FLAG_CHECKSUM != 0 {
@@ -240,6 +254,9 @@ pub fn decode(d: &[u8]) -> Result<Packet<'_>, WireError> {
         if bits == 0 || base + (31 - bits.leading_zeros() as usize) >= MAX_FRAGMENTS {
             return Err(WireError::FragNack);
         }
+    }
+    if kind == Kind::Move && (payload.len() < MOVE_MIN_PAYLOAD || u32_at(28) != 0) {
+        return Err(WireError::Move);
     }
     Ok(Packet {
         kind,

@@ -5,9 +5,11 @@
 
 use std::path::PathBuf;
 
-use tsunagi_pm::fuzzing::pm_packet;
+use tsunagi_pm::fuzzing::{pm_packet, FUZZ_KEY};
 use tsunagi_pm::lossy::Rng;
 use tsunagi_pm::nic::Wr;
+use tsunagi_pm::pm::{PmConfig, PmEndpoint, ReceiveMode};
+use tsunagi_pm::restart::{PeerAddrs, RestartImage};
 use tsunagi_pm::wire::{self, Kind, Packet};
 
 fn corpus_dir() -> PathBuf {
@@ -95,6 +97,76 @@ fn seeds() -> Vec<(String, Vec<u8>)> {
     };
     wire::encode_fragments(&big, true, 200, [1], &mut pkt).unwrap();
     out.push(("frag".into(), pkt.clone()));
+    // A restarted rank's MOVE, under the fuzz key.
+    let moved = tsunagi_pm::restart::Move {
+        rank: 1,
+        old_epoch: 7,
+        generation: 1,
+        card: tsunagi_pm::parse_card("pm:127.0.0.1:4000:00000008/4001").unwrap(),
+    };
+    tsunagi_pm::restart::encode_move(FUZZ_KEY, &moved, 0, true, &mut pkt);
+    out.push(("move".into(), pkt.clone()));
+    // A restart image: rank 0 of 2 with a small ring holding one message, a message set
+    // aside and the application's blob.
+    let cfg = PmConfig {
+        receive: ReceiveMode::Rings { ring_bytes: 4096 },
+        wr_data: 256,
+        ..Default::default()
+    };
+    let mut ep = PmEndpoint::new(0, 2, 9, cfg);
+    ep.add_peer(1, 7);
+    let ring = tsunagi_pm::pm::ring_region(1);
+    // A whole ring record: header (64 bytes, sequence 0, body of 4), body, trailer.
+    let mut record = [0u8; 64];
+    record[..20].copy_from_slice(&[64, 0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4]);
+    record[56..].copy_from_slice(&0x504d_5452_0000_0000u64.to_le_bytes());
+    let w = Wr::Push {
+        region: ring,
+        offset: 0,
+        data: &record,
+    };
+    w.encode(&mut wr);
+    let p = Packet {
+        kind: Kind::Data,
+        src: 1,
+        dst: 0,
+        epoch: 7,
+        seq: 0,
+        ack: 0,
+        sack: 0,
+        payload: &wr,
+    };
+    wire::encode(&p, false, &mut pkt).unwrap();
+    ep.handle_datagram(std::time::Instant::now(), &pkt);
+    let mut scratch = Vec::new();
+    while ep
+        .poll_transmit(
+            std::time::Instant::now() + std::time::Duration::from_secs(1),
+            &mut scratch,
+        )
+        .is_some()
+    {}
+    let addr = |p: u16| std::net::SocketAddr::from(([127, 0, 0, 1], p));
+    let image = RestartImage {
+        rank: 0,
+        size: 2,
+        generation: 0,
+        checkpoint: 1,
+        epoch: 9,
+        peers: vec![
+            None,
+            Some(PeerAddrs {
+                lid_index: 0,
+                dest: addr(4000),
+                source: addr(4000),
+                ack: Some(addr(4001)),
+            }),
+        ],
+        context: ep.save_context().unwrap(),
+        stash: vec![(1, vec![1; 40])],
+        app: b"app state".to_vec(),
+    };
+    out.push(("restart-image".into(), image.encode()));
     wrs[0].encode(&mut wr);
     let mut spread = wr.clone();
     spread.push(0xff);
@@ -148,6 +220,32 @@ fn corpus_mutations_and_random_inputs() {
     for (_, s) in seeds() {
         pm_packet(&s);
     }
+    // The restart image seed restores: its ring's message is handed out again.
+    let (_, img) = seeds()
+        .into_iter()
+        .find(|s| s.0 == "restart-image")
+        .unwrap();
+    let img = RestartImage::decode(&img).unwrap();
+    let mut ep = PmEndpoint::new(
+        0,
+        2,
+        3,
+        PmConfig {
+            receive: ReceiveMode::Rings { ring_bytes: 4096 },
+            wr_data: 256,
+            ..Default::default()
+        },
+    );
+    ep.restore_context(&img.context).unwrap();
+    let r = ep.receive().expect("the saved message");
+    assert_eq!((r.peer, ep.message(&r)), (1, &[1, 2, 3, 4][..]));
+    assert_eq!(
+        (img.app.as_slice(), img.stash.len()),
+        (&b"app state"[..], 1)
+    );
+    // A ring of another size does not fit.
+    let mut other = PmEndpoint::new(0, 2, 3, PmConfig::default());
+    assert!(other.restore_context(&img.context).is_err());
     let mut rng = Rng::new(2026);
     for input in &corpus {
         pm_packet(input);

@@ -247,7 +247,7 @@ fn trains_recover_lost_pieces_not_packets() {
         );
         assert!(lost > 0 && a.frags_retransmitted > 0 && b.frags_retransmitted > 0);
         assert!(
-            resent <= 3 * lost,
+            resent <= 2 * lost,
             "{what}: resent {resent} bytes for {lost} lost: {a:?} {b:?}"
         );
         // The simulated link has no bandwidth limit: time counts round trips, and each
