@@ -32,13 +32,13 @@ impl Arrivals for Core {
         // A receive too small (truncation) or not contiguous: the ordinary delivery,
         // which reports the one and unpacks the other.
         let off = req.dtype.contiguous_offset()?;
-        if len > req.capacity || len == 0 {
+        if len > req.bytes() || len == 0 {
             return None;
         }
         crate::tools::bump(&crate::tools::POSTED_MATCH_ATTEMPTS, 1);
         self.queue(hdr.context).posted.remove(pos);
         let req = self.reqs.get_mut(id.0).expect("looked up above");
-        // SAFETY: the receive's buffer holds `capacity >= len` bytes from `buf + off` (the
+        // SAFETY: the receive's buffer holds `req.bytes() >= len` bytes from `buf + off` (the
         // MPI contract of a posted receive, checked by the API); only the address is made.
         let dst = unsafe { req.buf.0.offset(off) };
         // MPI_SOURCE: a receive that named its source matched only that rank.
