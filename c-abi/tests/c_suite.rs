@@ -917,6 +917,15 @@ fn generalized_requests_call_query_free_and_cancel_where_the_standard_says() {
     );
 }
 
+/// MPI 4.1 (mpi.h says 4.1): MPI_Remove_error_*, MPI_Status_get/set_*,
+/// MPI_Request_get_status_any/all/some, MPI_Type_get_value_index, MPI_Get_hw_resource_info,
+/// MPI_COMM_TYPE_RESOURCE_GUIDED, MPI_ERR_ERRHANDLER, and MPI 4.0's MPI_Session_c2f/f2c and
+/// MPI_Status_set_elements_c.
+#[test]
+fn mpi_4_1_calls_and_version() {
+    suite("mpi41_api", &[1, 3], "mpi41 api ok");
+}
+
 /// The tools interface (issue 20): control variables with live values (a written
 /// collective algorithm takes effect), performance variables counting real traffic and the
 /// matching queues, categories, enumerations, events' "none" answers, MPI_T before MPI_Init

@@ -428,7 +428,7 @@ impl Engine {
 }
 
 /// The version of the MPI standard implemented (MPI_Get_version).
-pub const VERSION: (i32, i32) = (3, 1);
+pub const VERSION: (i32, i32) = (4, 1);
 
 /// MPI_Get_library_version's text.
 pub fn library_version() -> String {

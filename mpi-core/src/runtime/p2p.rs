@@ -470,6 +470,45 @@ impl Runtime {
         st.map(|st| self.grequest_peek(st)).transpose()
     }
 
+    /// MPI_Request_get_status_any/all/some (MPI 4.1): after one progress step, for each of
+    /// `ids`, None when it is MPI_REQUEST_NULL or inactive, Some(None) while it is pending,
+    /// Some(Some(status)) when it is complete; the requests stay. A completed generalized
+    /// request's status comes from its query function (a failing one gives its class in
+    /// the status' error).
+    pub fn request_get_statuses(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Vec<Option<Option<Status>>>> {
+        let e = self.step()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            let Some(id) = id else {
+                out.push(None);
+                continue;
+            };
+            if !e.request_exists(*id) {
+                return Err(MpiError::new(
+                    ErrorClass::Request,
+                    format!("{call}: invalid request at index {i}"),
+                ));
+            }
+            if !e.is_active(*id) {
+                out.push(None);
+                continue;
+            }
+            out.push(Some(e.peek(*id)?));
+        }
+        drop(e);
+        for st in out.iter_mut().flatten().flatten() {
+            *st = self.grequest_peek(*st).unwrap_or_else(|err| Status {
+                error: err.class as i32,
+                ..Status::EMPTY
+            });
+        }
+        Ok(out)
+    }
+
     /// True when the request is persistent (a completed one stays allocated).
     pub fn is_persistent(&self, id: ReqId) -> bool {
         self.lock().is_persistent(id)
