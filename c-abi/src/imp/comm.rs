@@ -151,8 +151,16 @@ pub(crate) fn comm_set_name(comm: CommId, name: &str) -> MpiResult<()> {
     h::runtime("MPI_Comm_set_name")?.comm_set_name(comm, &name)
 }
 
-pub(crate) fn comm_get_name(comm: CommId, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
-    let n = h::runtime("MPI_Comm_get_name")?.comm_get_name(comm)?;
+pub(crate) fn comm_get_name(
+    comm: Option<CommId>,
+    name: *mut c_char,
+    len: &mut c_int,
+) -> MpiResult<()> {
+    // MPI 4.1: the null communicator is named too.
+    let n = match comm {
+        Some(comm) => h::runtime("MPI_Comm_get_name")?.comm_get_name(comm)?,
+        None => "MPI_COMM_NULL".to_string(),
+    };
     // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
     *len = unsafe { h::write_cstr("comm_name", name, MPI_MAX_OBJECT_NAME, &n)? } as c_int;
     Ok(())

@@ -153,9 +153,20 @@ pub(crate) fn remove_error_class(class: c_int) -> MpiResult<()> {
             ),
         ));
     }
+    string_removed(&u[k], class)?;
     u[k].removed = true;
-    u[k].string.clear();
     Ok(())
+}
+
+/// MPI 4.1 §9.5: a class or code with a string cannot go before its string.
+fn string_removed(u: &UserCode, code: c_int) -> MpiResult<()> {
+    if u.string.is_empty() {
+        return Ok(());
+    }
+    Err(err(
+        ErrorClass::Arg,
+        format!("{code} still has an error string: MPI_Remove_error_string first"),
+    ))
 }
 
 pub(crate) fn remove_error_code(code: c_int) -> MpiResult<()> {
@@ -167,8 +178,8 @@ pub(crate) fn remove_error_code(code: c_int) -> MpiResult<()> {
             format!("errorcode = {code} is an error class, not a code (MPI_Remove_error_class)"),
         ));
     }
+    string_removed(&u[k], code)?;
     u[k].removed = true;
-    u[k].string.clear();
     Ok(())
 }
 

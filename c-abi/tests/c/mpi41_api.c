@@ -67,6 +67,7 @@ static void remove_errors(void) {
     CHECK_EQ(error_class(MPI_Remove_error_class(MPI_ERR_OTHER)), MPI_ERR_ARG);
     CHECK_EQ(error_class(MPI_Remove_error_code(MPI_ERR_OTHER)), MPI_ERR_ARG);
     CHECK_EQ(error_class(MPI_Remove_error_string(MPI_ERR_OTHER)), MPI_ERR_ARG);
+    CHECK_EQ(error_class(MPI_Remove_error_code(code1)), MPI_ERR_ARG); /* string first */
     OK(MPI_Remove_error_string(code1));
     OK(MPI_Error_string(code1, s, &len));
     CHECK_EQ(len, 0);
