@@ -38,7 +38,7 @@ fn main() {
         world.split_by_color(Color::with_value(-3)).is_err(),
         "negative colour is an error",
     );
-    check(tsunagi::version() == (3, 1), "version");
+    check(tsunagi::version() == (4, 1), "version");
     check(
         tsunagi::library_version().contains("Tsunagi"),
         "library version",

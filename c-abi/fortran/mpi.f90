@@ -3,7 +3,7 @@
 ! function (choice buffers accept any type and rank: NO_ARG_CHECK).
 module mpi
       INTEGER MPI_VERSION
-      PARAMETER (MPI_VERSION=3)
+      PARAMETER (MPI_VERSION=4)
       INTEGER MPI_SUBVERSION
       PARAMETER (MPI_SUBVERSION=1)
       INTEGER MPI_COMM_NULL
@@ -292,6 +292,8 @@ module mpi
       PARAMETER (MPI_COMM_TYPE_HW_GUIDED=2)
       INTEGER MPI_COMM_TYPE_HW_UNGUIDED
       PARAMETER (MPI_COMM_TYPE_HW_UNGUIDED=3)
+      INTEGER MPI_COMM_TYPE_RESOURCE_GUIDED
+      PARAMETER (MPI_COMM_TYPE_RESOURCE_GUIDED=4)
       INTEGER MPI_ORDER_C
       PARAMETER (MPI_ORDER_C=56)
       INTEGER MPI_ORDER_FORTRAN
@@ -394,6 +396,8 @@ module mpi
       PARAMETER (MPI_COMBINER_RESIZED=18)
       INTEGER MPI_COMBINER_HINDEXED_BLOCK
       PARAMETER (MPI_COMBINER_HINDEXED_BLOCK=19)
+      INTEGER MPI_COMBINER_VALUE_INDEX
+      PARAMETER (MPI_COMBINER_VALUE_INDEX=20)
       INTEGER MPI_SUCCESS
       PARAMETER (MPI_SUCCESS=0)
       INTEGER MPI_ERR_BUFFER
@@ -550,10 +554,14 @@ module mpi
       PARAMETER (MPI_ERR_VALUE_TOO_LARGE=77)
       INTEGER MPI_T_ERR_NOT_SUPPORTED
       PARAMETER (MPI_T_ERR_NOT_SUPPORTED=78)
+      INTEGER MPI_ERR_ERRHANDLER
+      PARAMETER (MPI_ERR_ERRHANDLER=79)
       INTEGER MPI_ERR_LASTCODE
       PARAMETER (MPI_ERR_LASTCODE=1073741823)
       INTEGER MPI_MAX_PSET_NAME_LEN
       PARAMETER (MPI_MAX_PSET_NAME_LEN=256)
+      INTEGER MPI_MAX_STRINGTAG_LEN
+      PARAMETER (MPI_MAX_STRINGTAG_LEN=256)
       INTEGER MPI_SESSION_NULL
       PARAMETER (MPI_SESSION_NULL=939524096)
       INTEGER MPI_SOURCE, MPI_TAG, MPI_ERROR, MPI_STATUS_SIZE
@@ -696,6 +704,12 @@ module mpi
       integer :: level
       integer :: ierror
     end subroutine MPI_Pcontrol
+    subroutine MPI_Get_hw_resource_info(hw_info, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: hw_info
+      integer :: ierror
+    end subroutine MPI_Get_hw_resource_info
     subroutine MPI_Error_string(errorcode, string, resultlen, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -731,6 +745,24 @@ module mpi
       character(len=*) :: string
       integer :: ierror
     end subroutine MPI_Add_error_string
+    subroutine MPI_Remove_error_class(errorclass, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorclass
+      integer :: ierror
+    end subroutine MPI_Remove_error_class
+    subroutine MPI_Remove_error_code(errorcode, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorcode
+      integer :: ierror
+    end subroutine MPI_Remove_error_code
+    subroutine MPI_Remove_error_string(errorcode, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: errorcode
+      integer :: ierror
+    end subroutine MPI_Remove_error_string
     subroutine MPI_Comm_set_errhandler(comm, errhandler, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1427,6 +1459,86 @@ module mpi
       logical :: flag
       integer :: ierror
     end subroutine MPI_Status_set_cancelled
+    subroutine MPI_Status_set_elements_c(status, datatype, count, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: datatype
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer :: ierror
+    end subroutine MPI_Status_set_elements_c
+    subroutine MPI_Status_get_source(status, source, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: source
+      integer :: ierror
+    end subroutine MPI_Status_get_source
+    subroutine MPI_Status_set_source(status, source, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: source
+      integer :: ierror
+    end subroutine MPI_Status_set_source
+    subroutine MPI_Status_get_tag(status, tag, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: tag
+      integer :: ierror
+    end subroutine MPI_Status_get_tag
+    subroutine MPI_Status_set_tag(status, tag, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: tag
+      integer :: ierror
+    end subroutine MPI_Status_set_tag
+    subroutine MPI_Status_get_error(status, error, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: error
+      integer :: ierror
+    end subroutine MPI_Status_get_error
+    subroutine MPI_Status_set_error(status, error, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: error
+      integer :: ierror
+    end subroutine MPI_Status_set_error
+    subroutine MPI_Request_get_status_any(count, array_of_requests, index, flag, status, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: count
+      integer :: array_of_requests(*)
+      integer :: index
+      logical :: flag
+      integer :: status(MPI_STATUS_SIZE)
+      integer :: ierror
+    end subroutine MPI_Request_get_status_any
+    subroutine MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: count
+      integer :: array_of_requests(*)
+      logical :: flag
+      integer :: array_of_statuses(MPI_STATUS_SIZE,*)
+      integer :: ierror
+    end subroutine MPI_Request_get_status_all
+    subroutine MPI_Request_get_status_some(incount, array_of_requests, outcount,  &
+        & array_of_indices, array_of_statuses, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: incount
+      integer :: array_of_requests(*)
+      integer :: outcount
+      integer :: array_of_indices(*)
+      integer :: array_of_statuses(MPI_STATUS_SIZE,*)
+      integer :: ierror
+    end subroutine MPI_Request_get_status_some
     subroutine MPI_Type_contiguous(count, oldtype, newtype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none
@@ -1595,6 +1707,14 @@ module mpi
       integer :: datatype
       integer :: ierror
     end subroutine MPI_Type_match_size
+    subroutine MPI_Type_get_value_index(value_type, index_type, pair_type, ierror)
+      import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
+      implicit none
+      integer :: value_type
+      integer :: index_type
+      integer :: pair_type
+      integer :: ierror
+    end subroutine MPI_Type_get_value_index
     subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
       import :: MPI_ADDRESS_KIND, MPI_COUNT_KIND, MPI_OFFSET_KIND, MPI_STATUS_SIZE
       implicit none

@@ -42,7 +42,7 @@ module mpi_f08
   integer, parameter :: MPI_STATUS_SIZE = 5, MPI_ADDRESS_KIND = 8, MPI_OFFSET_KIND = 8
   integer, parameter :: MPI_COUNT_KIND = 8, MPI_INTEGER_KIND = 4
   logical, parameter :: MPI_SUBARRAYS_SUPPORTED = .false., MPI_ASYNC_PROTECTS_NONBLOCKING = .false.
-  integer, parameter :: MPI_VERSION = 3
+  integer, parameter :: MPI_VERSION = 4
   integer, parameter :: MPI_SUBVERSION = 1
   type(MPI_Comm), parameter :: MPI_COMM_NULL = MPI_Comm(67108864)
   type(MPI_Group), parameter :: MPI_GROUP_NULL = MPI_Group(134217728)
@@ -186,6 +186,7 @@ module mpi_f08
   integer, parameter :: MPI_COMM_TYPE_SHARED = 1
   integer, parameter :: MPI_COMM_TYPE_HW_GUIDED = 2
   integer, parameter :: MPI_COMM_TYPE_HW_UNGUIDED = 3
+  integer, parameter :: MPI_COMM_TYPE_RESOURCE_GUIDED = 4
   integer, parameter :: MPI_ORDER_C = 56
   integer, parameter :: MPI_ORDER_FORTRAN = 57
   integer, parameter :: MPI_DISTRIBUTE_BLOCK = 121
@@ -237,6 +238,7 @@ module mpi_f08
   integer, parameter :: MPI_COMBINER_F90_INTEGER = 17
   integer, parameter :: MPI_COMBINER_RESIZED = 18
   integer, parameter :: MPI_COMBINER_HINDEXED_BLOCK = 19
+  integer, parameter :: MPI_COMBINER_VALUE_INDEX = 20
   integer, parameter :: MPI_SUCCESS = 0
   integer, parameter :: MPI_ERR_BUFFER = 1
   integer, parameter :: MPI_ERR_COUNT = 2
@@ -315,8 +317,10 @@ module mpi_f08
   integer, parameter :: MPI_ERR_PROC_ABORTED = 76
   integer, parameter :: MPI_ERR_VALUE_TOO_LARGE = 77
   integer, parameter :: MPI_T_ERR_NOT_SUPPORTED = 78
+  integer, parameter :: MPI_ERR_ERRHANDLER = 79
   integer, parameter :: MPI_ERR_LASTCODE = 1073741823
   integer, parameter :: MPI_MAX_PSET_NAME_LEN = 256
+  integer, parameter :: MPI_MAX_STRINGTAG_LEN = 256
   type(MPI_Session), parameter :: MPI_SESSION_NULL = MPI_Session(939524096)
   type(MPI_File), parameter :: MPI_FILE_NULL = MPI_File(0)
   ! The sentinels: mpif.h's common blocks.
@@ -491,6 +495,12 @@ module mpi_f08
       integer :: level
       integer(c_int) :: ierror
     end subroutine tsunagi_pcontrol
+    subroutine tsunagi_get_hw_resource_info(hw_info, ierror) bind(C,  &
+        & name="mpi_get_hw_resource_info_")
+      import
+      type(MPI_Info) :: hw_info
+      integer(c_int) :: ierror
+    end subroutine tsunagi_get_hw_resource_info
     subroutine tsunagi_error_string(errorcode, string, resultlen, ierror, string_len) bind(C,  &
         & name="mpi_error_string_")
       import
@@ -526,6 +536,23 @@ module mpi_f08
       integer(c_int) :: ierror
       integer(c_size_t), value :: string_len
     end subroutine tsunagi_add_error_string
+    subroutine tsunagi_remove_error_class(errorclass, ierror) bind(C,  &
+        & name="mpi_remove_error_class_")
+      import
+      integer :: errorclass
+      integer(c_int) :: ierror
+    end subroutine tsunagi_remove_error_class
+    subroutine tsunagi_remove_error_code(errorcode, ierror) bind(C, name="mpi_remove_error_code_")
+      import
+      integer :: errorcode
+      integer(c_int) :: ierror
+    end subroutine tsunagi_remove_error_code
+    subroutine tsunagi_remove_error_string(errorcode, ierror) bind(C,  &
+        & name="mpi_remove_error_string_")
+      import
+      integer :: errorcode
+      integer(c_int) :: ierror
+    end subroutine tsunagi_remove_error_string
     subroutine tsunagi_comm_set_errhandler(comm, errhandler, ierror) bind(C,  &
         & name="mpi_comm_set_errhandler_")
       import
@@ -1161,6 +1188,81 @@ module mpi_f08
       logical :: flag
       integer(c_int) :: ierror
     end subroutine tsunagi_status_set_cancelled
+    subroutine tsunagi_status_set_elements_c(status, datatype, count, ierror) bind(C,  &
+        & name="mpi_status_set_elements_c_")
+      import
+      type(MPI_Status) :: status
+      type(MPI_Datatype) :: datatype
+      integer(kind=MPI_COUNT_KIND) :: count
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_set_elements_c
+    subroutine tsunagi_status_get_source(status, source, ierror) bind(C,  &
+        & name="mpi_status_get_source_")
+      import
+      type(MPI_Status) :: status
+      integer :: source
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_get_source
+    subroutine tsunagi_status_set_source(status, source, ierror) bind(C,  &
+        & name="mpi_status_set_source_")
+      import
+      type(MPI_Status) :: status
+      integer :: source
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_set_source
+    subroutine tsunagi_status_get_tag(status, tag, ierror) bind(C, name="mpi_status_get_tag_")
+      import
+      type(MPI_Status) :: status
+      integer :: tag
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_get_tag
+    subroutine tsunagi_status_set_tag(status, tag, ierror) bind(C, name="mpi_status_set_tag_")
+      import
+      type(MPI_Status) :: status
+      integer :: tag
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_set_tag
+    subroutine tsunagi_status_get_error(status, error, ierror) bind(C, name="mpi_status_get_error_")
+      import
+      type(MPI_Status) :: status
+      integer :: error
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_get_error
+    subroutine tsunagi_status_set_error(status, error, ierror) bind(C, name="mpi_status_set_error_")
+      import
+      type(MPI_Status) :: status
+      integer :: error
+      integer(c_int) :: ierror
+    end subroutine tsunagi_status_set_error
+    subroutine tsunagi_request_get_status_any(count, array_of_requests, index, flag, status,  &
+        & ierror) bind(C, name="mpi_request_get_status_any_")
+      import
+      integer :: count
+      type(MPI_Request) :: array_of_requests(*)
+      integer :: index
+      logical :: flag
+      type(MPI_Status) :: status
+      integer(c_int) :: ierror
+    end subroutine tsunagi_request_get_status_any
+    subroutine tsunagi_request_get_status_all(count, array_of_requests, flag,  &
+        & array_of_statuses, ierror) bind(C, name="mpi_request_get_status_all_")
+      import
+      integer :: count
+      type(MPI_Request) :: array_of_requests(*)
+      logical :: flag
+      type(MPI_Status) :: array_of_statuses(*)
+      integer(c_int) :: ierror
+    end subroutine tsunagi_request_get_status_all
+    subroutine tsunagi_request_get_status_some(incount, array_of_requests, outcount,  &
+        & array_of_indices, array_of_statuses, ierror) bind(C, name="mpi_request_get_status_some_")
+      import
+      integer :: incount
+      type(MPI_Request) :: array_of_requests(*)
+      integer :: outcount
+      integer :: array_of_indices(*)
+      type(MPI_Status) :: array_of_statuses(*)
+      integer(c_int) :: ierror
+    end subroutine tsunagi_request_get_status_some
     subroutine tsunagi_type_contiguous(count, oldtype, newtype, ierror) bind(C,  &
         & name="mpi_type_contiguous_")
       import
@@ -1322,6 +1424,14 @@ module mpi_f08
       type(MPI_Datatype) :: datatype
       integer(c_int) :: ierror
     end subroutine tsunagi_type_match_size
+    subroutine tsunagi_type_get_value_index(value_type, index_type, pair_type, ierror) bind(C,  &
+        & name="mpi_type_get_value_index_")
+      import
+      type(MPI_Datatype) :: value_type
+      type(MPI_Datatype) :: index_type
+      type(MPI_Datatype) :: pair_type
+      integer(c_int) :: ierror
+    end subroutine tsunagi_type_get_value_index
     subroutine tsunagi_type_create_f90_real(p, r, newtype, ierror) bind(C,  &
         & name="mpi_type_create_f90_real_")
       import
@@ -6354,6 +6464,13 @@ contains
     call tsunagi_pcontrol(level, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Pcontrol
+  subroutine MPI_Get_hw_resource_info(hw_info, ierror)
+    type(MPI_Info) :: hw_info
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_get_hw_resource_info(hw_info, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Get_hw_resource_info
   subroutine MPI_Error_string(errorcode, string, resultlen, ierror)
     integer, intent(in) :: errorcode
     character(len=*) :: string
@@ -6394,6 +6511,27 @@ contains
     call tsunagi_add_error_string(errorcode, string, ierror_c, len(string, kind=c_size_t))
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Add_error_string
+  subroutine MPI_Remove_error_class(errorclass, ierror)
+    integer, intent(in) :: errorclass
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_remove_error_class(errorclass, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Remove_error_class
+  subroutine MPI_Remove_error_code(errorcode, ierror)
+    integer, intent(in) :: errorcode
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_remove_error_code(errorcode, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Remove_error_code
+  subroutine MPI_Remove_error_string(errorcode, ierror)
+    integer, intent(in) :: errorcode
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_remove_error_string(errorcode, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Remove_error_string
   subroutine MPI_Comm_set_errhandler(comm, errhandler, ierror)
     type(MPI_Comm), intent(in) :: comm
     type(MPI_Errhandler), intent(in) :: errhandler
@@ -7170,6 +7308,97 @@ contains
     call tsunagi_status_set_cancelled(status, flag, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Status_set_cancelled
+  subroutine MPI_Status_set_elements_c(status, datatype, count, ierror)
+    type(MPI_Status) :: status
+    type(MPI_Datatype), intent(in) :: datatype
+    integer(kind=MPI_COUNT_KIND), intent(in) :: count
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_set_elements_c(status, datatype, count, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_set_elements_c
+  subroutine MPI_Status_get_source(status, source, ierror)
+    type(MPI_Status) :: status
+    integer :: source
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_get_source(status, source, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_get_source
+  subroutine MPI_Status_set_source(status, source, ierror)
+    type(MPI_Status) :: status
+    integer, intent(in) :: source
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_set_source(status, source, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_set_source
+  subroutine MPI_Status_get_tag(status, tag, ierror)
+    type(MPI_Status) :: status
+    integer :: tag
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_get_tag(status, tag, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_get_tag
+  subroutine MPI_Status_set_tag(status, tag, ierror)
+    type(MPI_Status) :: status
+    integer, intent(in) :: tag
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_set_tag(status, tag, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_set_tag
+  subroutine MPI_Status_get_error(status, error, ierror)
+    type(MPI_Status) :: status
+    integer :: error
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_get_error(status, error, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_get_error
+  subroutine MPI_Status_set_error(status, error, ierror)
+    type(MPI_Status) :: status
+    integer, intent(in) :: error
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_status_set_error(status, error, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Status_set_error
+  subroutine MPI_Request_get_status_any(count, array_of_requests, index, flag, status, ierror)
+    integer, intent(in) :: count
+    type(MPI_Request) :: array_of_requests(*)
+    integer :: index
+    logical :: flag
+    type(MPI_Status) :: status
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_request_get_status_any(count, array_of_requests, index, flag, status, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Request_get_status_any
+  subroutine MPI_Request_get_status_all(count, array_of_requests, flag, array_of_statuses, ierror)
+    integer, intent(in) :: count
+    type(MPI_Request) :: array_of_requests(*)
+    logical :: flag
+    type(MPI_Status) :: array_of_statuses(*)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_request_get_status_all(count, array_of_requests, flag, array_of_statuses, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Request_get_status_all
+  subroutine MPI_Request_get_status_some(incount, array_of_requests, outcount,  &
+      & array_of_indices, array_of_statuses, ierror)
+    integer, intent(in) :: incount
+    type(MPI_Request) :: array_of_requests(*)
+    integer :: outcount
+    integer :: array_of_indices(*)
+    type(MPI_Status) :: array_of_statuses(*)
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_request_get_status_some(incount, array_of_requests, outcount,  &
+        & array_of_indices, array_of_statuses, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Request_get_status_some
   subroutine MPI_Type_contiguous(count, oldtype, newtype, ierror)
     integer, intent(in) :: count
     type(MPI_Datatype), intent(in) :: oldtype
@@ -7363,6 +7592,15 @@ contains
     call tsunagi_type_match_size(typeclass, size, datatype, ierror_c)
     if (present(ierror)) ierror = ierror_c
   end subroutine MPI_Type_match_size
+  subroutine MPI_Type_get_value_index(value_type, index_type, pair_type, ierror)
+    type(MPI_Datatype), intent(in) :: value_type
+    type(MPI_Datatype), intent(in) :: index_type
+    type(MPI_Datatype) :: pair_type
+    integer, optional, intent(out) :: ierror
+    integer(c_int) :: ierror_c
+    call tsunagi_type_get_value_index(value_type, index_type, pair_type, ierror_c)
+    if (present(ierror)) ierror = ierror_c
+  end subroutine MPI_Type_get_value_index
   subroutine MPI_Type_create_f90_real(p, r, newtype, ierror)
     integer, intent(in) :: p
     integer, intent(in) :: r

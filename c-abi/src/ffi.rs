@@ -135,6 +135,7 @@ pub const MPI_KEYVAL_INVALID: c_int = 0x2400_0000;
 pub const MPI_COMM_TYPE_SHARED: c_int = 1;
 pub const MPI_COMM_TYPE_HW_GUIDED: c_int = 2;
 pub const MPI_COMM_TYPE_HW_UNGUIDED: c_int = 3;
+pub const MPI_COMM_TYPE_RESOURCE_GUIDED: c_int = 4;
 
 pub const MPI_COMM_NULL: MPI_Comm = 0x0400_0000;
 pub const MPI_COMM_WORLD: MPI_Comm = 0x4400_0000;

@@ -894,6 +894,38 @@ fn persistent_collectives_isendrecv_generalized_requests() {
     );
 }
 
+/// Generalized requests (MPI 4.1 §13.2): the order and number of query_fn, free_fn and
+/// cancel_fn calls for every completion call, MPI_Request_free before and after
+/// MPI_Grequest_complete, MPI_Cancel before and after it, failing hooks (MPI_ERR_IN_STATUS
+/// from MPI_Waitall), hooks that call MPI, a request completed by another thread; under
+/// both engines.
+#[test]
+fn generalized_requests_call_query_free_and_cancel_where_the_standard_says() {
+    suite("grequest", &[1, 2], "grequest ok");
+    let exe = build_as("grequest", "test-grequest-threaded");
+    let out = run(Command::new("timeout")
+        .arg("120")
+        .arg(mpirun())
+        .args(["-n", "2", "--progress", "threaded"])
+        .arg(&exe));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("grequest ok"),
+        "grequest under the threaded engine failed ({}):\n{stdout}{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// MPI 4.1 (mpi.h says 4.1): MPI_Remove_error_*, MPI_Status_get/set_*,
+/// MPI_Request_get_status_any/all/some, MPI_Type_get_value_index, MPI_Get_hw_resource_info,
+/// MPI_COMM_TYPE_RESOURCE_GUIDED, MPI_ERR_ERRHANDLER, and MPI 4.0's MPI_Session_c2f/f2c and
+/// MPI_Status_set_elements_c.
+#[test]
+fn mpi_4_1_calls_and_version() {
+    suite("mpi41_api", &[1, 3], "mpi41 api ok");
+}
+
 /// The tools interface (issue 20): control variables with live values (a written
 /// collective algorithm takes effect), performance variables counting real traffic and the
 /// matching queues, categories, enumerations, events' "none" answers, MPI_T before MPI_Init

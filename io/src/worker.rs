@@ -120,10 +120,12 @@ struct Hooks(Slot);
 
 impl GrequestHooks for Hooks {
     fn query(&mut self) -> MpiResult<Status> {
+        // Not taken: MPI_Request_get_status queries too, before the Wait or Test that
+        // collects the request queries again.
         self.0
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .take()
+            .clone()
             .unwrap_or(Ok(Status::EMPTY))
     }
     fn free(&mut self) -> MpiResult<()> {

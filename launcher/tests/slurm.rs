@@ -6,7 +6,8 @@
 //! test starts `scripts/slurm-local` itself (root only) and stops it at the end. Without
 //! Slurm, or when the daemons cannot start, it prints `skipped: ...` and passes.
 //!
-//! Checks: the `hello` and `ring` examples on 2 and 4 ranks, node locality taken from the
+//! Checks: MPI_Comm_spawn of 1 and 3 children through Slurm's PMI-1 spawn; the `hello`
+//! and `ring` examples on 2 and 4 ranks, node locality taken from the
 //! `PMI_process_mapping` Slurm publishes (no host-id exchange), a key-value exchange with
 //! long values (`pmi_rank exchange`: PMI-1 requests must fit Slurm's 1024-byte reads), and
 //! a C program built with our `mpicc`; and a site started by Slurm joining a site started by
@@ -224,6 +225,33 @@ impl Slurm {
         })
     }
 
+    /// `salloc -n <cpus> srun --mpi=pmi2 --overlap -n <n> <exe> <args>`: a job with room
+    /// for what the program spawns (Slurm starts spawned processes as another step of the
+    /// job; `--overlap` lets that step share the CPUs of the first).
+    fn salloc_srun(&self, cpus: usize, n: usize, exe: &Path, args: &[&str]) -> Output {
+        let mut c = slurm_cmd("salloc", &self.conf);
+        c.args([
+            "-n",
+            &cpus.to_string(),
+            "--time=2",
+            "srun",
+            "--mpi=pmi2",
+            "--overlap",
+        ])
+        .args(["-n", &n.to_string(), "--kill-on-bad-exit=1"])
+        .arg(exe)
+        .args(args);
+        let what = format!("salloc -n {cpus} srun -n {n} {} {args:?}", exe.display());
+        let o = run(c, TIMEOUT).unwrap_or_else(|e| panic!("{what}: cannot start: {e}"));
+        assert!(
+            o.code.is_some(),
+            "{what}: timed out after {TIMEOUT:?}\nstdout:\n{}\nstderr:\n{}",
+            o.stdout,
+            o.stderr
+        );
+        o
+    }
+
     /// `srun --mpi=pmi2 -n <n> <exe> <args>` with extra environment.
     fn srun(&self, n: usize, exe: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
         let mut c = slurm_cmd("srun", &self.conf);
@@ -303,6 +331,25 @@ int main(int argc, char **argv) {
 /// The C program above built with our `mpicc` from a private prefix, or `None` (with the
 /// reason printed) when no C compiler is installed.
 fn c_program() -> Option<PathBuf> {
+    let prefix = c_prefix()?;
+    let src = prefix.join("c_hello.c");
+    std::fs::write(&src, C_PROGRAM).expect("write the C program");
+    Some(mpicc(&prefix, &src, "c_hello"))
+}
+
+/// Compile `src` with the prefix's `mpicc` into `prefix/<name>`.
+fn mpicc(prefix: &Path, src: &Path, name: &str) -> PathBuf {
+    let exe = prefix.join(name);
+    let mut c = Command::new(prefix.join("bin/mpicc"));
+    c.args(["-Wall", "-Werror", "-o"]).arg(&exe).arg(src);
+    let o = run(c, TIMEOUT).expect("run mpicc");
+    assert!(o.ok(), "mpicc failed:\n{}{}", o.stdout, o.stderr);
+    exe
+}
+
+/// A private prefix with this profile's C library and `mpicc`, or `None` (with the reason
+/// printed) when no C compiler is installed.
+fn c_prefix() -> Option<PathBuf> {
     let has_cc = Command::new("cc")
         .arg("--version")
         .stdout(Stdio::null())
@@ -323,14 +370,45 @@ fn c_program() -> Option<PathBuf> {
         run(c, TIMEOUT).expect("run install-c")
     };
     assert!(install.ok(), "install-c failed:\n{}", install.stderr);
-    let src = prefix.join("c_hello.c");
-    std::fs::write(&src, C_PROGRAM).expect("write the C program");
-    let exe = prefix.join("c_hello");
-    let mut c = Command::new(prefix.join("bin/mpicc"));
-    c.args(["-Wall", "-Werror", "-o"]).arg(&exe).arg(&src);
-    let o = run(c, TIMEOUT).expect("run mpicc");
-    assert!(o.ok(), "mpicc failed:\n{}{}", o.stdout, o.stderr);
-    Some(exe)
+    Some(prefix)
+}
+
+/// MPI_Comm_spawn in a job started by `srun --mpi=pmi2`: Slurm's PMI-1 `spawn` starts the
+/// children (1 and 3) as another step of the job; they find their parent, and c-abi's
+/// dynproc.c runs its checks on the intercommunicator from both sides (point-to-point,
+/// collectives with MPI_ROOT, merge, disconnect), and MPI_APPNUM is 0 in the children
+/// (Slurm's PMI says -1).
+#[test]
+fn mpi_comm_spawn_under_srun() {
+    let _s = serial();
+    let Some(slurm) = Slurm::get() else {
+        return;
+    };
+    let Some(prefix) = c_prefix() else {
+        return;
+    };
+    let src = repo().join("c-abi/tests/c/dynproc.c");
+    let exe = {
+        let mut c = Command::new(prefix.join("bin/mpicc"));
+        c.arg("-I")
+            .arg(repo().join("c-abi/tests/c"))
+            .args(["-std=c11", "-o"])
+            .arg(prefix.join("dynproc"))
+            .arg(&src);
+        let o = run(c, TIMEOUT).expect("run mpicc");
+        assert!(o.ok(), "mpicc dynproc.c failed:\n{}{}", o.stdout, o.stderr);
+        prefix.join("dynproc")
+    };
+    for children in ["1", "3"] {
+        let o = slurm.salloc_srun(4, 1, &exe, &["spawn", children]);
+        assert!(
+            o.ok() && o.stdout.contains("dynproc spawn ok"),
+            "spawn of {children} under srun: exit {:?}\nstdout:\n{}\nstderr:\n{}",
+            o.code,
+            o.stdout,
+            o.stderr
+        );
+    }
 }
 
 #[test]

@@ -3,7 +3,7 @@
 
 use std::fmt;
 
-/// An MPI error class: every class the MPI standard defines up to MPI 4.0 (MPI-3.1's
+/// An MPI error class: every class the MPI standard defines up to MPI 4.1 (MPI-3.1's
 /// I/O, RMA, dynamic-process and tools-interface classes included), with MPICH's numbers
 /// so that the C ABI passes them through unchanged. Classes added by the program
 /// (MPI_Add_error_class) lie above [`LAST_CODE`] and are kept by the C library.
@@ -88,6 +88,8 @@ pub enum ErrorClass {
     ProcAborted = 76,
     ValueTooLarge = 77,
     TNotSupported = 78,
+    /// MPI 4.1: an error handler of the wrong kind for the object (MPI_ERR_ERRHANDLER).
+    Errhandler = 79,
 }
 
 /// MPI_ERR_LASTCODE: the last value of a predefined error code (MPICH's). Classes and
@@ -175,6 +177,7 @@ impl ErrorClass {
         ErrorClass::ProcAborted,
         ErrorClass::ValueTooLarge,
         ErrorClass::TNotSupported,
+        ErrorClass::Errhandler,
     ];
 
     /// The class with MPICH's number `code`, if it is a predefined one.
@@ -267,6 +270,7 @@ impl ErrorClass {
             ProcAborted => "Communication with an aborted process",
             ValueTooLarge => "Value is too large to store",
             TNotSupported => "MPI_T: requested functionality not supported",
+            Errhandler => "Invalid error handler for this object",
         }
     }
 }
@@ -330,7 +334,7 @@ mod tests {
         );
         assert_eq!(ErrorClass::RmaFlavor as i32, 58);
         assert_eq!(ErrorClass::Win as i32, 45);
-        assert_eq!(ErrorClass::ALL.len(), 78);
+        assert_eq!(ErrorClass::ALL.len(), 79);
         let mut seen = std::collections::HashSet::new();
         for &c in ErrorClass::ALL {
             assert!(seen.insert(c.description()), "{c:?} shares its description");

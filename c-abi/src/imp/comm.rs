@@ -82,6 +82,21 @@ pub(crate) fn comm_split_type(
                 _ => UNDEFINED,
             }
         }
+        // MPI 4.1: the resource an info key names; a hardware resource type as for
+        // MPI_COMM_TYPE_HW_GUIDED, or the process sets every process has
+        // (`mpi_pset_name`: mpi://WORLD, mpi://SELF). Anything else: MPI_COMM_NULL.
+        MPI_COMM_TYPE_RESOURCE_GUIDED => {
+            let key = |k| info.and_then(|i| super::info_value(i, k));
+            match (
+                key("mpi_hw_resource_type").as_deref(),
+                key("mpi_pset_name").as_deref(),
+            ) {
+                (Some("mpi_shared_memory"), _) => node()?,
+                (_, Some("mpi://WORLD")) => 0,
+                (_, Some("mpi://SELF")) => r.comm_rank(comm)? as c_int,
+                _ => UNDEFINED,
+            }
+        }
         // A resource strictly smaller than the communicator: the node, if it spans more.
         MPI_COMM_TYPE_HW_UNGUIDED => {
             let nodes = r.comm_nodes(comm)?;
@@ -95,7 +110,7 @@ pub(crate) fn comm_split_type(
             return Err(err(
                 ErrorClass::Arg,
                 format!(
-                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED or MPI_UNDEFINED)"
+                    "split_type = {other} is not supported (MPI_COMM_TYPE_SHARED, MPI_COMM_TYPE_HW_GUIDED, MPI_COMM_TYPE_HW_UNGUIDED, MPI_COMM_TYPE_RESOURCE_GUIDED or MPI_UNDEFINED)"
                 ),
             ))
         }
@@ -136,8 +151,16 @@ pub(crate) fn comm_set_name(comm: CommId, name: &str) -> MpiResult<()> {
     h::runtime("MPI_Comm_set_name")?.comm_set_name(comm, &name)
 }
 
-pub(crate) fn comm_get_name(comm: CommId, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
-    let n = h::runtime("MPI_Comm_get_name")?.comm_get_name(comm)?;
+pub(crate) fn comm_get_name(
+    comm: Option<CommId>,
+    name: *mut c_char,
+    len: &mut c_int,
+) -> MpiResult<()> {
+    // MPI 4.1: the null communicator is named too.
+    let n = match comm {
+        Some(comm) => h::runtime("MPI_Comm_get_name")?.comm_get_name(comm)?,
+        None => "MPI_COMM_NULL".to_string(),
+    };
     // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
     *len = unsafe { h::write_cstr("comm_name", name, MPI_MAX_OBJECT_NAME, &n)? } as c_int;
     Ok(())

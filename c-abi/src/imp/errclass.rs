@@ -2,6 +2,8 @@
 //! numbers up to MPI_ERR_LASTCODE) and those the program adds with MPI_Add_error_class,
 //! MPI_Add_error_code and MPI_Add_error_string, which take the values above
 //! MPI_ERR_LASTCODE in the order they are made (MPI_LASTUSEDCODE is the last of them).
+//! MPI 4.1's MPI_Remove_error_class/code/string take them back: a removed value stays
+//! unused (so MPI_LASTUSEDCODE never goes down) and is no error code any more.
 
 use std::ffi::{c_char, c_int};
 use std::sync::Mutex;
@@ -16,6 +18,7 @@ use crate::handles::{self as h, err, lock};
 struct UserCode {
     class: c_int,
     string: String,
+    removed: bool,
 }
 
 /// By value - LAST_CODE - 1.
@@ -27,7 +30,10 @@ fn class_of(code: c_int) -> Option<c_int> {
         return Some(code);
     }
     let k = code.checked_sub(LAST_CODE + 1)?;
-    lock(&USER).get(usize::try_from(k).ok()?).map(|u| u.class)
+    lock(&USER)
+        .get(usize::try_from(k).ok()?)
+        .filter(|u| !u.removed)
+        .map(|u| u.class)
 }
 
 fn invalid(name: &str, code: c_int) -> tsunagi_core::MpiError {
@@ -69,6 +75,7 @@ fn add(class: Option<c_int>) -> MpiResult<c_int> {
     u.push(UserCode {
         class: class.unwrap_or(value),
         string: String::new(),
+        removed: false,
     });
     Ok(value)
 }
@@ -109,6 +116,76 @@ pub(crate) fn add_error_string(code: c_int, s: &str) -> MpiResult<()> {
         ));
     }
     lock(&USER)[(code - LAST_CODE - 1) as usize].string = s.to_string();
+    Ok(())
+}
+
+/// The index in [`USER`] of `code`, a live class or code the program made.
+fn user_index(name: &str, code: c_int) -> MpiResult<usize> {
+    if ErrorClass::from_code(code).is_some() {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("{name} = {code} is predefined; only values made by MPI_Add_error_class/code can be removed"),
+        ));
+    }
+    class_of(code).ok_or_else(|| invalid(name, code))?;
+    Ok((code - LAST_CODE - 1) as usize)
+}
+
+pub(crate) fn remove_error_class(class: c_int) -> MpiResult<()> {
+    let k = user_index("errorclass", class)?;
+    let mut u = lock(&USER);
+    if u[k].class != class {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("errorclass = {class} is an error code, not a class (MPI_Remove_error_code)"),
+        ));
+    }
+    if let Some(i) = u
+        .iter()
+        .enumerate()
+        .position(|(i, c)| i != k && !c.removed && c.class == class)
+    {
+        return Err(err(
+            ErrorClass::Arg,
+            format!(
+                "error class {class} still has error code {}: remove its codes first",
+                LAST_CODE + 1 + i as c_int
+            ),
+        ));
+    }
+    string_removed(&u[k], class)?;
+    u[k].removed = true;
+    Ok(())
+}
+
+/// MPI 4.1 §9.5: a class or code with a string cannot go before its string.
+fn string_removed(u: &UserCode, code: c_int) -> MpiResult<()> {
+    if u.string.is_empty() {
+        return Ok(());
+    }
+    Err(err(
+        ErrorClass::Arg,
+        format!("{code} still has an error string: MPI_Remove_error_string first"),
+    ))
+}
+
+pub(crate) fn remove_error_code(code: c_int) -> MpiResult<()> {
+    let k = user_index("errorcode", code)?;
+    let mut u = lock(&USER);
+    if u[k].class == code {
+        return Err(err(
+            ErrorClass::Arg,
+            format!("errorcode = {code} is an error class, not a code (MPI_Remove_error_class)"),
+        ));
+    }
+    string_removed(&u[k], code)?;
+    u[k].removed = true;
+    Ok(())
+}
+
+pub(crate) fn remove_error_string(code: c_int) -> MpiResult<()> {
+    let k = user_index("errorcode", code)?;
+    lock(&USER)[k].string.clear();
     Ok(())
 }
 

@@ -9,8 +9,8 @@
 #if defined(MPICH) || defined(MPICH_NAME) || defined(MPICH_VERSION) || defined(OPEN_MPI)
 #error "mpi.h must not claim to be MPICH or Open MPI"
 #endif
-#if MPI_VERSION != 3 || MPI_SUBVERSION != 1
-#error "MPI 3.1 expected"
+#if MPI_VERSION != 4 || MPI_SUBVERSION != 1
+#error "MPI 4.1 expected"
 #endif
 
 #ifdef __cplusplus

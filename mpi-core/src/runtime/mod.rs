@@ -278,10 +278,15 @@ impl Runtime {
             stop_threads: Arc::new(AtomicBool::new(false)),
             threads: Mutex::new(Vec::new()),
             // A child of MPI_Comm_spawn_multiple is told its app's index (c-abi dynproc).
+            // Slurm's PMI answers -1 to the children of a spawn: MPI_APPNUM is 0 for those of
+            // MPI_Comm_spawn (MPI 4.1 §11.10.3).
             appnum: std::env::var("TSUNAGI_APPNUM")
                 .ok()
                 .and_then(|v| v.parse().ok())
-                .unwrap_or_else(|| boot.appnum()),
+                .unwrap_or_else(|| match boot.appnum() {
+                    n if n < 0 && std::env::var_os("PMI_SPAWNED").is_some() => 0,
+                    n => n,
+                }),
             boot: Mutex::new(boot),
             thread_level: required.clamp(ThreadLevel::Single, ThreadLevel::Multiple),
             main_thread: std::thread::current().id(),
@@ -428,7 +433,7 @@ impl Engine {
 }
 
 /// The version of the MPI standard implemented (MPI_Get_version).
-pub const VERSION: (i32, i32) = (3, 1);
+pub const VERSION: (i32, i32) = (4, 1);
 
 /// MPI_Get_library_version's text.
 pub fn library_version() -> String {

@@ -406,10 +406,11 @@ impl Runtime {
     pub fn wait_raw(&self, call: &str, id: ReqId) -> MpiResult<Status> {
         if self.polls_inline() {
             if let Some(st) = self.finish_now(&mut self.lock(), call, id)? {
-                return Ok(st);
+                return Ok(self.settle(id, st));
             }
         }
-        self.wait_blocking(call, id)
+        let st = self.wait_blocking(call, id)?;
+        Ok(self.settle(id, st))
     }
 
     /// Whether a wait may make progress inline under one lock ([`Runtime::finish_now`]):
@@ -454,6 +455,7 @@ impl Runtime {
             )),
             Ok(Some(st)) => {
                 drop(e);
+                let st = self.settle(id, st);
                 self.collected_status(call, id, st).map(Some)
             }
             Ok(None) => Ok(None),
@@ -463,7 +465,48 @@ impl Runtime {
     /// MPI_Request_get_status: like test, but the request stays.
     pub fn request_get_status(&self, id: ReqId) -> MpiResult<Option<Status>> {
         let e = self.step()?;
-        e.peek(id)
+        let st = e.peek(id)?;
+        drop(e);
+        st.map(|st| self.grequest_peek(st)).transpose()
+    }
+
+    /// MPI_Request_get_status_any/all/some (MPI 4.1): after one progress step, for each of
+    /// `ids`, None when it is MPI_REQUEST_NULL or inactive, Some(None) while it is pending,
+    /// Some(Some(status)) when it is complete; the requests stay. A completed generalized
+    /// request's status comes from its query function (a failing one gives its class in
+    /// the status' error).
+    pub fn request_get_statuses(
+        &self,
+        call: &str,
+        ids: &[Option<ReqId>],
+    ) -> MpiResult<Vec<Option<Option<Status>>>> {
+        let e = self.step()?;
+        let mut out = Vec::with_capacity(ids.len());
+        for (i, id) in ids.iter().enumerate() {
+            let Some(id) = id else {
+                out.push(None);
+                continue;
+            };
+            if !e.request_exists(*id) {
+                return Err(MpiError::new(
+                    ErrorClass::Request,
+                    format!("{call}: invalid request at index {i}"),
+                ));
+            }
+            if !e.is_active(*id) {
+                out.push(None);
+                continue;
+            }
+            out.push(Some(e.peek(*id)?));
+        }
+        drop(e);
+        for st in out.iter_mut().flatten().flatten() {
+            *st = self.grequest_peek(*st).unwrap_or_else(|err| Status {
+                error: err.class as i32,
+                ..Status::EMPTY
+            });
+        }
+        Ok(out)
     }
 
     /// True when the request is persistent (a completed one stays allocated).
@@ -489,6 +532,31 @@ impl Runtime {
     /// is collected. No allocation for up to 64 requests: the C interface calls this with
     /// its handle array and the caller's status array directly.
     pub fn waitall_with(
+        &self,
+        call: &str,
+        n: usize,
+        id_of: impl Fn(usize) -> Option<ReqId>,
+        mut put: impl FnMut(usize, Status),
+    ) -> MpiResult<()> {
+        // Generalized requests are collected under the lock but settled (their query and
+        // free functions run) after it, here.
+        let mut unsettled: Vec<(usize, Status)> = Vec::new();
+        let res = self.waitall_collect(call, n, &id_of, |i, st| {
+            if Self::needs_settling(&st) {
+                unsettled.push((i, st));
+            } else {
+                put(i, st);
+            }
+        });
+        for (i, st) in unsettled {
+            let id = id_of(i).expect("a collected request");
+            put(i, self.settle(id, st));
+        }
+        res
+    }
+
+    /// The collecting part of [`Runtime::waitall_with`].
+    fn waitall_collect(
         &self,
         call: &str,
         n: usize,
@@ -600,6 +668,12 @@ impl Runtime {
                 out[i] = e.test(*id)?.unwrap_or(Status::EMPTY);
             }
         }
+        drop(e);
+        for (st, id) in out.iter_mut().zip(ids) {
+            if let Some(id) = id {
+                *st = self.settle(*id, *st);
+            }
+        }
         Ok(Some(out))
     }
 
@@ -639,7 +713,7 @@ impl Runtime {
             }
             Ok(!Self::has_active(e, ids))
         })?;
-        Ok(out)
+        Ok(out.map(|(i, st)| (i, self.settle(ids[i].expect("collected"), st))))
     }
 
     /// MPI_Testany: Ok(Err(())) when no request is active; Ok(Ok(None)) when none is done.
@@ -650,8 +724,10 @@ impl Runtime {
         ids: &[Option<ReqId>],
     ) -> MpiResult<Result<Option<(usize, Status)>, ()>> {
         let mut e = self.step()?;
-        if let Some(r) = Self::any_done(&mut e, call, ids)? {
-            return Ok(Ok(Some(r)));
+        if let Some((i, st)) = Self::any_done(&mut e, call, ids)? {
+            drop(e);
+            let st = self.settle(ids[i].expect("collected"), st);
+            return Ok(Ok(Some((i, st))));
         }
         if !Self::has_active(&e, ids) {
             return Ok(Err(()));
@@ -701,7 +777,7 @@ impl Runtime {
             }
             Ok(false)
         })?;
-        Ok(out)
+        Ok(out.map(|d| self.settle_all(ids, d)))
     }
 
     /// MPI_Testsome: None when no request is active.
@@ -714,7 +790,20 @@ impl Runtime {
         if !Self::has_active(&e, ids) {
             return Ok(None);
         }
-        Ok(Some(Self::all_done_now(&mut e, call, ids)?))
+        let done = Self::all_done_now(&mut e, call, ids)?;
+        drop(e);
+        Ok(Some(self.settle_all(ids, done)))
+    }
+
+    /// [`Runtime::settle`] for each (index into `ids`, status) collected.
+    fn settle_all(
+        &self,
+        ids: &[Option<ReqId>],
+        done: Vec<(usize, Status)>,
+    ) -> Vec<(usize, Status)> {
+        done.into_iter()
+            .map(|(i, st)| (i, self.settle(ids[i].expect("collected"), st)))
+            .collect()
     }
 
     /// MPI_Request_free.
