@@ -92,7 +92,12 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
         // One node: the rounds go through shared memory; the hint sends them by messages.
         took(&t, w, "through shared memory");
         took(&t, r, "through shared memory");
-        let t = traced(&exe, &["32", "coll", "bt"], progress, "tsunagi_cb_shm=disable");
+        let t = traced(
+            &exe,
+            &["32", "coll", "bt"],
+            progress,
+            "tsunagi_cb_shm=disable",
+        );
         took(&t, w, "two-phase, mean piece 640 B, 1 aggregators");
         took(&t, w, "by messages");
         took(&t, r, "by messages");
