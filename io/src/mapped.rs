@@ -304,20 +304,28 @@ fn reserve(file: &std::fs::File, lo: u64, hi: u64) -> std::io::Result<bool> {
 
 /// Collective write of `data` (in stream order over `runs`, my file ranges) through the
 /// file's pages. `cb`: the round size, which bounds the windows.
+/// `mark(phase)` ends a phase of the trace (`TSUNAGI_IO_TRACE`).
 pub(crate) fn write_all(
     f: &File,
     call: &str,
     runs: &[(u64, usize)],
     data: &[u8],
     cb: u64,
+    mark: &mut dyn FnMut(&'static str),
 ) -> MpiResult<()> {
     let file = f.os_file();
     let (lo, hi) = span(runs);
     let failed = match reserve(file, lo, hi) {
         Err(e) => Some(os_err(call, e)),
-        Ok(reserved) => copy_in(file, call, runs, data, cb, lo, hi, reserved).err(),
+        Ok(reserved) => {
+            mark("reserve");
+            copy_in(file, call, runs, data, cb, lo, hi, reserved).err()
+        }
     };
-    agree(f, call, failed)
+    mark("copy");
+    let r = agree(f, call, failed);
+    mark("agree");
+    r
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -379,9 +387,13 @@ pub(crate) fn read_all(
     runs: &[(u64, usize)],
     out: &mut [u8],
     cb: u64,
+    mark: &mut dyn FnMut(&'static str),
 ) -> MpiResult<()> {
     let failed = copy_out(f.os_file(), call, runs, out, cb).err();
-    agree(f, call, failed)
+    mark("copy");
+    let r = agree(f, call, failed);
+    mark("agree");
+    r
 }
 
 fn copy_out(

@@ -1017,8 +1017,7 @@ pub(crate) fn write_all(
     let plan = s.plan.as_ref().expect("two-phase has a plan");
     if s.mapped {
         // No aggregator and no ranges to exchange: every rank stores its own pieces.
-        let r = crate::mapped::write_all(f, call, &runs, data, plan.cb);
-        trace.mark("through the file's pages");
+        let r = crate::mapped::write_all(f, call, &runs, data, plan.cb, &mut |p| trace.mark(p));
         trace.via = Via::Mapped;
         trace.report(f, route, &s);
         return r;
@@ -1205,8 +1204,7 @@ pub(crate) fn read_all(
     }
     let plan = s.plan.as_ref().expect("two-phase has a plan");
     if s.mapped {
-        let r = crate::mapped::read_all(f, call, &runs, out, plan.cb);
-        trace.mark("through the file's pages");
+        let r = crate::mapped::read_all(f, call, &runs, out, plan.cb, &mut |p| trace.mark(p));
         trace.via = Via::Mapped;
         trace.report(f, route, &s);
         r?;
