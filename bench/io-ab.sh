@@ -82,12 +82,14 @@ for r in $(seq 1 "$rounds"); do
         m=${#cs[@]}
         for j in $(seq 0 $((m - 1))); do
             c=${cs[$(((j + k) % m))]}
-            results+=("$(one "$c" "$n" | tee /dev/stderr)")
+            line=$(one "$c" "$n")
+            echo "$line"
+            results+=("$line")
         done
     done
     k=$((k + 1))
     echo "# round $r done $(date -u +%FT%TZ) $(uptime | sed 's/.*load/load/')"
-done 2>&1
+done
 printf '%s\n' "${results[@]}" | awk '
     { key = $2 " " $3; n[key]++; w[key, n[key]] = $4; r[key, n[key]] = $5; c[key, n[key]] = $6; f[key, n[key]] = $7;
       if (!(key in seen)) { seen[key] = 1; order[++k] = key } }

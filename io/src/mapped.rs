@@ -28,9 +28,9 @@
 //!
 //! Windows: a rank maps at most `cb_buffer_size` bytes (rounded up to pages) at a time,
 //! on multiples of that size, so a huge span costs no more address space than a round
-//! buffer. Each window's pages of the rank's span are populated in one call
-//! (`MADV_POPULATE_WRITE` / `_READ`, Linux 5.14) instead of one fault per page; a kernel
-//! without it takes the faults. A window that cannot be mapped is copied with
+//! buffer. The pages of a window that the rank's pieces touch are populated in one call
+//! per run of pages (`MADV_POPULATE_WRITE` / `_READ`, Linux 5.14) instead of one fault per
+//! page; a kernel without it takes the faults. A window that cannot be mapped is copied with
 //! `pwrite`/`pread`, piece by piece: slower, never wrong.
 //!
 //! What a mapping cannot protect against: another process truncating the file during the
@@ -147,11 +147,11 @@ struct Mapper<'a> {
     write: bool,
     /// Window size (a multiple of the page size); windows start on its multiples.
     win: u64,
-    /// The bytes this rank may touch: populate within them only (past the end of the
-    /// file, a populate fails; beyond the rank's span, it would fault others' pages).
-    lo: u64,
-    hi: u64,
-    populate: bool,
+    /// The pages this rank touches (page-aligned runs of its pieces, merged, sorted, below
+    /// the end of the file), or None: no populating. Only these are populated: past the
+    /// end of the file a populate fails, and the other ranks' pages would cost a fault
+    /// each in this process for nothing (on ext4 a write fault is a `page_mkwrite` call).
+    pages: Option<Vec<(u64, u64)>>,
     /// The current window's start and its mapping (None: it could not be mapped).
     cur: Option<(u64, Option<Window>)>,
     /// Never map (a read of a span with holes).
@@ -200,21 +200,20 @@ impl Mapper<'_> {
             start: ws,
             len,
         };
-        if self.populate {
-            let pg = page();
-            let s = self.lo.max(ws);
-            let e = self.hi.min(ws + self.win);
-            if s < e {
-                let s = s - s % pg;
-                let e = e.next_multiple_of(pg).min(ws + self.win);
-                let advice = if self.write {
-                    MADV_POPULATE_WRITE
-                } else {
-                    MADV_POPULATE_READ
-                };
-                // SAFETY: a page-aligned range inside our mapping whose pages lie below
-                // the end of the file (`hi` is within it); populating only faults them in
-                // (a failure, e.g. EINVAL before Linux 5.14, leaves the faults to the copy).
+        if let Some(pages) = &self.pages {
+            let we = ws + self.win;
+            let first = pages.partition_point(|r| r.1 <= ws);
+            let advice = if self.write {
+                MADV_POPULATE_WRITE
+            } else {
+                MADV_POPULATE_READ
+            };
+            for &(s, e) in pages[first..].iter().take_while(|r| r.0 < we) {
+                let (s, e) = (s.max(ws), e.min(we));
+                // SAFETY: a page-aligned range inside our mapping whose pages lie below the
+                // end of the file (`pages` is clipped to it); populating only faults them
+                // in (a failure, e.g. EINVAL before Linux 5.14, leaves the faults to the
+                // copy, so it is ignored).
                 unsafe {
                     libc::madvise(
                         w.base.add((s - ws) as usize) as *mut libc::c_void,
@@ -268,6 +267,37 @@ fn span(runs: &[(u64, usize)]) -> (u64, u64) {
     (lo, hi.max(lo))
 }
 
+/// The pages `runs` touch below `end`: page-aligned, merged, sorted; None when the windows
+/// are not to be populated (`TSUNAGI_IO_MMAP_POPULATE=none`).
+fn touched_pages(runs: &[(u64, usize)], end: u64) -> Option<Vec<(u64, u64)>> {
+    if !populate() {
+        return None;
+    }
+    let pg = page();
+    let mut all: Vec<(u64, u64)> = runs
+        .iter()
+        .filter(|r| r.1 > 0 && r.0 < end)
+        .map(|&(o, l)| {
+            let e = (o + l as u64).min(end);
+            (
+                o - o % pg,
+                e.next_multiple_of(pg).min(end.next_multiple_of(pg)),
+            )
+        })
+        .collect();
+    if !all.windows(2).all(|w| w[0].0 <= w[1].0) {
+        all.sort_unstable();
+    }
+    let mut out: Vec<(u64, u64)> = Vec::new();
+    for (s, e) in all {
+        match out.last_mut() {
+            Some(last) if s <= last.1 => last.1 = last.1.max(e),
+            _ => out.push((s, e)),
+        }
+    }
+    Some(out)
+}
+
 /// The window size for rounds of `cb` bytes: at least a page, a multiple of pages.
 fn window(cb: u64) -> u64 {
     let pg = page();
@@ -319,7 +349,7 @@ pub(crate) fn write_all(
         Err(e) => Some(os_err(call, e)),
         Ok(reserved) => {
             mark("reserve");
-            copy_in(file, call, runs, data, cb, lo, hi, reserved).err()
+            copy_in(file, call, runs, data, cb, hi, reserved).err()
         }
     };
     mark("copy");
@@ -328,14 +358,13 @@ pub(crate) fn write_all(
     r
 }
 
-#[allow(clippy::too_many_arguments)]
+/// `hi`: the end of my span (the file reaches it: `reserve`).
 fn copy_in(
     file: &std::fs::File,
     call: &str,
     runs: &[(u64, usize)],
     data: &[u8],
     cb: u64,
-    lo: u64,
     hi: u64,
     reserved: bool,
 ) -> MpiResult<()> {
@@ -343,9 +372,7 @@ fn copy_in(
         file,
         write: true,
         win: window(cb),
-        lo,
-        hi,
-        populate: populate(),
+        pages: touched_pages(runs, hi),
         cur: None,
         // Without a reservation a mapped store past the end of the file or into a hole
         // of a full file system is a SIGBUS: write with pwrite.
@@ -411,9 +438,7 @@ fn copy_out(
         file,
         write: false,
         win: window(cb),
-        lo,
-        hi,
-        populate: populate(),
+        pages: touched_pages(runs, hi),
         cur: None,
         off: holes,
     };
@@ -502,7 +527,7 @@ mod tests {
         let data: Vec<u8> = (0..total).map(|i| (i % 251) as u8).collect();
         let (lo, hi) = span(&runs);
         assert!(reserve(&file, lo, hi).unwrap());
-        copy_in(&file, "t", &runs, &data, 1, lo, hi, true).unwrap();
+        copy_in(&file, "t", &runs, &data, 1, hi, true).unwrap();
         assert_eq!(
             file.metadata().unwrap().len(),
             6 * pg + 3,
@@ -532,21 +557,27 @@ mod tests {
         assert_eq!(out, expect);
         // Without a reservation (a file system without fallocate) pwrite serves.
         let data2 = [1u8, 2, 3];
-        copy_in(
-            &file,
-            "t",
-            &[(8 * pg, 3)],
-            &data2,
-            1,
-            8 * pg,
-            8 * pg + 3,
-            false,
-        )
-        .unwrap();
+        copy_in(&file, "t", &[(8 * pg, 3)], &data2, 1, 8 * pg + 3, false).unwrap();
         let mut b = [0u8; 3];
         pread_full(&file, &mut b, 8 * pg).unwrap();
         assert_eq!(b, data2);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn the_pages_touched_are_merged_and_end_at_the_end_of_the_file() {
+        let pg = page();
+        let runs = [
+            (pg + 1, 2usize),
+            (10, 5),
+            (pg - 1, 2),
+            (5 * pg, 10),
+            (9 * pg, 1),
+        ];
+        assert_eq!(
+            touched_pages(&runs, 5 * pg + 4),
+            Some(vec![(0, 2 * pg), (5 * pg, 6 * pg)])
+        );
     }
 
     #[test]
