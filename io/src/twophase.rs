@@ -24,8 +24,8 @@
 //!
 //! On one node (every rank of the file on one host) the data takes no messages. When every
 //! rank can map the file (module `mapped`: a regular file on a local file system, opened
-//! for reading and writing to write, a dense access, no rank's `tsunagi_cb_mmap` says
-//! `disable`), every rank copies its pieces straight into or out of the file's pages,
+//! for reading and writing to write, a dense access of at most 128 MiB, no rank's
+//! `tsunagi_cb_mmap` says `disable`), every rank copies its pieces straight into or out of the file's pages,
 //! with no aggregator and no `pwrite`/`pread`. Otherwise, unless a rank's
 //! `tsunagi_cb_shm` says `disable`, the rounds go through memory the ranks share (module
 //! `shm`): the ranks copy their own pieces into or out of the aggregator's round buffers,
