@@ -144,7 +144,7 @@ const CATEGORIES: [Category; 5] = [
     },
     Category {
         name: "tsunagi_io",
-        desc: "MPI-IO: the routes collective accesses took (two-phase or independent)",
+        desc: "MPI-IO: the routes collective accesses took (two-phase, independent; mapped: two-phase through the file's pages)",
     },
 ];
 
