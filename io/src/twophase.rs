@@ -25,12 +25,12 @@
 //! On one node (every rank of the file on one host) the data takes no messages. When every
 //! rank can map the file (module `mapped`: a regular file on a local file system, opened
 //! for reading and writing to write, a dense access of at most 128 MiB, no rank's
-//! `tsunagi_cb_mmap` says `disable`), every rank copies its pieces straight into or out of the file's pages,
-//! with no aggregator and no `pwrite`/`pread`. Otherwise, unless a rank's
-//! `tsunagi_cb_shm` says `disable`, the rounds go through memory the ranks share (module
-//! `shm`): the ranks copy their own pieces into or out of the aggregator's round buffers,
-//! and only the aggregator enters the kernel. The message rounds below serve files across
-//! nodes.
+//! `tsunagi_cb_mmap` says `disable`), every rank copies its pieces straight into or out
+//! of the file's pages, with no aggregator and no `pwrite`/`pread`. Otherwise, unless a
+//! rank's `tsunagi_cb_shm` says `disable`, the rounds go through memory the ranks share
+//! (module `shm`): the ranks copy their own pieces into or out of the aggregator's round
+//! buffers, and only the aggregator enters the kernel. The message rounds below serve
+//! files across nodes.
 //!
 //! Pipelining: an aggregator has two buffers and a helper thread for the file. While the
 //! helper writes round r's buffer, the ranks exchange round r + 1 into the other one;
