@@ -154,32 +154,37 @@ fn one_sided_every_flavor_mode_and_operation() {
 /// off and automatic, interleaved vector views through every pointer kind, non-blocking
 /// and split forms, shared and ordered pointers under concurrency, atomic mode,
 /// external32, registered representations, access modes and the error classes; 1 to 8
-/// ranks, both engines, and over pretend nodes (two aggregators by default).
+/// ranks, both engines, and over pretend nodes (two aggregators by default). On one node
+/// two-phase I/O goes through the file's pages (mmap); once more with that off
+/// (`tsunagi_cb_mmap=disable` for every file but those of the test of the route itself),
+/// through the shared-memory rounds.
 #[test]
 fn mpi_io_every_access_family_and_error_class() {
     let exe = build("io");
     let dir = std::env::temp_dir();
-    for (n, extra) in [
-        (1, &[][..]),
-        (2, &[][..]),
-        (3, &["--progress", "threaded"][..]),
-        (4, &[][..]),
-        (4, &["--progress", "threaded"][..]),
-        (4, &["--node-map", "2"][..]),
-        (8, &["--node-map", "2"][..]),
+    for (n, extra, hints) in [
+        (1, &[][..], ""),
+        (2, &[][..], ""),
+        (3, &["--progress", "threaded"][..], ""),
+        (4, &[][..], ""),
+        (4, &[][..], "tsunagi_cb_mmap=disable"),
+        (4, &["--progress", "threaded"][..], ""),
+        (4, &["--node-map", "2"][..], ""),
+        (8, &["--node-map", "2"][..], ""),
     ] {
         let out = run(Command::new("timeout")
             .arg("120")
             .arg(mpirun())
             .args(["-n", &n.to_string()])
             .args(extra)
+            .env("TSUNAGI_IO_HINTS", hints)
             .arg(&exe)
             .arg(&dir));
         let stdout = String::from_utf8_lossy(&out.stdout);
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(
             out.status.success() && stderr.is_empty() && stdout.contains("io ok"),
-            "io on {n} ranks {extra:?} ({}):\n{stdout}{stderr}",
+            "io on {n} ranks {extra:?} hints '{hints}' ({}):\n{stdout}{stderr}",
             out.status
         );
     }

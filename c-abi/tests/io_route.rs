@@ -7,7 +7,8 @@
 //! tiles (BT-IO at N = 64: 2.6 MB per rank, 1280-byte pieces) go straight to the file
 //! with no synchronisation, unless `tsunagi_cb_read_small` is below the tile. Two-phase
 //! accesses take every rank's ranges from the views flattened at `MPI_File_set_view`, or
-//! exchange them when `TSUNAGI_IO_NO_FLAT` is set; on one node their rounds go through
+//! exchange them when `TSUNAGI_IO_NO_FLAT` is set; on one node every rank goes through the
+//! file's pages (mmap) unless `tsunagi_cb_mmap=disable`, and then the rounds go through
 //! shared memory unless `tsunagi_cb_shm=disable`. Both engines.
 
 mod common;
@@ -83,20 +84,38 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
         let t = traced(&exe, &["64", "coll", "slab"], progress, "");
         took(&t, w, "independent (large pieces), mean piece 16384 B");
         took(&t, r, "independent (large pieces)");
-        // BT-IO: 640-byte interleaved pieces at N = 32: through the aggregators.
+        // BT-IO: 640-byte interleaved pieces at N = 32: two-phase; on one node every rank
+        // copies its pieces through the file's pages (mmap), with no aggregator.
         let t = traced(&exe, &["32", "coll", "bt"], progress, "");
+        took(
+            &t,
+            w,
+            "two-phase, mean piece 640 B, every rank through the file's pages",
+        );
+        took(
+            &t,
+            r,
+            "two-phase, mean piece 640 B, every rank through the file's pages",
+        );
+        // Without the mapping: through the aggregators, whose rounds go through shared
+        // memory; with that off too, by messages.
+        let t = traced(
+            &exe,
+            &["32", "coll", "bt"],
+            progress,
+            "tsunagi_cb_mmap=disable",
+        );
         took(&t, w, "two-phase, mean piece 640 B, 1 aggregators");
         took(&t, w, "ranges from the views");
         took(&t, r, "two-phase");
         took(&t, r, "ranges from the views");
-        // One node: the rounds go through shared memory; the hint sends them by messages.
         took(&t, w, "through shared memory");
         took(&t, r, "through shared memory");
         let t = traced(
             &exe,
             &["32", "coll", "bt"],
             progress,
-            "tsunagi_cb_shm=disable",
+            "tsunagi_cb_mmap=disable,tsunagi_cb_shm=disable",
         );
         took(&t, w, "two-phase, mean piece 640 B, 1 aggregators");
         took(&t, w, "by messages");
@@ -106,7 +125,7 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
             &exe,
             &["32", "coll", "bt"],
             progress,
-            "",
+            "tsunagi_cb_mmap=disable",
             &[("TSUNAGI_IO_NO_FLAT", "1")],
         );
         took(&t, w, "ranges exchanged, through shared memory");
@@ -129,9 +148,20 @@ fn collective_io_takes_two_phase_only_for_small_interleaved_pieces() {
             &exe,
             &["64", "coll", "slab"],
             progress,
-            "romio_cb_write=enable,cb_nodes=2",
+            "romio_cb_write=enable,cb_nodes=2,tsunagi_cb_mmap=disable",
         );
         took(&t, w, "two-phase, mean piece 16384 B, 2 aggregators");
+        let t = traced(
+            &exe,
+            &["64", "coll", "slab"],
+            progress,
+            "romio_cb_write=enable",
+        );
+        took(
+            &t,
+            w,
+            "two-phase, mean piece 16384 B, every rank through the file's pages",
+        );
         took(&t, r, "independent (large pieces)");
         let t = traced(
             &exe,

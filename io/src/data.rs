@@ -192,7 +192,7 @@ impl File {
             twophase::read_all(self, call, &acc.view, &acc.hints, pos, data)?
         } else {
             if collective {
-                crate::stats::count(crate::stats::Dir::Read, twophase::Route::Atomic);
+                crate::stats::count(crate::stats::Dir::Read, twophase::Route::Atomic, false);
             }
             access::read(self, &acc.view, &acc.hints, acc.atomic, pos, data)?
         };
@@ -217,7 +217,7 @@ impl File {
             twophase::write_all(self, call, &acc.view, &acc.hints, pos, data)
         } else {
             if collective {
-                crate::stats::count(crate::stats::Dir::Write, twophase::Route::Atomic);
+                crate::stats::count(crate::stats::Dir::Write, twophase::Route::Atomic, false);
             }
             access::write(self, &acc.view, &acc.hints, acc.atomic, pos, data)
         }

@@ -5,8 +5,11 @@
 //! `tsunagi_cb_piece_limit` (automatic collective buffering runs only for accesses whose
 //! pieces are on average smaller than this) and `tsunagi_cb_read_small` (automatic
 //! collective reads go straight to the file when every rank's view holds at most this
-//! many bytes per filetype tile; 0 turns it off) and `tsunagi_cb_shm` (`disable`: two-phase
-//! I/O on one node moves the data by messages instead of through shared memory).
+//! many bytes per filetype tile; 0 turns it off), `tsunagi_cb_shm` (`disable`: two-phase
+//! I/O on one node moves the data by messages instead of through shared memory) and
+//! `tsunagi_cb_mmap` (two-phase I/O on one node through the file's own pages: `automatic`
+//! on local file systems for dense accesses of spans up to 128 MiB, `enable` on any file
+//! system that allows it, `disable` never).
 //! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
 
 /// The default of `tsunagi_cb_piece_limit` (bytes; see `docs/io.md` for the measurements
@@ -74,6 +77,11 @@ pub struct Hints {
     /// Two-phase I/O of a file whose ranks all run on one node goes through shared memory
     /// (module `shm`) unless this is `disable`.
     pub cb_shm: Switch,
+    /// Two-phase I/O of a file whose ranks all run on one node goes through the file's
+    /// own pages, mapped by every rank (module `mapped`): `automatic` when the file system
+    /// is local and the access dense and at most 128 MiB wide, `enable` whenever the file
+    /// can be mapped.
+    pub cb_mmap: Switch,
     pub ds_read: Switch,
     pub ds_write: Switch,
     /// Largest span one sieving read covers.
@@ -95,6 +103,7 @@ impl Hints {
             cb_piece_limit: DEFAULT_CB_PIECE_LIMIT,
             cb_read_small: DEFAULT_CB_READ_SMALL,
             cb_shm: Switch::Automatic,
+            cb_mmap: Switch::Automatic,
             ds_read: Switch::Automatic,
             ds_write: Switch::Automatic,
             ind_rd_buffer_size: 4 << 20,
@@ -146,6 +155,7 @@ impl Hints {
                 "romio_cb_read" => self.cb_read = Switch::parse(v).unwrap_or(self.cb_read),
                 "romio_cb_write" => self.cb_write = Switch::parse(v).unwrap_or(self.cb_write),
                 "tsunagi_cb_shm" => self.cb_shm = Switch::parse(v).unwrap_or(self.cb_shm),
+                "tsunagi_cb_mmap" => self.cb_mmap = Switch::parse(v).unwrap_or(self.cb_mmap),
                 "romio_ds_read" => self.ds_read = Switch::parse(v).unwrap_or(self.ds_read),
                 "romio_ds_write" => self.ds_write = Switch::parse(v).unwrap_or(self.ds_write),
                 _ => {}
@@ -170,6 +180,7 @@ impl Hints {
                 self.cb_read_small.to_string(),
             ),
             ("tsunagi_cb_shm".into(), self.cb_shm.name().into()),
+            ("tsunagi_cb_mmap".into(), self.cb_mmap.name().into()),
             ("romio_ds_read".into(), self.ds_read.name().into()),
             ("romio_ds_write".into(), self.ds_write.name().into()),
             (
@@ -212,6 +223,7 @@ mod tests {
                 kv("tsunagi_cb_piece_limit", "100"),
                 kv("tsunagi_cb_read_small", "0"),
                 kv("tsunagi_cb_shm", "disable"),
+                kv("tsunagi_cb_mmap", "enable"),
             ],
             4,
         );
@@ -223,6 +235,7 @@ mod tests {
         assert_eq!(h.cb_piece_limit, 100);
         assert_eq!(h.cb_read_small, 0, "0 turns the small-read route off");
         assert_eq!(h.cb_shm, Switch::Disable);
+        assert_eq!(h.cb_mmap, Switch::Enable);
         assert_eq!(
             parse_list("cb_nodes=4, romio_cb_write = disable,junk"),
             vec![kv("cb_nodes", "4"), kv("romio_cb_write", "disable")]

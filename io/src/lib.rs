@@ -25,6 +25,7 @@ pub mod access;
 mod data;
 pub mod flat;
 pub mod hints;
+mod mapped;
 mod posix;
 mod shared;
 mod shm;

@@ -21,6 +21,9 @@ pub struct RouteCounts {
     /// Each rank straight to the file (large pieces, disjoint ranges, collective buffering
     /// disabled, nothing to access): no data exchanged.
     pub independent: AtomicU64,
+    /// Of the two-phase ones: every rank through the file's pages on one node (module
+    /// `mapped`), with no aggregator.
+    pub mapped: AtomicU64,
 }
 
 impl RouteCounts {
@@ -28,6 +31,7 @@ impl RouteCounts {
         RouteCounts {
             two_phase: AtomicU64::new(0),
             independent: AtomicU64::new(0),
+            mapped: AtomicU64::new(0),
         }
     }
 }
@@ -37,8 +41,9 @@ pub static READS: RouteCounts = RouteCounts::new();
 /// Collective writes, by route.
 pub static WRITES: RouteCounts = RouteCounts::new();
 
-/// Count one collective access of this rank.
-pub(crate) fn count(dir: Dir, route: Route) {
+/// Count one collective access of this rank (`mapped`: a two-phase one went through the
+/// file's pages).
+pub(crate) fn count(dir: Dir, route: Route, mapped: bool) {
     let c = match dir {
         Dir::Read => &READS,
         Dir::Write => &WRITES,
@@ -49,11 +54,14 @@ pub(crate) fn count(dir: Dir, route: Route) {
         &c.independent
     };
     which.fetch_add(1, Ordering::Relaxed);
+    if mapped && route == Route::TwoPhase {
+        c.mapped.fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 /// The counters as `(name, description, value)`, in a fixed order: what the tool
 /// interface lists.
-pub fn snapshot() -> [(&'static str, &'static str, u64); 4] {
+pub fn snapshot() -> [(&'static str, &'static str, u64); 6] {
     let v = |a: &AtomicU64| a.load(Ordering::Relaxed);
     [
         (
@@ -76,6 +84,18 @@ pub fn snapshot() -> [(&'static str, &'static str, u64); 4] {
             "collective writes of this process done independently (no data exchanged)",
             v(&WRITES.independent),
         ),
+        (
+            "tsunagi_io_coll_read_mapped",
+            "collective reads of this process done by two-phase I/O through the file's pages \
+             (one node, mmap; also counted as two-phase)",
+            v(&READS.mapped),
+        ),
+        (
+            "tsunagi_io_coll_write_mapped",
+            "collective writes of this process done by two-phase I/O through the file's pages \
+             (one node, mmap; also counted as two-phase)",
+            v(&WRITES.mapped),
+        ),
     ]
 }
 
@@ -86,12 +106,15 @@ mod tests {
     #[test]
     fn routes_count_by_direction_and_family() {
         let before = snapshot();
-        count(Dir::Read, Route::TwoPhase);
-        count(Dir::Write, Route::LargePieces);
-        count(Dir::Write, Route::Disjoint);
+        count(Dir::Read, Route::TwoPhase, false);
+        count(Dir::Write, Route::LargePieces, false);
+        count(Dir::Write, Route::Disjoint, false);
+        count(Dir::Write, Route::TwoPhase, true);
+        // An independent access is never counted as mapped.
+        count(Dir::Read, Route::SmallReads, true);
         let after = snapshot();
         let d: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a.2 - b.2).collect();
         // No other unit test runs a collective access.
-        assert_eq!(d, [1, 0, 0, 2]);
+        assert_eq!(d, [1, 1, 1, 2, 0, 1]);
     }
 }

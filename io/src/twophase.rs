@@ -22,10 +22,15 @@
 //! slices (and the aggregator's own pieces straight into its buffer), each sent as one
 //! contiguous message.
 //!
-//! On one node (every rank of the file on one host, and no rank's `tsunagi_cb_shm` hint
-//! says `disable`) the rounds go through memory the ranks share instead (module `shm`):
-//! the ranks copy their own pieces into or out of the aggregator's round buffers, and only
-//! the aggregator enters the kernel. The message rounds below serve files across nodes.
+//! On one node (every rank of the file on one host) the data takes no messages. When every
+//! rank can map the file (module `mapped`: a regular file on a local file system, opened
+//! for reading and writing to write, a dense access of at most 128 MiB, no rank's
+//! `tsunagi_cb_mmap` says `disable`), every rank copies its pieces straight into or out
+//! of the file's pages, with no aggregator and no `pwrite`/`pread`. Otherwise, unless a
+//! rank's `tsunagi_cb_shm` says `disable`, the rounds go through memory the ranks share
+//! (module `shm`): the ranks copy their own pieces into or out of the aggregator's round
+//! buffers, and only the aggregator enters the kernel. The message rounds below serve
+//! files across nodes.
 //!
 //! Pipelining: an aggregator has two buffers and a helper thread for the file. While the
 //! helper writes round r's buffer, the ranks exchange round r + 1 into the other one;
@@ -246,9 +251,19 @@ struct Setup {
     /// Every rank runs on one node and allows shared memory: two-phase I/O goes through
     /// it (module `shm`).
     one_node: bool,
+    /// Every rank runs on one node and can map the file: two-phase I/O goes through the
+    /// file's pages (module `mapped`).
+    mapped: bool,
 }
 
-fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -> MpiResult<Setup> {
+fn setup(
+    f: &File,
+    hints: &Hints,
+    dir: Dir,
+    pos: u64,
+    len: usize,
+    runs: &[(u64, usize)],
+) -> MpiResult<Setup> {
     let comm = f.comm();
     let (lo, hi) = if runs.is_empty() {
         (u64::MAX, 0)
@@ -259,8 +274,10 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
     };
     let bytes: u64 = runs.iter().map(|r| r.1 as u64).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as u64;
-    // Fixed-size, so one all-gather (no lengths first).
-    let shm_ok = u64::from(hints.cb_shm != Switch::Disable);
+    // Fixed-size, so one all-gather (no lengths first). The last field: bit 0, the hints
+    // allow shared memory; above it, whether this rank can map the file.
+    let shm_ok = u64::from(hints.cb_shm != Switch::Disable)
+        | crate::mapped::setup_bits(f, hints.cb_mmap, dir) << 1;
     let mine = [
         lo,
         hi,
@@ -307,6 +324,7 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
             streams,
             views: None,
             one_node: false,
+            mapped: false,
         });
     }
     spans.sort_unstable();
@@ -316,7 +334,10 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
     let nodes = f.runtime().comm_nodes(comm)?;
     // Shared memory only when every rank allows it (a hint set on some ranks only must
     // not split them between two protocols).
-    let one_node = nodes.iter().all(|&x| x == nodes[0]) && all.iter().all(|b| b[7] == 1);
+    let same = nodes.iter().all(|&x| x == nodes[0]);
+    let one_node = same && all.iter().all(|b| b[7] & 1 == 1);
+    let bits: Vec<u64> = all.iter().map(|b| b[7] >> 1).collect();
+    let mapped = same && crate::mapped::usable(&bits, total, ghi - glo);
     let n = if hints.cb_nodes_set {
         hints.cb_nodes
     } else {
@@ -339,12 +360,14 @@ fn setup(f: &File, hints: &Hints, pos: u64, len: usize, runs: &[(u64, usize)]) -
         streams,
         views: f.peer_views(),
         one_node,
+        mapped,
     })
 }
 
 /// The u64 fields every rank contributes to a collective access's setup: its span (lo,
 /// hi), cores, piece count, bytes, its stream position and length, and whether its hints
-/// allow shared memory (`tsunagi_cb_shm`).
+/// allow shared memory (`tsunagi_cb_shm`) and it can map the file (`tsunagi_cb_mmap`,
+/// [`crate::mapped::setup_bits`]).
 const SETUP_FIELDS: usize = 8;
 
 /// With `automatic`, when the view agreed at `MPI_File_set_view` already says the ranks'
@@ -359,6 +382,7 @@ fn large_view_pieces(f: &File, sw: Switch, hints: &Hints) -> Option<Setup> {
         streams: Vec::new(),
         views: None,
         one_node: false,
+        mapped: false,
     })
 }
 
@@ -376,6 +400,7 @@ fn small_view_reads(f: &File, hints: &Hints) -> Option<Setup> {
             streams: Vec::new(),
             views: None,
             one_node: false,
+            mapped: false,
         })
 }
 
@@ -539,8 +564,19 @@ struct Trace {
     call: String,
     last: std::time::Instant,
     phases: Vec<(&'static str, f64)>,
-    /// Two-phase rounds went through shared memory (module `shm`).
-    shared: bool,
+    /// How two-phase I/O moved the data.
+    via: Via,
+}
+
+/// How a two-phase access moved the data.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    /// Rounds by messages to and from the aggregators.
+    Messages,
+    /// Rounds through the aggregators' buffers in shared memory (module `shm`).
+    Shm,
+    /// Every rank through the file's own pages (module `mapped`).
+    Mapped,
 }
 
 impl Trace {
@@ -551,7 +587,7 @@ impl Trace {
             call: call.to_string(),
             last: std::time::Instant::now(),
             phases: Vec::new(),
-            shared: false,
+            via: Via::Messages,
         }
     }
 
@@ -572,7 +608,7 @@ impl Trace {
     /// one line per rank and access: the route, why, and for two-phase I/O the
     /// aggregators, rounds and phase times.
     fn report(&self, f: &File, route: Route, s: &Setup) {
-        stats::count(self.dir, route);
+        stats::count(self.dir, route, self.via == Via::Mapped);
         if !self.on {
             return;
         }
@@ -582,6 +618,9 @@ impl Trace {
             .map(|(p, ms)| format!("{p} {ms:.2} ms"))
             .collect();
         let plan = match (&s.plan, route) {
+            (Some(_), Route::TwoPhase) if self.via == Via::Mapped => {
+                ", every rank through the file's pages (mmap)".to_string()
+            }
             (Some(p), Route::TwoPhase) => format!(
                 ", {} aggregators, {} rounds, ranges {}, {}",
                 p.aggs.len(),
@@ -591,7 +630,7 @@ impl Trace {
                 } else {
                     "exchanged"
                 },
-                if self.shared {
+                if self.via == Via::Shm {
                     "through shared memory"
                 } else {
                     "by messages"
@@ -966,7 +1005,7 @@ pub(crate) fn write_all(
         trace.report(f, Route::LargePieces, &s);
         return r;
     }
-    let s = setup(f, hints, pos, data.len(), &runs)?;
+    let s = setup(f, hints, Dir::Write, pos, data.len(), &runs)?;
     trace.mark("setup");
     let route = s.route(hints.cb_write, hints);
     if route != Route::TwoPhase {
@@ -976,11 +1015,18 @@ pub(crate) fn write_all(
         return r;
     }
     let plan = s.plan.as_ref().expect("two-phase has a plan");
+    if s.mapped {
+        // No aggregator and no ranges to exchange: every rank stores its own pieces.
+        let r = crate::mapped::write_all(f, call, &runs, data, plan.cb, &mut |p| trace.mark(p));
+        trace.via = Via::Mapped;
+        trace.report(f, route, &s);
+        return r;
+    }
     let (mine, theirs) = exchange_ranges(f, plan, &s, &runs)?;
     trace.mark("ranges");
     if s.one_node && crate::shm::write_all(f, call, plan, &mine, &theirs, data)? {
         trace.mark("shared-memory rounds");
-        trace.shared = true;
+        trace.via = Via::Shm;
         trace.report(f, route, &s);
         return Ok(());
     }
@@ -1147,7 +1193,7 @@ pub(crate) fn read_all(
         trace.report(f, Route::SmallReads, &s);
         return r;
     }
-    let s = setup(f, hints, pos, out.len(), &runs)?;
+    let s = setup(f, hints, Dir::Read, pos, out.len(), &runs)?;
     trace.mark("setup");
     let route = s.route(hints.cb_read, hints);
     if route != Route::TwoPhase {
@@ -1157,12 +1203,19 @@ pub(crate) fn read_all(
         return r;
     }
     let plan = s.plan.as_ref().expect("two-phase has a plan");
+    if s.mapped {
+        let r = crate::mapped::read_all(f, call, &runs, out, plan.cb, &mut |p| trace.mark(p));
+        trace.via = Via::Mapped;
+        trace.report(f, route, &s);
+        r?;
+        return bytes_before_eof(f, &runs);
+    }
     let (mine, theirs) = exchange_ranges(f, plan, &s, &runs)?;
     trace.mark("ranges");
     let shared = s.one_node && crate::shm::read_all(f, call, plan, &mine, &theirs, out)?;
     if shared {
         trace.mark("shared-memory rounds");
-        trace.shared = true;
+        trace.via = Via::Shm;
         trace.report(f, route, &s);
         return bytes_before_eof(f, &runs);
     }

@@ -144,7 +144,7 @@ const CATEGORIES: [Category; 5] = [
     },
     Category {
         name: "tsunagi_io",
-        desc: "MPI-IO: the routes collective accesses took (two-phase or independent)",
+        desc: "MPI-IO: the routes collective accesses took (two-phase, independent; mapped: two-phase through the file's pages)",
     },
 ];
 
@@ -505,11 +505,13 @@ fn build_tables() -> Tables {
         }
     }
     // MPI-IO's route counters, in tsunagi_io::stats::snapshot's order.
-    let io_reads: [fn() -> u64; 4] = [
+    let io_reads: [fn() -> u64; 6] = [
         || tsunagi_io::stats::snapshot()[0].2,
         || tsunagi_io::stats::snapshot()[1].2,
         || tsunagi_io::stats::snapshot()[2].2,
         || tsunagi_io::stats::snapshot()[3].2,
+        || tsunagi_io::stats::snapshot()[4].2,
+        || tsunagi_io::stats::snapshot()[5].2,
     ];
     for ((name, desc, _), read) in tsunagi_io::stats::snapshot().into_iter().zip(io_reads) {
         pvars.push(Pvar {

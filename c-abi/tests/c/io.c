@@ -106,17 +106,19 @@ static void errors(void) {
 
 /* MPI_T: the route counters of collective accesses (category tsunagi_io), counted by
  * started handles of a performance-variable session. */
-static const char *route_names[4] = {"tsunagi_io_coll_read_two_phase",
+static const char *route_names[6] = {"tsunagi_io_coll_read_two_phase",
                                      "tsunagi_io_coll_read_independent",
                                      "tsunagi_io_coll_write_two_phase",
-                                     "tsunagi_io_coll_write_independent"};
+                                     "tsunagi_io_coll_write_independent",
+                                     "tsunagi_io_coll_read_mapped",
+                                     "tsunagi_io_coll_write_mapped"};
 static MPI_T_pvar_session route_ses;
-static MPI_T_pvar_handle route_h[4];
+static MPI_T_pvar_handle route_h[6];
 static void routes_start(void) {
     int provided;
     OK(MPI_T_init_thread(MPI_THREAD_SINGLE, &provided));
     OK(MPI_T_pvar_session_create(&route_ses));
-    for (int k = 0; k < 4; k++) {
+    for (int k = 0; k < 6; k++) {
         int idx, count;
         OK(MPI_T_pvar_get_index(route_names[k], MPI_T_PVAR_CLASS_COUNTER, &idx));
         OK(MPI_T_pvar_handle_alloc(route_ses, idx, NULL, &route_h[k], &count));
@@ -125,8 +127,8 @@ static void routes_start(void) {
     OK(MPI_T_pvar_start(route_ses, MPI_T_PVAR_ALL_HANDLES));
 }
 /* What each counter counted since routes_start. */
-static void routes_read(unsigned long long out[4]) {
-    for (int k = 0; k < 4; k++) OK(MPI_T_pvar_read(route_ses, route_h[k], &out[k]));
+static void routes_read(unsigned long long out[6]) {
+    for (int k = 0; k < 6; k++) OK(MPI_T_pvar_read(route_ses, route_h[k], &out[k]));
 }
 static void routes_stop(void) {
     OK(MPI_T_pvar_session_free(&route_ses));
@@ -181,7 +183,7 @@ static void subarray_3d(const char *cb) {
     MPI_Info_free(&used);
     OK(MPI_File_set_view(fh, 0, MPI_INT, ft, "native", MPI_INFO_NULL));
     MPI_Status s;
-    unsigned long long rc[4];
+    unsigned long long rc[6];
     routes_start();
     OK(MPI_File_write_all(fh, mem, 1, mt, &s));
     /* The route counters: one collective write, two-phase when forced, independent when
@@ -695,6 +697,149 @@ static void large_counts(void) {
     OK(MPI_File_close(&fh));
 }
 
+/* Two-phase I/O through the file's own pages (every rank maps the file; one node only):
+ * interleaved ints at an unaligned displacement, in rounds (windows) of one page, into a
+ * file that exists and is longer (its tail stays, its size too), then into a fresh file
+ * (it grows to exactly the end of the data), read back collectively, past the end too.
+ * The MPI_T counters say which accesses were mapped; the fallbacks (a write-only handle:
+ * a shared writable mapping needs read access; tsunagi_cb_mmap=disable) still round-trip
+ * the data, by the other two-phase rounds. A read-only handle refuses collective writes
+ * on every rank. */
+static void mapped_one(int amode, const char *mmap_hint, int want_mapped_write) {
+    enum { N = 1000, OLD = 64 * 1024 };
+    const int disp = 3;
+    MPI_Datatype ft, one;
+    OK(MPI_Type_contiguous(1, MPI_INT, &one));
+    OK(MPI_Type_create_resized(one, 0, (MPI_Aint)sizeof(int) * size, &ft));
+    OK(MPI_Type_commit(&ft));
+    MPI_Info info;
+    MPI_Info_create(&info);
+    MPI_Info_set(info, "romio_cb_write", "enable");
+    MPI_Info_set(info, "romio_cb_read", "enable");
+    MPI_Info_set(info, "cb_buffer_size", "4096");
+    MPI_Info_set(info, "tsunagi_cb_mmap", mmap_hint);
+    long long end = disp + 4LL * N * size;
+    int buf[N], in[N];
+    for (int i = 0; i < N; i++) buf[i] = i * size + rank + 1;
+    for (int fresh = 0; fresh < 2; fresh++) {
+        make_name(fresh ? "mapped-new" : "mapped-old");
+        if (rank == 0) {
+            /* The old file: OLD bytes of 0xEE, longer than the data. */
+            int fd = open(name, O_CREAT | O_TRUNC | O_WRONLY, 0644);
+            CHECK(fd >= 0);
+            if (!fresh) {
+                char *junk = malloc(OLD);
+                memset(junk, 0xEE, OLD);
+                CHECK_EQ(write(fd, junk, OLD), OLD);
+                free(junk);
+            }
+            close(fd);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_File fh;
+        OK(MPI_File_open(MPI_COMM_WORLD, name, amode, info, &fh));
+        OK(MPI_File_set_view(fh, disp + 4 * rank, MPI_INT, ft, "native", MPI_INFO_NULL));
+        unsigned long long rc[6];
+        routes_start();
+        MPI_Status s;
+        OK(MPI_File_write_all(fh, buf, N, MPI_INT, &s));
+        int cnt;
+        OK(MPI_Get_count(&s, MPI_INT, &cnt));
+        CHECK_EQ(cnt, N);
+        routes_read(rc);
+        CHECK_EQ(rc[2], 1);
+        CHECK_EQ(rc[5], want_mapped_write);
+        /* Through the file's pages no rank returns before every rank's data is in the
+         * file; the message rounds return when the data reached the aggregator. */
+        if (!want_mapped_write) OK(MPI_File_sync(fh));
+        MPI_Offset sz;
+        OK(MPI_File_get_size(fh, &sz));
+        long long len = fresh || end > OLD ? end : OLD; /* grown, never shrunk */
+        CHECK_EQ(sz, len);
+        if (amode & MPI_MODE_RDWR) {
+            memset(in, 0, sizeof in);
+            OK(MPI_File_read_at_all(fh, 0, in, N, MPI_INT, &s));
+            OK(MPI_Get_count(&s, MPI_INT, &cnt));
+            CHECK_EQ(cnt, N);
+            for (int i = 0; i < N; i++) CHECK_EQ(in[i], buf[i]);
+            routes_read(rc);
+            CHECK_EQ(rc[0], 1);
+            CHECK_EQ(rc[4], want_mapped_write);
+            /* Past the end of the fresh file: the bytes before it, the rest zeros. */
+            if (fresh) {
+                memset(in, 0x55, sizeof in);
+                OK(MPI_File_read_at_all(fh, N - 10, in, 20, MPI_INT, &s));
+                OK(MPI_Get_count(&s, MPI_INT, &cnt));
+                CHECK_EQ(cnt, 10);
+                for (int i = 0; i < 10; i++) CHECK_EQ(in[i], buf[N - 10 + i]);
+            }
+        }
+        routes_stop();
+        OK(MPI_File_close(&fh));
+        /* Every rank checks the whole file with plain POSIX reads. */
+        MPI_Barrier(MPI_COMM_WORLD);
+        unsigned char *all = malloc(len);
+        int fd = open(name, O_RDONLY);
+        CHECK(fd >= 0);
+        for (long long got = 0; got < len;) {
+            ssize_t k = read(fd, all + got, len - got);
+            CHECK(k > 0);
+            got += k;
+        }
+        close(fd);
+        for (long long b = 0; b < len; b++) {
+            int want;
+            if (b < disp || b >= end) {
+                want = fresh ? 0 : 0xEE;
+            } else {
+                long long k = (b - disp) / 4;
+                int v = (int)((k / size) * size + k % size + 1);
+                want = ((unsigned char *)&v)[(b - disp) % 4];
+            }
+            CHECK_EQ(all[b], want);
+        }
+        free(all);
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (rank == 0) OK(MPI_File_delete(name, MPI_INFO_NULL));
+    }
+    MPI_Info_free(&info);
+    MPI_Type_free(&ft);
+    MPI_Type_free(&one);
+}
+
+static void mapped(void) {
+    /* The mapped route runs only when every rank is on one node. */
+    MPI_Comm node;
+    OK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+    int on_node;
+    MPI_Comm_size(node, &on_node);
+    MPI_Comm_free(&node);
+    int one_node = on_node == size;
+    mapped_one(MPI_MODE_RDWR, "automatic", one_node);
+    /* Across nodes the hints change nothing (message rounds): once is enough there. */
+    if (one_node) {
+        mapped_one(MPI_MODE_RDWR, "enable", 1);
+        mapped_one(MPI_MODE_RDWR, "disable", 0);
+        mapped_one(MPI_MODE_WRONLY, "automatic", 0);
+    }
+    /* A read-only handle: every rank's collective write fails, as MPI_ERR_READ_ONLY. */
+    make_name("mapped-ro");
+    MPI_File fh;
+    OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_RDWR | MPI_MODE_CREATE, MPI_INFO_NULL,
+                     &fh));
+    OK(MPI_File_close(&fh));
+    OK(MPI_File_open(MPI_COMM_WORLD, name, MPI_MODE_RDONLY, MPI_INFO_NULL, &fh));
+    int v[4] = {1, 2, 3, 4};
+    MPI_Status s;
+    CHECK_EQ(cls(MPI_File_write_at_all(fh, 16 * rank, v, 4, MPI_INT, &s)), MPI_ERR_READ_ONLY);
+    MPI_Offset sz;
+    OK(MPI_File_get_size(fh, &sz));
+    CHECK_EQ(sz, 0);
+    OK(MPI_File_close(&fh));
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == 0) OK(MPI_File_delete(name, MPI_INFO_NULL));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     MPI_Comm_rank(MPI_COMM_WORLD, &rank);
@@ -706,6 +851,7 @@ int main(int argc, char **argv) {
     subarray_3d("automatic");
     darray_3d();
     interleaved();
+    mapped();
     shared();
     misc();
     modes();
