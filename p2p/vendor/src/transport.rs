@@ -140,15 +140,15 @@ fn short_limit(flavor: Flavor) -> Result<usize, P2pError> {
 struct Arrived {
     hdr: Header,
     /// The whole payload; for a long message, its rest is being received into
-    /// `payload[first..]` by the vendor request `rest`.
+    /// `payload[first..]` by the vendor requests `rest` (one per piece, in order).
     payload: Vec<u8>,
-    rest: Option<Req>,
+    rest: Vec<Req>,
 }
 
 /// A claimed message's rest, being received straight into the posted receive's buffer.
 struct Placing {
-    /// The rest's vendor receive (`None`: nothing was left to receive).
-    rest: Option<Req>,
+    /// The vendor receives of the rest's pieces not yet seen complete (empty: all in).
+    rest: Vec<Req>,
     /// The sender (vendor rank) and the request layer's name of the receive.
     peer: Rank,
     token: u64,
@@ -191,8 +191,9 @@ pub(crate) struct Core {
     queued: usize,
     /// Where first messages are received (the pooled buffer).
     scratch: Vec<u8>,
-    /// Large buffers to reuse (send copies, long payloads): fresh ones cost page faults.
-    pool: Vec<Vec<u8>>,
+    /// Larger buffers to reuse (send copies, long payloads), by size class
+    /// ([`Pool`]): fresh ones cost a malloc and, once freed back to the system, page faults.
+    pool: Pool,
     /// Small send buffers to reuse (capacity [`SMALL_BUF`]).
     small: Vec<Vec<u8>>,
     /// Claimed messages whose rest is on its way into the receive's buffer.
@@ -202,10 +203,13 @@ pub(crate) struct Core {
     events: Arc<VendorEvents>,
 }
 
-/// Buffers of at least this capacity go back to the pool.
-const POOLED_MIN: usize = 64 * 1024;
-/// Buffers kept in the pool at most.
-const POOL_MAX: usize = 32;
+/// Size classes of the pool: capacities 2^k for k in `POOL_LOW..=POOL_HIGH` (16 KiB to
+/// 2 MiB, which holds the largest payload with its head).
+const POOL_LOW: u32 = 14;
+const POOL_HIGH: u32 = 21;
+/// Bytes kept per size class at most (at least 2 buffers): a window of 64 messages of
+/// 32 KiB in flight (`npb-tests/bench/p2p.c`) stays pooled.
+const POOL_CLASS_BYTES: usize = 4 << 20;
 /// Send buffers of small messages all have this capacity and are kept for reuse: a
 /// malloc and a free per message were a tenth of the transport's own cost of a short
 /// send (callgrind, docs/vendor-mpi.md).
@@ -234,7 +238,7 @@ impl Core {
             inbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
             scratch: vec![0; HEAD_PREFIX + short],
-            pool: Vec::new(),
+            pool: Pool::default(),
             small: Vec::new(),
             placing: Vec::new(),
             counters: None,
@@ -275,7 +279,7 @@ impl Core {
                 None => Vec::with_capacity(SMALL_BUF),
             };
         }
-        take_pooled(&mut self.pool, cap)
+        self.pool.take(cap)
     }
 
     fn give_buf(&mut self, buf: Vec<u8>) {
@@ -283,8 +287,8 @@ impl Core {
             if self.small.len() < SMALL_MAX {
                 self.small.push(buf);
             }
-        } else if buf.capacity() >= POOLED_MIN && self.pool.len() < POOL_MAX {
-            self.pool.push(buf);
+        } else {
+            self.pool.give(buf);
         }
     }
 
@@ -356,16 +360,16 @@ impl Core {
         }
         let long = payload.len() > self.short;
         let mut first = self.take_buf(HEAD_PREFIX + payload.len().min(self.short));
-        let mut rest = if long {
-            self.take_buf(payload.len() - self.short)
-        } else {
-            Vec::new()
-        };
-        let tag = frame::frame_into(hdr, payload, self.short, &mut first, &mut rest);
+        let tag = frame::first_into(hdr, payload, self.short, &mut first);
         self.events.quiet.store(false, Ordering::SeqCst);
         self.isend(peer, tag, first)?;
         if long {
-            self.isend(peer, TAG_REST, rest)?;
+            let rest = &payload[self.short..];
+            for piece in rest.chunks(frame::rest_chunk(self.short, rest.len())) {
+                let mut buf = self.take_buf(piece.len());
+                buf.extend_from_slice(piece);
+                self.isend(peer, TAG_REST, buf)?;
+            }
         }
         if let Some(c) = self.counters {
             c.sent(payload.len());
@@ -523,11 +527,8 @@ impl Core {
     fn drain_peer(&mut self, peer: usize, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         let mut n = 0;
         while let Some(front) = self.inbox[peer].front_mut() {
-            if let Some(req) = front.rest {
-                if !self.link.test(req)? {
-                    break;
-                }
-                front.rest = None;
+            if !front.rest.is_empty() && !rest_in(&mut *self.link, &mut front.rest)? {
+                break;
             }
             let m = self.inbox[peer].pop_front().expect("front exists");
             self.queued -= 1;
@@ -665,7 +666,7 @@ impl Core {
                 self.inbox[peer].push_back(Arrived {
                     hdr,
                     payload: copy,
-                    rest: None,
+                    rest: Vec::new(),
                 });
                 self.queued += 1;
                 Ok(0)
@@ -679,23 +680,16 @@ impl Core {
                         return Ok(0);
                     }
                 }
-                let mut payload = take_pooled(&mut self.pool, total);
+                let mut payload = self.pool.take(total);
                 payload.extend_from_slice(first);
                 payload.resize(total, 0);
-                // SAFETY: the receive writes total - at bytes at payload[at..], inside
+                // SAFETY: the receives write total - at bytes at payload[at..], inside
                 // the Vec; its heap buffer does not move while the Vec sits in the
-                // inbox, nothing reads it before `test` reports the receive complete,
+                // inbox, nothing reads it before `test` reports every receive complete,
                 // and it is dropped only after that (or after the shim's finalize
-                // waited for the receive).
-                let req = unsafe {
-                    self.link
-                        .irecv(payload.as_mut_ptr().add(at), total - at, src, TAG_REST)?
-                };
-                self.inbox[peer].push_back(Arrived {
-                    hdr,
-                    payload,
-                    rest: Some(req),
-                });
+                // waited for the receives).
+                let rest = unsafe { self.irecv_rest(payload.as_mut_ptr(), at, total, src)? };
+                self.inbox[peer].push_back(Arrived { hdr, payload, rest });
                 self.queued += 1;
                 match rx {
                     Some(rx) => self.drain_peer(peer, rx),
@@ -728,15 +722,11 @@ impl Core {
         // by anyone else until `placed`; `first` is the transport's own buffer (a receive
         // posted ahead or the scratch buffer), which cannot overlap the application's.
         unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), p.dst, at) };
-        let rest = if total > at {
-            // SAFETY: the receive writes total - at bytes at p.dst + at, inside the claimed
-            // buffer, which stays valid and ours until `placed` (called only after `test`
-            // saw this receive complete; a vendor error ends the job, and the shim's
-            // finalize waits for the receive before the process goes on).
-            Some(unsafe { self.link.irecv(p.dst.add(at), total - at, src, TAG_REST)? })
-        } else {
-            None
-        };
+        // SAFETY: the receives write total - at bytes at p.dst + at, inside the claimed
+        // buffer (p.len >= total), which stays valid and ours until `placed` (called only
+        // after `test` saw every one of them complete; a vendor error ends the job, and
+        // the shim's finalize waits for the receives before the process goes on).
+        let rest = unsafe { self.irecv_rest(p.dst, at, total, src)? };
         self.placing.push(Placing {
             rest,
             peer: src,
@@ -751,10 +741,7 @@ impl Core {
         let mut n = 0;
         let mut i = 0;
         while i < self.placing.len() {
-            let done = match self.placing[i].rest {
-                Some(req) => self.link.test(req)?,
-                None => true,
-            };
+            let done = rest_in(&mut *self.link, &mut self.placing[i].rest)?;
             if done {
                 let p = self.placing.swap_remove(i);
                 if let Some(c) = self.counters {
@@ -768,6 +755,48 @@ impl Core {
         }
         Ok(n)
     }
+}
+
+impl Core {
+    /// Post the receives of a head's rest from `src`: bytes `at..total` of the payload at
+    /// `dst`, in pieces of [`frame::rest_chunk`] as the sender cut them (the head carried
+    /// `at` payload bytes); the requests in posting order (empty when nothing is left).
+    ///
+    /// # Safety
+    /// `dst..dst + total` must be writable, and neither read nor freed nor written by
+    /// anyone else until every returned request has been tested complete.
+    unsafe fn irecv_rest(
+        &mut self,
+        dst: *mut u8,
+        at: usize,
+        total: usize,
+        src: Rank,
+    ) -> Result<Vec<Req>, P2pError> {
+        let chunk = frame::rest_chunk(at, total - at);
+        let mut reqs = Vec::with_capacity((total - at).div_ceil(chunk));
+        let mut off = at;
+        while off < total {
+            let len = chunk.min(total - off);
+            // SAFETY: off + len <= total, so the piece lies inside the caller's buffer,
+            // which the caller keeps for the receive (this function's contract); the
+            // pieces do not overlap.
+            reqs.push(unsafe { self.link.irecv(dst.add(off), len, src, TAG_REST)? });
+            off += len;
+        }
+        Ok(reqs)
+    }
+}
+
+/// Whether every receive of a rest is complete: tests them in posting order, forgetting
+/// those complete (a request is never tested again once it was seen complete) and
+/// stopping at the first still running.
+fn rest_in(link: &mut dyn Link, rest: &mut Vec<Req>) -> Result<bool, P2pError> {
+    let mut n = 0;
+    while n < rest.len() && link.test(rest[n])? {
+        n += 1;
+    }
+    rest.drain(..n);
+    Ok(rest.is_empty())
 }
 
 /// Hand a message to the request layer, counting it first.
@@ -785,16 +814,52 @@ fn deliver(
     rx.deliver(src, hdr, payload);
 }
 
-/// [`Core::take_buf`] on the pool alone (while `scratch` is borrowed).
-fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
-    if cap >= POOLED_MIN {
-        if let Some(i) = pool.iter().position(|b| b.capacity() >= cap) {
-            let mut b = pool.swap_remove(i);
-            b.clear();
-            return b;
+/// Buffers kept for reuse in size classes of powers of two: a buffer of capacity
+/// `c >= 2^k` serves any request up to `2^k` bytes, so it goes into class
+/// `floor(log2 c)`, and a request of `n` bytes takes from class `ceil(log2 n)`; taking and
+/// giving are O(1). Before (one list from 64 KiB up), send buffers of 8–64 KiB were
+/// allocated and freed per message, and a burst of them (a window of 32 KiB sends)
+/// returned its memory to the system and faulted it in again at the next burst.
+#[derive(Default)]
+struct Pool {
+    classes: [Vec<Vec<u8>>; (POOL_HIGH - POOL_LOW + 1) as usize],
+}
+
+impl Pool {
+    /// The class of a request of `cap` bytes (`None`: too large to pool).
+    fn class_for_take(cap: usize) -> Option<usize> {
+        let k = cap.max(1 << POOL_LOW).next_power_of_two().trailing_zeros();
+        (k <= POOL_HIGH).then(|| (k - POOL_LOW) as usize)
+    }
+
+    /// An empty buffer of at least `cap` bytes' capacity.
+    fn take(&mut self, cap: usize) -> Vec<u8> {
+        match Self::class_for_take(cap) {
+            Some(c) => match self.classes[c].pop() {
+                Some(mut b) => {
+                    b.clear();
+                    b
+                }
+                // The class's whole size, so that the buffer serves the class when given back.
+                None => Vec::with_capacity(1 << (c as u32 + POOL_LOW)),
+            },
+            None => Vec::with_capacity(cap),
         }
     }
-    Vec::with_capacity(cap)
+
+    /// Keep `buf` for reuse if its class has room (a buffer below the smallest class is
+    /// dropped).
+    fn give(&mut self, buf: Vec<u8>) {
+        let cap = buf.capacity();
+        if cap < 1 << POOL_LOW {
+            return;
+        }
+        let k = (usize::BITS - 1 - cap.leading_zeros()).min(POOL_HIGH);
+        let class = &mut self.classes[(k - POOL_LOW) as usize];
+        if class.len() < (POOL_CLASS_BYTES >> k).max(2) {
+            class.push(buf);
+        }
+    }
 }
 
 /// The vendor's event source.
