@@ -62,18 +62,24 @@ use crate::frame::{self, First, HEAD_PREFIX, TAG_GET, TAG_GET_DATA, TAG_REST, TA
 use crate::link::{Link, Req, VendorLink};
 use crate::vendor::{self, Flavor, Vendor};
 
-/// Messages up to this many payload bytes go eagerly (copied by the transport at both
-/// ends); above it, by the single-copy rendezvous (no copy of ours: the vendor moves the
-/// bytes from the sender's buffer into the receiver's). Chosen, not measured: the
-/// rendezvous costs two more vendor messages before the data (RTS, memory request), about
-/// what copying 32 KiB twice costs at this machine's ~5 GB/s; the load during the
-/// measurements in `docs/vendor-mpi.md` hid differences that small. `TSUNAGI_VENDOR_EAGER`
-/// overrides it.
-pub const EAGER_LIMIT: usize = 32 * 1024;
+/// Messages up to this many payload bytes go eagerly (copied by the transport into its
+/// send buffers; at the receiver a head's rest lands straight in a posted receive, the
+/// rest is copied out); above it, by the single-copy rendezvous (no copy of ours: the
+/// vendor moves the bytes from the sender's buffer into the receiver's, after two more
+/// vendor messages, RTS and memory request). Per vendor, from the session 9 sweep in
+/// `docs/vendor-mpi.md` (the lowest ping-pong latency with the short limit below; over
+/// MPICH a message cut into pieces that the vendor carries eagerly beats MPICH's own
+/// rendezvous up to 128 KiB). `TSUNAGI_VENDOR_EAGER` overrides it.
+pub fn default_eager_limit(flavor: Flavor) -> usize {
+    match flavor {
+        Flavor::Mpich => 128 * 1024,
+        Flavor::OpenMpi => 16 * 1024,
+    }
+}
 
-fn eager_limit() -> Result<usize, P2pError> {
+fn eager_limit(flavor: Flavor) -> Result<usize, P2pError> {
     match std::env::var("TSUNAGI_VENDOR_EAGER") {
-        Err(_) => Ok(EAGER_LIMIT),
+        Err(_) => Ok(default_eager_limit(flavor)),
         Ok(s) => match s.trim().parse::<usize>() {
             Ok(n) if n <= MAX_PAYLOAD => Ok(n),
             _ => Err(P2pError::Other(format!(
@@ -113,14 +119,18 @@ fn posted_ahead() -> Result<usize, P2pError> {
 /// the vendor calls of an idle poll.
 const SEND_TEST_EVERY: usize = 16;
 
-/// The default short limit (payload bytes carried whole with the header) per vendor, from
-/// the measurement in `docs/vendor-mpi.md` (lowest median ping-pong latency in most sizes
-/// from 2 KiB to 60 KB); `TSUNAGI_VENDOR_SHORT` overrides it. Ranks may differ: a
-/// receiver takes a first message of any length up to the largest payload.
+/// The default short limit (payload bytes carried whole with the header; a longer
+/// payload's rest follows in pieces of this size, [`frame::rest_chunk`]) per vendor, from
+/// the session 9 sweep in `docs/vendor-mpi.md` (lowest median ping-pong latency over
+/// 2–64 KiB, at real-time priority): for MPICH 4.0.2 (UCX) 8 KiB, the largest message its
+/// shared memory carries without a rendezvous handshake; for Open MPI 4.1.4 2 KiB, pieces
+/// within vader's 4 KiB eager fragment. `TSUNAGI_VENDOR_SHORT` overrides it. Ranks may
+/// differ when no receives are posted ahead: a receiver takes a first message of any
+/// length up to the largest payload.
 pub fn default_short_limit(flavor: Flavor) -> usize {
     match flavor {
-        Flavor::Mpich => 64 * 1024,
-        Flavor::OpenMpi => 16 * 1024,
+        Flavor::Mpich => 8 * 1024,
+        Flavor::OpenMpi => 2 * 1024,
     }
 }
 
@@ -1157,6 +1167,7 @@ impl TransportFactory for VendorFactory {
         _boot: &mut dyn Bootstrap,
     ) -> Result<Box<dyn Starting>, P2pError> {
         let core = core()?;
+        let flavor = vendor::current().map(|v| v.flavor);
         let (rank, size) = {
             let c = core.lock().unwrap_or_else(|p| p.into_inner());
             (c.rank, c.size)
@@ -1182,7 +1193,12 @@ impl TransportFactory for VendorFactory {
                 info.rank
             )));
         }
-        Ok(Box::new(StartingVendor(core, eager_limit()?, first)))
+        let eager = match flavor {
+            Some(f) => eager_limit(f)?,
+            // core() succeeded, so the vendor is loaded; unreachable in practice.
+            None => return Err(P2pError::Other("vendor: no vendor loaded".into())),
+        };
+        Ok(Box::new(StartingVendor(core, eager, first)))
     }
 }
 
