@@ -11,18 +11,20 @@
 //! receive; where a thread blocks in the vendor's `MPI_Probe` (threaded engine, see
 //! below) no receive is posted ahead, since such a receive would take the messages from
 //! under the probe, and messages are taken by `MPI_Iprobe` and a receive into a pooled
-//! buffer. A head also posts the receive of its rest straight into the message's own
-//! buffer; rests and read data travel on a second communicator, where no wildcard receive
-//! can take them ([`frame::on_bulk`]). Messages of one peer are delivered in arrival
+//! buffer. A head also posts the receives of its rest (sent in pieces of the head's
+//! payload length, [`frame::rest_chunk`], so that a short limit under the vendor's own
+//! eager limit keeps every piece eager) straight into the message's own buffer; rests
+//! and read data travel on a second communicator, where no wildcard receive can take
+//! them ([`frame::on_bulk`]). Messages of one peer are delivered in arrival
 //! order: while a long message of a peer waits for its rest, that peer's later messages
 //! queue behind it.
 //!
 //! Receiving into the posted buffer ([`Transport::poll_placing`], seed 002): when a head
 //! arrives and the request layer has a receive posted for it
 //! ([`tsunagi_p2p::Arrivals::claim`]), the first part is copied into that receive's buffer
-//! and the rest's vendor receive is posted straight behind it, so the rest lands where the
-//! application wants it and the request layer copies nothing; a claimed message does not
-//! hold back its peer's later messages (it is matched already). A whole message (up to the
+//! and the vendor receives of the rest's pieces are posted straight behind it, so the
+//! rest lands where the application wants it and the request layer copies nothing; a
+//! claimed message does not hold back its peer's later messages (it is matched already). A whole message (up to the
 //! short limit) lands in a buffer posted ahead and is copied out as before: which receive
 //! it is for shows only in its header, after the vendor has put it somewhere.
 //!
