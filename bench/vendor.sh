@@ -14,7 +14,10 @@
 #          the CPU to another job only makes that batch slower, so on a loaded machine the
 #          best batch is the measurement, the median the load); table: median over
 #          runs of that best half round trip (µs) per short limit and size, the lowest of
-#          each size marked, and per short limit the sum over sizes relative to the best
+#          each size marked, and per short limit the sum over sizes relative to the best;
+#          the vendor alone (its mpicc and launcher) runs as one more configuration, `alone`.
+#          SWEEP_KNOB=EAGER sweeps TSUNAGI_VENDOR_EAGER over EAGERS instead (default "4096
+#          8192 16384 32768 65536"; the short limit at its default or TSUNAGI_VENDOR_SHORT)
 # Environment: TSUNAGI_PREFIX (an install prefix with bin/mpicc; default ./dist),
 #   TSUNAGI_MPIRUN (default $TSUNAGI_PREFIX/bin/mpirun), P2P_MAX (default 4194304),
 #   P2P_SEC (seconds per point, default 0.1), KERNELS (default "cg mg is ep"), NPROCS
@@ -124,42 +127,56 @@ int main(int argc, char **argv) {
 }
 C
     "$prefix/bin/mpicc" -O2 -o "$build/pp" "$build/pp.c"
-    shorts="${SHORTS:-2048 4056 8192 16384 32768 65536}"
+    for v in $vendors; do mpicc.$v -O2 -o "$build/pp-$v" "$build/pp.c"; done
+    knob="${SWEEP_KNOB:-SHORT}"
+    case $knob in SHORT|EAGER) ;; *) echo "vendor.sh: SWEEP_KNOB=$knob: SHORT or EAGER" >&2; exit 2 ;; esac
+    if [ $knob = EAGER ]; then
+        shorts="${EAGERS:-4096 8192 16384 32768 65536}"
+    else
+        shorts="${SHORTS:-2048 4056 8192 16384 32768 65536}"
+    fi
     sizes="${SWEEP_SIZES:-1024 2048 4096 6144 8192 12288 16384 24576 32768}"
     res="$build/sweep"
     : > "$res"
     for r in $(seq "$reps"); do
         echo "repetition $r:$(uptime)" >&2
         for v in $vendors; do
-            for s in $(printf '%s\n' $shorts | shuf); do
-                TSUNAGI_VENDOR_SHORT=$s timeout 300 "$trun" --vendor "$v" --progress polling -n 2 \
-                    "$build/pp" $sizes 2>&1 | awk -v v="$v" -v s="$s" '$1=="pp"{print v, s, $2, $3, $4}' >> "$res" || true
+            for s in $(printf '%s\n' alone $shorts | shuf); do
+                if [ $s = alone ]; then
+                    timeout 300 bash -c "$(declare -f alone); alone $v 2 $build/pp-$v $sizes" 2>&1
+                else
+                    env "TSUNAGI_VENDOR_$knob=$s" timeout 300 "$trun" --vendor "$v" --progress polling -n 2 \
+                        "$build/pp" $sizes 2>&1
+                fi | awk -v v="$v" -v s="$s" '$1=="pp"{print v, s, $2, $3, $4}' >> "$res" || true
             done
         done
     done
     cp "$res" "${TMPDIR:-/tmp}/tsunagi-vendor-sweep.results"
     uptime >&2
-    python3 - "$res" <<'PY'
+    python3 - "$res" "$knob" <<'PY'
 import sys, statistics as st
 from collections import defaultdict
 rows = defaultdict(list)
+knob = sys.argv[2].lower()
 for line in open(sys.argv[1]):
     v, s, n, us = line.split()[:4]
-    rows[(v, int(s), int(n))].append(float(us))
+    rows[(v, -1 if s == "alone" else int(s), int(n))].append(float(us))
 for v in sorted({k[0] for k in rows}):
     shorts = sorted({k[1] for k in rows if k[0] == v})
     sizes = sorted({k[2] for k in rows if k[0] == v})
     med = {k: st.median(x) for k, x in rows.items() if k[0] == v}
+    alone = [s for s in shorts if s == -1]
+    shorts = [s for s in shorts if s != -1]
     best = {n: min(shorts, key=lambda s: med.get((v, s, n), float("inf"))) for n in sizes}
-    print(f"\n{v}: best-batch half round trip µs over the vendor (polling), median of interleaved runs; * = lowest for the size\n")
-    print("| short \\ size | " + " | ".join(str(n) for n in sizes) + " |")
+    print(f"\n{v}: best-batch half round trip µs over the vendor (polling; `alone`: the vendor alone), median of interleaved runs; * = lowest over the vendor for the size\n")
+    print(f"| {knob} \\ size | " + " | ".join(str(n) for n in sizes) + " |")
     print("|---" * (1 + len(sizes)) + "|")
-    for s in shorts:
+    for s in alone + shorts:
         cells = []
         for n in sizes:
             m = med.get((v, s, n))
             cells.append("-" if m is None else f"{m:.2f}{'*' if best[n] == s else ''} ({len(rows[(v, s, n)])})")
-        print(f"| {s} | " + " | ".join(cells) + " |")
+        print(f"| {'alone' if s == -1 else s} | " + " | ".join(cells) + " |")
     # One figure per limit: its latencies relative to the best limit's, averaged over sizes.
     rel = {s: st.mean(med[(v, s, n)] / med[(v, best[n], n)] for n in sizes if (v, s, n) in med) for s in shorts}
     print("\nmean over sizes of (latency / lowest latency of the size): " + ", ".join(f"{s}: {rel[s]:.3f}" for s in shorts))

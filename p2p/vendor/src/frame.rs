@@ -4,10 +4,11 @@
 //! part of the payload travel in one vendor message; a payload of at most the short limit
 //! goes whole (tag [`TAG_WHOLE`]: `header | payload`); a longer one as a head (tag
 //! [`TAG_HEAD`]: `header | total payload length, u64 LE | first short-limit bytes`) and then
-//! the rest (tag [`TAG_REST`]: the remaining bytes), which the receiver takes with a receive
+//! the rest (tag [`TAG_REST`]: the remaining bytes, cut into vendor messages of at most the
+//! head's payload length each, [`rest_chunk`]), which the receiver takes with receives
 //! posted as soon as it has the head. The vendor keeps messages of one sender in order
-//! among those a receive matches, so a head is always seen before its rest and per-peer
-//! order holds.
+//! among those a receive matches, so a head is always seen before its rest, the pieces of
+//! a rest fill its receives in order, and per-peer order holds.
 
 use tsunagi_p2p::{Header, HEADER_BYTES};
 
@@ -96,6 +97,22 @@ pub fn frame(hdr: &Header, payload: &[u8], short: usize) -> Frames {
     }
 }
 
+/// Pieces of one rest at most ([`rest_chunk`]).
+pub const MAX_PIECES: usize = 16;
+
+/// The payload bytes per vendor message of a `rest` that follows a head carrying `first`
+/// payload bytes (the sender's short limit): `first` itself, so that a short limit below
+/// the vendor's own eager limit keeps every piece of a message eager in the vendor (on
+/// MPICH 4.0.2 over UCX a message above ~8 KiB costs the vendor a rendezvous handshake,
+/// more than the extra pieces: `docs/vendor-mpi.md`, session 9), but larger where the
+/// rest would take more than [`MAX_PIECES`] (a tiny short limit or a large eager limit:
+/// each piece costs a vendor message and a request at both ends). Both ends compute it,
+/// the receiver from the head it got (`first` is the sender's short limit, whatever the
+/// receiver's own).
+pub fn rest_chunk(first: usize, rest: usize) -> usize {
+    first.max(rest.div_ceil(MAX_PIECES)).max(1)
+}
+
 /// [`frame`] into buffers the caller provides (cleared first; `rest` is left empty for a
 /// whole message). Returns the first message's tag.
 pub fn frame_into(
@@ -105,8 +122,19 @@ pub fn frame_into(
     first: &mut Vec<u8>,
     rest: &mut Vec<u8>,
 ) -> i32 {
-    first.clear();
     rest.clear();
+    let tag = first_into(hdr, payload, short, first);
+    if tag == TAG_HEAD {
+        rest.extend_from_slice(&payload[short..]);
+    }
+    tag
+}
+
+/// The first vendor message of [`frame`] alone into `first` (cleared first): the whole
+/// message, or the head of a long one (whose rest, `payload[short..]`, the caller sends
+/// in pieces of [`rest_chunk`]). Returns its tag.
+pub fn first_into(hdr: &Header, payload: &[u8], short: usize, first: &mut Vec<u8>) -> i32 {
+    first.clear();
     first.extend_from_slice(&hdr.to_bytes());
     if payload.len() <= short {
         first.extend_from_slice(payload);
@@ -114,7 +142,6 @@ pub fn frame_into(
     }
     first.extend_from_slice(&(payload.len() as u64).to_le_bytes());
     first.extend_from_slice(&payload[..short]);
-    rest.extend_from_slice(&payload[short..]);
     TAG_HEAD
 }
 
@@ -233,6 +260,20 @@ mod tests {
         let f = frame(&hdr(), &p, 0);
         assert_eq!(f.first.1.len(), HEAD_PREFIX);
         assert_eq!(f.rest.unwrap().len(), 1000);
+    }
+
+    #[test]
+    fn a_rest_goes_in_pieces_of_the_head_and_at_most_max_pieces() {
+        // Pieces of the short limit: each as small as the head's payload.
+        assert_eq!(rest_chunk(8192, 24576), 8192);
+        assert_eq!(rest_chunk(8192, 100), 8192);
+        // A tiny short limit or a long rest: no more than MAX_PIECES pieces.
+        assert_eq!(rest_chunk(100, 1 << 20), (1 << 20) / MAX_PIECES);
+        assert_eq!(rest_chunk(0, 1000), 1000usize.div_ceil(MAX_PIECES));
+        for (first, rest) in [(0, 1), (1, 1), (3, 1000), (100, 4900), (7, (1 << 20) + 1)] {
+            let c = rest_chunk(first, rest);
+            assert!(c >= 1 && rest.div_ceil(c) <= MAX_PIECES, "{first} {rest}");
+        }
     }
 
     #[test]

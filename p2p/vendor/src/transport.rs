@@ -11,18 +11,20 @@
 //! receive; where a thread blocks in the vendor's `MPI_Probe` (threaded engine, see
 //! below) no receive is posted ahead, since such a receive would take the messages from
 //! under the probe, and messages are taken by `MPI_Iprobe` and a receive into a pooled
-//! buffer. A head also posts the receive of its rest straight into the message's own
-//! buffer; rests and read data travel on a second communicator, where no wildcard receive
-//! can take them ([`frame::on_bulk`]). Messages of one peer are delivered in arrival
+//! buffer. A head also posts the receives of its rest (sent in pieces of the head's
+//! payload length, [`frame::rest_chunk`], so that a short limit under the vendor's own
+//! eager limit keeps every piece eager) straight into the message's own buffer; rests
+//! and read data travel on a second communicator, where no wildcard receive can take
+//! them ([`frame::on_bulk`]). Messages of one peer are delivered in arrival
 //! order: while a long message of a peer waits for its rest, that peer's later messages
 //! queue behind it.
 //!
 //! Receiving into the posted buffer ([`Transport::poll_placing`], seed 002): when a head
 //! arrives and the request layer has a receive posted for it
 //! ([`tsunagi_p2p::Arrivals::claim`]), the first part is copied into that receive's buffer
-//! and the rest's vendor receive is posted straight behind it, so the rest lands where the
-//! application wants it and the request layer copies nothing; a claimed message does not
-//! hold back its peer's later messages (it is matched already). A whole message (up to the
+//! and the vendor receives of the rest's pieces are posted straight behind it, so the
+//! rest lands where the application wants it and the request layer copies nothing; a
+//! claimed message does not hold back its peer's later messages (it is matched already). A whole message (up to the
 //! short limit) lands in a buffer posted ahead and is copied out as before: which receive
 //! it is for shows only in its header, after the vendor has put it somewhere.
 //!
@@ -62,18 +64,24 @@ use crate::frame::{self, First, HEAD_PREFIX, TAG_GET, TAG_GET_DATA, TAG_REST, TA
 use crate::link::{Link, Req, VendorLink};
 use crate::vendor::{self, Flavor, Vendor};
 
-/// Messages up to this many payload bytes go eagerly (copied by the transport at both
-/// ends); above it, by the single-copy rendezvous (no copy of ours: the vendor moves the
-/// bytes from the sender's buffer into the receiver's). Chosen, not measured: the
-/// rendezvous costs two more vendor messages before the data (RTS, memory request), about
-/// what copying 32 KiB twice costs at this machine's ~5 GB/s; the load during the
-/// measurements in `docs/vendor-mpi.md` hid differences that small. `TSUNAGI_VENDOR_EAGER`
-/// overrides it.
-pub const EAGER_LIMIT: usize = 32 * 1024;
+/// Messages up to this many payload bytes go eagerly (copied by the transport into its
+/// send buffers; at the receiver a head's rest lands straight in a posted receive, the
+/// rest is copied out); above it, by the single-copy rendezvous (no copy of ours: the
+/// vendor moves the bytes from the sender's buffer into the receiver's, after two more
+/// vendor messages, RTS and memory request). Per vendor, from the session 9 sweep in
+/// `docs/vendor-mpi.md` (the lowest ping-pong latency with the short limit below; over
+/// MPICH a message cut into pieces that the vendor carries eagerly beats MPICH's own
+/// rendezvous up to 128 KiB). `TSUNAGI_VENDOR_EAGER` overrides it.
+pub fn default_eager_limit(flavor: Flavor) -> usize {
+    match flavor {
+        Flavor::Mpich => 128 * 1024,
+        Flavor::OpenMpi => 16 * 1024,
+    }
+}
 
-fn eager_limit() -> Result<usize, P2pError> {
+fn eager_limit(flavor: Flavor) -> Result<usize, P2pError> {
     match std::env::var("TSUNAGI_VENDOR_EAGER") {
-        Err(_) => Ok(EAGER_LIMIT),
+        Err(_) => Ok(default_eager_limit(flavor)),
         Ok(s) => match s.trim().parse::<usize>() {
             Ok(n) if n <= MAX_PAYLOAD => Ok(n),
             _ => Err(P2pError::Other(format!(
@@ -113,14 +121,18 @@ fn posted_ahead() -> Result<usize, P2pError> {
 /// the vendor calls of an idle poll.
 const SEND_TEST_EVERY: usize = 16;
 
-/// The default short limit (payload bytes carried whole with the header) per vendor, from
-/// the measurement in `docs/vendor-mpi.md` (lowest median ping-pong latency in most sizes
-/// from 2 KiB to 60 KB); `TSUNAGI_VENDOR_SHORT` overrides it. Ranks may differ: a
-/// receiver takes a first message of any length up to the largest payload.
+/// The default short limit (payload bytes carried whole with the header; a longer
+/// payload's rest follows in pieces of this size, [`frame::rest_chunk`]) per vendor, from
+/// the session 9 sweep in `docs/vendor-mpi.md` (lowest median ping-pong latency over
+/// 2–64 KiB, at real-time priority): for MPICH 4.0.2 (UCX) 8 KiB, the largest message its
+/// shared memory carries without a rendezvous handshake; for Open MPI 4.1.4 2 KiB, pieces
+/// within vader's 4 KiB eager fragment. `TSUNAGI_VENDOR_SHORT` overrides it. Ranks may
+/// differ when no receives are posted ahead: a receiver takes a first message of any
+/// length up to the largest payload.
 pub fn default_short_limit(flavor: Flavor) -> usize {
     match flavor {
-        Flavor::Mpich => 64 * 1024,
-        Flavor::OpenMpi => 16 * 1024,
+        Flavor::Mpich => 8 * 1024,
+        Flavor::OpenMpi => 2 * 1024,
     }
 }
 
@@ -140,15 +152,15 @@ fn short_limit(flavor: Flavor) -> Result<usize, P2pError> {
 struct Arrived {
     hdr: Header,
     /// The whole payload; for a long message, its rest is being received into
-    /// `payload[first..]` by the vendor request `rest`.
+    /// `payload[first..]` by the vendor requests `rest` (one per piece, in order).
     payload: Vec<u8>,
-    rest: Option<Req>,
+    rest: Vec<Req>,
 }
 
 /// A claimed message's rest, being received straight into the posted receive's buffer.
 struct Placing {
-    /// The rest's vendor receive (`None`: nothing was left to receive).
-    rest: Option<Req>,
+    /// The vendor receives of the rest's pieces not yet seen complete (empty: all in).
+    rest: Vec<Req>,
     /// The sender (vendor rank) and the request layer's name of the receive.
     peer: Rank,
     token: u64,
@@ -191,8 +203,9 @@ pub(crate) struct Core {
     queued: usize,
     /// Where first messages are received (the pooled buffer).
     scratch: Vec<u8>,
-    /// Large buffers to reuse (send copies, long payloads): fresh ones cost page faults.
-    pool: Vec<Vec<u8>>,
+    /// Larger buffers to reuse (send copies, long payloads), by size class
+    /// ([`Pool`]): fresh ones cost a malloc and, once freed back to the system, page faults.
+    pool: Pool,
     /// Small send buffers to reuse (capacity [`SMALL_BUF`]).
     small: Vec<Vec<u8>>,
     /// Claimed messages whose rest is on its way into the receive's buffer.
@@ -202,10 +215,13 @@ pub(crate) struct Core {
     events: Arc<VendorEvents>,
 }
 
-/// Buffers of at least this capacity go back to the pool.
-const POOLED_MIN: usize = 64 * 1024;
-/// Buffers kept in the pool at most.
-const POOL_MAX: usize = 32;
+/// Size classes of the pool: capacities 2^k for k in `POOL_LOW..=POOL_HIGH` (16 KiB to
+/// 2 MiB, which holds the largest payload with its head).
+const POOL_LOW: u32 = 14;
+const POOL_HIGH: u32 = 21;
+/// Bytes kept per size class at most (at least 2 buffers): a window of 64 messages of
+/// 32 KiB in flight (`npb-tests/bench/p2p.c`) stays pooled.
+const POOL_CLASS_BYTES: usize = 4 << 20;
 /// Send buffers of small messages all have this capacity and are kept for reuse: a
 /// malloc and a free per message were a tenth of the transport's own cost of a short
 /// send (callgrind, docs/vendor-mpi.md).
@@ -234,7 +250,7 @@ impl Core {
             inbox: (0..size).map(|_| VecDeque::new()).collect(),
             queued: 0,
             scratch: vec![0; HEAD_PREFIX + short],
-            pool: Vec::new(),
+            pool: Pool::default(),
             small: Vec::new(),
             placing: Vec::new(),
             counters: None,
@@ -275,7 +291,7 @@ impl Core {
                 None => Vec::with_capacity(SMALL_BUF),
             };
         }
-        take_pooled(&mut self.pool, cap)
+        self.pool.take(cap)
     }
 
     fn give_buf(&mut self, buf: Vec<u8>) {
@@ -283,8 +299,8 @@ impl Core {
             if self.small.len() < SMALL_MAX {
                 self.small.push(buf);
             }
-        } else if buf.capacity() >= POOLED_MIN && self.pool.len() < POOL_MAX {
-            self.pool.push(buf);
+        } else {
+            self.pool.give(buf);
         }
     }
 
@@ -356,16 +372,16 @@ impl Core {
         }
         let long = payload.len() > self.short;
         let mut first = self.take_buf(HEAD_PREFIX + payload.len().min(self.short));
-        let mut rest = if long {
-            self.take_buf(payload.len() - self.short)
-        } else {
-            Vec::new()
-        };
-        let tag = frame::frame_into(hdr, payload, self.short, &mut first, &mut rest);
+        let tag = frame::first_into(hdr, payload, self.short, &mut first);
         self.events.quiet.store(false, Ordering::SeqCst);
         self.isend(peer, tag, first)?;
         if long {
-            self.isend(peer, TAG_REST, rest)?;
+            let rest = &payload[self.short..];
+            for piece in rest.chunks(frame::rest_chunk(self.short, rest.len())) {
+                let mut buf = self.take_buf(piece.len());
+                buf.extend_from_slice(piece);
+                self.isend(peer, TAG_REST, buf)?;
+            }
         }
         if let Some(c) = self.counters {
             c.sent(payload.len());
@@ -523,11 +539,8 @@ impl Core {
     fn drain_peer(&mut self, peer: usize, rx: &mut dyn Arrivals) -> Result<usize, P2pError> {
         let mut n = 0;
         while let Some(front) = self.inbox[peer].front_mut() {
-            if let Some(req) = front.rest {
-                if !self.link.test(req)? {
-                    break;
-                }
-                front.rest = None;
+            if !front.rest.is_empty() && !rest_in(&mut *self.link, &mut front.rest)? {
+                break;
             }
             let m = self.inbox[peer].pop_front().expect("front exists");
             self.queued -= 1;
@@ -665,7 +678,7 @@ impl Core {
                 self.inbox[peer].push_back(Arrived {
                     hdr,
                     payload: copy,
-                    rest: None,
+                    rest: Vec::new(),
                 });
                 self.queued += 1;
                 Ok(0)
@@ -679,23 +692,16 @@ impl Core {
                         return Ok(0);
                     }
                 }
-                let mut payload = take_pooled(&mut self.pool, total);
+                let mut payload = self.pool.take(total);
                 payload.extend_from_slice(first);
                 payload.resize(total, 0);
-                // SAFETY: the receive writes total - at bytes at payload[at..], inside
+                // SAFETY: the receives write total - at bytes at payload[at..], inside
                 // the Vec; its heap buffer does not move while the Vec sits in the
-                // inbox, nothing reads it before `test` reports the receive complete,
+                // inbox, nothing reads it before `test` reports every receive complete,
                 // and it is dropped only after that (or after the shim's finalize
-                // waited for the receive).
-                let req = unsafe {
-                    self.link
-                        .irecv(payload.as_mut_ptr().add(at), total - at, src, TAG_REST)?
-                };
-                self.inbox[peer].push_back(Arrived {
-                    hdr,
-                    payload,
-                    rest: Some(req),
-                });
+                // waited for the receives).
+                let rest = unsafe { self.irecv_rest(payload.as_mut_ptr(), at, total, src)? };
+                self.inbox[peer].push_back(Arrived { hdr, payload, rest });
                 self.queued += 1;
                 match rx {
                     Some(rx) => self.drain_peer(peer, rx),
@@ -728,15 +734,11 @@ impl Core {
         // by anyone else until `placed`; `first` is the transport's own buffer (a receive
         // posted ahead or the scratch buffer), which cannot overlap the application's.
         unsafe { std::ptr::copy_nonoverlapping(first.as_ptr(), p.dst, at) };
-        let rest = if total > at {
-            // SAFETY: the receive writes total - at bytes at p.dst + at, inside the claimed
-            // buffer, which stays valid and ours until `placed` (called only after `test`
-            // saw this receive complete; a vendor error ends the job, and the shim's
-            // finalize waits for the receive before the process goes on).
-            Some(unsafe { self.link.irecv(p.dst.add(at), total - at, src, TAG_REST)? })
-        } else {
-            None
-        };
+        // SAFETY: the receives write total - at bytes at p.dst + at, inside the claimed
+        // buffer (p.len >= total), which stays valid and ours until `placed` (called only
+        // after `test` saw every one of them complete; a vendor error ends the job, and
+        // the shim's finalize waits for the receives before the process goes on).
+        let rest = unsafe { self.irecv_rest(p.dst, at, total, src)? };
         self.placing.push(Placing {
             rest,
             peer: src,
@@ -751,10 +753,7 @@ impl Core {
         let mut n = 0;
         let mut i = 0;
         while i < self.placing.len() {
-            let done = match self.placing[i].rest {
-                Some(req) => self.link.test(req)?,
-                None => true,
-            };
+            let done = rest_in(&mut *self.link, &mut self.placing[i].rest)?;
             if done {
                 let p = self.placing.swap_remove(i);
                 if let Some(c) = self.counters {
@@ -768,6 +767,48 @@ impl Core {
         }
         Ok(n)
     }
+}
+
+impl Core {
+    /// Post the receives of a head's rest from `src`: bytes `at..total` of the payload at
+    /// `dst`, in pieces of [`frame::rest_chunk`] as the sender cut them (the head carried
+    /// `at` payload bytes); the requests in posting order (empty when nothing is left).
+    ///
+    /// # Safety
+    /// `dst..dst + total` must be writable, and neither read nor freed nor written by
+    /// anyone else until every returned request has been tested complete.
+    unsafe fn irecv_rest(
+        &mut self,
+        dst: *mut u8,
+        at: usize,
+        total: usize,
+        src: Rank,
+    ) -> Result<Vec<Req>, P2pError> {
+        let chunk = frame::rest_chunk(at, total - at);
+        let mut reqs = Vec::with_capacity((total - at).div_ceil(chunk));
+        let mut off = at;
+        while off < total {
+            let len = chunk.min(total - off);
+            // SAFETY: off + len <= total, so the piece lies inside the caller's buffer,
+            // which the caller keeps for the receive (this function's contract); the
+            // pieces do not overlap.
+            reqs.push(unsafe { self.link.irecv(dst.add(off), len, src, TAG_REST)? });
+            off += len;
+        }
+        Ok(reqs)
+    }
+}
+
+/// Whether every receive of a rest is complete: tests them in posting order, forgetting
+/// those complete (a request is never tested again once it was seen complete) and
+/// stopping at the first still running.
+fn rest_in(link: &mut dyn Link, rest: &mut Vec<Req>) -> Result<bool, P2pError> {
+    let mut n = 0;
+    while n < rest.len() && link.test(rest[n])? {
+        n += 1;
+    }
+    rest.drain(..n);
+    Ok(rest.is_empty())
 }
 
 /// Hand a message to the request layer, counting it first.
@@ -785,16 +826,52 @@ fn deliver(
     rx.deliver(src, hdr, payload);
 }
 
-/// [`Core::take_buf`] on the pool alone (while `scratch` is borrowed).
-fn take_pooled(pool: &mut Vec<Vec<u8>>, cap: usize) -> Vec<u8> {
-    if cap >= POOLED_MIN {
-        if let Some(i) = pool.iter().position(|b| b.capacity() >= cap) {
-            let mut b = pool.swap_remove(i);
-            b.clear();
-            return b;
+/// Buffers kept for reuse in size classes of powers of two: a buffer of capacity
+/// `c >= 2^k` serves any request up to `2^k` bytes, so it goes into class
+/// `floor(log2 c)`, and a request of `n` bytes takes from class `ceil(log2 n)`; taking and
+/// giving are O(1). Before (one list from 64 KiB up), send buffers of 8–64 KiB were
+/// allocated and freed per message, and a burst of them (a window of 32 KiB sends)
+/// returned its memory to the system and faulted it in again at the next burst.
+#[derive(Default)]
+struct Pool {
+    classes: [Vec<Vec<u8>>; (POOL_HIGH - POOL_LOW + 1) as usize],
+}
+
+impl Pool {
+    /// The class of a request of `cap` bytes (`None`: too large to pool).
+    fn class_for_take(cap: usize) -> Option<usize> {
+        let k = cap.max(1 << POOL_LOW).next_power_of_two().trailing_zeros();
+        (k <= POOL_HIGH).then(|| (k - POOL_LOW) as usize)
+    }
+
+    /// An empty buffer of at least `cap` bytes' capacity.
+    fn take(&mut self, cap: usize) -> Vec<u8> {
+        match Self::class_for_take(cap) {
+            Some(c) => match self.classes[c].pop() {
+                Some(mut b) => {
+                    b.clear();
+                    b
+                }
+                // The class's whole size, so that the buffer serves the class when given back.
+                None => Vec::with_capacity(1 << (c as u32 + POOL_LOW)),
+            },
+            None => Vec::with_capacity(cap),
         }
     }
-    Vec::with_capacity(cap)
+
+    /// Keep `buf` for reuse if its class has room (a buffer below the smallest class is
+    /// dropped).
+    fn give(&mut self, buf: Vec<u8>) {
+        let cap = buf.capacity();
+        if cap < 1 << POOL_LOW {
+            return;
+        }
+        let k = (usize::BITS - 1 - cap.leading_zeros()).min(POOL_HIGH);
+        let class = &mut self.classes[(k - POOL_LOW) as usize];
+        if class.len() < (POOL_CLASS_BYTES >> k).max(2) {
+            class.push(buf);
+        }
+    }
 }
 
 /// The vendor's event source.
@@ -1092,6 +1169,7 @@ impl TransportFactory for VendorFactory {
         _boot: &mut dyn Bootstrap,
     ) -> Result<Box<dyn Starting>, P2pError> {
         let core = core()?;
+        let flavor = vendor::current().map(|v| v.flavor);
         let (rank, size) = {
             let c = core.lock().unwrap_or_else(|p| p.into_inner());
             (c.rank, c.size)
@@ -1117,7 +1195,12 @@ impl TransportFactory for VendorFactory {
                 info.rank
             )));
         }
-        Ok(Box::new(StartingVendor(core, eager_limit()?, first)))
+        let eager = match flavor {
+            Some(f) => eager_limit(f)?,
+            // core() succeeded, so the vendor is loaded; unreachable in practice.
+            None => return Err(P2pError::Other("vendor: no vendor loaded".into())),
+        };
+        Ok(Box::new(StartingVendor(core, eager, first)))
     }
 }
 

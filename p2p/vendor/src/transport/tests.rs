@@ -591,3 +591,77 @@ fn counted_into_the_tools_counters_without_a_wrapper() {
         (2, 64 + 108)
     );
 }
+
+#[test]
+fn the_pool_reuses_buffers_by_size_class_and_bounds_what_it_keeps() {
+    let mut pool = Pool::default();
+    // A request between classes takes the class above, whole.
+    let b = pool.take(32 * 1024 + HEAD_PREFIX);
+    assert!(b.is_empty() && b.capacity() >= 64 * 1024);
+    let at = b.as_ptr();
+    pool.give(b);
+    // The same buffer serves any request of its class, emptied.
+    let mut b = pool.take(40 * 1024);
+    assert_eq!(b.as_ptr(), at, "reused, not allocated again");
+    b.extend_from_slice(&[7; 100]);
+    pool.give(b);
+    assert!(pool.take(64 * 1024).is_empty());
+    // A buffer of an odd capacity serves the class below it, never a larger request.
+    pool.give(Vec::with_capacity(48 * 1024));
+    let b = pool.take(48 * 1024);
+    assert!(b.capacity() >= 48 * 1024);
+    let small = pool.take(20 * 1024);
+    assert!(small.capacity() >= 20 * 1024);
+    // Small and huge buffers are not kept; a class keeps at most its byte budget.
+    pool.give(Vec::with_capacity(100));
+    let huge = pool.take(4 * MAX_PAYLOAD);
+    assert!(huge.capacity() >= 4 * MAX_PAYLOAD);
+    pool.give(huge);
+    assert!(pool.classes.iter().all(|c| c.len() <= 1));
+    for _ in 0..1000 {
+        pool.give(Vec::with_capacity(16 * 1024));
+    }
+    assert_eq!(pool.classes[0].len(), POOL_CLASS_BYTES / (16 * 1024));
+    for (k, c) in pool.classes.iter().enumerate() {
+        assert!(c.iter().all(|b| b.capacity() >= 1 << (k as u32 + POOL_LOW)));
+    }
+}
+
+#[test]
+fn a_long_rest_travels_in_pieces_and_lands_whole_in_both_modes() {
+    for ahead in MODES {
+        let short = 4096;
+        let w = SimWorld::default();
+        let mut a = core(&w, 0, 2, short, ahead);
+        let mut b = core(&w, 1, 2, short, ahead);
+        // 4096 + 3 × 4096 + 100: a head and four pieces, as vendor sends of their own.
+        let len = 4 * short + 100;
+        assert!(a.try_send(1, &hdr(0, 1), &payload(1, len)).unwrap());
+        assert_eq!(a.sends.len(), 1 + 4);
+        assert_eq!(a.send_bytes, HEAD_PREFIX + len);
+        let mut lens: Vec<usize> = a.sends.iter().map(|s| s.1.len()).collect();
+        lens.remove(0);
+        assert_eq!(lens, vec![short, short, short, 100]);
+        // Pieces held back: the message waits for all of them.
+        w.hold_rests(true);
+        assert!(a.try_send(1, &hdr(0, 2), &payload(2, len)).unwrap());
+        let mut got = Vec::new();
+        let start = Instant::now();
+        while got.is_empty() && start.elapsed() < Duration::from_millis(200) {
+            take(&mut b, &mut got);
+        }
+        assert!(
+            got.iter().all(|g| g.1 != 2),
+            "delivered before its pieces, ahead {ahead}"
+        );
+        w.hold_rests(false);
+        while got.len() < 2 {
+            take(&mut b, &mut got);
+            take(&mut a, &mut Vec::new());
+            assert!(start.elapsed() < BOUND, "only {} of 2 arrived", got.len());
+        }
+        assert_eq!(got[0], (0, 1, payload(1, len)), "ahead {ahead}");
+        assert_eq!(got[1], (0, 2, payload(2, len)), "ahead {ahead}");
+        assert_eq!(b.queued, 0);
+    }
+}
