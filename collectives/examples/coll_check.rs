@@ -2792,7 +2792,218 @@ fn test_shm(t: &T) {
         four_calls(t, c, 1 + i, "shm sub-communicator (mixed)");
         ok(rt.comm_free(c), "free");
     }
+    shm_v_forms(t, W, "world");
+    let c = ok(rt.comm_split(W, (t.me % 2) as i32, -(t.me as i32)), "split").expect("member");
+    shm_v_forms(t, c, "split");
+    ok(rt.comm_free(c), "free");
     t.done("shm");
+}
+
+/// The v forms on the area (gatherv, scatterv, allgatherv, reduce_scatter; every root,
+/// in place where allowed), contiguous and strided, with uneven counts (zeros among them)
+/// and, in the `large` round, some blocks too large for a slot (gatherv and scatterv then
+/// move them by point-to-point, allgatherv and reduce_scatter go the ordinary way).
+fn shm_v_forms(t: &T, comm: CommId, what: &str) {
+    let rt = t.rt;
+    let me = ok(rt.comm_rank(comm), "rank");
+    let n = ok(rt.comm_size(comm), "size");
+    // (type, ints per element, data ints of element k)
+    type Kind = (TypeRef, usize, fn(usize) -> [usize; 2], usize);
+    let kinds: [Kind; 2] = [
+        (int(), 1, |k| [k, usize::MAX], 1),
+        (strided(), 4, |k| [4 * k, 4 * k + 2], 2),
+    ];
+    for large in [false, true] {
+        let counts: Vec<i64> = (0..n)
+            .map(|r| {
+                if large && r % 2 == 1 {
+                    2100
+                } else {
+                    ((r + 1) % 3) as i64 * 3
+                }
+            })
+            .collect();
+        // Blocks in reverse rank order with a one-element gap after each.
+        let mut displs = vec![0i64; n];
+        let mut acc = 0;
+        for r in (0..n).rev() {
+            displs[r] = acc;
+            acc += counts[r] + 1;
+        }
+        for (ty, w, at, per) in &kinds {
+            let (w, per) = (*w, *per);
+            let data = |k: usize| at(k).into_iter().take(per).collect::<Vec<_>>();
+            // A block of `c` elements of rank r's data at element `d` of `buf`.
+            let fill = |buf: &mut [i32], d: usize, c: usize, r: usize| {
+                for k in 0..c {
+                    for (i, x) in data(d + k).into_iter().enumerate() {
+                        buf[x] = val(r, k * per + i);
+                    }
+                }
+            };
+            let holds = |buf: &[i32], d: usize, c: usize, r: usize| {
+                (0..c).all(|k| {
+                    data(d + k)
+                        .into_iter()
+                        .enumerate()
+                        .all(|(i, x)| buf[x] == val(r, k * per + i))
+                })
+            };
+            let untouched = |buf: &[i32], d: usize, v: i32| {
+                (0..w).all(|i| buf[d * w + i] == v || !data(d).contains(&(d * w + i)))
+            };
+            let len = acc as usize * w;
+            let mine = counts[me] as usize;
+            let mut send = vec![-1i32; mine.max(1) * w];
+            fill(&mut send, 0, mine, me);
+            for root in [0, n - 1, n / 2] {
+                for in_place in [false, true] {
+                    // Gatherv.
+                    let mut recv = vec![-3i32; len];
+                    let ip = in_place && me == root;
+                    if ip {
+                        fill(&mut recv, displs[me] as usize, mine, me);
+                    }
+                    let sb = if ip { SendBuf::InPlace } else { sp(&send) };
+                    // SAFETY: buffers sized for the call.
+                    ok(
+                        unsafe {
+                            coll::gatherv(
+                                rt,
+                                sb,
+                                counts[me],
+                                ty,
+                                pm(&mut recv),
+                                &counts,
+                                &displs,
+                                ty,
+                                root as i32,
+                                comm,
+                            )
+                        },
+                        "gatherv (area)",
+                    );
+                    if me == root {
+                        for r in 0..n {
+                            let (d, c) = (displs[r] as usize, counts[r] as usize);
+                            check!(holds(&recv, d, c, r), "{what} gatherv root {root} from {r}");
+                            check!(untouched(&recv, d + c, -3), "{what} gatherv gap");
+                        }
+                    }
+                    // Scatterv (the root's blocks are those gatherv assembled).
+                    let mut all = vec![-5i32; len];
+                    for r in 0..n {
+                        fill(&mut all, displs[r] as usize, counts[r] as usize, r);
+                    }
+                    let mut got = vec![-4i32; mine.max(1) * w];
+                    let rb = if ip {
+                        RecvBuf::InPlace
+                    } else {
+                        RecvBuf::Ptr(pm(&mut got))
+                    };
+                    // SAFETY: buffers sized for the call.
+                    ok(
+                        unsafe {
+                            coll::scatterv(
+                                rt,
+                                p(&all),
+                                &counts,
+                                &displs,
+                                ty,
+                                rb,
+                                counts[me],
+                                ty,
+                                root as i32,
+                                comm,
+                            )
+                        },
+                        "scatterv (area)",
+                    );
+                    if !ip {
+                        check!(holds(&got, 0, mine, me), "{what} scatterv root {root}");
+                        let mut placed = vec![false; got.len()];
+                        for x in (0..mine).flat_map(data) {
+                            placed[x] = true;
+                        }
+                        check!(
+                            (0..got.len()).all(|x| placed[x] || got[x] == -4),
+                            "{what} scatterv gap"
+                        );
+                    }
+                }
+            }
+            // Allgatherv, in place or not.
+            for in_place in [false, true] {
+                let mut recv = vec![-3i32; len];
+                if in_place {
+                    fill(&mut recv, displs[me] as usize, mine, me);
+                }
+                let sb = if in_place {
+                    SendBuf::InPlace
+                } else {
+                    sp(&send)
+                };
+                // SAFETY: buffers sized for the call.
+                ok(
+                    unsafe {
+                        coll::allgatherv(
+                            rt,
+                            sb,
+                            counts[me],
+                            ty,
+                            pm(&mut recv),
+                            &counts,
+                            &displs,
+                            ty,
+                            comm,
+                        )
+                    },
+                    "allgatherv (area)",
+                );
+                for r in 0..n {
+                    let (d, c) = (displs[r] as usize, counts[r] as usize);
+                    check!(
+                        holds(&recv, d, c, r),
+                        "{what} allgatherv {in_place} from {r}"
+                    );
+                    check!(untouched(&recv, d + c, -3), "{what} allgatherv gap");
+                }
+            }
+        }
+        // Reduce_scatter of longs (sum), uneven counts, in place or not.
+        let long = b(Builtin::Int64);
+        let total: usize = counts.iter().map(|&c| c as usize).sum();
+        let at: usize = counts[..me].iter().map(|&c| c as usize).sum();
+        for in_place in [false, true] {
+            let input: Vec<i64> = (0..total).map(|j| lval(me, j)).collect();
+            let mut recv = if in_place {
+                input.clone()
+            } else {
+                vec![-9i64; counts[me] as usize + 1]
+            };
+            let sb = if in_place {
+                SendBuf::InPlace
+            } else {
+                sp(&input)
+            };
+            // SAFETY: buffers sized for the call.
+            ok(
+                unsafe {
+                    coll::reduce_scatter(rt, sb, pm(&mut recv), &counts, &long, &Op::Sum, comm)
+                },
+                "reduce_scatter (area)",
+            );
+            for j in 0..counts[me] as usize {
+                check!(
+                    recv[j] == lsum(n, at + j),
+                    "{what} reduce_scatter {in_place} [{j}]"
+                );
+            }
+            if !in_place {
+                check!(recv[counts[me] as usize] == -9, "{what} reduce_scatter gap");
+            }
+        }
+    }
 }
 
 fn test_env(t: &T) {

@@ -27,6 +27,31 @@ pub unsafe fn allgather(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    // The shared-memory fast path when this thread has the area at hand (no engine
+    // lock), for arguments that pass the checks below (anything else goes on).
+    if let Some(node) = crate::shmcoll::lean(comm, Coll::Allgather) {
+        let rc = recvcount.max(0) as usize;
+        let block = rc * recvtype.size();
+        let send_ok = match sendbuf {
+            SendBuf::InPlace => true,
+            SendBuf::Ptr(s) => {
+                sendcount >= 0
+                    && sendtype.is_committed()
+                    && sendcount as usize * sendtype.size() == block
+                    && (!s.is_null() || sendtype.true_lb() != 0)
+            }
+        };
+        if recvcount > 0
+            && recvtype.is_committed()
+            && !recvbuf.is_null()
+            && send_ok
+            && node.serves(block)
+        {
+            let sc = sendcount.max(0) as usize;
+            // SAFETY: forwarded caller contract.
+            return unsafe { node.allgather(rt, sendbuf, sc, sendtype, recvbuf, rc, recvtype) };
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Allgather", comm)? {
         return unsafe {
             crate::inter::iallgatherv(
@@ -126,6 +151,39 @@ pub unsafe fn allgatherv(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    // On one node, when every block fits a slot (all ranks know all counts, so they
+    // decide alike): the shared-memory area; other arguments go the ordinary way.
+    let max_block = recvcounts.iter().copied().max().unwrap_or(0).max(0) as usize * recvtype.size();
+    if recvcounts.iter().all(|&c| c >= 0)
+        && max_block > 0
+        && recvtype.is_committed()
+        && (!recvbuf.is_null() || recvtype.true_lb() != 0)
+    {
+        if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Allgather, max_block)? {
+            let (me, p) = (node.rank(), node.size());
+            if recvcounts.len() >= p && displs.len() >= p {
+                let counts: Vec<usize> = recvcounts[..p].iter().map(|&c| c as usize).collect();
+                let send_ok = match sendbuf {
+                    SendBuf::InPlace => true,
+                    SendBuf::Ptr(s) => {
+                        sendcount >= 0
+                            && sendtype.is_committed()
+                            && sendcount as usize * sendtype.size() == counts[me] * recvtype.size()
+                            && (!s.is_null() || sendtype.true_lb() != 0 || sendcount == 0)
+                    }
+                };
+                if send_ok {
+                    let sc = sendcount.max(0) as usize;
+                    // SAFETY: forwarded caller contract (checked above).
+                    return unsafe {
+                        node.allgatherv(
+                            rt, sendbuf, sc, sendtype, recvbuf, &counts, displs, recvtype,
+                        )
+                    };
+                }
+            }
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Allgatherv", comm)? {
         return unsafe {
             crate::inter::iallgatherv(

@@ -122,6 +122,28 @@ pub unsafe fn alltoall(
     recvtype: &TypeRef,
     comm: CommId,
 ) -> MpiResult<()> {
+    // The shared-memory fast path when this thread has the area at hand (no engine
+    // lock), for arguments that pass the checks below (anything else goes on).
+    if let Some(node) = crate::shmcoll::lean(comm, Coll::Alltoall) {
+        let p = node.size();
+        let rc = recvcount.max(0) as usize;
+        let block = rc * recvtype.size();
+        let send = match sendbuf {
+            SendBuf::InPlace => Some((recvbuf as *const u8, rc, recvtype)),
+            SendBuf::Ptr(s) => (sendcount >= 0
+                && sendtype.is_committed()
+                && sendcount as usize * sendtype.size() == block)
+                .then_some((s, sendcount as usize, sendtype)),
+        };
+        if let Some((s, sc, st)) = send {
+            if recvcount > 0 && recvtype.is_committed() && node.serves(p * block) {
+                record(crate::shmcoll::NAME);
+                // SAFETY: forwarded caller contract (in place: the send blocks are the
+                // receive blocks, which the area copies out before writing them).
+                return unsafe { node.alltoall(rt, s, sc, st, recvbuf, rc, recvtype) };
+            }
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Alltoall", comm)? {
         return unsafe {
             crate::inter::ialltoall(

@@ -23,13 +23,9 @@ pub unsafe fn bcast(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
-    if crate::inter::is_inter(rt, "MPI_Bcast", comm)? {
-        return unsafe { crate::inter::ibcast(rt, "MPI_Bcast", buf, count, dtype, root, comm) }?
-            .wait(rt);
-    }
-    let call = "MPI_Bcast";
-    // The shared-memory fast path, for arguments that pass the checks below (anything
-    // else goes the ordinary way, which reports the error).
+    // The shared-memory fast path first (an intercommunicator never has an area: no
+    // engine lock here), for arguments that pass the checks below (anything else goes
+    // the ordinary way, which reports the error).
     if count > 0 && dtype.is_committed() && (!buf.is_null() || dtype.true_lb() != 0) {
         let bytes = count as usize * dtype.size();
         if bytes > 0 {
@@ -41,6 +37,11 @@ pub unsafe fn bcast(
             }
         }
     }
+    if crate::inter::is_inter(rt, "MPI_Bcast", comm)? {
+        return unsafe { crate::inter::ibcast(rt, "MPI_Bcast", buf, count, dtype, root, comm) }?
+            .wait(rt);
+    }
+    let call = "MPI_Bcast";
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = check_count(call, count)?;
     check_type(call, dtype)?;

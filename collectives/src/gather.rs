@@ -29,6 +29,26 @@ pub unsafe fn gather(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    // The shared-memory fast path when this thread has the area at hand: no engine lock
+    // (the area's rank and size are the communicator's); the checks are the ones below.
+    if let Some(node) = crate::shmcoll::lean(comm, Coll::Gather) {
+        let call = "MPI_Gather";
+        let root = check_root(call, root, node.size())?;
+        let is_root = node.rank() == root;
+        let (sc, rc) = gather_checks(
+            call, is_root, sendbuf, sendcount, sendtype, recvcount, recvtype,
+        )?;
+        let block = if is_root {
+            check_buf(call, "recvbuf", recvbuf, rc * node.size(), recvtype)?;
+            rc * recvtype.size()
+        } else {
+            sc * sendtype.size()
+        };
+        if node.serves(block) {
+            // SAFETY: caller contract (checked above).
+            return unsafe { node.gather(rt, sendbuf, sc, sendtype, recvbuf, rc, recvtype, root) };
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Gather", comm)? {
         return unsafe {
             crate::inter::igatherv(
@@ -52,7 +72,7 @@ pub unsafe fn gather(
     let root = check_root(call, root, ctx.size)?;
     let is_root = ctx.rank == root;
     let (sc, rc) = gather_checks(
-        call, &ctx, is_root, sendbuf, sendcount, sendtype, recvcount, recvtype,
+        call, is_root, sendbuf, sendcount, sendtype, recvcount, recvtype,
     )?;
     if is_root {
         check_buf(call, "recvbuf", recvbuf, rc * ctx.size, recvtype)?;
@@ -192,7 +212,6 @@ pub unsafe fn gather(
 #[allow(clippy::too_many_arguments)]
 fn gather_checks(
     call: &str,
-    ctx: &Ctx,
     is_root: bool,
     sendbuf: SendBuf,
     sendcount: i64,
@@ -200,7 +219,6 @@ fn gather_checks(
     recvcount: i64,
     recvtype: &TypeRef,
 ) -> MpiResult<(usize, usize)> {
-    let _ = ctx;
     let mut sc = 0;
     let mut rc = 0;
     match sendbuf {
@@ -243,6 +261,29 @@ pub unsafe fn gatherv(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    // On one node: the shared-memory area (blocks too large for a slot go by
+    // point-to-point inside it, so the choice does not depend on the counts, which only
+    // the root knows); an intercommunicator never has an area.
+    if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Gather, 1)? {
+        let call = "MPI_Gatherv";
+        let p = node.size();
+        let root = check_root(call, root, p)?;
+        let is_root = node.rank() == root;
+        let (sc, _) = gather_checks(call, is_root, sendbuf, sendcount, sendtype, 0, recvtype)?;
+        let counts = if is_root {
+            let c = check_counts(call, "recvcounts", recvcounts, p)?;
+            check_displs(call, "displs", displs, p)?;
+            c
+        } else {
+            Vec::new()
+        };
+        // SAFETY: caller contract (checked above).
+        return unsafe {
+            node.gatherv(
+                rt, sendbuf, sc, sendtype, recvbuf, &counts, displs, recvtype, root,
+            )
+        };
+    }
     if crate::inter::is_inter(rt, "MPI_Gatherv", comm)? {
         return unsafe {
             crate::inter::igatherv(
@@ -265,9 +306,7 @@ pub unsafe fn gatherv(
     let ctx = Ctx::new(rt, comm, call)?;
     let root = check_root(call, root, ctx.size)?;
     let is_root = ctx.rank == root;
-    let (sc, _) = gather_checks(
-        call, &ctx, is_root, sendbuf, sendcount, sendtype, 0, recvtype,
-    )?;
+    let (sc, _) = gather_checks(call, is_root, sendbuf, sendcount, sendtype, 0, recvtype)?;
     // Across sites: short blocks bundled per site, long ones direct (IMPI's XSIZE).
     let sites = if ctx.size > 1 {
         crate::impi::sites(&ctx)?
@@ -366,6 +405,31 @@ pub unsafe fn scatter(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    // The shared-memory fast path when this thread has the area at hand (as in gather).
+    if let Some(node) = crate::shmcoll::lean(comm, Coll::Scatter) {
+        let call = "MPI_Scatter";
+        let p = node.size();
+        let root = check_root(call, root, p)?;
+        let is_root = node.rank() == root;
+        let rc = scatter_checks(call, is_root, recvbuf, recvcount, recvtype)?;
+        let block = if is_root {
+            let sc = check_count(call, sendcount)?;
+            check_type(call, sendtype)?;
+            check_buf(call, "sendbuf", sendbuf, sc * p, sendtype)?;
+            sc * sendtype.size()
+        } else {
+            rc * recvtype.size()
+        };
+        if block > 0 && node.serves(p * block) {
+            let sc = if is_root { sendcount as usize } else { 0 };
+            let recv = match recvbuf {
+                RecvBuf::Ptr(r) => Some(r),
+                RecvBuf::InPlace => None,
+            };
+            // SAFETY: caller contract (checked above).
+            return unsafe { node.scatter(rt, sendbuf, sc, sendtype, recv, rc, recvtype, root) };
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Scatter", comm)? {
         return unsafe {
             crate::inter::iscatterv(
@@ -550,6 +614,33 @@ pub unsafe fn scatterv(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    // On one node: the shared-memory area (as in gatherv: blocks that do not fit the
+    // root's slot go by point-to-point inside it).
+    if let Some(node) = crate::shmcoll::area(rt, comm, Coll::Scatter, 1)? {
+        let call = "MPI_Scatterv";
+        let p = node.size();
+        let root = check_root(call, root, p)?;
+        let is_root = node.rank() == root;
+        let rc = scatter_checks(call, is_root, recvbuf, recvcount, recvtype)?;
+        let counts = if is_root {
+            check_type(call, sendtype)?;
+            let c = check_counts(call, "sendcounts", sendcounts, p)?;
+            check_displs(call, "displs", displs, p)?;
+            c
+        } else {
+            Vec::new()
+        };
+        let recv = match recvbuf {
+            RecvBuf::Ptr(r) => Some(r),
+            RecvBuf::InPlace => None,
+        };
+        // SAFETY: caller contract (checked above).
+        return unsafe {
+            node.scatterv(
+                rt, sendbuf, &counts, displs, sendtype, recv, rc, recvtype, root,
+            )
+        };
+    }
     if crate::inter::is_inter(rt, "MPI_Scatterv", comm)? {
         return unsafe {
             crate::inter::iscatterv(

@@ -72,5 +72,5 @@ pub use nbc::{
 pub use op::{reduce_local, Op, UserFn, UserOp};
 pub use reduce::{allreduce, exscan, reduce, reduce_scatter, reduce_scatter_block, scan};
 pub use select::{set_algorithm, with_algorithm, Coll};
-pub use shmcoll::shared_memory_calls;
+pub use shmcoll::{lean_rank_size, shared_memory_calls};
 pub use util::{RecvBuf, SendBuf};

@@ -100,6 +100,22 @@ pub unsafe fn reduce(
     root: i32,
     comm: CommId,
 ) -> MpiResult<()> {
+    // The shared-memory fast path first (an intercommunicator never has an area): for
+    // arguments that pass the checks below; anything else goes the ordinary way.
+    if let Some((node, n)) = shm_args(rt, comm, Coll::Reduce, count, dtype, op)? {
+        let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
+        if root >= 0 && (root as usize) < node.size() {
+            let at_root = node.rank() == root as usize;
+            let fine = match sendbuf {
+                SendBuf::InPlace => at_root && ok_buf(recvbuf),
+                SendBuf::Ptr(s) => ok_buf(s) && (!at_root || ok_buf(recvbuf)),
+            };
+            if fine {
+                // SAFETY: forwarded caller contract; arguments checked as below.
+                return unsafe { node.reduce(rt, sendbuf, recvbuf, n, dtype, op, root as usize) };
+            }
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Reduce", comm)? {
         return unsafe {
             crate::inter::ireduce(
@@ -117,20 +133,6 @@ pub unsafe fn reduce(
         .wait(rt);
     }
     let call = "MPI_Reduce";
-    if let Some((node, n)) = shm_args(rt, comm, Coll::Reduce, count, dtype, op)? {
-        let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
-        if root >= 0 && (root as usize) < node.size() {
-            let at_root = node.rank() == root as usize;
-            let fine = match sendbuf {
-                SendBuf::InPlace => at_root && ok_buf(recvbuf),
-                SendBuf::Ptr(s) => ok_buf(s) && (!at_root || ok_buf(recvbuf)),
-            };
-            if fine {
-                // SAFETY: forwarded caller contract; arguments checked as below.
-                return unsafe { node.reduce(rt, sendbuf, recvbuf, n, dtype, op, root as usize) };
-            }
-        }
-    }
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = common_checks(call, count, dtype, op)?;
     let root = check_root(call, root, ctx.size)?;
@@ -628,6 +630,20 @@ pub unsafe fn allreduce(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    // The shared-memory fast path first (an intercommunicator never has an area): for
+    // arguments that pass the checks below; anything else goes the ordinary way.
+    if let Some((node, n)) = shm_args(rt, comm, Coll::Allreduce, count, dtype, op)? {
+        let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
+        let fine = ok_buf(recvbuf)
+            && match sendbuf {
+                SendBuf::InPlace => true,
+                SendBuf::Ptr(s) => ok_buf(s),
+            };
+        if fine {
+            // SAFETY: forwarded caller contract; arguments checked as below.
+            return unsafe { node.allreduce(rt, sendbuf, recvbuf, n, dtype, op) };
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Allreduce", comm)? {
         return unsafe {
             crate::inter::iallreduce(
@@ -644,18 +660,6 @@ pub unsafe fn allreduce(
         .wait(rt);
     }
     let call = "MPI_Allreduce";
-    if let Some((node, n)) = shm_args(rt, comm, Coll::Allreduce, count, dtype, op)? {
-        let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
-        let fine = ok_buf(recvbuf)
-            && match sendbuf {
-                SendBuf::InPlace => true,
-                SendBuf::Ptr(s) => ok_buf(s),
-            };
-        if fine {
-            // SAFETY: forwarded caller contract; arguments checked as below.
-            return unsafe { node.allreduce(rt, sendbuf, recvbuf, n, dtype, op) };
-        }
-    }
     let mut ctx = Ctx::new(rt, comm, call)?;
     let count = common_checks(call, count, dtype, op)?;
     check_buf(call, "recvbuf", recvbuf, count, dtype)?;
@@ -817,6 +821,29 @@ pub unsafe fn reduce_scatter(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    // On one node, when a rank's whole input fits a slot (all ranks know all counts):
+    // the shared-memory area; other arguments go the ordinary way.
+    let total = recvcounts.iter().map(|&c| c.max(0) as usize).sum::<usize>();
+    let bytes = total * dtype.size();
+    if recvcounts.iter().all(|&c| c >= 0)
+        && bytes > 0
+        && dtype.is_committed()
+        && op.check("", dtype).is_ok()
+    {
+        if let Some(node) = crate::shmcoll::area(rt, comm, Coll::ReduceScatter, bytes)? {
+            let (me, p) = (node.rank(), node.size());
+            let input = match sendbuf {
+                SendBuf::InPlace => recvbuf as *const u8,
+                SendBuf::Ptr(s) => s,
+            };
+            let ok_buf = |b: *const u8| !b.is_null() || dtype.true_lb() != 0;
+            if recvcounts.len() == p && ok_buf(input) && (recvcounts[me] == 0 || ok_buf(recvbuf)) {
+                let counts: Vec<usize> = recvcounts.iter().map(|&c| c as usize).collect();
+                // SAFETY: forwarded caller contract (checked above).
+                return unsafe { node.reduce_scatter(rt, input, recvbuf, &counts, dtype, op) };
+            }
+        }
+    }
     if crate::inter::is_inter(rt, "MPI_Reduce_scatter", comm)? {
         return unsafe {
             crate::inter::ireduce_scatter(
@@ -991,6 +1018,14 @@ pub unsafe fn scan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    // SAFETY: forwarded.
+    if let Some(done) = unsafe {
+        scan_lean(
+            "MPI_Scan", rt, sendbuf, recvbuf, count, dtype, op, comm, false,
+        )
+    } {
+        return done;
+    }
     if crate::inter::is_inter(rt, "MPI_Scan", comm)? {
         return Err(crate::inter::undefined("MPI_Scan"));
     }
@@ -1015,6 +1050,22 @@ pub unsafe fn exscan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
+    // SAFETY: forwarded.
+    if let Some(done) = unsafe {
+        scan_lean(
+            "MPI_Exscan",
+            rt,
+            sendbuf,
+            recvbuf,
+            count,
+            dtype,
+            op,
+            comm,
+            true,
+        )
+    } {
+        return done;
+    }
     if crate::inter::is_inter(rt, "MPI_Exscan", comm)? {
         return Err(crate::inter::undefined("MPI_Exscan"));
     }
@@ -1032,6 +1083,38 @@ pub unsafe fn exscan(
             true,
         )
     }
+}
+
+/// Scan or exscan through this thread's shared-memory area at hand (no engine lock), if
+/// it serves the call: the checks are [`scan_impl`]'s.
+///
+/// # Safety
+/// As [`allreduce`].
+#[allow(clippy::too_many_arguments)]
+#[inline]
+unsafe fn scan_lean(
+    call: &'static str,
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    recvbuf: *mut u8,
+    count: i64,
+    dtype: &TypeRef,
+    op: &Op,
+    comm: CommId,
+    exclusive: bool,
+) -> Option<MpiResult<()>> {
+    let node = crate::shmcoll::lean(comm, Coll::Scan)?;
+    let checked = common_checks(call, count, dtype, op)
+        .and_then(|count| check_buf(call, "recvbuf", recvbuf, count, dtype).map(|_| count));
+    let count = match checked {
+        Ok(c) => c,
+        Err(e) => return Some(Err(e)),
+    };
+    if !node.serves(count * dtype.size()) {
+        return None;
+    }
+    // SAFETY: forwarded caller contract (checked above).
+    Some(unsafe { node.scan(rt, sendbuf, recvbuf, count, dtype, op, exclusive) })
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -3,8 +3,12 @@
 //! bcast, reduce and allreduce of up to [`SLOT_BYTES`] per rank, gather and allgather
 //! with blocks of up to [`SLOT_BYTES`], and scatter, alltoall and reduce_scatter_block
 //! when all the blocks one rank posts fit [`SLOT_BYTES`], and scan/exscan (whose vectors
-//! fit). Data goes through the slots packed (derived datatypes are packed into and
-//! unpacked out of them); reductions fold in rank order.
+//! fit); allgatherv and reduce_scatter when every rank's slot data fits (all ranks know
+//! all counts, so they decide alike); gatherv and scatterv always (only the root knows the
+//! counts, so the choice cannot depend on them: a block that does not fit its slot is
+//! announced there as [`BY_P2P`] and moves by point-to-point inside the call). Data goes
+//! through the slots packed (derived datatypes are packed into and unpacked out of them);
+//! reductions fold in rank order.
 //!
 //! **The area.** Made collectively at the first call that would use it (every rank takes
 //! the same decision: it depends on the communicator, the message size and the
@@ -20,14 +24,17 @@
 //! lock: no engine lock. Each thread keeps the last entry it found (communicator, the
 //! table's generation, a reference to the area), so that a run of calls on one
 //! communicator finds it with no lock and no reference count changed: the fast path of a
-//! collective makes no atomic read-modify-write before its own protocol's. An attribute
+//! collective makes no atomic read-modify-write before its own protocol's. Such a call
+//! also takes the communicator's rank and size from the area ([`lean`]) instead of from
+//! the engine's communicator table, whose lookups take the engine lock (an area exists
+//! only for a live intracommunicator, so the intercommunicator test is not needed either). An attribute
 //! with a delete callback (run by `MPI_Comm_free`) clears the entry (which bumps the
 //! generation) and the area is unmapped once the last call using it is over and every
 //! thread that kept it has moved on (or ended).
 //!
-//! **Choosing it.** `shm` is an algorithm of every family but the v/w forms
-//! (`TSUNAGI_COLL_<NAME>=shm` forces it wherever it can run; forcing any other algorithm
-//! turns it off for that family). Automatically it serves communicators of up to
+//! **Choosing it.** `shm` is an algorithm of every family (alltoallv/w do not use it;
+//! the other v forms follow their family's setting: `TSUNAGI_COLL_<NAME>=shm` forces it
+//! wherever it can run; forcing any other algorithm turns it off for that family). Automatically it serves communicators of up to
 //! [`AUTO_MAX_RANKS`] ranks and calls whose slot data is 1 to [`SLOT_BYTES`] bytes. The
 //! fast path of each collective is entered after the ordinary argument checks (bcast,
 //! reduce and allreduce repeat the few they need, to stay lean), so errors are reported
@@ -66,6 +73,8 @@ pub(crate) const NAME: &str = "shm";
 /// A mapped area and this rank's view of it.
 pub(crate) struct Node {
     area: Area,
+    /// The communicator (for the point-to-point part of the v forms' large blocks).
+    comm: CommId,
     _mem: Memory,
     /// More ranks of the job on this node than processors to run them: waiting ranks
     /// hand their core over soon instead of spinning.
@@ -290,6 +299,26 @@ pub(crate) fn area(
     Ok(out)
 }
 
+/// This thread's cached area of `comm` for a call of `family`, with no lock and no
+/// collective step: `None` unless an earlier call on this thread found it (then `comm`
+/// is a live intracommunicator on one node, so the caller may take its rank and size
+/// from the area and skip the engine's communicator lookups). The caller checks the
+/// call's bytes with [`Node::serves`] before it uses the area.
+#[inline]
+pub(crate) fn lean(comm: CommId, family: Coll) -> Option<NodeRef> {
+    let auto = allowed(family)?;
+    let n = cached(comm)?;
+    (!auto || n.area.size() <= AUTO_MAX_RANKS).then_some(n)
+}
+
+/// This process's rank and the communicator's size, when this thread has an area of
+/// `comm` at hand (see [`lean`]): the C interface's rooted collectives use it instead
+/// of three communicator lookups under the engine lock.
+#[inline]
+pub fn lean_rank_size(comm: CommId) -> Option<(usize, usize)> {
+    cached(comm).map(|n| (n.area.rank(), n.area.size()))
+}
+
 /// Decide (collectively where needed) whether `comm` gets an area, and make it.
 fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
     if crate::inter::is_inter(rt, "collective", comm)? {
@@ -355,6 +384,7 @@ fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
     let area = unsafe { Area::new(mem.base, n, ctx.rank) };
     Ok(Entry::On(Arc::new(Node {
         area,
+        comm,
         _mem: mem,
         crowded: crowded(rt),
     })))
@@ -629,6 +659,17 @@ impl Node {
 
     pub(crate) fn rank(&self) -> usize {
         self.area.rank()
+    }
+
+    /// Whether a call moving `bytes` through one slot runs here (1..=SLOT_BYTES); counts
+    /// it as served if so.
+    #[inline]
+    pub(crate) fn serves(&self, bytes: usize) -> bool {
+        let ok = (1..=SLOT_BYTES).contains(&bytes);
+        if ok {
+            count_served();
+        }
+        ok
     }
 
     pub(crate) fn barrier(&self, rt: &Runtime) -> MpiResult<()> {
@@ -1016,6 +1057,323 @@ impl Node {
                     // contributions (our own was posted); recvbuf is writable.
                     unsafe { fold_into(&parts[..upto], recvbuf, count, dtype, op) }
                 }
+            },
+        )
+    }
+}
+
+/// Bytes of a v-form slot's header: the length of the data that follows, or [`BY_P2P`].
+const V_HEADER: usize = 8;
+/// A v-form block that does not fit its slot: it goes by point-to-point instead.
+const BY_P2P: u64 = u64::MAX;
+/// Tags of those point-to-point blocks (apart from the ordinary algorithms' tags).
+const GATHERV_TAG: i32 = crate::util::tag::GATHER + 3;
+const SCATTERV_TAG: i32 = crate::util::tag::SCATTER + 3;
+
+fn truncated(call: &str) -> tsunagi_core::MpiError {
+    crate::util::err(
+        tsunagi_core::ErrorClass::Truncate,
+        format!("{call}: message truncated (counts or types differ between ranks)"),
+    )
+}
+
+impl Node {
+    /// Allgatherv: every block (`counts[r]` elements of `recvtype`, at `displs[r]`) fits
+    /// a slot (the caller checked, and so decided alike on every rank); in place, block
+    /// `rank` of `recvbuf` is the input.
+    ///
+    /// # Safety
+    /// As `MPI_Allgatherv`'s buffers.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn allgatherv(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        sendcount: usize,
+        sendtype: &TypeRef,
+        recvbuf: *mut u8,
+        counts: &[usize],
+        displs: &[i64],
+        recvtype: &TypeRef,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let ext = recvtype.extent();
+        let blk = |r: usize| recvbuf.wrapping_offset(displs[r] as isize * ext);
+        let bytes = counts[me] * recvtype.size();
+        self.area.exchange(
+            &mut self.idle(rt),
+            Some(bytes),
+            |slot| match sendbuf {
+                // SAFETY: the send buffer is readable; the slot holds `bytes`.
+                SendBuf::Ptr(p) => unsafe { pack(p, sendcount, sendtype, slot) },
+                // SAFETY: in place, our block of the receive buffer holds our data.
+                SendBuf::InPlace => unsafe { pack(blk(me), counts[me], recvtype, slot) },
+            },
+            Peers::All,
+            |parts| {
+                for (r, &q) in parts.iter().enumerate() {
+                    if r == me && sendbuf == SendBuf::InPlace {
+                        continue;
+                    }
+                    // SAFETY: rank r's block of this call (counts[r] elements packed);
+                    // block r of recvbuf is writable.
+                    unsafe { unpack(q, counts[r], recvtype, blk(r)) };
+                }
+            },
+        )
+    }
+
+    /// Gatherv to `root`: each non-root posts its packed block behind a length header,
+    /// or [`BY_P2P`] and sends it by point-to-point when it does not fit; the root reads
+    /// every slot (`counts`, `displs` significant there only), then receives those.
+    ///
+    /// # Safety
+    /// As `MPI_Gatherv`'s buffers; arguments checked.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn gatherv(
+        &self,
+        rt: &Runtime,
+        sendbuf: SendBuf,
+        sendcount: usize,
+        sendtype: &TypeRef,
+        recvbuf: *mut u8,
+        counts: &[usize],
+        displs: &[i64],
+        recvtype: &TypeRef,
+        root: usize,
+    ) -> MpiResult<()> {
+        let call = "MPI_Gatherv";
+        let me = self.area.rank();
+        let send = match sendbuf {
+            SendBuf::Ptr(p) => p,
+            SendBuf::InPlace => std::ptr::null(),
+        };
+        if me != root {
+            let bytes = sendcount * sendtype.size();
+            let fits = bytes <= SLOT_BYTES - V_HEADER;
+            self.area.reduce(
+                &mut self.idle(rt),
+                root,
+                V_HEADER,
+                false,
+                |slot| {
+                    let head = if fits { bytes as u64 } else { BY_P2P };
+                    // SAFETY: the slot has SLOT_BYTES bytes, 16-aligned; the send buffer
+                    // is readable and the packed block fits behind the header.
+                    unsafe {
+                        (slot as *mut u64).write(head);
+                        if fits {
+                            pack(send, sendcount, sendtype, slot.add(V_HEADER));
+                        }
+                    }
+                },
+                |_| {},
+            )?;
+            if !fits {
+                let ctx = Ctx::new(rt, self.comm, call)?;
+                // SAFETY: the send buffer stays readable until the wait below.
+                let r = unsafe { ctx.isend_typed(send, sendcount, sendtype, root, GATHERV_TAG)? };
+                ctx.waitall(&mut vec![r])?;
+            }
+            return Ok(());
+        }
+        let ext = recvtype.extent();
+        let blk = |r: usize| recvbuf.wrapping_offset(displs[r] as isize * ext);
+        let mut by_p2p = [false; MAX_RANKS];
+        let mut bad = false;
+        self.area.reduce(
+            &mut self.idle(rt),
+            root,
+            V_HEADER,
+            false,
+            |_| {},
+            |parts| {
+                for (r, &q) in parts.iter().enumerate() {
+                    if r == root {
+                        continue;
+                    }
+                    // SAFETY: rank r's slot of this call: a header, then its block.
+                    let head = unsafe { (q as *const u64).read() };
+                    if head == BY_P2P {
+                        by_p2p[r] = true;
+                    } else if head as usize > counts[r] * recvtype.size() {
+                        bad = true;
+                    } else if head > 0 {
+                        // As a receive: a shorter block fills the first elements.
+                        let c = head as usize / recvtype.size();
+                        // SAFETY: the block holds `c` packed elements (head bytes, at most
+                        // counts[r] elements); block r of recvbuf is writable.
+                        unsafe { unpack(q.add(V_HEADER), c, recvtype, blk(r)) };
+                    }
+                }
+            },
+        )?;
+        if !send.is_null() {
+            // SAFETY: the root's send buffer is readable and its own block writable.
+            unsafe {
+                copy_typed(
+                    call,
+                    send,
+                    sendcount,
+                    sendtype,
+                    blk(root),
+                    counts[root],
+                    recvtype,
+                )?
+            };
+        }
+        if by_p2p.contains(&true) {
+            let ctx = Ctx::new(rt, self.comm, call)?;
+            let mut reqs = Vec::new();
+            for r in (0..self.area.size()).filter(|&r| by_p2p[r]) {
+                // SAFETY: block r of recvbuf stays writable until the wait below.
+                reqs.push(unsafe { ctx.irecv_typed(blk(r), counts[r], recvtype, r, GATHERV_TAG)? });
+            }
+            ctx.waitall(&mut reqs)?;
+        }
+        if bad {
+            return Err(truncated(call));
+        }
+        Ok(())
+    }
+
+    /// Scatterv from `root`: the root posts a table of every rank's offset in its slot
+    /// ([`BY_P2P`]: the block comes by point-to-point) and the blocks that fit, packed;
+    /// each rank copies its own out (`counts`, `displs` significant at the root only;
+    /// `recvbuf` `None` for the root's `MPI_IN_PLACE`).
+    ///
+    /// # Safety
+    /// As `MPI_Scatterv`'s buffers; arguments checked.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn scatterv(
+        &self,
+        rt: &Runtime,
+        sendbuf: *const u8,
+        counts: &[usize],
+        displs: &[i64],
+        sendtype: &TypeRef,
+        recvbuf: Option<*mut u8>,
+        recvcount: usize,
+        recvtype: &TypeRef,
+        root: usize,
+    ) -> MpiResult<()> {
+        let call = "MPI_Scatterv";
+        let me = self.area.rank();
+        let n = self.area.size();
+        let table = (n * 8).next_multiple_of(16);
+        if me == root {
+            let ext = sendtype.extent();
+            let blk = |r: usize| sendbuf.wrapping_offset(displs[r] as isize * ext);
+            let mut by_p2p = [false; MAX_RANKS];
+            let mut end = table;
+            let mut offs = [BY_P2P; MAX_RANKS];
+            for r in (0..n).filter(|&r| r != root) {
+                let b = counts[r] * sendtype.size();
+                if end + b <= SLOT_BYTES {
+                    offs[r] = end as u64;
+                    end = (end + b).next_multiple_of(16);
+                } else {
+                    by_p2p[r] = true;
+                }
+            }
+            self.area
+                .bcast_root(&mut self.idle(rt), end.min(SLOT_BYTES), |slot| {
+                    for r in 0..n {
+                        // SAFETY: the table's n words and every placed block lie inside
+                        // the slot (end <= SLOT_BYTES, rounding aside); the send buffer
+                        // holds block r.
+                        unsafe {
+                            (slot as *mut u64).add(r).write(offs[r]);
+                            if r != root && offs[r] != BY_P2P {
+                                pack(blk(r), counts[r], sendtype, slot.add(offs[r] as usize));
+                            }
+                        }
+                    }
+                })?;
+            if let Some(dst) = recvbuf {
+                // SAFETY: the root's own block is readable, its receive buffer writable.
+                unsafe {
+                    copy_typed(
+                        call,
+                        blk(root),
+                        counts[root],
+                        sendtype,
+                        dst,
+                        recvcount,
+                        recvtype,
+                    )?
+                };
+            }
+            if by_p2p.contains(&true) {
+                let ctx = Ctx::new(rt, self.comm, call)?;
+                let mut reqs = Vec::new();
+                for r in (0..n).filter(|&r| by_p2p[r]) {
+                    // SAFETY: block r stays readable until the wait below.
+                    reqs.push(unsafe {
+                        ctx.isend_typed(blk(r), counts[r], sendtype, r, SCATTERV_TAG)?
+                    });
+                }
+                ctx.waitall(&mut reqs)?;
+            }
+            return Ok(());
+        }
+        let dst = recvbuf.expect("checked: only the root may be in place");
+        let mut off = BY_P2P;
+        self.area.bcast_recv(&mut self.idle(rt), root, |slot| {
+            // SAFETY: the root's slot of this call starts with n offsets; ours, if
+            // placed, holds our block packed (recvcount elements, MPI's matching rule).
+            unsafe {
+                off = (slot as *const u64).add(me).read();
+                if off != BY_P2P {
+                    unpack(slot.add(off as usize), recvcount, recvtype, dst);
+                }
+            }
+        })?;
+        if off == BY_P2P {
+            let ctx = Ctx::new(rt, self.comm, call)?;
+            // SAFETY: the receive buffer stays writable until the wait below.
+            let r = unsafe { ctx.irecv_typed(dst, recvcount, recvtype, root, SCATTERV_TAG)? };
+            ctx.waitall(&mut vec![r])?;
+        }
+        Ok(())
+    }
+
+    /// Reduce_scatter: every rank posts its whole packed input (`sum(counts)` elements,
+    /// fitting a slot); each folds its own block (`counts[rank]` elements after those of
+    /// the lower ranks) of all of them, in rank order.
+    ///
+    /// # Safety
+    /// As `MPI_Reduce_scatter`'s buffers.
+    pub(crate) unsafe fn reduce_scatter(
+        &self,
+        rt: &Runtime,
+        input: *const u8,
+        recvbuf: *mut u8,
+        counts: &[usize],
+        dtype: &TypeRef,
+        op: &Op,
+    ) -> MpiResult<()> {
+        let me = self.area.rank();
+        let total: usize = counts.iter().sum();
+        let at = counts[..me].iter().sum::<usize>() * dtype.size();
+        let mine = counts[me];
+        self.area.exchange(
+            &mut self.idle(rt),
+            Some(total * dtype.size()),
+            // SAFETY: the input holds `total` elements; the slot as many packed bytes.
+            |slot| unsafe { pack(input, total, dtype, slot) },
+            Peers::All,
+            |parts| {
+                if mine == 0 {
+                    return;
+                }
+                let mut blocks = [std::ptr::null::<u8>(); MAX_RANKS];
+                for (b, &q) in blocks.iter_mut().zip(parts) {
+                    *b = q.wrapping_add(at);
+                }
+                // SAFETY: our block of every slot holds this call's packed contribution;
+                // recvbuf is writable.
+                unsafe { fold_into(&blocks[..parts.len()], recvbuf, mine, dtype, op) }
             },
         )
     }

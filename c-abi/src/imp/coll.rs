@@ -125,6 +125,16 @@ fn rank_size(r: &Runtime, comm: CommId) -> MpiResult<(usize, usize)> {
     Ok((r.comm_rank(comm)?, r.comm_peer_size(comm)?))
 }
 
+/// [`rank_size`] and [`is_root_of`] together; with no engine lock when this thread has
+/// the communicator's shared-memory area at hand (an intracommunicator on one node).
+fn rank_size_root(r: &Runtime, comm: CommId, root: c_int) -> MpiResult<(usize, usize, bool)> {
+    if let Some((me, n)) = coll::lean_rank_size(comm) {
+        return Ok((me, n, root >= 0 && me == root as usize));
+    }
+    let (me, n) = rank_size(r, comm)?;
+    Ok((me, n, is_root_of(r, comm, root, me)?))
+}
+
 /// Whether this process is the root of a rooted collective: `root` is its rank, or
 /// `MPI_ROOT` on an intercommunicator.
 fn is_root_of(r: &Runtime, comm: CommId, root: c_int, me: usize) -> MpiResult<bool> {
@@ -193,8 +203,7 @@ fn gather_args(
     sendtype: MPI_Datatype,
     recvtype: MPI_Datatype,
 ) -> MpiResult<(GatherArgs, bool, usize)> {
-    let (me, n) = rank_size(r, comm)?;
-    let is_root = is_root_of(r, comm, root, me)?;
+    let (_, n, is_root) = rank_size_root(r, comm, root)?;
     let sb = sbuf(sendbuf);
     let sendtype = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let recvtype = dt_if("recvtype", recvtype, is_root)?;
@@ -280,8 +289,7 @@ fn scatter_args(
     recvbuf: *mut c_void,
     recvtype: MPI_Datatype,
 ) -> MpiResult<(DtRef, RecvBuf, DtRef, bool, usize)> {
-    let (me, n) = rank_size(r, comm)?;
-    let is_root = is_root_of(r, comm, root, me)?;
+    let (_, n, is_root) = rank_size_root(r, comm, root)?;
     let rb = RecvBuf::from_c(recvbuf as *mut u8);
     let st = dt_if("sendtype", sendtype, is_root)?;
     let rt = dt_if("recvtype", recvtype, rb != RecvBuf::InPlace)?;
@@ -389,7 +397,10 @@ pub(crate) fn allgatherv(
     comm: CommId,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Allgatherv")?;
-    let n = r.comm_peer_size(comm)?;
+    let n = match coll::lean_rank_size(comm) {
+        Some((_, n)) => n,
+        None => r.comm_peer_size(comm)?,
+    };
     let sb = sbuf(sendbuf);
     let st = dt_if("sendtype", sendtype, sb != SendBuf::InPlace)?;
     let (rc, d) = (
@@ -647,7 +658,11 @@ pub(crate) fn reduce_scatter(
     comm: CommId,
 ) -> MpiResult<()> {
     let r = h::runtime("MPI_Reduce_scatter")?;
-    let rc = ints("recvcounts", recvcounts, r.comm_size(comm)?)?;
+    let n = match coll::lean_rank_size(comm) {
+        Some((_, n)) => n,
+        None => r.comm_size(comm)?,
+    };
+    let rc = ints("recvcounts", recvcounts, n)?;
     let op = coll_op(op)?;
     // SAFETY: MPI's buffer rules for MPI_Reduce_scatter.
     unsafe { coll::reduce_scatter(r, sbuf(sendbuf), recvbuf as *mut u8, &rc, dtype, &op, comm) }
