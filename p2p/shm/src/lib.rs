@@ -18,8 +18,10 @@
 //! a slot per local rank (pid, CMA probe address, doorbell), one ring per ordered pair of
 //! local ranks, an area of `cells_per_ring` cells in which each message takes the 64-byte
 //! lines it needs (an 8-byte message one line, the largest one cell); each record's first
-//! cache line carries a stamp (position + length), the header and the first payload bytes,
-//! published with one Release store.
+//! cache line carries a stamp (position tag, live bit, length), the header and the first
+//! payload bytes, published with one Release store. The producer clears the word the
+//! consumer looks at next only when it could pass for a stamp (payload, or a wrapped tag),
+//! so once a lap of small messages has gone by a message moves one cache line each way.
 //!
 //! Sleeping: [`Transport::event_source`] is this rank's doorbell in the segment. A sender
 //! rings it only when the receiver announced that it sleeps (otherwise one load, and no

@@ -12,20 +12,31 @@
 //! Both ends keep their position (in lines, monotonic) privately (`head` in the producer,
 //! `tail` in the consumer), so the hot path touches only the record itself:
 //!
-//! * The producer zeroes the stamp word of the line after the record (where the next
-//!   record will start), writes header and payload, then Release-stores the record's stamp
-//!   (position and length in one word). It reads the consumer's published tail only when
-//!   its cached copy says the ring has no room (lazy tail refresh, as in PM on the Martini
-//!   NIC), so the tail line stays in the consumer's cache.
+//! * The producer writes header and payload, then Release-stores the record's stamp
+//!   (position, a live bit and the length in one word). It reads the consumer's published
+//!   tail only when its cached copy says the ring has no room (lazy tail refresh, as in PM
+//!   on the Martini NIC), so the tail line stays in the consumer's cache.
 //! * The consumer Acquire-loads the stamp at its tail; a stamp carrying the expected
 //!   position means header, length and payload are visible. After handing the message out
 //!   it Release-stores its new tail, which lets the producer reuse the lines.
 //!
-//! Why the zeroing: the line where the next record will start held something else in an
-//! earlier lap, possibly a message's payload, whose bytes could read as any stamp. The
-//! producer clears that word before it publishes the current record (it always keeps one
-//! spare line of room for it), so a consumer that saw the current record sees at its next
-//! position either zero or the real stamp of the next record, never old bytes.
+//! Stale words: the line where the next record will start held something else in an
+//! earlier lap, possibly a message's payload, whose bytes could read as any stamp. Before
+//! the producer publishes a record it makes sure that the first word of the line after it
+//! (where the consumer looks next) cannot read as the stamp expected there: it keeps, in
+//! private memory, what each line's first word holds (the position tag of a stamp it
+//! stored there, zero, or bytes it does not know: payload, or anything from before this
+//! producer), and clears the word only when it holds unknown bytes or a stamp whose 32-bit
+//! tag equals the expected one (a wrap of the tag). A consumer that saw the current record
+//! therefore sees at its next position either something that is not the expected stamp or
+//! the real stamp of the next record, never old bytes that pass for it. The producer
+//! always keeps one spare line of room for that clearing. Once a lap of small records has
+//! gone by, every line holds an older stamp and nothing is cleared: a consumer spinning on
+//! its next line keeps that line until the real record replaces it, so a message costs one
+//! transfer of the line each way instead of two (the clearing used to take the line from
+//! the spinning consumer, which then fetched the cleared word, and the record took it once
+//! more). A zero word is never a stamp (the live bit), so a cleared line is always safe,
+//! also at the position whose 32-bit tag is zero.
 //!
 //! Waking a producer that sleeps on a full ring: the producer sets `producer_waiting`,
 //! issues a SeqCst fence and re-reads the tail; the consumer, whenever its tail crosses a
@@ -46,7 +57,11 @@ use crate::layout::{CellHead, RingCtl, LINE, PAYLOAD_OFFSET};
 
 /// The length a skip record carries in its stamp (no payload is ever this long: cells are
 /// at most 256 MiB).
-const SKIP: u64 = 0xffff_ffff;
+const SKIP: u64 = 0x7fff_ffff;
+/// The bit of a stamp's low half that every stamp has and a cleared (zero) word lacks.
+const LIVE: u64 = 1 << 31;
+/// The length field of a stamp (below [`LIVE`]).
+const LEN_MASK: u64 = LIVE - 1;
 
 /// Where a ring lives: its control block and `ncells` cells of `cell_bytes` right after it.
 #[derive(Clone, Copy, Debug)]
@@ -121,13 +136,32 @@ fn record_lines(len: usize) -> u64 {
 }
 
 /// The stamp that marks the record at line position `pos` with `len` payload bytes (or
-/// [`SKIP`]). `pos + 1` so that a zeroed line never looks like a record; 32 bits suffice
-/// because the producer clears the word at the next position (module doc), so the only
-/// values the consumer can find there are zero and the stamp of the record meant for it.
+/// [`SKIP`]): the position's [`tag`] in the upper half, [`LIVE`] and the length in the
+/// lower. A zero word is never a stamp (no live bit). 32 bits of position suffice because
+/// the producer clears a next word whose tag could match (module doc).
 #[inline]
 fn stamp(pos: u64, len: u64) -> u64 {
-    ((pos.wrapping_add(1) as u32 as u64) << 32) | len
+    ((tag(pos) as u64) << 32) | LIVE | len
 }
+
+/// The 32-bit position tag a stamp for line position `pos` carries.
+#[inline]
+fn tag(pos: u64) -> u32 {
+    pos.wrapping_add(1) as u32
+}
+
+/// What a stamp read from a line must show, shifted right by 31 (tag and live bit), to be
+/// the record at position `pos`.
+#[inline]
+fn expect(pos: u64) -> u64 {
+    ((tag(pos) as u64) << 1) | 1
+}
+
+/// [`Producer::marks`]: the line's first word holds bytes the producer does not know (payload,
+/// or anything from before it), which might read as any stamp.
+const MARK_UNKNOWN: u64 = u64::MAX;
+/// [`Producer::marks`]: the line's first word is zero (never a stamp).
+const MARK_CLEAR: u64 = 1 << 32;
 
 /// Copy `src` to `dst`. Payloads of up to 16 bytes (the latency-critical small messages)
 /// are moved with two possibly overlapping unaligned loads/stores instead of a call into
@@ -173,6 +207,10 @@ pub struct Producer {
     /// `head % lines`, kept so that the hot path needs no division.
     at: u64,
     cached_tail: u64,
+    /// Per line, what its first word holds as far as this producer wrote it: the [`tag`] of
+    /// a stamp it stored there, [`MARK_CLEAR`] or [`MARK_UNKNOWN`] (module doc: which next
+    /// words must be cleared before a record is published).
+    marks: Box<[u64]>,
 }
 
 impl Producer {
@@ -184,6 +222,24 @@ impl Producer {
             head: t,
             at: t % ring.lines,
             cached_tail: t,
+            // Nothing known of a ring someone may have used: the first lap clears every
+            // next word.
+            marks: vec![MARK_UNKNOWN; ring.lines as usize].into_boxed_slice(),
+        }
+    }
+
+    /// Make sure that the first word of line `i` cannot read as the stamp of position
+    /// `pos` (the consumer's next look there, module doc): clear it if it holds unknown
+    /// bytes or a stamp whose tag is that position's. A Relaxed store; the caller's Release
+    /// of the stamp before `pos` publishes it.
+    #[inline(always)]
+    fn disarm(&mut self, i: u64, pos: u64) {
+        debug_assert!(i < self.ring.lines);
+        // SAFETY: i < lines (the callers' line indices), and `marks` has `lines` entries.
+        let m = unsafe { self.marks.get_unchecked_mut(i as usize) };
+        if *m == MARK_UNKNOWN || *m == tag(pos) as u64 {
+            self.ring.stamp_at(i).store(0, Ordering::Relaxed);
+            *m = MARK_CLEAR;
         }
     }
 
@@ -206,14 +262,21 @@ impl Producer {
         }
         let ring = self.ring;
         if skip > 0 {
-            // Line 0 is where the record goes: clear its old stamp before the skip is seen.
-            ring.stamp_at(0).store(0, Ordering::Relaxed);
+            // Line 0 is where the record goes: the consumer looks there after the skip,
+            // for position `head + skip`; disarm its word before the skip is seen.
+            self.disarm(0, self.head + skip);
             ring.stamp_at(at)
                 .store(stamp(self.head, SKIP), Ordering::Release);
+            // Lines after `at` keep what they hold (the skip covers them unwritten).
+            self.marks[at as usize] = tag(self.head) as u64;
             self.head += skip;
             at = 0;
         }
         let next = if at + k == lines { 0 } else { at + k };
+        // The consumer's next look after this record: line `next`, position `head + k`.
+        // `next` lies outside `at .. at + k` (a record is at most one cell, at most half
+        // the area).
+        self.disarm(next, self.head + k);
         let cell = ring.line(at);
         // SAFETY: lines `at .. at + k` and line `next` are ours: the consumer released
         // them (its tail, loaded with Acquire, is at least `head + need - lines`, so its
@@ -221,14 +284,26 @@ impl Producer {
         // before our Release store of the new stamp. `at + k <= lines`, and the header and
         // payload regions lie within those k lines.
         unsafe {
-            ring.stamp_at(next).store(0, Ordering::Relaxed);
             let head = cell as *mut CellHead;
             ptr::write(ptr::addr_of_mut!((*head).hdr), *hdr);
             copy_payload(payload, cell.add(PAYLOAD_OFFSET));
-            // Release: the cleared next stamp, header and payload become visible with it.
+            // Release: the next word's clearing (if `disarm` did one), header and payload
+            // become visible with it.
             (*head)
                 .stamp
                 .store(stamp(self.head, payload.len() as u64), Ordering::Release);
+        }
+        // Our own record of what the lines' first words now hold: the stamp at `at`,
+        // payload bytes at the start of every further line of the record.
+        debug_assert!(at + k <= lines && self.marks.len() == lines as usize);
+        // SAFETY: `at + k <= lines` (above) and `marks` has `lines` entries, so every index
+        // written lies inside it.
+        unsafe {
+            let marks = self.marks.as_mut_ptr().add(at as usize);
+            *marks = tag(self.head) as u64;
+            for j in 1..k as usize {
+                *marks.add(j) = MARK_UNKNOWN;
+            }
         }
         self.head += k;
         self.at = next;
@@ -276,6 +351,9 @@ pub struct Consumer {
     /// `tail % lines`, kept so that the hot path needs no division.
     at: u64,
     half: u64,
+    /// The next multiple of `half` above the tail (the Dekker check's marks; kept so that
+    /// the hot path needs no division).
+    next_mark: u64,
 }
 
 /// What one `Consumer::pop` did.
@@ -291,11 +369,13 @@ impl Consumer {
     /// The consumer of `ring`, starting at its published tail.
     pub fn new(ring: RingRef) -> Consumer {
         let t = ring.ctl().tail.load(Ordering::Acquire);
+        let half = (ring.lines / 2).max(1);
         Consumer {
             ring,
             tail: t,
             at: t % ring.lines,
-            half: (ring.lines / 2).max(1),
+            half,
+            next_mark: (t / half + 1) * half,
         }
     }
 
@@ -303,7 +383,7 @@ impl Consumer {
     #[cfg(test)]
     pub fn ready(&self) -> bool {
         let st = self.ring.stamp_at(self.at).load(Ordering::Acquire);
-        (st >> 32) as u32 == self.tail.wrapping_add(1) as u32
+        st >> 31 == expect(self.tail)
     }
 
     /// Hand up to `max` ready messages to `f` in order, then release their lines.
@@ -319,11 +399,13 @@ impl Consumer {
             let at = self.at;
             debug_assert_eq!(at, self.tail % lines);
             let st = ring.stamp_at(at).load(Ordering::Acquire);
-            if (st >> 32) as u32 != self.tail.wrapping_add(1) as u32 {
+            // Tag and live bit: the producer made sure that nothing else at this line
+            // reads as them (module doc).
+            if st >> 31 != expect(self.tail) {
                 drained = true;
                 break;
             }
-            let len = st & 0xffff_ffff;
+            let len = st & LEN_MASK;
             if len == SKIP {
                 self.tail += lines - at;
                 self.at = 0;
@@ -357,7 +439,11 @@ impl Consumer {
             let ctl = ring.ctl();
             // Release: our reads of the lines happen before the producer reuses them.
             ctl.tail.store(self.tail, Ordering::Release);
-            if before / self.half != self.tail / self.half || (drained && ring.small) {
+            let crossed = self.tail >= self.next_mark;
+            if crossed {
+                self.next_mark = (self.tail / self.half + 1) * self.half;
+            }
+            if crossed || (drained && ring.small) {
                 // Dekker half (see module doc): tail store, fence, flag load.
                 fence(Ordering::SeqCst);
                 if ctl.producer_waiting.load(Ordering::Relaxed) != 0 {
@@ -523,6 +609,74 @@ mod tests {
             assert_eq!(got.count, 1);
             assert!(!c.ready(), "message {i}: stale bytes read as a record");
         }
+    }
+
+    /// Every line of a ring someone used before holds, at its start, the stamp the
+    /// consumer will expect there on its first visit: a new producer knows nothing of those
+    /// words and clears each before the consumer looks at it.
+    #[test]
+    fn used_ring_stale_stamps_never_pass() {
+        let (_m, r) = Mem::new(4, 256);
+        let lines = r.lines;
+        for i in 0..lines {
+            r.stamp_at(i).store(stamp(i, 8), Ordering::Relaxed);
+        }
+        let mut p = Producer::new(r);
+        let mut c = Consumer::new(r);
+        let mut rng = 0x853c_49e6_748f_ea9bu64;
+        let max = r.max_payload();
+        let buf = vec![0x5au8; max];
+        for i in 0..3000u64 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let len = if rng & 3 == 0 {
+                (rng >> 16) as usize % (max + 1)
+            } else {
+                (rng >> 16) as usize % 24
+            };
+            assert!(p.try_push(&hdr(i, 0), &buf[..len]));
+            let got = c.pop(usize::MAX, |h, pl| {
+                assert_eq!((h.len, pl.len()), (i, len));
+            });
+            assert_eq!(got.count, 1, "message {i}");
+            assert!(!c.ready(), "message {i}: a stale stamp read as a record");
+        }
+    }
+
+    /// The 32-bit position tag wraps: at the position whose tag is zero, a cleared word
+    /// must not read as a record (the live bit), and a line holding an older stamp with the
+    /// expected tag (what an older lap leaves when the tag wraps) is cleared.
+    #[test]
+    fn tag_wrap_never_passes() {
+        let (_m, r) = Mem::new(4, 128);
+        let lines = r.lines;
+        // Start a few lines before the position whose tag is zero.
+        let start = (1u64 << 32) - 5;
+        r.ctl().tail.store(start, Ordering::Relaxed);
+        let mut p = Producer::new(r);
+        let mut c = Consumer::new(r);
+        for i in 0..40u64 {
+            assert!(p.try_push(&hdr(i, 0), &i.to_ne_bytes()));
+            let got = c.pop(usize::MAX, |h, pl| {
+                assert_eq!((h.len, pl), (i, &i.to_ne_bytes()[..]));
+            });
+            assert_eq!(got.count, 1, "message {i}");
+            assert!(!c.ready(), "message {i}: a phantom record");
+        }
+        // Forge what a wrapped tag leaves: the line after the next record holds a stamp
+        // with exactly the tag expected there, and the producer's marks say so.
+        let pos = p.head + 1;
+        let line = pos % lines;
+        r.stamp_at(line).store(stamp(pos, 8), Ordering::Relaxed);
+        p.marks[line as usize] = tag(pos) as u64;
+        assert!(p.try_push(&hdr(1000, 0), b"wrap"));
+        let got = c.pop(usize::MAX, |h, _| assert_eq!(h.len, 1000));
+        assert_eq!(got.count, 1);
+        assert!(
+            !c.ready(),
+            "a stamp of an older lap with the same tag read as a record"
+        );
     }
 
     #[test]
