@@ -3006,6 +3006,36 @@ fn shm_v_forms(t: &T, comm: CommId, what: &str) {
     }
 }
 
+/// `pace` (only when asked): 2000 allreduces of one double, checked, then rank 0 prints
+/// `PACE allreduce <seconds>` (the slowest rank's time) for the test to compare jobs.
+fn test_pace(t: &T) {
+    let dbl = b(Builtin::Double);
+    let send = [t.me as f64];
+    let mut recv = [0f64];
+    let want = (t.n * (t.n - 1) / 2) as f64;
+    ok(coll::barrier(t.rt, W), "barrier");
+    let start = t.rt.wtime();
+    for i in 0..2000 {
+        // SAFETY: one double each side.
+        ok(
+            unsafe { coll::allreduce(t.rt, sp(&send), pm(&mut recv), 1, &dbl, &Op::Sum, W) },
+            "allreduce",
+        );
+        check!(recv[0] == want, "pace allreduce {i}: {} != {want}", recv[0]);
+    }
+    let mine = [t.rt.wtime() - start];
+    let mut slowest = [0f64];
+    // SAFETY: one double each side.
+    ok(
+        unsafe { coll::allreduce(t.rt, sp(&mine), pm(&mut slowest), 1, &dbl, &Op::Max, W) },
+        "allreduce max",
+    );
+    if t.me == 0 {
+        println!("PACE allreduce {:.6}", slowest[0]);
+    }
+    t.done("pace");
+}
+
 fn test_env(t: &T) {
     for c in Coll::ALL {
         if let Ok(v) = std::env::var(c.env_var()) {
@@ -3089,6 +3119,9 @@ fn main() {
     }
     if args.iter().any(|a| a == "env") {
         test_env(&t);
+    }
+    if args.iter().any(|a| a == "pace") {
+        test_pace(&t);
     }
     ok(finalize(), "finalize");
 }

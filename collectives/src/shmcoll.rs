@@ -390,17 +390,13 @@ fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
     })))
 }
 
-/// Whether the job has more ranks on this node than this process may use processors.
+/// Whether the job has more ranks on this host than this process may use processors. The
+/// real host: pretend nodes (`TSUNAGI_NODE_MAP`) share its cores, so counting the ranks of
+/// the communicator's node would call 8 ranks on 4 pretend nodes of a 2-core host
+/// uncrowded and let them spin while the rank they wait for cannot run.
 fn crowded(rt: &Runtime) -> bool {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let here = match rt.comm_nodes(CommId::WORLD) {
-        Ok(nodes) => {
-            let mine = nodes.get(rt.world_rank()).copied();
-            nodes.iter().filter(|&&x| Some(x) == mine).count()
-        }
-        Err(_) => rt.world_size(),
-    };
-    here > cpus
+    rt.ranks_on_host() > cpus
 }
 
 /// A shared mapping, unmapped on drop.

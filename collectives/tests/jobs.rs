@@ -170,6 +170,40 @@ fn threaded_progress() {
     assert_ok(&out, ALL, "threaded n=5 map=2");
 }
 
+/// The seconds a `pace` job reports (2000 allreduces of 8 bytes).
+fn pace(n: usize, env: &[(&str, &str)]) -> f64 {
+    let out = job(n, env, &["pace"]);
+    assert_ok(&out, &["pace"], &format!("pace n={n} env={env:?}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("PACE allreduce "))
+        .and_then(|s| s.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no PACE line:\n{stdout}"))
+}
+
+/// Issue 15: 4 ranks as 2 pretend nodes (shared memory inside, sockets between) on a
+/// 2-core host must wait like ranks that outnumber the cores, not like ranks with a core
+/// each: they spun 20,000 passes and yielded 20,000 times per wait while the rank they
+/// waited for could not run, and 2000 allreduces of 8 bytes took 8 s under round-robin
+/// scheduling and over 120 s niced on a loaded machine (0.1–0.3 s fixed). Compared with
+/// the same job on shared memory alone run right before, with a floor of 3 s so that a
+/// very fast shared-memory run cannot fail it on a loaded machine.
+#[test]
+fn pretend_nodes_wait_like_ranks_sharing_cores() {
+    let _s = serial();
+    let shm = pace(4, &[]);
+    let nodes = pace(4, &[("TSUNAGI_NODE_MAP", "2")]);
+    eprintln!(
+        "2000 allreduces of 8 B, 4 ranks: shared memory {shm:.3} s, 2 pretend nodes {nodes:.3} s"
+    );
+    let bound = (30.0 * shm).max(3.0);
+    assert!(
+        nodes < bound,
+        "2 pretend nodes took {nodes:.3} s, shared memory alone {shm:.3} s (bound {bound:.3} s)"
+    );
+}
+
 #[test]
 fn algorithms_forced_by_environment() {
     let _s = serial();

@@ -207,25 +207,41 @@ pub(crate) fn join_grid(
 
 /// Where every rank runs: what a grid's bootstrap says (several sites), else
 /// `TSUNAGI_NODE_MAP` (pretend nodes), else what the bootstrap knows, else an exchange of
-/// host ids (one fence).
-pub(crate) fn placement(boot: &mut dyn Bootstrap) -> MpiResult<Placement> {
+/// host ids (one fence). Also how many ranks of the job share this rank's real host (with
+/// pretend nodes, all of a host's pretend nodes together): the waiting policy needs it,
+/// since ranks that outnumber the host's cores must give their core away quickly.
+pub(crate) fn placement(boot: &mut dyn Bootstrap) -> MpiResult<(Placement, usize)> {
     let size = boot.size();
+    let rank = boot.rank() as usize;
     let known = boot.placement().map_err(init_err)?;
+    let on_my_host = |node: &[u32]| node.iter().filter(|&&n| n == node[rank]).count();
     if let Some(p) = known
         .as_ref()
         .filter(|p| p.site.iter().any(|&s| s != p.site[0]))
     {
-        return Ok(p.clone());
+        return Ok((p.clone(), on_my_host(&p.node)));
     }
     if let Ok(spec) = std::env::var("TSUNAGI_NODE_MAP") {
-        return Ok(Placement::one_site(
-            parse_node_map(&spec, size).map_err(init_err)?,
-        ));
+        let pretend = parse_node_map(&spec, size).map_err(init_err)?;
+        // Pretend nodes say nothing about the hosts: a 2-rank pretend node among eight
+        // ranks on a 2-core host is oversubscribed, not a node with a core per rank.
+        let hosts = match known {
+            Some(p) => p.node,
+            None => host_nodes(boot)?,
+        };
+        return Ok((Placement::one_site(pretend), on_my_host(&hosts)));
     }
-    if let Some(p) = known {
-        return Ok(p);
-    }
-    let rank = boot.rank();
+    let p = match known {
+        Some(p) => p,
+        None => Placement::one_site(host_nodes(boot)?),
+    };
+    let local = on_my_host(&p.node);
+    Ok((p, local))
+}
+
+/// Node ids from an exchange of host ids through the bootstrap (one fence).
+fn host_nodes(boot: &mut dyn Bootstrap) -> MpiResult<Vec<u32>> {
+    let (rank, size) = (boot.rank(), boot.size());
     boot.put(&format!("tsunagi-host-{rank}"), &host_id())
         .map_err(init_err)?;
     boot.fence().map_err(init_err)?;
@@ -236,7 +252,7 @@ pub(crate) fn placement(boot: &mut dyn Bootstrap) -> MpiResult<Placement> {
                 .ok_or_else(|| init_err(format!("rank {r} published no host id")))
         })
         .collect::<MpiResult<Vec<String>>>()?;
-    Ok(Placement::one_site(nodes_of(&ids)))
+    Ok(nodes_of(&ids))
 }
 
 /// Bring up the self path and one registered transport per reach that has peers, and

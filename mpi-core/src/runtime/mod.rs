@@ -114,6 +114,9 @@ pub struct Runtime {
     main_thread: ThreadId,
     processor_name: String,
     epoch: Instant,
+    /// Ranks of the job on this process's real host (pretend nodes of `TSUNAGI_NODE_MAP`
+    /// together): whether waiting ranks outnumber the cores.
+    on_host: usize,
     spin: u32,
     yields: u32,
     /// Threaded engine: polls and yields of an idle progress thread before it sleeps.
@@ -207,7 +210,7 @@ impl Runtime {
         let boot = crate::boot::bootstrap(registry)?;
         let (mut boot, devices) = crate::boot::join_grid(registry, boot)?;
         let (rank, size) = (boot.rank(), boot.size());
-        let placement = crate::boot::placement(boot.as_mut())?;
+        let (placement, on_host) = crate::boot::placement(boot.as_mut())?;
         let mut router = crate::boot::start_transports(registry, boot.as_mut(), &placement)?;
         let mut tag_ub = TAG_UB;
         for (device, peers) in devices {
@@ -225,7 +228,6 @@ impl Runtime {
         let sites = Arc::new(placement.site);
         let nodes = placement.node;
         let my_node = nodes[rank as usize];
-        let local = nodes.iter().filter(|&&n| n == my_node).count();
         let sources: Vec<(usize, Arc<dyn EventSource>)> = router
             .event_sources()
             .into_iter()
@@ -239,9 +241,22 @@ impl Runtime {
         // Waiting policy: poll, then yield, then sleep on the transports. A futex wake-up
         // costs tens of microseconds (about 100 in a VM), so a rank that has a core of its
         // own stays runnable for a long while (~tens of ms of yields); ranks that outnumber
-        // the cores give their core away quickly instead.
-        let oversubscribed = local > ncpu;
-        let spin = env_u32("TSUNAGI_SPIN", if oversubscribed { 50 } else { 20_000 });
+        // the cores of their host (the real host: pretend nodes share one) give their core
+        // away quickly instead. Counting the pretend node's ranks here made every rank of a
+        // `--node-map 2` job on 2 cores spin 20,000 passes and yield 20,000 times while the
+        // rank it waited for could not run (4 ms per barrier under round-robin, 150 ms
+        // under CFS: issue 15).
+        let oversubscribed = on_host > ncpu;
+        // A pass over a socket transport costs a system call (~1 µs, an epoll_wait), one
+        // over shared memory a few loads: oversubscribed, spin a few passes only when a
+        // socket is polled too (2 passes: 64 µs per 8-rank allreduce on 4 pretend nodes
+        // under round-robin, against 122 µs with 50).
+        let spin_default = match (oversubscribed, sources.len() > 1) {
+            (false, _) => 20_000,
+            (true, false) => 50,
+            (true, true) => 2,
+        };
+        let spin = env_u32("TSUNAGI_SPIN", spin_default);
         let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
 
         let mut engine = Engine::new(rank, size, router);
@@ -295,6 +310,7 @@ impl Runtime {
             main_thread: std::thread::current().id(),
             processor_name: crate::boot::hostname(),
             epoch: Instant::now(),
+            on_host,
             spin,
             yields,
             thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
@@ -337,6 +353,12 @@ impl Runtime {
     /// Size of MPI_COMM_WORLD.
     pub fn world_size(&self) -> usize {
         self.size
+    }
+    /// How many ranks of the job run on this process's host: the real host, so the
+    /// pretend nodes of `TSUNAGI_NODE_MAP` on one machine count together (waiting code
+    /// compares it with the cores to decide how long to spin).
+    pub fn ranks_on_host(&self) -> usize {
+        self.on_host
     }
     /// The progress engine in use.
     pub fn progress_mode(&self) -> ProgressMode {
