@@ -453,7 +453,11 @@ pub(crate) fn release_dtype(
     d: &mut MPI_Datatype,
     on_last: impl FnOnce(MPI_Datatype) -> MpiResult<()>,
 ) -> MpiResult<()> {
-    dtype("datatype", *d)?;
+    // Predefined types (MPI_Type_create_f90_*'s too, which have a derived handle): free_dtype
+    // gives the error, before any reference is dropped.
+    if dtype("datatype", *d)?.is_predefined() {
+        return free_dtype(d).map(|_| ());
+    }
     let last = {
         let mut tab = lock(&DTYPES);
         match tab.get_mut(index(*d)) {
@@ -481,7 +485,7 @@ pub(crate) fn release_dtype(
 /// handle is gone). Predefined types are an error.
 pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<bool> {
     let t = dtype("datatype", *d)?;
-    if t.is_builtin().is_some() || kind(*d) != DTYPE_DERIVED {
+    if t.is_predefined() || kind(*d) != DTYPE_DERIVED {
         return Err(err(
             ErrorClass::Type,
             "a predefined datatype cannot be freed",
