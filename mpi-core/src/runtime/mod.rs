@@ -191,6 +191,24 @@ pub fn init(required: ThreadLevel, registry: &Registry) -> MpiResult<ThreadLevel
     Ok(level)
 }
 
+/// The 1-minute load average (`/proc/loadavg`), None where there is none.
+fn load_average() -> Option<f64> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    s.split_whitespace().next()?.parse().ok()
+}
+
+/// Whether this node's `local` ranks cannot each count on a core of the `ncpu` they may
+/// run on: they outnumber them, or the machine's `load` (runnable processes, on average,
+/// before the job started) already fills them. A waiter that polls without yielding then
+/// holds the core its peer needs to answer: with 2 ranks on 2 cores under a load of 30,
+/// every round trip of passive-target RMA (lock, flush, unlock, each answered by the
+/// target's service) cost up to a scheduler time slice: 360 rounds of lock, put, flush,
+/// get_accumulate, flush, get, flush, unlock took 6 to 9 s polling 20,000 times before
+/// yielding, 0.2 s polling 50 times, and mpi4py's test_rma outran its 300 s.
+fn oversubscribed(local: usize, ncpu: usize, load: Option<f64>) -> bool {
+    local > ncpu || load.is_some_and(|l| l >= ncpu as f64)
+}
+
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name)
         .ok()
@@ -236,8 +254,9 @@ impl Runtime {
         // Waiting policy: poll, then yield, then sleep on the transports. A futex wake-up
         // costs tens of microseconds (about 100 in a VM), so a rank that has a core of its
         // own stays runnable for a long while (~tens of ms of yields); ranks that outnumber
-        // the cores give their core away quickly instead.
-        let oversubscribed = local > ncpu;
+        // the cores give their core away quickly instead, and so do ranks on a machine
+        // whose cores other work already keeps busy (see `oversubscribed`).
+        let oversubscribed = oversubscribed(local, ncpu, load_average());
         let spin = env_u32("TSUNAGI_SPIN", if oversubscribed { 50 } else { 20_000 });
         let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
 
@@ -461,4 +480,23 @@ fn event_registry(
         return None;
     }
     tsunagi_p2p::registry::EventRegistry::new(sources.iter().map(|(_, s)| s.clone()).collect())
+}
+
+#[cfg(test)]
+mod waiting_policy_tests {
+    use super::oversubscribed;
+
+    #[test]
+    fn a_busy_machine_counts_as_oversubscribed() {
+        // Ranks outnumbering the cores, whatever the load.
+        assert!(oversubscribed(3, 2, None));
+        assert!(oversubscribed(3, 2, Some(0.0)));
+        // A core each on an idle machine, or where the load is unknown: spin.
+        assert!(!oversubscribed(2, 2, Some(0.3)));
+        assert!(!oversubscribed(2, 2, None));
+        assert!(!oversubscribed(1, 4, Some(3.9)));
+        // Other work already fills the cores (a shared CI machine): yield early.
+        assert!(oversubscribed(2, 2, Some(2.0)));
+        assert!(oversubscribed(1, 4, Some(30.5)));
+    }
 }
