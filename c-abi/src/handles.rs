@@ -359,6 +359,14 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
     dtype_other(name, d)
 }
 
+/// [`dtype`], or None for MPI_DATATYPE_NULL (MPI 4.1 names the null handles).
+pub(crate) fn dtype_or_null(name: &str, d: MPI_Datatype) -> MpiResult<Option<DtRef>> {
+    if d == MPI_DATATYPE_NULL {
+        return Ok(None);
+    }
+    dtype(name, d).map(Some)
+}
+
 /// [`dtype`] for the handles that are not plain builtins (derived types, pair types,
 /// errors), out of line so that the builtin path needs no stack frame.
 #[inline(never)]

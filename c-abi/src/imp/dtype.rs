@@ -665,9 +665,17 @@ pub(crate) fn type_get_contents(
     Ok(())
 }
 
-pub(crate) fn type_get_name(t: &TypeRef, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+pub(crate) fn type_get_name(
+    t: &Option<h::DtRef>,
+    name: *mut c_char,
+    len: &mut c_int,
+) -> MpiResult<()> {
+    // MPI 4.1: the null datatype is named too.
+    let n = t
+        .as_ref()
+        .map_or_else(|| "MPI_DATATYPE_NULL".to_string(), |t| t.name());
     // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
-    *len = unsafe { h::write_cstr("type_name", name, MPI_MAX_OBJECT_NAME, &t.name())? } as c_int;
+    *len = unsafe { h::write_cstr("type_name", name, MPI_MAX_OBJECT_NAME, &n)? } as c_int;
     Ok(())
 }
 
