@@ -89,12 +89,14 @@ int main(int argc, char **argv) {
     CHECK_EQ(cls, MPI_ERR_ARG);
     OK(MPI_Error_class(MPI_Type_create_f90_real(40, 10, &t), &cls));
     CHECK_EQ(cls, MPI_ERR_ARG);
-    /* MPI 4.1 names the null datatype. */
+    /* MPI 4.1 names the null datatype and window. */
     {
         char nm[MPI_MAX_OBJECT_NAME];
         int len;
         OK(MPI_Type_get_name(MPI_DATATYPE_NULL, nm, &len));
         CHECK(len == 17 && strcmp(nm, "MPI_DATATYPE_NULL") == 0);
+        OK(MPI_Win_get_name(MPI_WIN_NULL, nm, &len));
+        CHECK(len == 12 && strcmp(nm, "MPI_WIN_NULL") == 0);
     }
     OK(MPI_Type_match_size(MPI_TYPECLASS_REAL, 8, &t));
     CHECK(t == MPI_REAL8);
