@@ -103,6 +103,9 @@ fn convert(a: &Arg) -> (Option<String>, String) {
         let line = match a.base.as_str() {
             "MPI_Comm" if null_ok => Some(format!("let {n} = h::comm_or_null(\"{n}\", {n})?;")),
             "MPI_Comm" => Some(format!("let {n} = h::comm(\"{n}\", {n})?;")),
+            "MPI_Datatype" if null_ok => {
+                Some(format!("let {n} = h::dtype_or_null(\"{n}\", {n})?;"))
+            }
             "MPI_Datatype" => Some(format!("let {n} = h::dtype(\"{n}\", {n})?;")),
             "MPI_Group" => Some(format!("let {n} = h::group(\"{n}\", {n})?;")),
             "MPI_Op" => Some(format!("let {n} = h::op(\"{n}\", {n})?;")),

@@ -359,6 +359,14 @@ pub(crate) fn dtype(name: &str, d: MPI_Datatype) -> MpiResult<DtRef> {
     dtype_other(name, d)
 }
 
+/// [`dtype`], or None for MPI_DATATYPE_NULL (MPI 4.1 names the null handles).
+pub(crate) fn dtype_or_null(name: &str, d: MPI_Datatype) -> MpiResult<Option<DtRef>> {
+    if d == MPI_DATATYPE_NULL {
+        return Ok(None);
+    }
+    dtype(name, d).map(Some)
+}
+
 /// [`dtype`] for the handles that are not plain builtins (derived types, pair types,
 /// errors), out of line so that the builtin path needs no stack frame.
 #[inline(never)]
@@ -453,7 +461,11 @@ pub(crate) fn release_dtype(
     d: &mut MPI_Datatype,
     on_last: impl FnOnce(MPI_Datatype) -> MpiResult<()>,
 ) -> MpiResult<()> {
-    dtype("datatype", *d)?;
+    // Predefined types (MPI_Type_create_f90_*'s too, which have a derived handle): free_dtype
+    // gives the error, before any reference is dropped.
+    if dtype("datatype", *d)?.is_predefined() {
+        return free_dtype(d).map(|_| ());
+    }
     let last = {
         let mut tab = lock(&DTYPES);
         match tab.get_mut(index(*d)) {
@@ -481,7 +493,7 @@ pub(crate) fn release_dtype(
 /// handle is gone). Predefined types are an error.
 pub(crate) fn free_dtype(d: &mut MPI_Datatype) -> MpiResult<bool> {
     let t = dtype("datatype", *d)?;
-    if t.is_builtin().is_some() || kind(*d) != DTYPE_DERIVED {
+    if t.is_predefined() || kind(*d) != DTYPE_DERIVED {
         return Err(err(
             ErrorClass::Type,
             "a predefined datatype cannot be freed",

@@ -3,7 +3,8 @@
 use std::ffi::{c_char, c_int, c_void};
 
 use tsunagi_core::datatype::{
-    external32_size, pack_external32, unpack_external32, Count, Datatype, Order, TypeRef,
+    external32_size, pack_external32, unpack_external32, Combiner, Count, DarrayArgs, Datatype,
+    Order, TypeRef,
 };
 use tsunagi_core::{CommId, ErrorClass, MpiResult};
 
@@ -257,8 +258,9 @@ fn darray_dim(
 }
 
 /// `MPI_Type_create_darray`: the elements of the global array (`gsizes`, in `order`) that
-/// process `rank` of a `psizes` grid (row-major) owns, in the array's memory order, as an
-/// hindexed type over runs of the fastest dimension, resized to the whole array's extent.
+/// process `rank` of a `psizes` grid (row-major) owns, in the array's memory order: the map
+/// of an hindexed type over runs of the fastest dimension resized to the whole array's
+/// extent, under combiner MPI_COMBINER_DARRAY with the arguments (MPI_Type_get_contents).
 pub(crate) fn type_create_darray(
     size: c_int,
     rank: c_int,
@@ -366,7 +368,17 @@ pub(crate) fn type_create_darray(
     }
     let total = g.iter().product::<Count>() * ext;
     let inner: TypeRef = std::sync::Arc::new(Datatype::hindexed(&lens, &displs, old)?);
-    made(Datatype::resized(&inner, 0, total as isize), new)
+    let map: TypeRef = std::sync::Arc::new(Datatype::resized(&inner, 0, total as isize)?);
+    let args = DarrayArgs {
+        size: size as Count,
+        rank: rank as Count,
+        gsizes: g,
+        distribs: d.iter().map(|&v| v as Count).collect(),
+        dargs: a.iter().map(|&v| v as Count).collect(),
+        psizes: p,
+        order,
+    };
+    made(Datatype::darray(args, old, &map), new)
 }
 
 pub(crate) fn type_create_resized(
@@ -438,9 +450,27 @@ const F90_INTEGERS: [(c_int, MPI_Datatype); 4] = [
     (18, 0x4c00_0831),
 ];
 
-/// SELECTED_REAL_KIND(p, r) as an MPI type: the smallest kind with at least `p` digits and
-/// range `r` (MPI_UNDEFINED: either). The result is the predefined type of that kind, as
-/// the standard allows (it must not be freed).
+/// The handles MPI_Type_create_f90_* returned, one per combiner and arguments. MPI makes
+/// the results predefined types (MPI 4.1 §19.3.5: the program does not free them, and
+/// MPI_Type_free refuses them), so a repeated call gives the same handle rather than a new
+/// one each time that would never be released.
+static F90_TYPES: std::sync::Mutex<Vec<(Combiner, Vec<Count>, MPI_Datatype)>> =
+    std::sync::Mutex::new(Vec::new());
+
+/// The predefined type of combiner `combiner` with arguments `ints` on the map of `base`.
+fn f90_type(combiner: Combiner, ints: Vec<Count>, base: MPI_Datatype) -> MpiResult<MPI_Datatype> {
+    let mut cache = F90_TYPES.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(&(_, _, t)) = cache.iter().find(|(c, i, _)| *c == combiner && *i == ints) {
+        return Ok(t);
+    }
+    let base = h::dtype("base", base)?;
+    let t = h::new_dtype(Datatype::f90(combiner, ints.clone(), &base)?);
+    cache.push((combiner, ints, t));
+    Ok(t)
+}
+
+/// SELECTED_REAL_KIND(p, r): the MPI type of the smallest kind with at least `p` digits
+/// and range `r` (MPI_UNDEFINED: either).
 fn f90_real(call: &str, p: c_int, r: c_int, complex: bool) -> MpiResult<MPI_Datatype> {
     if p == MPI_UNDEFINED && r == MPI_UNDEFINED {
         return Err(err(
@@ -448,7 +478,7 @@ fn f90_real(call: &str, p: c_int, r: c_int, complex: bool) -> MpiResult<MPI_Data
             format!("{call}: p and r are both MPI_UNDEFINED"),
         ));
     }
-    F90_REALS
+    let base = F90_REALS
         .iter()
         .find(|(kp, kr, _, _)| (p == MPI_UNDEFINED || p <= *kp) && (r == MPI_UNDEFINED || r <= *kr))
         .map(|&(_, _, real, cplx)| if complex { cplx } else { real })
@@ -457,7 +487,13 @@ fn f90_real(call: &str, p: c_int, r: c_int, complex: bool) -> MpiResult<MPI_Data
                 ErrorClass::Arg,
                 format!("{call}: no Fortran kind has precision p = {p} and range r = {r}"),
             )
-        })
+        })?;
+    let combiner = if complex {
+        Combiner::F90Complex
+    } else {
+        Combiner::F90Real
+    };
+    f90_type(combiner, vec![p as Count, r as Count], base)
 }
 
 pub(crate) fn type_create_f90_real(p: c_int, r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
@@ -471,7 +507,7 @@ pub(crate) fn type_create_f90_complex(p: c_int, r: c_int, new: &mut MPI_Datatype
 }
 
 pub(crate) fn type_create_f90_integer(r: c_int, new: &mut MPI_Datatype) -> MpiResult<()> {
-    *new = F90_INTEGERS
+    let base = F90_INTEGERS
         .iter()
         .find(|(kr, _)| r <= *kr)
         .map(|&(_, t)| t)
@@ -481,6 +517,7 @@ pub(crate) fn type_create_f90_integer(r: c_int, new: &mut MPI_Datatype) -> MpiRe
                 format!("MPI_Type_create_f90_integer: no integer kind has range r = {r}"),
             )
         })?;
+    *new = f90_type(Combiner::F90Integer, vec![r as Count], base)?;
     Ok(())
 }
 
@@ -593,7 +630,7 @@ pub(crate) fn type_get_contents(
     addrs_out: *mut MPI_Aint,
     types_out: *mut MPI_Datatype,
 ) -> MpiResult<()> {
-    if t.is_builtin().is_some() {
+    if t.combiner() == Combiner::Named {
         return Err(err(
             ErrorClass::Type,
             "a predefined datatype has no contents (combiner MPI_COMBINER_NAMED)",
@@ -628,9 +665,17 @@ pub(crate) fn type_get_contents(
     Ok(())
 }
 
-pub(crate) fn type_get_name(t: &TypeRef, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+pub(crate) fn type_get_name(
+    t: &Option<h::DtRef>,
+    name: *mut c_char,
+    len: &mut c_int,
+) -> MpiResult<()> {
+    // MPI 4.1: the null datatype is named too.
+    let n = t
+        .as_ref()
+        .map_or_else(|| "MPI_DATATYPE_NULL".to_string(), |t| t.name());
     // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
-    *len = unsafe { h::write_cstr("type_name", name, MPI_MAX_OBJECT_NAME, &t.name())? } as c_int;
+    *len = unsafe { h::write_cstr("type_name", name, MPI_MAX_OBJECT_NAME, &n)? } as c_int;
     Ok(())
 }
 

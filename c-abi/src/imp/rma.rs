@@ -364,9 +364,15 @@ pub(crate) fn win_set_name(w: &Arc<Window>, name: &str) -> MpiResult<()> {
     Ok(())
 }
 
-pub(crate) fn win_get_name(w: &Arc<Window>, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+/// MPI_Win_get_name; the handle comes undecoded because MPI 4.1 names MPI_WIN_NULL too.
+pub(crate) fn win_get_name(w: MPI_Win, name: *mut c_char, len: &mut c_int) -> MpiResult<()> {
+    let n = if w == MPI_WIN_NULL {
+        "MPI_WIN_NULL".to_string()
+    } else {
+        win("win", w)?.name()
+    };
     // SAFETY: MPI requires room for MPI_MAX_OBJECT_NAME bytes.
-    *len = unsafe { h::write_cstr("win_name", name, MPI_MAX_OBJECT_NAME, &w.name())? } as c_int;
+    *len = unsafe { h::write_cstr("win_name", name, MPI_MAX_OBJECT_NAME, &n)? } as c_int;
     Ok(())
 }
 

@@ -361,6 +361,61 @@ static void async_passive(void) {
     OK(MPI_Win_free(&win));
 }
 
+/* mpi4py's test_rma testGetAccumulate and test_rma_nb testPutGet: every rank locks every
+ * rank in turn, exclusively, on an MPI_Win_create window of MPI_Alloc_mem memory, and does
+ * put, flush, get_accumulate with each op, flush, get, flush, and rput/rget waited on, for
+ * counts 0 to 9; thousands of round trips answered by the target's service while the target
+ * itself waits for its own locks. These ran past mpi4py's timeout on 2 ranks of a loaded
+ * machine (each round trip cost a time slice while ranks spun without yielding). */
+static void lock_rounds(void) {
+    int *mem;
+    MPI_Win win;
+    OK(MPI_Alloc_mem(100 * sizeof(double), MPI_INFO_NULL, &mem));
+    memset(mem, 0, 100 * sizeof(double));
+    OK(MPI_Win_create(mem, 100 * sizeof(double), 1, MPI_INFO_NULL, MPI_COMM_WORLD, &win));
+    MPI_Op ops[] = {MPI_SUM, MPI_PROD, MPI_MAX, MPI_MIN, MPI_REPLACE, MPI_NO_OP};
+    for (int count = 0; count < 10; count++)
+        for (int r = 0; r < np; r++) {
+            int ones[10], sbuf[10], rbuf[11], gbuf[11];
+            for (int o = 0; o < 6; o++) {
+                for (int i = 0; i < 10; i++) ones[i] = 1, sbuf[i] = i;
+                for (int i = 0; i < 11; i++) rbuf[i] = gbuf[i] = -1;
+                OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, r, 0, win));
+                OK(MPI_Put(ones, count, MPI_INT, r, 0, count, MPI_INT, win));
+                OK(MPI_Win_flush(r, win));
+                OK(MPI_Get_accumulate(sbuf, count, MPI_INT, rbuf, count, MPI_INT, r, 0, count,
+                                      MPI_INT, ops[o], win));
+                OK(MPI_Win_flush(r, win));
+                OK(MPI_Get(gbuf, count, MPI_INT, r, 0, count, MPI_INT, win));
+                OK(MPI_Win_flush(r, win));
+                OK(MPI_Win_unlock(r, win));
+                for (int i = 0; i < count; i++) {
+                    int want = o == 0 ? 1 + i : o == 1 ? i : o == 2 ? (i > 1 ? i : 1)
+                             : o == 3 ? (i < 1 ? i : 1) : o == 4 ? i : 1;
+                    CHECK_EQ(rbuf[i], 1);
+                    CHECK_EQ(gbuf[i], want);
+                }
+                CHECK_EQ(rbuf[count], -1);
+                CHECK_EQ(gbuf[count], -1);
+            }
+            for (int i = 0; i < 10; i++) sbuf[i] = r;
+            for (int i = 0; i < 11; i++) rbuf[i] = -1;
+            MPI_Request q;
+            OK(MPI_Win_fence(0, win));
+            OK(MPI_Win_lock(MPI_LOCK_EXCLUSIVE, r, 0, win));
+            OK(MPI_Rput(sbuf, count, MPI_INT, r, 0, count, MPI_INT, win, &q));
+            OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+            OK(MPI_Win_flush(r, win));
+            OK(MPI_Rget(rbuf, count, MPI_INT, r, 0, count, MPI_INT, win, &q));
+            OK(MPI_Wait(&q, MPI_STATUS_IGNORE));
+            OK(MPI_Win_unlock(r, win));
+            for (int i = 0; i < count; i++) CHECK_EQ(rbuf[i], r);
+            CHECK_EQ(rbuf[count], -1);
+        }
+    OK(MPI_Win_free(&win));
+    OK(MPI_Free_mem(mem));
+}
+
 int main(int argc, char **argv) {
     MPI_Init(&argc, &argv);
     OK(MPI_Comm_rank(MPI_COMM_WORLD, &me));
@@ -423,6 +478,9 @@ int main(int argc, char **argv) {
     large();
     if (verbose) printf("large ok %.3f\n", MPI_Wtime());
     shared();
+    double t0 = MPI_Wtime();
+    lock_rounds();
+    if (verbose) printf("lock rounds ok in %.3f s\n", MPI_Wtime() - t0);
     if (getenv("RMA_ASYNC") && np > 1) async_passive();
     if (verbose) printf("shared ok %.3f\n", MPI_Wtime());
 

@@ -179,7 +179,10 @@ fn sequence(t: &Datatype) -> Vec<Item> {
                 push_run(&mut items, c, n);
             }
         }
-        Kind::Dup(old) | Kind::Resized(_, _, old) => items = sequence(old),
+        Kind::Dup(old)
+        | Kind::Resized(_, _, old)
+        | Kind::Darray(_, _, old)
+        | Kind::F90(_, _, old) => items = sequence(old),
         Kind::Contiguous(n, old) => push_repeated(&mut items, &sequence(old), count(*n)),
         Kind::Vector(n, bl, _, old) | Kind::Hvector(n, bl, _, old) => {
             push_repeated(&mut items, &sequence(old), count(*n) * count(*bl))

@@ -112,6 +112,25 @@ enum Kind {
     Struct(Vec<Count>, Vec<Aint>, Vec<TypeRef>),
     Subarray(Vec<Count>, Vec<Count>, Vec<Count>, Order, TypeRef),
     Resized(Aint, Aint, TypeRef),
+    /// `MPI_Type_create_darray`'s arguments, its old type, and the type whose map it has
+    /// (built by the caller; decoding and external32 go through it).
+    Darray(Box<DarrayArgs>, TypeRef, TypeRef),
+    /// `MPI_Type_create_f90_real/complex/integer`: the combiner, its integer arguments
+    /// ((p, r) or (r)) and the predefined type of the kind chosen, whose map it has.
+    F90(Combiner, Vec<Count>, TypeRef),
+}
+
+/// The arguments of `MPI_Type_create_darray`, kept for `MPI_Type_get_contents` (the
+/// distribution constants are MPICH's values, stored as given).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DarrayArgs {
+    pub size: Count,
+    pub rank: Count,
+    pub gsizes: Vec<Count>,
+    pub distribs: Vec<Count>,
+    pub dargs: Vec<Count>,
+    pub psizes: Vec<Count>,
+    pub order: Order,
 }
 
 /// An MPI datatype. Immutable once built except for its name and committed flag.
@@ -730,6 +749,58 @@ impl Datatype {
         ))
     }
 
+    /// `MPI_Type_create_darray`'s result: `map` (the type map the caller computed from
+    /// `args` and `old`: the owned elements, bounds of the whole array) described by its
+    /// constructor, so that the envelope says `MPI_COMBINER_DARRAY` with `args`, as MPI
+    /// requires, not how the map happens to be built.
+    pub fn darray(args: DarrayArgs, old: &TypeRef, map: &TypeRef) -> MpiResult<Datatype> {
+        let n = args.gsizes.len();
+        if [&args.distribs, &args.dargs, &args.psizes]
+            .iter()
+            .any(|v| v.len() != n)
+        {
+            mpi_bail!(
+                Arg,
+                "MPI_Type_create_darray: the argument arrays differ in length"
+            );
+        }
+        Ok(Datatype::assemble(
+            Kind::Darray(Box::new(args), old.clone(), map.clone()),
+            [map.lb, map.ub, map.true_lb, map.true_ub],
+            map.align,
+            map.layout.clone(),
+            map.segs.clone(),
+            map.elements,
+            map.prim,
+        ))
+    }
+
+    /// `MPI_Type_create_f90_real/complex/integer`'s result: the map of `base` (the
+    /// predefined type of the kind chosen), combiner `combiner` with integer arguments
+    /// `ints` ((p, r) or (r)). MPI counts it as predefined: committed, never freed
+    /// ([`Datatype::is_predefined`]).
+    pub fn f90(combiner: Combiner, ints: Vec<Count>, base: &TypeRef) -> MpiResult<Datatype> {
+        let want = match combiner {
+            Combiner::F90Real | Combiner::F90Complex => 2,
+            Combiner::F90Integer => 1,
+            other => mpi_bail!(Intern, "Datatype::f90: {other:?} is no MPI_COMBINER_F90_*"),
+        };
+        if ints.len() != want {
+            mpi_bail!(Intern, "Datatype::f90: {combiner:?} takes {want} integers");
+        }
+        let t = Datatype::assemble(
+            Kind::F90(combiner, ints, base.clone()),
+            [base.lb, base.ub, base.true_lb, base.true_ub],
+            base.align,
+            base.layout.clone(),
+            base.segs.clone(),
+            base.elements,
+            base.prim,
+        );
+        t.commit();
+        Ok(t)
+    }
+
     /// `MPI_Type_dup`: same map and bounds, combiner `Dup`, same committed state.
     pub fn dup(old: &TypeRef) -> Datatype {
         let t = Datatype::assemble(
@@ -824,6 +895,12 @@ impl Datatype {
         }
     }
 
+    /// Whether MPI counts the type as predefined (it cannot be freed): the named types and
+    /// the results of `MPI_Type_create_f90_*` (combiners `MPI_COMBINER_F90_*`).
+    pub fn is_predefined(&self) -> bool {
+        matches!(self.kind, Kind::Named(_) | Kind::F90(..))
+    }
+
     /// `Some(p)` if every basic element of the type has kind `p` (reductions need that).
     /// A type with no data reports the kind of the type it was built from.
     pub fn homogeneous_primitive(&self) -> Option<Primitive> {
@@ -855,6 +932,8 @@ impl Datatype {
             Kind::Struct(..) => Combiner::Struct,
             Kind::Subarray(..) => Combiner::Subarray,
             Kind::Resized(..) => Combiner::Resized,
+            Kind::Darray(..) => Combiner::Darray,
+            Kind::F90(c, ..) => c,
         }
     }
 
@@ -873,6 +952,8 @@ impl Datatype {
             Kind::Struct(bl, ..) => (bl.len() + 1, bl.len(), bl.len()),
             Kind::Subarray(s, ..) => (3 * s.len() + 2, 0, 1),
             Kind::Resized(..) => (0, 2, 1),
+            Kind::Darray(a, ..) => (4 * a.gsizes.len() + 4, 0, 1),
+            Kind::F90(_, ints, _) => (ints.len(), 0, 0),
         };
         (i, a, d, self.combiner())
     }
@@ -918,6 +999,15 @@ impl Datatype {
                 (ints, vec![], vec![t.clone()])
             }
             Kind::Resized(lb, ext, t) => (vec![], vec![*lb, *ext], vec![t.clone()]),
+            Kind::Darray(a, t, _) => {
+                let mut ints = vec![a.size, a.rank, n(a.gsizes.len())];
+                for v in [&a.gsizes, &a.distribs, &a.dargs, &a.psizes] {
+                    ints.extend_from_slice(v);
+                }
+                ints.push(a.order.as_mpich() as Count);
+                (ints, vec![], vec![t.clone()])
+            }
+            Kind::F90(_, ints, _) => (ints.clone(), vec![], vec![]),
         }
     }
 

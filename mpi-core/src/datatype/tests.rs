@@ -736,3 +736,53 @@ fn absolute_addresses_from_a_null_base() {
     unsafe { u.unpack_range(std::ptr::null_mut(), 1, 0, &packed) };
     assert_eq!(dst, [9, 7, 0]);
 }
+
+#[test]
+fn darray_and_f90_types_decode_as_built() {
+    // A darray over a map the caller computed: the map's bounds and layout, the combiner
+    // and arguments of MPI_Type_create_darray (MPICH's constants, stored as given).
+    let map = arc(Datatype::resized(
+        &arc(Datatype::contiguous(2, &int())),
+        0,
+        16,
+    ));
+    let args = DarrayArgs {
+        size: 2,
+        rank: 1,
+        gsizes: vec![4],
+        distribs: vec![121],
+        dargs: vec![-49767],
+        psizes: vec![2],
+        order: Order::Fortran,
+    };
+    let d = Datatype::darray(args.clone(), &int(), &map).expect("darray");
+    assert_eq!(bounds(&d), bounds(&map));
+    assert_eq!(d.envelope(), (8, 0, 1, Combiner::Darray));
+    let (is, as_, ds) = d.contents();
+    assert_eq!(is, vec![2, 1, 1, 4, 121, -49767, 2, 57]);
+    assert!(as_.is_empty() && Arc::ptr_eq(&ds[0], &int()));
+    assert!(!d.is_predefined());
+    let bad = DarrayArgs {
+        psizes: vec![],
+        ..args
+    };
+    assert_eq!(
+        Datatype::darray(bad, &int(), &map).unwrap_err().class,
+        ErrorClass::Arg
+    );
+
+    // f90: the kind's map, committed, predefined, integer contents only.
+    let r8 = bt(Builtin::Double);
+    let f = Datatype::f90(Combiner::F90Real, vec![15, 300], &r8).expect("f90");
+    assert!(f.is_committed() && f.is_predefined() && f.is_builtin().is_none());
+    assert_eq!(bounds(&f), bounds(&r8));
+    assert_eq!(f.size(), 8);
+    assert_eq!(f.envelope(), (2, 0, 0, Combiner::F90Real));
+    let (is, as_, ds) = f.contents();
+    assert!(is == vec![15, 300] && as_.is_empty() && ds.is_empty());
+    assert_eq!(f.homogeneous_primitive(), r8.homogeneous_primitive());
+    let i = Datatype::f90(Combiner::F90Integer, vec![9], &int()).expect("f90 integer");
+    assert_eq!(i.envelope(), (1, 0, 0, Combiner::F90Integer));
+    assert!(Datatype::f90(Combiner::F90Integer, vec![9, 1], &int()).is_err());
+    assert!(Datatype::f90(Combiner::Dup, vec![9], &int()).is_err());
+}

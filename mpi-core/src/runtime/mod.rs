@@ -197,6 +197,28 @@ pub fn init(required: ThreadLevel, registry: &Registry) -> MpiResult<ThreadLevel
     Ok(level)
 }
 
+/// The number of runnable tasks on the machine now (`/proc/loadavg`'s fourth field,
+/// "running/total"), None where there is none. Not the 1-minute load average: after a job
+/// that kept every core busy, the average still says the cores are full for a minute, and
+/// the next job of a back-to-back series on a dedicated node would give its cores away.
+fn runnable_now() -> Option<usize> {
+    let s = std::fs::read_to_string("/proc/loadavg").ok()?;
+    s.split_whitespace().nth(3)?.split('/').next()?.parse().ok()
+}
+
+/// Whether this host's `local` ranks cannot each count on a core of the `ncpu` they may
+/// run on: they outnumber them, or other work (`runnable` tasks at start-up less this
+/// job's own ranks, which may be among them) already fills them. A waiter that polls
+/// without yielding then holds the core its peer needs to answer: with 2 ranks on 2
+/// cores beside 20-30 other runnable tasks, every round trip of passive-target RMA (lock,
+/// flush, unlock, each answered by the target's service) cost up to a scheduler time
+/// slice: 360 rounds of lock, put, flush, get_accumulate, flush, get, flush, unlock took 6
+/// to 9 s polling 20,000 times before yielding, 0.2 s polling 50 times, and mpi4py's
+/// test_rma outran its 300 s.
+fn oversubscribed(local: usize, ncpu: usize, runnable: Option<usize>) -> bool {
+    local > ncpu || runnable.is_some_and(|r| r.saturating_sub(local) >= ncpu)
+}
+
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name)
         .ok()
@@ -242,11 +264,12 @@ impl Runtime {
         // costs tens of microseconds (about 100 in a VM), so a rank that has a core of its
         // own stays runnable for a long while (~tens of ms of yields); ranks that outnumber
         // the cores of their host (the real host: pretend nodes share one) give their core
-        // away quickly instead. Counting the pretend node's ranks here made every rank of a
-        // `--node-map 2` job on 2 cores spin 20,000 passes and yield 20,000 times while the
-        // rank it waited for could not run (4 ms per barrier under round-robin, 150 ms
-        // under CFS: issue 15).
-        let oversubscribed = on_host > ncpu;
+        // away quickly instead, and so do ranks on a machine whose cores other work already
+        // keeps busy (see `oversubscribed`). Counting the pretend node's ranks here made
+        // every rank of a `--node-map 2` job on 2 cores spin 20,000 passes and yield 20,000
+        // times while the rank it waited for could not run (4 ms per barrier under
+        // round-robin, 150 ms under CFS: issue 15).
+        let oversubscribed = oversubscribed(on_host, ncpu, runnable_now());
         // A pass over a socket transport costs a system call (~1 µs, an epoll_wait), one
         // over shared memory a few loads: oversubscribed, spin a few passes only when a
         // socket is polled too (2 passes: 64 µs per 8-rank allreduce on 4 pretend nodes
@@ -488,4 +511,25 @@ fn event_registry(
         return None;
     }
     tsunagi_p2p::registry::EventRegistry::new(sources.iter().map(|(_, s)| s.clone()).collect())
+}
+
+#[cfg(test)]
+mod waiting_policy_tests {
+    use super::oversubscribed;
+
+    #[test]
+    fn a_busy_machine_counts_as_oversubscribed() {
+        // Ranks outnumbering the cores, whatever else runs.
+        assert!(oversubscribed(3, 2, None));
+        assert!(oversubscribed(3, 2, Some(0)));
+        // A core each on an idle machine, or where nothing is known: spin. This job's own
+        // ranks may be among the runnable tasks (a previous job's are not: they are gone).
+        assert!(!oversubscribed(2, 2, Some(1)));
+        assert!(!oversubscribed(2, 2, Some(3)));
+        assert!(!oversubscribed(2, 2, None));
+        assert!(!oversubscribed(1, 4, Some(4)));
+        // Other work already fills the cores (a shared machine): yield early.
+        assert!(oversubscribed(2, 2, Some(4)));
+        assert!(oversubscribed(1, 4, Some(30)));
+    }
 }
