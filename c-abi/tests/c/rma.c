@@ -188,7 +188,9 @@ static void attributes_and_errors(MPI_Win win, void *base, MPI_Aint size) {
     OK(MPI_Win_set_info(win, info)); OK(MPI_Win_get_info(win, &used));
     OK(MPI_Info_get(used, "no_locks", 31, val, &flag)); CHECK(flag && strcmp(val, "false") == 0);
     OK(MPI_Info_free(&info)); OK(MPI_Info_free(&used));
-    int kv, v = 5;
+    /* Static: the attribute outlives this function (MPI_Win_free in main deletes it). */
+    static int v = 5;
+    int kv;
     OK(MPI_Win_create_keyval(MPI_WIN_NULL_COPY_FN, delete_fn, &kv, NULL));
     OK(MPI_Win_set_attr(win, kv, &v)); int *got;
     OK(MPI_Win_get_attr(win, kv, &got, &flag)); CHECK(flag && got == &v);
