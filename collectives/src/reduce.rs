@@ -1018,7 +1018,7 @@ pub unsafe fn scan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
-    // SAFETY: forwarded.
+    // SAFETY: this function's caller guarantees what scan_lean needs (the same contract).
     if let Some(done) = unsafe {
         scan_lean(
             "MPI_Scan", rt, sendbuf, recvbuf, count, dtype, op, comm, false,
@@ -1050,7 +1050,7 @@ pub unsafe fn exscan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
-    // SAFETY: forwarded.
+    // SAFETY: this function's caller guarantees what scan_lean needs (the same contract).
     if let Some(done) = unsafe {
         scan_lean(
             "MPI_Exscan",
