@@ -39,8 +39,6 @@
 
 use std::os::fd::AsRawFd;
 
-use tsunagi_collectives::SendBuf;
-use tsunagi_core::datatype::{Builtin, Datatype};
 use tsunagi_core::{ErrorClass, MpiError, MpiResult};
 
 use crate::hints::Switch;
@@ -239,24 +237,7 @@ impl Mapper<'_> {
 /// Every rank's `code` (an all-gather of one u32 each), and the first error as every
 /// rank's: the access's last synchronisation.
 fn agree(f: &File, call: &str, mine: Option<MpiError>) -> MpiResult<()> {
-    let (_, size) = f.rank_and_size();
-    let code = mine.as_ref().map_or(0, |e| e.class as u32);
-    let mut all = vec![0u32; size];
-    let t = Datatype::builtin(Builtin::Uint32);
-    let one = [code];
-    // SAFETY: one u32 is sent from `one` and one received from each rank into `all`.
-    unsafe {
-        tsunagi_collectives::allgather(
-            f.runtime(),
-            SendBuf::Ptr(one.as_ptr() as *const u8),
-            1,
-            &t,
-            all.as_mut_ptr() as *mut u8,
-            1,
-            &t,
-            f.comm(),
-        )?
-    };
+    let all = crate::shm::agree(f, mine.as_ref().map_or(0, |e| e.class as u32))?;
     if let Some(e) = mine {
         return Err(e);
     }

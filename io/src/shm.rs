@@ -128,7 +128,7 @@ fn attach(pid: u32, fd: i32, len: usize) -> Result<Segment, String> {
 
 /// Every rank's `code` (an all-gather of one u32 each: the protocol's synchronisation,
 /// carrying the error classes of the file accesses since the last one).
-fn agree(f: &File, code: u32) -> MpiResult<Vec<u32>> {
+pub(crate) fn agree(f: &File, code: u32) -> MpiResult<Vec<u32>> {
     let (_, size) = f.rank_and_size();
     let mut all = vec![0u32; size];
     let t = Datatype::builtin(Builtin::Uint32);
