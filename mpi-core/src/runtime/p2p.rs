@@ -414,12 +414,11 @@ impl Runtime {
     }
 
     /// Whether a wait may make progress inline under one lock ([`Runtime::finish_now`]):
-    /// with no schedules running (otherwise progress belongs to the schedules' loop in
-    /// [`Runtime::wait_blocking`]). Under the threaded engine too: a waiting application
-    /// thread polls for itself before it hands over to the progress threads.
+    /// the polling engine with no schedules running (otherwise progress belongs to the
+    /// threads, or to the schedules' loop in [`Runtime::wait_blocking`]).
     #[inline]
     fn polls_inline(&self) -> bool {
-        self.nschedules.load(Ordering::Acquire) == 0
+        self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0
     }
 
     /// The common end of a blocking receive or of a wait on a small message, under the
@@ -430,7 +429,7 @@ impl Runtime {
         if let Some(st) = e.collect(id).map_err(|()| invalid())? {
             return Ok(Some(st));
         }
-        self.poll_here(e)?;
+        e.progress()?;
         e.collect(id).map_err(|()| invalid())
     }
 
@@ -602,7 +601,7 @@ impl Runtime {
                 return Ok(());
             }
             if self.polls_inline() {
-                self.poll_here(&mut e)?;
+                e.progress()?;
                 let mut k = 0;
                 while k < nleft {
                     let i = left[k] as usize;
@@ -845,8 +844,8 @@ impl Runtime {
         if source == PROC_NULL {
             return Ok(Some((Status::PROC_NULL, None)));
         }
-        if self.mode == ProgressMode::Polling || self.handoff.napping() {
-            self.poll_here(&mut e)?;
+        if self.mode == ProgressMode::Polling {
+            e.progress()?;
         }
         e.probe(comm, source, tag, take)
     }
