@@ -312,7 +312,7 @@ pub(crate) fn lean(comm: CommId, family: Coll) -> Option<NodeRef> {
 }
 
 /// This process's rank and the communicator's size, when this thread has an area of
-/// `comm` at hand (see [`lean`]): the C interface's rooted collectives use it instead
+/// `comm` at hand (see `lean`): the C interface's rooted collectives use it instead
 /// of three communicator lookups under the engine lock.
 #[inline]
 pub fn lean_rank_size(comm: CommId) -> Option<(usize, usize)> {
