@@ -1018,20 +1018,9 @@ pub unsafe fn scan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
-    // SAFETY: this function's caller guarantees what scan_lean needs (the same contract).
-    if let Some(done) = unsafe {
-        scan_lean(
-            "MPI_Scan", rt, sendbuf, recvbuf, count, dtype, op, comm, false,
-        )
-    } {
-        return done;
-    }
-    if crate::inter::is_inter(rt, "MPI_Scan", comm)? {
-        return Err(crate::inter::undefined("MPI_Scan"));
-    }
-    // SAFETY: forwarded.
+    // SAFETY: this function's contract is scan_or_exscan's.
     unsafe {
-        scan_impl(
+        scan_or_exscan(
             "MPI_Scan", rt, sendbuf, recvbuf, count, dtype, op, comm, false,
         )
     }
@@ -1050,9 +1039,9 @@ pub unsafe fn exscan(
     op: &Op,
     comm: CommId,
 ) -> MpiResult<()> {
-    // SAFETY: this function's caller guarantees what scan_lean needs (the same contract).
-    if let Some(done) = unsafe {
-        scan_lean(
+    // SAFETY: this function's contract is scan_or_exscan's.
+    unsafe {
+        scan_or_exscan(
             "MPI_Exscan",
             rt,
             sendbuf,
@@ -1063,24 +1052,41 @@ pub unsafe fn exscan(
             comm,
             true,
         )
+    }
+}
+
+/// Scan or exscan: the shared-memory area at hand first (no engine lock), then the
+/// intercommunicator check (neither is defined there), then the general algorithm.
+///
+/// # Safety
+/// As [`allreduce`].
+#[allow(clippy::too_many_arguments)]
+unsafe fn scan_or_exscan(
+    call: &'static str,
+    rt: &Runtime,
+    sendbuf: SendBuf,
+    recvbuf: *mut u8,
+    count: i64,
+    dtype: &TypeRef,
+    op: &Op,
+    comm: CommId,
+    exclusive: bool,
+) -> MpiResult<()> {
+    // SAFETY: this function's caller guarantees what scan_lean needs (the same contract).
+    if let Some(done) = unsafe {
+        scan_lean(
+            call, rt, sendbuf, recvbuf, count, dtype, op, comm, exclusive,
+        )
     } {
         return done;
     }
-    if crate::inter::is_inter(rt, "MPI_Exscan", comm)? {
-        return Err(crate::inter::undefined("MPI_Exscan"));
+    if crate::inter::is_inter(rt, call, comm)? {
+        return Err(crate::inter::undefined(call));
     }
-    // SAFETY: forwarded.
+    // SAFETY: as for scan_lean: the caller's buffers and arguments, unchanged.
     unsafe {
         scan_impl(
-            "MPI_Exscan",
-            rt,
-            sendbuf,
-            recvbuf,
-            count,
-            dtype,
-            op,
-            comm,
-            true,
+            call, rt, sendbuf, recvbuf, count, dtype, op, comm, exclusive,
         )
     }
 }
