@@ -14,6 +14,7 @@
 #   -c CONFIGS  (default "mmap shm msg indep"):
 #               mmap    collective, default hints (one node: through the file's pages)
 #               nopop   mmap without populating the windows (a fault per page)
+#               mmapon  collective, tsunagi_cb_mmap=enable (the file's pages at any span)
 #               shm     collective, tsunagi_cb_mmap=disable (shared-memory rounds)
 #               msg     collective, tsunagi_cb_mmap=disable,tsunagi_cb_shm=disable
 #               indep   independent (data sieving)
@@ -53,6 +54,7 @@ one() { # config N: prints "run CONFIG N write_ms read_ms cpu_s minflt"
     case "$c" in
         mmap) ;;
         nopop) pop=none ;;
+        mmapon) hints="tsunagi_cb_mmap=enable" ;;
         shm) hints="tsunagi_cb_mmap=disable" ;;
         msg) hints="tsunagi_cb_mmap=disable,tsunagi_cb_shm=disable" ;;
         indep) mode=indep ;;

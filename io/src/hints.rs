@@ -8,7 +8,7 @@
 //! many bytes per filetype tile; 0 turns it off), `tsunagi_cb_shm` (`disable`: two-phase
 //! I/O on one node moves the data by messages instead of through shared memory) and
 //! `tsunagi_cb_mmap` (two-phase I/O on one node through the file's own pages: `automatic`
-//! on local file systems for dense accesses of spans up to 128 MiB, `enable` on any file
+//! on local file systems for dense reads and dense writes of spans up to 128 MiB, `enable` on any file
 //! system that allows it, `disable` never).
 //! Unknown keys are ignored (MPI says hints may be); malformed values of known keys too.
 
@@ -79,7 +79,7 @@ pub struct Hints {
     pub cb_shm: Switch,
     /// Two-phase I/O of a file whose ranks all run on one node goes through the file's
     /// own pages, mapped by every rank (module `mapped`): `automatic` when the file system
-    /// is local and the access dense and at most 128 MiB wide, `enable` whenever the file
+    /// is local and the access dense (a write at most 128 MiB wide), `enable` whenever the file
     /// can be mapped.
     pub cb_mmap: Switch,
     pub ds_read: Switch,

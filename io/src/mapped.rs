@@ -96,22 +96,25 @@ pub(crate) fn setup_bits(f: &File, hint: Switch, dir: Dir) -> u64 {
     1 | u64::from(local) << 1 | u64::from(hint == Switch::Enable) << 2
 }
 
-/// The largest span automatic mode maps (bytes). Measured (docs/io.md, session 9; BT-IO on
-/// 4 ranks, ext4, two interleaved A/Bs): at 84 MB (N=128) the mapped write beat the
-/// shared-memory rounds (210 against 228 ms, 256 against 371 ms) with a quarter less CPU;
-/// at 671 MB (N=256) it took 1.6-2x as long (same CPU time: the extra time is outside the
-/// ranks, probably the write-back converting the `fallocate`d extents).
+/// The largest span automatic mode maps for a write (bytes). Measured (docs/io.md, session
+/// 9; BT-IO on 4 ranks, ext4, two interleaved A/Bs): at 84 MB (N=128) the mapped write beat
+/// the shared-memory rounds (210 against 228 ms, 256 against 371 ms) with a quarter less
+/// CPU; at 671 MB (N=256) it took 1.6-2x as long (same CPU time: the extra time is outside
+/// the ranks, probably the write-back converting the `fallocate`d extents). Reads reserve
+/// nothing and dirty nothing, so they map at any span (session 10: BT N=256 reads, mapped
+/// against the shared-memory rounds and independent reads, docs/io.md).
 pub const AUTO_MAX_SPAN: u64 = 128 << 20;
 
 /// Whether the access maps the file, from every rank's [`setup_bits`] (so every rank
 /// decides alike): every rank can, and some rank's hint says `enable`, or the file
-/// system is local, the span at most [`AUTO_MAX_SPAN`] and the access dense: its bytes
-/// fill at least half of its span (each rank reserves its whole span, so a sparse access
-/// would allocate its gaps; and mapping a page to copy a few bytes costs more than a
-/// `pwrite` of them).
-pub(crate) fn usable(bits: &[u64], bytes: u64, span: u64) -> bool {
+/// system is local, the access dense (its bytes fill at least half of its span: a writing
+/// rank reserves its whole span, so a sparse access would allocate its gaps; and mapping a
+/// page to copy a few bytes costs more than a `pwrite`/`pread` of them) and, for a write,
+/// the span at most [`AUTO_MAX_SPAN`].
+pub(crate) fn usable(bits: &[u64], bytes: u64, span: u64, dir: Dir) -> bool {
     let all = |b: u64| bits.iter().all(|&x| x & b != 0);
-    let auto = all(2) && span <= AUTO_MAX_SPAN && bytes.saturating_mul(2) >= span;
+    let small_enough = dir == Dir::Read || span <= AUTO_MAX_SPAN;
+    let auto = all(2) && small_enough && bytes.saturating_mul(2) >= span;
     all(1) && (bits.iter().any(|&x| x & 4 != 0) || auto)
 }
 
@@ -490,17 +493,29 @@ mod tests {
     }
 
     #[test]
-    fn the_route_needs_every_rank_and_a_dense_access_unless_enabled() {
+    fn the_route_needs_every_rank_a_dense_access_and_a_small_write_span_unless_enabled() {
         // can | local
         let auto = [3, 3, 3];
-        assert!(usable(&auto, 60, 100));
-        assert!(!usable(&auto, 40, 100), "sparse");
-        assert!(!usable(&[3, 1, 3], 100, 100), "a non-local file system");
-        assert!(usable(&[3, 5, 3], 10, 100), "enable on some rank");
+        for dir in [Dir::Write, Dir::Read] {
+            assert!(usable(&auto, 60, 100, dir));
+            assert!(!usable(&auto, 40, 100, dir), "sparse");
+            assert!(
+                !usable(&[3, 1, 3], 100, 100, dir),
+                "a non-local file system"
+            );
+            assert!(usable(&[3, 5, 3], 10, 100, dir), "enable on some rank");
+            assert!(!usable(&[3, 0, 7], 100, 100, dir), "a rank cannot map it");
+        }
         let big = AUTO_MAX_SPAN + 1;
-        assert!(!usable(&auto, big, big), "a large span");
-        assert!(usable(&[7, 3, 3], big, big), "a large span, enabled");
-        assert!(!usable(&[3, 0, 7], 100, 100), "a rank cannot map it");
+        assert!(
+            !usable(&auto, big, big, Dir::Write),
+            "a large span, writing"
+        );
+        assert!(usable(&auto, big, big, Dir::Read), "a large span, reading");
+        assert!(
+            usable(&[7, 3, 3], big, big, Dir::Write),
+            "a large span, enabled"
+        );
     }
 
     #[test]

@@ -24,7 +24,7 @@
 //!
 //! On one node (every rank of the file on one host) the data takes no messages. When every
 //! rank can map the file (module `mapped`: a regular file on a local file system, opened
-//! for reading and writing to write, a dense access of at most 128 MiB, no rank's
+//! for reading and writing to write, a dense access (a write of at most 128 MiB), no rank's
 //! `tsunagi_cb_mmap` says `disable`), every rank copies its pieces straight into or out
 //! of the file's pages, with no aggregator and no `pwrite`/`pread`. Otherwise, unless a
 //! rank's `tsunagi_cb_shm` says `disable`, the rounds go through memory the ranks share
@@ -337,7 +337,7 @@ fn setup(
     let same = nodes.iter().all(|&x| x == nodes[0]);
     let one_node = same && all.iter().all(|b| b[7] & 1 == 1);
     let bits: Vec<u64> = all.iter().map(|b| b[7] >> 1).collect();
-    let mapped = same && crate::mapped::usable(&bits, total, ghi - glo);
+    let mapped = same && crate::mapped::usable(&bits, total, ghi - glo, dir);
     let n = if hints.cb_nodes_set {
         hints.cb_nodes
     } else {
