@@ -50,12 +50,18 @@
 //! the word it waits for (`FUTEX_WAIT` on its low half, with a timeout so that the engine
 //! still makes progress now and then). A sleeper counts itself in the word owner's
 //! sleepers line first; the owner, after each store a sleeper may wait for, checks that
-//! count (a `SeqCst` fence between the store and the check on one side, the count's
-//! `SeqCst` increment before the final check of the word on the other: one of the two
-//! sees the other) and wakes the word's sleepers. Ranks that share a core therefore hand
-//! the core over at once instead of after a nap.
+//! count and wakes the word's sleepers. Ranks that share a core therefore hand the core
+//! over at once instead of after a nap. The two sides are Dekker's pattern (store, then
+//! load the other's word): each needs a store-load barrier, or both could miss the
+//! other's store. When every rank of the area registered for
+//! `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)` (agreed when the area is made; see
+//! `tsunagi_p2p::membarrier`), the sleeper pays for both: it issues the membarrier between
+//! its increment and its last check of the word, and the owner's store needs no fence —
+//! a fence there waited, on every call, for the slot's line to come back from the readers
+//! polling it. Otherwise both sides fence (`SeqCst` fence after the owner's store, the
+//! count's `SeqCst` increment before the sleeper's last check).
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{compiler_fence, fence, AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tsunagi_core::MpiResult;
@@ -189,6 +195,9 @@ pub(crate) struct Area {
     seq: AtomicU64,
     /// Every other rank is known to have finished call `free`.
     free: AtomicU64,
+    /// Every rank of the area registered for the heavy membarrier: stores skip their
+    /// fence and sleepers issue the membarrier (module doc).
+    light: bool,
 }
 
 // SAFETY: the area is memory shared with other ranks; everything written concurrently is
@@ -237,8 +246,10 @@ impl Area {
     /// # Safety
     /// `base` points to `area_len(n)` bytes aligned to `LINE`, initialised by
     /// [`Area::init`], that stay mapped for the life of the view, and every user of the
-    /// area follows this protocol with a distinct `me`.
-    pub(crate) unsafe fn new(base: *mut u8, n: usize, me: usize) -> Area {
+    /// area follows this protocol with a distinct `me` and the same `light`, which may be
+    /// true only if every user's process is registered for the heavy membarrier
+    /// (`tsunagi_p2p::membarrier::registered`).
+    pub(crate) unsafe fn new(base: *mut u8, n: usize, me: usize, light: bool) -> Area {
         assert!((2..=MAX_RANKS).contains(&n) && me < n);
         Area {
             base,
@@ -246,6 +257,7 @@ impl Area {
             me,
             seq: AtomicU64::new(0),
             free: AtomicU64::new(0),
+            light,
         }
     }
 
@@ -291,8 +303,14 @@ impl Area {
     /// Store one of this rank's words, then wake whoever sleeps on this rank's words.
     fn publish(&self, word: &AtomicU64, v: u64) {
         word.store(v, Ordering::Release);
-        // Pairs with the sleeper's SeqCst increment (see the module doc).
-        fence(Ordering::SeqCst);
+        if self.light {
+            // The sleeper's membarrier orders this store before our load below (module
+            // doc); only the compiler must keep them in program order.
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            // Pairs with the sleeper's SeqCst increment (see the module doc).
+            fence(Ordering::SeqCst);
+        }
         if self.sleepers(self.me).load(Ordering::Relaxed) != 0 {
             futex_wake(word);
         }
@@ -323,6 +341,15 @@ impl Area {
             } else if let Pause::Sleep(t) = idle.idle(i - SPIN)? {
                 let count = self.sleepers(owner);
                 count.fetch_add(1, Ordering::SeqCst);
+                // The owner stored without a fence: the membarrier makes either its store
+                // visible to the load below or our count visible to its check. Should the
+                // call fail (it cannot once registered, short of a kernel change), a lost
+                // wake-up is possible, so the sleep is kept short.
+                let t = if self.light && !tsunagi_p2p::membarrier::heavy() {
+                    t.min(Duration::from_millis(1))
+                } else {
+                    t
+                };
                 let v = word.load(Ordering::SeqCst);
                 if v < at_least {
                     futex_wait(word, v, t);
@@ -498,8 +525,28 @@ mod tests_support {
     // SAFETY: the memory outlives the threads (joined before the Arc goes).
     unsafe impl Send for Base {}
 
-    /// Run `f(area)` on `n` threads over one in-memory area.
+    /// Run `f(area)` on `n` threads over one in-memory area, as a job runs it here (the
+    /// owners' stores without fences where this kernel offers the heavy membarrier).
     pub(super) fn on_threads(n: usize, f: impl Fn(&Area) + Send + Sync + Clone + 'static) {
+        on_threads_in(n, tsunagi_p2p::membarrier::registered(), f)
+    }
+
+    /// Both ways the area can run here: fences on both sides (`false`), and, where the
+    /// kernel offers the heavy membarrier, the owners' stores without fences (`true`).
+    pub(super) fn modes() -> Vec<bool> {
+        if tsunagi_p2p::membarrier::registered() {
+            vec![false, true]
+        } else {
+            vec![false]
+        }
+    }
+
+    /// [`on_threads`] with `light` chosen (see [`Area::new`]).
+    pub(super) fn on_threads_in(
+        n: usize,
+        light: bool,
+        f: impl Fn(&Area) + Send + Sync + Clone + 'static,
+    ) {
         let mut mem = Mem::new(n);
         let base = Arc::get_mut(&mut mem).expect("sole owner").base();
         let hs: Vec<_> = (0..n)
@@ -510,7 +557,7 @@ mod tests_support {
                 std::thread::spawn(move || {
                     let b = b;
                     // SAFETY: initialised area of n ranks, alive while `keep` is.
-                    let a = unsafe { Area::new(b.0, n, me) };
+                    let a = unsafe { Area::new(b.0, n, me, light) };
                     f(&a);
                     drop(keep);
                 })
@@ -524,7 +571,7 @@ mod tests_support {
 
 #[cfg(test)]
 mod tests {
-    use super::tests_support::{on_threads, Mem};
+    use super::tests_support::{modes, on_threads, on_threads_in, Mem};
     use super::*;
     use std::sync::Arc;
 
@@ -542,10 +589,13 @@ mod tests {
 
     #[test]
     fn barrier_lets_nobody_out_before_everyone_is_in() {
-        for n in [2, 3, 4, 7] {
+        for (light, n) in modes()
+            .into_iter()
+            .flat_map(|l| [2, 3, 4, 7].map(|n| (l, n)))
+        {
             let entered = Arc::new(AtomicU64::new(0));
             let e = entered.clone();
-            on_threads(n, move |a| {
+            on_threads_in(n, light, move |a| {
                 for round in 1..=200u64 {
                     e.fetch_add(1, Ordering::SeqCst);
                     a.barrier(&mut YieldIdle).unwrap();
@@ -669,41 +719,43 @@ mod tests {
     /// A reader slower than the root: the root may run at most DEPTH - 1 calls ahead.
     #[test]
     fn root_runs_ahead_at_most_depth_minus_one() {
-        let progress = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
-        let pr = progress.clone();
-        on_threads(2, move |a| {
-            for s in 1..=100u64 {
-                if a.rank() == 0 {
-                    a.bcast_root(&mut YieldIdle, 1, |p| {
-                        // SAFETY: one byte of our slot.
-                        unsafe { p.write(s as u8) }
-                    })
-                    .unwrap();
-                    // The reader's counter follows its `done` store, so it may trail
-                    // by one more call.
-                    let lag = s - pr[1].load(Ordering::SeqCst);
-                    assert!(
-                        lag <= DEPTH as u64 + 1,
-                        "root {s} calls in, reader lags {lag}"
-                    );
-                    pr[0].fetch_max(lag, Ordering::SeqCst);
-                } else {
-                    std::thread::sleep(std::time::Duration::from_micros(200));
-                    a.bcast_recv(&mut YieldIdle, 0, |p| {
-                        // SAFETY: one byte of this call.
-                        assert_eq!(unsafe { p.read() }, s as u8)
-                    })
-                    .unwrap();
-                    pr[1].store(s, Ordering::SeqCst);
+        for light in modes() {
+            let progress = Arc::new([AtomicU64::new(0), AtomicU64::new(0)]);
+            let pr = progress.clone();
+            on_threads_in(2, light, move |a| {
+                for s in 1..=100u64 {
+                    if a.rank() == 0 {
+                        a.bcast_root(&mut YieldIdle, 1, |p| {
+                            // SAFETY: one byte of our slot.
+                            unsafe { p.write(s as u8) }
+                        })
+                        .unwrap();
+                        // The reader's counter follows its `done` store, so it may trail
+                        // by one more call.
+                        let lag = s - pr[1].load(Ordering::SeqCst);
+                        assert!(
+                            lag <= DEPTH as u64 + 1,
+                            "root {s} calls in, reader lags {lag}"
+                        );
+                        pr[0].fetch_max(lag, Ordering::SeqCst);
+                    } else {
+                        std::thread::sleep(std::time::Duration::from_micros(200));
+                        a.bcast_recv(&mut YieldIdle, 0, |p| {
+                            // SAFETY: one byte of this call.
+                            assert_eq!(unsafe { p.read() }, s as u8)
+                        })
+                        .unwrap();
+                        pr[1].store(s, Ordering::SeqCst);
+                    }
                 }
-            }
-        });
-        // The root did not wait for the slow reader call by call.
-        let max_lag = progress[0].load(Ordering::SeqCst);
-        assert!(
-            max_lag >= DEPTH as u64 - 1,
-            "the root never ran ahead (max lag {max_lag})"
-        );
+            });
+            // The root did not wait for the slow reader call by call.
+            let max_lag = progress[0].load(Ordering::SeqCst);
+            assert!(
+                max_lag >= DEPTH as u64 - 1,
+                "the root never ran ahead (max lag {max_lag})"
+            );
+        }
     }
 
     /// Value of byte `i` of the block rank `src` sends to `dst` in call `s`.

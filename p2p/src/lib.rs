@@ -19,6 +19,7 @@ pub mod boot;
 pub mod device;
 pub mod framing;
 pub mod futex;
+pub mod membarrier;
 pub mod placing;
 pub mod registry;
 pub mod self_transport;

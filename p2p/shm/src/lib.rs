@@ -44,7 +44,7 @@ use tsunagi_p2p::{EventSource, Header, P2pError, Rank, Transport, TransportCount
 /// it, and counting unconditionally keeps a branch off the message path.
 static UNCOUNTED: TransportCounters = TransportCounters::new();
 
-mod barrier;
+use tsunagi_p2p::membarrier as barrier;
 mod factory;
 mod layout;
 mod ring;

@@ -1,8 +1,11 @@
-//! The asymmetric fence of the doorbell protocol: senders publish a message and check
-//! whether the receiver sleeps with no fence of their own, and a receiver about to sleep
-//! pays for both sides with `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`.
+//! The asymmetric fence of a wake-up protocol between processes sharing memory: writers
+//! publish and check whether a reader sleeps with no fence of their own, and a reader
+//! about to sleep pays for both sides with `membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED)`.
+//! Used by the shared-memory transport's doorbells (`tsunagi-shm`) and the collectives'
+//! shared area (`tsunagi-collectives`, `node_area`): one registration per process.
 //!
-//! Why: the doorbell protocol (see `notify` in the crate root) is Dekker's pattern. The
+//! Why (in the transport's terms; the collective area's stamps are the same pattern): the
+//! doorbell protocol (see `notify` in `tsunagi-shm`) is Dekker's pattern. The
 //! sender stores the record's stamp, then loads the receiver's `sleeping` word; the
 //! sleeper stores `sleeping`, then polls the rings once more. Each side needs a
 //! store-load barrier between its store and its load, or both could miss the other's
@@ -50,7 +53,7 @@ fn membarrier(cmd: libc::c_long) -> libc::c_long {
 /// `MEMBARRIER_CMD_GLOBAL_EXPEDITED`, the registration worked and the environment does not
 /// turn it off: this process may then skip the per-send fence towards receivers that
 /// registered too, and must issue [`heavy`] before each of its own sleeps.
-pub(crate) fn registered() -> bool {
+pub fn registered() -> bool {
     static REGISTERED: OnceLock<bool> = OnceLock::new();
     *REGISTERED.get_or_init(|| {
         if std::env::var("TSUNAGI_SHM_MEMBARRIER")
@@ -69,7 +72,7 @@ pub(crate) fn registered() -> bool {
 /// The sleeper's side: a full barrier on every running thread of every registered
 /// process. False if the call failed (it cannot once [`registered`] said yes, short of a
 /// kernel change under a running job; the caller then bounds its sleep).
-pub(crate) fn heavy() -> bool {
+pub fn heavy() -> bool {
     membarrier(MEMBARRIER_CMD_GLOBAL_EXPEDITED) == 0
 }
 
