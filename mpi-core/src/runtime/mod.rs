@@ -119,6 +119,10 @@ pub struct Runtime {
     on_host: usize,
     spin: u32,
     yields: u32,
+    /// Polling engine: how long a waiter goes on yielding after `spin` and `yields` before
+    /// it sleeps, when a transport cannot wake it ([`EventSource::nap`]: the vendor's naps
+    /// of 100 µs); zero when every transport wakes its sleepers.
+    nap_yield: Duration,
     /// Threaded engine: polls and yields of an idle progress thread before it sleeps.
     thread_spin: u32,
     thread_yields: u32,
@@ -278,6 +282,24 @@ impl Runtime {
         };
         let spin = env_u32("TSUNAGI_SPIN", spin_default);
         let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
+        // A sleep on a transport that no arrival wakes (the vendor's nap) overruns the
+        // arrival by up to the whole nap; 20 yields last ~10 µs when the core has nothing
+        // else to run, so a wait a little longer than that (a 56 KB exchange over MPICH,
+        // ~18 µs) slept 100 µs: back-to-back MPI_Allgatherv of 2 x 56 KB took 125 µs
+        // instead of 18 (docs/vendor-mpi.md, session 10). Yielding as long as the nap
+        // would cost bounds the loss to twice the best choice, and still gives the core to
+        // anything else runnable (`TSUNAGI_NAP_YIELD`, µs, overrides it; 0: sleep at once).
+        let nap_yield = std::env::var("TSUNAGI_NAP_YIELD")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map(Duration::from_micros)
+            .unwrap_or_else(|| {
+                sources
+                    .iter()
+                    .filter_map(|(_, s)| s.nap())
+                    .max()
+                    .unwrap_or(Duration::ZERO)
+            });
 
         let mut engine = Engine::new(rank, size, router);
         let nodes = Arc::new(nodes);
@@ -333,6 +355,7 @@ impl Runtime {
             on_host,
             spin,
             yields,
+            nap_yield,
             thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
             thread_yields: env_u32(
                 "TSUNAGI_THREAD_YIELDS",
