@@ -418,6 +418,14 @@ pub trait EventSource: Send + Sync {
     /// End a wait announced by [`EventSource::prepare_wait`]: withdraw the announcement and
     /// consume the descriptor's readiness, so that the next wait blocks again.
     fn end_wait(&self) {}
+
+    /// `Some(d)`: an arrival does not wake a sleeper on this source (only a poll sees it),
+    /// so a sleep on it is a nap of up to `d` that may overrun the arrival by all of `d`;
+    /// `None` (the default): arrivals wake the sleeper. The polling engine keeps yielding
+    /// for about `d` before it sleeps on such a source, as a sleep there costs that much.
+    fn nap(&self) -> Option<Duration> {
+        None
+    }
 }
 
 /// Which progress engine drives the transports (chosen at run time).

@@ -119,6 +119,10 @@ pub struct Runtime {
     on_host: usize,
     spin: u32,
     yields: u32,
+    /// Polling engine: how long a waiter goes on yielding after `spin` and `yields` before
+    /// it sleeps, when a transport cannot wake it ([`EventSource::nap`]: the vendor's naps
+    /// of 100 µs); zero when every transport wakes its sleepers.
+    nap_yield: Duration,
     /// Threaded engine: polls and yields of an idle progress thread before it sleeps.
     thread_spin: u32,
     thread_yields: u32,
@@ -216,6 +220,16 @@ fn oversubscribed(local: usize, ncpu: usize, runnable: Option<usize>) -> bool {
     local > ncpu || runnable.is_some_and(|r| r.saturating_sub(local) >= ncpu)
 }
 
+/// How long a polling waiter yields on before it sleeps: `setting` (`TSUNAGI_NAP_YIELD`,
+/// µs) when it parses, else the longest nap among the transports' event sources that no
+/// arrival wakes ([`EventSource::nap`]), else zero (every sleep ends at an arrival).
+fn nap_yield(setting: Option<&str>, naps: impl IntoIterator<Item = Option<Duration>>) -> Duration {
+    setting
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .map(Duration::from_micros)
+        .unwrap_or_else(|| naps.into_iter().flatten().max().unwrap_or(Duration::ZERO))
+}
+
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name)
         .ok()
@@ -278,6 +292,17 @@ impl Runtime {
         };
         let spin = env_u32("TSUNAGI_SPIN", spin_default);
         let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
+        // A sleep on a transport that no arrival wakes (the vendor's nap) overruns the
+        // arrival by up to the whole nap; 20 yields last ~10 µs when the core has nothing
+        // else to run, so a wait a little longer than that (a 56 KB exchange over MPICH,
+        // ~18 µs) slept 100 µs: back-to-back MPI_Allgatherv of 2 x 56 KB took 125 µs
+        // instead of 18 (docs/vendor-mpi.md, session 10). Yielding as long as the nap
+        // would cost bounds the loss to twice the best choice, and still gives the core to
+        // anything else runnable (`TSUNAGI_NAP_YIELD`, µs, overrides it; 0: sleep at once).
+        let nap_yield = nap_yield(
+            std::env::var("TSUNAGI_NAP_YIELD").ok().as_deref(),
+            sources.iter().map(|(_, s)| s.nap()),
+        );
 
         let mut engine = Engine::new(rank, size, router);
         let nodes = Arc::new(nodes);
@@ -333,6 +358,7 @@ impl Runtime {
             on_host,
             spin,
             yields,
+            nap_yield,
             thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
             thread_yields: env_u32(
                 "TSUNAGI_THREAD_YIELDS",
@@ -510,7 +536,23 @@ fn event_registry(
 
 #[cfg(test)]
 mod waiting_policy_tests {
-    use super::oversubscribed;
+    use super::{nap_yield, oversubscribed};
+    use std::time::Duration;
+
+    #[test]
+    fn a_transport_that_only_naps_makes_waiters_yield_as_long_as_its_nap() {
+        let us = Duration::from_micros;
+        // Shared memory (woken by a futex) alone: sleep once the yields ran out.
+        assert_eq!(nap_yield(None, [None]), Duration::ZERO);
+        assert_eq!(nap_yield(None, []), Duration::ZERO);
+        // Beside the vendor (100 µs naps): yield that long; the longest nap counts.
+        assert_eq!(nap_yield(None, [None, Some(us(100))]), us(100));
+        assert_eq!(nap_yield(None, [Some(us(40)), Some(us(100))]), us(100));
+        // TSUNAGI_NAP_YIELD wins, 0 included; a value that does not parse is ignored.
+        assert_eq!(nap_yield(Some("0"), [Some(us(100))]), Duration::ZERO);
+        assert_eq!(nap_yield(Some(" 250 "), [None]), us(250));
+        assert_eq!(nap_yield(Some("lots"), [Some(us(100))]), us(100));
+    }
 
     #[test]
     fn a_busy_machine_counts_as_oversubscribed() {

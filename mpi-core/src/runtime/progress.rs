@@ -136,6 +136,8 @@ impl Runtime {
         let multiple = self.thread_level == ThreadLevel::Multiple;
         // Read the clock only when stall reports are on: every blocking call comes here.
         let mut report_after = self.stall_report.map(|t| (Instant::now(), t));
+        // When the passes and yields ran out (polling engine, `nap_yield` > 0).
+        let mut yields_out: Option<Instant> = None;
         loop {
             // Schedules advance outside the engine lock (they make requests of their own).
             self.advance_schedules();
@@ -185,6 +187,15 @@ impl Runtime {
                 drop(e);
                 std::thread::yield_now();
                 continue;
+            }
+            if !threaded && !self.nap_yield.is_zero() {
+                // A transport that no arrival wakes: yield on for as long as its nap.
+                let since = *yields_out.get_or_insert_with(Instant::now);
+                if since.elapsed() < self.nap_yield {
+                    drop(e);
+                    std::thread::yield_now();
+                    continue;
+                }
             }
             if threaded {
                 // Wait for a progress thread to complete something: watch the counter

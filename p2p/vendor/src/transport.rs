@@ -967,6 +967,11 @@ impl EventSource for VendorEvents {
         // Polled: nothing announces an arrival, so poll again after a nap at most.
         NAP
     }
+    fn nap(&self) -> Option<Duration> {
+        // Outside the vendor's own blocking probe (threaded engine, nothing in flight)
+        // an arrival shows only to the next poll: every sleep here is a nap.
+        Some(NAP)
+    }
     fn end_wait(&self) {
         if let Some(fd) = &self.wake_fd {
             let mut v = 0u64;

@@ -388,6 +388,8 @@ fn the_vendor_is_a_polled_source_in_the_event_registry() {
     let vendor = Arc::new(VendorEvents::new(None));
     let other = Arc::new(VendorEvents::new(None));
     assert!(vendor.wait_fd().is_some(), "no eventfd for the vendor");
+    // No arrival wakes a sleeper: the polling engine is told how long a sleep costs.
+    assert_eq!(vendor.nap(), Some(NAP));
     let reg = EventRegistry::new(vec![vendor.clone() as Arc<dyn EventSource>, other])
         .expect("the vendor joins the registry");
     // Arrivals show on no descriptor: every wait is bounded by the vendor's nap.
