@@ -8,7 +8,7 @@
 //! right after the send waited for that line to come over, once per message: a
 //! stand-alone producer/consumer test on this 2-core VM streamed 64-byte records at
 //! 270 M/s, and at 18.5 M/s with one uncontended lock/unlock pair after each record
-//! (docs/performance.md, "Session 10: message rate").
+//! (docs/performance.md, "Session 10: message rate and small-message bandwidth").
 //!
 //! MPI_THREAD_SINGLE, FUNNELED and SERIALIZED promise exactly what a lock would give:
 //! no two MPI calls at once, and the program orders the calls of different threads
