@@ -146,6 +146,9 @@ impl File {
         let slot: Slot = Arc::new(Mutex::new(None));
         let mut w = self.worker.lock().unwrap_or_else(|p| p.into_inner());
         if w.is_none() {
+            // The thread calls into the runtime (it completes requests and runs the
+            // file's collectives): from now on the engine needs its mutex.
+            self.rt.share_engine();
             *w = Some(
                 Worker::spawn()
                     .map_err(|e| crate::posix::os_err("starting the file's I/O thread", e))?,

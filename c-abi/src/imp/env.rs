@@ -40,7 +40,16 @@ pub(crate) fn start_runtime(call: &str, level: ThreadLevel) -> MpiResult<ThreadL
         return Ok(h::runtime(call)?.thread_level());
     }
     let l = tsunagi_core::init(level, &tsunagi_transports::REGISTRY)?;
-    h::set_running(Some(tsunagi_core::rt(call)?));
+    let r = tsunagi_core::rt(call)?;
+    if !super::tools::TOOLS_USED.load(Ordering::Acquire) {
+        // SAFETY: a C program promises with the thread level it asked for (below
+        // MPI_THREAD_MULTIPLE, else this does nothing) that its MPI calls never overlap and
+        // are ordered by its own synchronisation; the threads of ours that use the runtime
+        // share the engine before they start (the I/O thread, MPI_T_init_thread); we are
+        // not inside a call of the runtime.
+        unsafe { r.assume_serial_calls() };
+    }
+    h::set_running(Some(r));
     Ok(l)
 }
 

@@ -644,9 +644,20 @@ pub(crate) fn t_init_thread(required: c_int, provided: &mut c_int) -> MpiResult<
     }
     let _ = tables();
     lock().refs += 1;
+    // MPI_THREAD_MULTIPLE lets a tool's thread read the queue lengths (under the engine
+    // lock) while the program calls MPI: the engine keeps its mutex from now on, and a
+    // runtime started later never drops it (`env::start_runtime`).
+    TOOLS_USED.store(true, Ordering::Release);
+    if let Some(r) = running() {
+        r.share_engine();
+    }
     *provided = THREAD_MULTIPLE;
     Ok(())
 }
+
+/// MPI_T_init_thread was called: the engine must keep its mutex.
+pub(crate) static TOOLS_USED: std::sync::atomic::AtomicBool =
+    std::sync::atomic::AtomicBool::new(false);
 
 pub(crate) fn t_finalize() -> MpiResult<()> {
     with("MPI_T_finalize", |s| {

@@ -409,6 +409,13 @@ impl Datatype {
 
     /// The shared instance of a predefined type (named, committed).
     pub fn builtin(b: Builtin) -> TypeRef {
+        Datatype::builtin_ref(b).clone()
+    }
+
+    /// The shared instance of a predefined type, borrowed: the table lives as long as the
+    /// process, so holding it needs no reference count.
+    #[inline]
+    pub fn builtin_ref(b: Builtin) -> &'static TypeRef {
         static CACHE: OnceLock<Vec<TypeRef>> = OnceLock::new();
         let all = CACHE.get_or_init(|| {
             Builtin::ALL
@@ -416,7 +423,7 @@ impl Datatype {
                 .map(|&b| Arc::new(Datatype::new_builtin(b)))
                 .collect()
         });
-        all[b as usize].clone()
+        &all[b as usize]
     }
 
     /// `MPI_Type_contiguous`.

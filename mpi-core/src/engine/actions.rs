@@ -123,7 +123,7 @@ impl Core {
         if let Some(p) = &req.packed {
             return &p[offset..offset + n];
         }
-        if let Some(off) = req.dtype.contiguous_offset() {
+        if let Some(off) = req.dtype().contiguous_offset() {
             // SAFETY: the send buffer holds `bytes()` bytes from `buf + off` (MPI contract
             // for a contiguous type) and `offset + n <= bytes()`; the request is active,
             // so the buffer stays valid until it completes.
@@ -134,7 +134,7 @@ impl Core {
         scratch.resize(n, 0);
         // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
         unsafe {
-            req.dtype
+            req.dtype()
                 .pack_range(req.buf.0, req.count, offset, &mut scratch[..n])
         };
         &scratch[..n]
@@ -220,7 +220,7 @@ impl Core {
     pub(crate) fn read_target(&self, r: &CmaRead) -> (ReadInto, usize) {
         let req = self.reqs.get(r.recv.0).expect("read for a live request");
         let take = r.len.min(req.bytes());
-        match req.dtype.contiguous_offset() {
+        match req.dtype().contiguous_offset() {
             // SAFETY (of the pointer's later use, not of this arithmetic): the receive
             // buffer holds `bytes() >= take` bytes from `buf + off` (MPI contract for a
             // contiguous type); the request stays incomplete, its buffer untouched by
@@ -245,7 +245,7 @@ impl Core {
                     // SAFETY: the buffer holds `count` elements of `dtype` (MPI contract);
                     // `take <= count * size` bytes of packed data.
                     unsafe {
-                        req.dtype
+                        req.dtype()
                             .unpack_range(req.buf.0, req.count, 0, &data[..take])
                     };
                 }

@@ -233,7 +233,7 @@ impl Core {
         let capacity = req.bytes();
         let take = data.len().min(capacity);
         if take > 0 {
-            match req.dtype.contiguous_offset() {
+            match req.dtype().contiguous_offset() {
                 // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
                 // `take <= bytes()`; `data` is the transport's (for shm, the ring cell's)
                 // or the unexpected queue's copy, which does not overlap it.
@@ -242,7 +242,7 @@ impl Core {
                 },
                 // SAFETY: the receive buffer holds `count` elements of `dtype`.
                 None => unsafe {
-                    req.dtype
+                    req.dtype()
                         .unpack_range(req.buf.0, req.count, 0, &data[..take])
                 },
             }
@@ -341,7 +341,7 @@ impl Core {
         let capacity = req.bytes();
         if offset < capacity && !p.is_empty() {
             let take = p.len().min(capacity - offset);
-            match req.dtype.contiguous_offset() {
+            match req.dtype().contiguous_offset() {
                 // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
                 // `offset + take <= bytes()`.
                 Some(off) => unsafe {
@@ -353,7 +353,7 @@ impl Core {
                 },
                 // SAFETY: the receive buffer holds `count` elements of `dtype`.
                 None => unsafe {
-                    req.dtype
+                    req.dtype()
                         .unpack_range(req.buf.0, req.count, offset, &p[..take])
                 },
             }

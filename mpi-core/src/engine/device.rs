@@ -134,9 +134,9 @@ impl Engine {
         // copy (already packed) is converted or handed over as it is.
         let data = match (rep, req.packed.take()) {
             (DataRep::Native, Some(packed)) => packed,
-            (DataRep::External32, Some(packed)) => to_external32(&req.dtype, &packed)?,
-            (DataRep::Native, None) if req.dtype.contiguous_offset().is_some() => {
-                let off = req.dtype.contiguous_offset().expect("contiguous");
+            (DataRep::External32, Some(packed)) => to_external32(req.dtype(), &packed)?,
+            (DataRep::Native, None) if req.dtype().contiguous_offset().is_some() => {
+                let off = req.dtype().contiguous_offset().expect("contiguous");
                 // SAFETY: a contiguous type's `count` elements are the `bytes` bytes from
                 // `buf + off`, readable per the MPI contract; one copy, no zero-fill.
                 // `wrapping_offset`, as in pack_range: buf may be MPI_BOTTOM.
@@ -147,14 +147,14 @@ impl Engine {
                 let mut native = vec![0u8; bytes];
                 // SAFETY: the send buffer holds `count` elements of `dtype` (MPI
                 // contract); `native` has exactly their packed size.
-                unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut native) };
+                unsafe { req.dtype().pack_range(req.buf.0, req.count, 0, &mut native) };
                 native
             }
             (DataRep::External32, None) => {
                 let mut wire = Vec::new();
                 // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
                 unsafe {
-                    crate::datatype::pack_external32(&req.dtype, req.buf.0, req.count, &mut wire)
+                    crate::datatype::pack_external32(req.dtype(), req.buf.0, req.count, &mut wire)
                 }?;
                 wire
             }
@@ -320,8 +320,8 @@ impl Core {
         req.received = 0;
         if rep != DataRep::Native {
             // Converted part by part, starting with the first.
-            let mut x = X32Recv::new(&req.dtype);
-            x.feed(&req.dtype, req.buf, req.count, &a.data);
+            let mut x = X32Recv::new(req.dtype());
+            x.feed(req.dtype(), req.buf, req.count, &a.data);
             let r = DeviceRecv {
                 req: id,
                 staging: Some(x),
@@ -365,12 +365,12 @@ impl Core {
                 ));
                 return;
             }
-            x.feed(&req.dtype, req.buf, req.count, data);
+            x.feed(req.dtype(), req.buf, req.count, data);
             return;
         }
         if offset < req.bytes() && !data.is_empty() {
             let take = data.len().min(req.bytes() - offset);
-            match req.dtype.contiguous_offset() {
+            match req.dtype().contiguous_offset() {
                 // SAFETY: the receive buffer holds `bytes()` bytes from `buf + off`, and
                 // `offset + take <= bytes()`.
                 Some(off) => unsafe {
@@ -382,7 +382,7 @@ impl Core {
                 },
                 // SAFETY: the receive buffer holds `count` elements of `dtype`.
                 None => unsafe {
-                    req.dtype
+                    req.dtype()
                         .unpack_range(req.buf.0, req.count, offset, &data[..take])
                 },
             }
@@ -403,7 +403,7 @@ impl Core {
                 }
             }
             Some(x) => {
-                let (native, truncated) = x.finish(&req.dtype, req.buf, req.count);
+                let (native, truncated) = x.finish(req.dtype(), req.buf, req.count);
                 req.status.bytes = native;
                 if truncated {
                     req.status.error = ErrorClass::Truncate as i32;

@@ -30,6 +30,7 @@ impl Engine {
     pub(crate) fn post_recv(&mut self, a: RecvArgs, dtype: &TypeRef) -> MpiResult<ReqId> {
         debug_assert!(a.peer != PROC_NULL);
         let core = &mut self.core;
+        let (dt, builtin) = req_type(dtype);
         let raw = core.reqs.insert(Request {
             op: Op::Recv,
             phase: Phase::Active,
@@ -38,7 +39,8 @@ impl Engine {
             status: Status::EMPTY,
             buf: a.buf,
             count: a.count,
-            dtype: dtype.clone(),
+            dtype: dt,
+            builtin,
             comm: a.comm,
             peer: a.peer,
             tag: a.tag,

@@ -181,7 +181,14 @@ struct Request {
     status: Status,
     buf: Buf,
     count: usize,
-    dtype: TypeRef,
+    /// The datatype, or None for the predefined `builtin`, which is then borrowed from the
+    /// process-wide table (`Datatype::builtin_ref`): a receive used to clone the `Arc` and
+    /// drop it at collection, two atomic read-modify-writes per message on the lean path,
+    /// each a full barrier (`runtime/engine_lock.rs` says what those cost). Read it with
+    /// [`Request::dtype`].
+    dtype: Option<TypeRef>,
+    /// The predefined type when `dtype` is None (anything otherwise).
+    builtin: Builtin,
     comm: CommId,
     /// Peer in the communicator: destination, or source / ANY_SOURCE, or PROC_NULL.
     peer: i32,
@@ -202,11 +209,32 @@ struct Request {
 // (arrival, collect) a line pair per request. Keep it there.
 const _: () = assert!(std::mem::size_of::<Request>() <= 128);
 
+/// A request's `dtype` and `builtin` fields for `t`: borrowed from the builtin table when
+/// `t` is that table's instance, else shared.
+#[inline]
+fn req_type(t: &TypeRef) -> (Option<TypeRef>, Builtin) {
+    if let Some(b) = t.is_builtin() {
+        if std::sync::Arc::ptr_eq(Datatype::builtin_ref(b), t) {
+            return (None, b);
+        }
+    }
+    (Some(t.clone()), Builtin::Byte)
+}
+
 impl Request {
+    /// The request's datatype.
+    #[inline]
+    fn dtype(&self) -> &TypeRef {
+        match &self.dtype {
+            Some(t) => t,
+            None => Datatype::builtin_ref(self.builtin),
+        }
+    }
+
     /// Bytes of the buffer (a receive's capacity).
     #[inline]
     fn bytes(&self) -> usize {
-        self.count * self.dtype.size()
+        self.count * self.dtype().size()
     }
 }
 

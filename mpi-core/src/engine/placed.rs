@@ -31,7 +31,7 @@ impl Arrivals for Core {
         let req = self.reqs.get(id.0)?;
         // A receive too small (truncation) or not contiguous: the ordinary delivery,
         // which reports the one and unpacks the other.
-        let off = req.dtype.contiguous_offset()?;
+        let off = req.dtype().contiguous_offset()?;
         if len > req.bytes() || len == 0 {
             return None;
         }

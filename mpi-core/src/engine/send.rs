@@ -86,13 +86,13 @@ impl Core {
         let body = if single_copy() {
             let addr = if let Some(p) = &req.packed {
                 p.as_ptr() as u64
-            } else if let Some(off) = req.dtype.contiguous_offset() {
+            } else if let Some(off) = req.dtype().contiguous_offset() {
                 // Wrapping: the buffer may be MPI_BOTTOM (NULL) with an absolute offset.
                 req.buf.0.wrapping_offset(off) as u64
             } else {
                 let mut packed = vec![0u8; bytes];
                 // SAFETY: the send buffer holds `count` elements of `dtype`.
-                unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
+                unsafe { req.dtype().pack_range(req.buf.0, req.count, 0, &mut packed) };
                 let a = packed.as_ptr() as u64;
                 req.packed = Some(packed);
                 a
@@ -132,7 +132,7 @@ impl Core {
         let req = self.reqs.get_mut(id.0).expect("live request");
         let mut packed = vec![0u8; bytes];
         // SAFETY: the send buffer holds `count` elements of `dtype` (MPI contract).
-        unsafe { req.dtype.pack_range(req.buf.0, req.count, 0, &mut packed) };
+        unsafe { req.dtype().pack_range(req.buf.0, req.count, 0, &mut packed) };
         req.status.bytes = bytes;
         let copy = Request {
             op: Op::Send(SendMode::Standard),
@@ -142,7 +142,8 @@ impl Core {
             status: Status::EMPTY,
             buf: Buf(packed.as_mut_ptr()),
             count: bytes,
-            dtype: self.byte_type.clone(),
+            dtype: Some(self.byte_type.clone()),
+            builtin: Builtin::Byte,
             comm: req.comm,
             peer: req.peer,
             tag: req.tag,

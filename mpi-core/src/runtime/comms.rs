@@ -28,7 +28,7 @@ fn take_comm_slot(e: &mut Engine, comm: CommId) -> Vec<u32> {
     contexts
 }
 
-fn lock_zombies() -> MutexGuard<'static, Vec<CommId>> {
+fn lock_zombies() -> std::sync::MutexGuard<'static, Vec<CommId>> {
     FREED_WITH_PENDING.lock().unwrap_or_else(|p| p.into_inner())
 }
 

@@ -8,7 +8,7 @@
 //! held while sleeping or while running user callbacks.
 
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
@@ -23,6 +23,7 @@ mod buffer;
 mod checks;
 mod comms;
 mod dynamic;
+mod engine_lock;
 mod errors;
 mod grequest;
 mod inter;
@@ -93,7 +94,7 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
 /// The process's MPI runtime (one per process, made by [`init`]).
 pub struct Runtime {
-    engine: Mutex<Engine>,
+    engine: engine_lock::EngineLock,
     rank: Rank,
     size: usize,
     mode: ProgressMode,
@@ -330,7 +331,7 @@ impl Runtime {
 
         let universe_size = size as i32;
         Ok(Runtime {
-            engine: Mutex::new(engine),
+            engine: engine_lock::EngineLock::new(engine),
             rank,
             size,
             mode,
@@ -385,10 +386,43 @@ impl Runtime {
     }
 
     #[inline]
-    pub(super) fn lock(&self) -> MutexGuard<'_, Engine> {
-        // A panic while holding the lock leaves the engine in an unknown state; MPI has no
-        // recovery, so keep going with what is there (the job will most likely abort).
-        self.engine.lock().unwrap_or_else(|p| p.into_inner())
+    pub(super) fn lock(&self) -> engine_lock::EngineGuard<'_> {
+        self.engine.lock()
+    }
+
+    /// Let the engine be taken without a mutex (`engine_lock.rs`): when this runtime runs
+    /// the polling engine below MPI_THREAD_MULTIPLE, and `TSUNAGI_ENGINE_LOCK` is not `1`.
+    /// Returns whether it now does.
+    ///
+    /// # Safety
+    /// Every call into this runtime from now on comes from threads of the program that
+    /// the program serialises as MPI_THREAD_SERIALIZED requires (no two at once, each call
+    /// ordered before the next of another thread by the program's own synchronisation),
+    /// until [`Runtime::share_engine`]; the caller is not inside a call of this runtime.
+    /// Anything of Tsunagi's that uses the runtime from a thread of its own calls
+    /// `share_engine` before that thread starts.
+    pub unsafe fn assume_serial_calls(&self) -> bool {
+        if self.mode != ProgressMode::Polling
+            || self.thread_level == ThreadLevel::Multiple
+            || std::env::var("TSUNAGI_ENGINE_LOCK").is_ok_and(|v| v == "1")
+        {
+            return false;
+        }
+        // SAFETY: the caller's promise is the one `assume_serial` needs.
+        unsafe { self.engine.assume_serial() };
+        true
+    }
+
+    /// Take the engine's mutex on every call from now on: before a thread of Tsunagi's own
+    /// starts to use the runtime (a file's I/O thread, tools reading the queues). Call it
+    /// from a thread that may call MPI now, outside any call of this runtime.
+    pub fn share_engine(&self) {
+        self.engine.share();
+    }
+
+    /// Whether the engine is taken without a mutex ([`Runtime::assume_serial_calls`]).
+    pub fn engine_is_serial(&self) -> bool {
+        self.engine.is_serial()
     }
 
     /// This process's world rank.
