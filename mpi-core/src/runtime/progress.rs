@@ -75,18 +75,22 @@ impl Runtime {
                 self.publish(&e, before);
                 (n, e.core_has_outgoing(), completed, src.deadline(&e))
             };
-            if n > 0 {
+            // Background services (RMA targets) answer now, not when the application next
+            // calls MPI: passive target progresses on its own. Not only after this
+            // thread's completions: an application thread that polled in a wait (while
+            // this one backed off) may have completed a service's receive in the pass that
+            // ended its wait, and gone to compute without running the services.
+            // What they did (a counter an application thread waits on) is news too.
+            let served = self.take_services_due() && self.advance_services();
+            if served {
+                self.completion_bell.ring();
+            }
+            if n > 0 || served {
                 idle = 0;
                 if sleeping {
                     src.cancel();
                 }
                 if completed {
-                    // Background services (RMA targets) answer now, not when the
-                    // application next calls MPI: passive target progresses on its own.
-                    // What they did (a counter an application thread waits on) is news too.
-                    if self.advance_services() {
-                        self.completion_bell.ring();
-                    }
                     // An application thread may be waiting for this: let it run now
                     // rather than after this thread's next spins (they may share a core).
                     std::thread::yield_now();
@@ -151,12 +155,25 @@ impl Runtime {
     /// completed since the engine's counter read `before` (or that the engine failed).
     /// The counter is stored before the ring: a parked thread reads it after announcing
     /// itself on the doorbell, so it sees the new value or is woken (`futex.rs`).
+    ///
+    /// Any completion may be what a background service (RMA target) waits for: it makes
+    /// the services due for the progress threads ([`Runtime::take_services_due`]). Stored
+    /// under the engine lock after the completion, so a service run after taking the flag
+    /// sees the request complete; a completion after the take sets it again.
     #[inline]
     pub(super) fn publish(&self, e: &Engine, before: u64) {
         if e.core.completions != before || e.core.fault.is_some() {
             self.completed.store(e.core.completions, Ordering::Release);
+            self.services_due.store(true, Ordering::Release);
             self.completion_bell.ring();
         }
+    }
+
+    /// Threaded engine, progress thread: whether requests completed (by any thread) since
+    /// the last call, so that the background services must run. Clears the flag.
+    #[inline]
+    fn take_services_due(&self) -> bool {
+        self.services_due.load(Ordering::Relaxed) && self.services_due.swap(false, Ordering::AcqRel)
     }
 
     /// Block until `done` is true, making progress meanwhile.
