@@ -17,16 +17,61 @@ use crate::wire::{self, AckKind, Kind, Request};
 /// Largest request (header and runs) a `BIG` stub may announce.
 const MAX_BIG_REQUEST: u64 = 1 << 30;
 
+thread_local! {
+    /// An address unique to this thread while it lives: who holds a window's target state
+    /// ([`Window::advancer`]).
+    static THIS_THREAD: u8 = const { 0 };
+}
+
+fn this_thread() -> usize {
+    THIS_THREAD.with(|b| b as *const u8 as usize)
+}
+
 impl Service for Window {
+    /// Serve the window's peers. Several threads may call this at once (an application
+    /// thread on its way through a wait or test, a progress thread after a completion);
+    /// one serves, and a call that finds it busy must not be lost: the one serving may
+    /// have tested the request this call comes for just before it completed, and be about
+    /// to leave. So the busy caller asks it for another pass (`again`), then tries once
+    /// more in case it left before seeing the request. The one serving clears `again`
+    /// before each pass and looks at it after releasing the state: a request that both
+    /// missed would need the flag set after that look, but it is set before the second
+    /// try, which fails only while the state is still held (SeqCst throughout).
     fn advance(&self, rt: &Runtime) -> bool {
-        // Another thread (or this one, re-entering through a progressing call) is at it.
-        let Ok(mut t) = self.target.try_lock() else {
-            return false;
-        };
+        let me = this_thread();
+        let mut did = false;
+        loop {
+            let mut t = match self.target.try_lock() {
+                Ok(t) => t,
+                // This thread, re-entering through a progressing call: its pass goes on.
+                Err(_) if self.advancer.load(Ordering::SeqCst) == me => return did,
+                Err(_) => {
+                    self.again.store(true, Ordering::SeqCst);
+                    match self.target.try_lock() {
+                        Ok(t) => t,
+                        Err(_) => return did,
+                    }
+                }
+            };
+            self.again.store(false, Ordering::SeqCst);
+            self.advancer.store(me, Ordering::SeqCst);
+            did |= self.serve(&mut t, rt);
+            self.advancer.store(0, Ordering::SeqCst);
+            drop(t);
+            if !self.again.load(Ordering::SeqCst) {
+                return did;
+            }
+        }
+    }
+}
+
+impl Window {
+    /// One pass of [`Window::advance`], the target state held.
+    fn serve(&self, t: &mut TargetState, rt: &Runtime) -> bool {
         let mut did = false;
         if !t.locks.queue.is_empty() && self.lock_word(self.rank).is_some() {
             // A process of this node may have released the word since.
-            self.grant(&mut t);
+            self.grant(t);
         }
         loop {
             t.replies
@@ -45,7 +90,7 @@ impl Service for Window {
                 }
                 did = true;
                 match t.awaiting.take().expect("checked") {
-                    Awaiting::Request { src, buf, .. } => self.handle(&mut t, src, &buf),
+                    Awaiting::Request { src, buf, .. } => self.handle(t, src, &buf),
                     Awaiting::Data {
                         src,
                         head,
@@ -54,7 +99,7 @@ impl Service for Window {
                         ..
                     } => {
                         if !direct {
-                            self.apply(&mut t, src, &head, &buf);
+                            self.apply(t, src, &head, &buf);
                         }
                     }
                 }
@@ -68,12 +113,12 @@ impl Service for Window {
                     let buf = std::mem::take(&mut t.buf);
                     let n = st.bytes.min(buf.len());
                     if st.error == 0 && st.source >= 0 {
-                        self.handle(&mut t, st.source as usize, &buf[..n]);
+                        self.handle(t, st.source as usize, &buf[..n]);
                     } else {
-                        self.refuse(&mut t, st.source.max(0) as usize, "a truncated request");
+                        self.refuse(t, st.source.max(0) as usize, "a truncated request");
                     }
                     t.buf = buf;
-                    if self.post_into(&mut t).is_err() {
+                    if self.post_into(t).is_err() {
                         break;
                     }
                 }

@@ -3,7 +3,7 @@
 //! `target.rs`, operations and synchronisation in `origin.rs`.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use tsunagi_core::datatype::{Builtin, Datatype, TypeRef};
@@ -176,6 +176,11 @@ pub struct Window {
     /// Dynamic windows: attached regions (address, length).
     pub(crate) regions: Mutex<Vec<(usize, usize)>>,
     pub(crate) target: Mutex<TargetState>,
+    /// A call of the service found `target` busy: the one serving makes another pass.
+    pub(crate) again: AtomicBool,
+    /// The thread serving now (its `target::this_thread`), 0 if none: tells a re-entering
+    /// call from another thread's.
+    pub(crate) advancer: AtomicUsize,
     /// POST messages received from each rank and not yet consumed by MPI_Win_start.
     pub(crate) posts: Vec<AtomicU32>,
     /// COMPLETE messages received in total.
@@ -386,6 +391,8 @@ impl Window {
                 errors: vec![0; nranks],
                 warned: false,
             }),
+            again: AtomicBool::new(false),
+            advancer: AtomicUsize::new(0),
             posts: (0..nranks).map(|_| AtomicU32::new(0)).collect(),
             completes: AtomicU64::new(0),
             fences: (0..nranks).map(|_| AtomicU64::new(0)).collect(),

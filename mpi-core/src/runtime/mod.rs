@@ -130,6 +130,14 @@ pub struct Runtime {
     /// Completions seen by the progress threads (mirrors the engine's counter so that
     /// waiting application threads can watch it without the lock).
     completed: std::sync::atomic::AtomicU64,
+    /// Threaded engine: requests completed since the progress threads last ran the
+    /// background services (RMA targets). Set by whichever thread polled; the progress
+    /// threads run the services when it is set, so a completion that an application thread
+    /// made on its way out of a wait is served while the program computes.
+    services_due: AtomicBool,
+    /// Threaded engine: application threads that wait by polling, and the progress
+    /// threads' back-off while they do.
+    handoff: progress::Handoff,
     /// Outstanding schedules (non-blocking collectives), see `schedules.rs`.
     schedules: Mutex<Vec<(ReqId, Box<dyn Schedule>)>>,
     /// How many schedules are outstanding (a lock-free check on every progress step).
@@ -366,6 +374,8 @@ impl Runtime {
                 if oversubscribed { 50 } else { 20_000 },
             ),
             completed: std::sync::atomic::AtomicU64::new(0),
+            services_due: AtomicBool::new(false),
+            handoff: Default::default(),
             stall_report: std::env::var("TSUNAGI_STALL_REPORT")
                 .ok()
                 .and_then(|v| v.trim().parse::<f64>().ok())
@@ -484,6 +494,7 @@ impl Runtime {
         for (_, s) in &self.sources {
             s.notify();
         }
+        self.handoff.stop();
         for h in self.threads.lock().expect("threads").drain(..) {
             let _ = h.join();
         }

@@ -414,11 +414,12 @@ impl Runtime {
     }
 
     /// Whether a wait may make progress inline under one lock ([`Runtime::finish_now`]):
-    /// the polling engine with no schedules running (otherwise progress belongs to the
-    /// threads, or to the schedules' loop in [`Runtime::wait_blocking`]).
+    /// with no schedules running (otherwise progress belongs to the schedules' loop in
+    /// [`Runtime::wait_blocking`]). Under the threaded engine too: a waiting application
+    /// thread polls for itself before it hands over to the progress threads.
     #[inline]
     fn polls_inline(&self) -> bool {
-        self.mode != ProgressMode::Threaded && self.nschedules.load(Ordering::Acquire) == 0
+        self.nschedules.load(Ordering::Acquire) == 0
     }
 
     /// The common end of a blocking receive or of a wait on a small message, under the
@@ -429,7 +430,7 @@ impl Runtime {
         if let Some(st) = e.collect(id).map_err(|()| invalid())? {
             return Ok(Some(st));
         }
-        e.progress()?;
+        self.poll_here(e)?;
         e.collect(id).map_err(|()| invalid())
     }
 
@@ -601,7 +602,7 @@ impl Runtime {
                 return Ok(());
             }
             if self.polls_inline() {
-                e.progress()?;
+                self.poll_here(&mut e)?;
                 let mut k = 0;
                 while k < nleft {
                     let i = left[k] as usize;
@@ -844,8 +845,8 @@ impl Runtime {
         if source == PROC_NULL {
             return Ok(Some((Status::PROC_NULL, None)));
         }
-        if self.mode == ProgressMode::Polling {
-            e.progress()?;
+        if self.mode == ProgressMode::Polling || self.handoff.napping() {
+            self.poll_here(&mut e)?;
         }
         e.probe(comm, source, tag, take)
     }
