@@ -180,6 +180,18 @@ const ENV_SETTINGS: &[(&str, &str)] = &[
         "TSUNAGI_SHM_CMA",
         "0 disables single-copy CMA for large shared-memory messages",
     ),
+    (
+        "TSUNAGI_SHM_MEMBARRIER",
+        "0 keeps a fence per shared-memory send and collective-area store",
+    ),
+    (
+        "TSUNAGI_ENGINE_LOCK",
+        "1 keeps the engine mutex below MPI_THREAD_MULTIPLE too",
+    ),
+    (
+        "TSUNAGI_NAP_YIELD",
+        "us a polling waiter yields before napping on a transport",
+    ),
     ("TSUNAGI_SHM_CELL", "bytes per shared-memory ring cell"),
     ("TSUNAGI_SHM_CELLS", "cells per shared-memory ring"),
     (
