@@ -185,7 +185,9 @@ struct Request {
     /// process-wide table (`Datatype::builtin_ref`): a receive used to clone the `Arc` and
     /// drop it at collection, two atomic read-modify-writes per message on the lean path,
     /// each a full barrier (`runtime/engine_lock.rs` says what those cost). Read it with
-    /// [`Request::dtype`].
+    /// [`Request::dtype`]. Two fields rather than an enum of a borrow and an `Arc` (as
+    /// c-abi's `DtRef`): the enum's tag would push the request past its two cache lines
+    /// (the assertion below), where `builtin` fits in padding.
     dtype: Option<TypeRef>,
     /// The predefined type when `dtype` is None (anything otherwise).
     builtin: Builtin,

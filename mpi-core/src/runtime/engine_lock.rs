@@ -56,8 +56,8 @@ const _: fn() = || {
 /// The engine, borrowed from [`EngineLock::lock`].
 pub(crate) struct EngineGuard<'a> {
     lock: &'a EngineLock,
-    /// None in serial mode.
-    _mutex: Option<MutexGuard<'a, ()>>,
+    /// The mutex held; None in serial mode (`Drop` then clears `held`).
+    mutex: Option<MutexGuard<'a, ()>>,
 }
 
 impl EngineLock {
@@ -82,7 +82,7 @@ impl EngineLock {
             self.held.store(true, Ordering::Relaxed);
             return EngineGuard {
                 lock: self,
-                _mutex: None,
+                mutex: None,
             };
         }
         // A panic while holding the lock leaves the engine in an unknown state; MPI has no
@@ -90,7 +90,7 @@ impl EngineLock {
         let g = self.mutex.lock().unwrap_or_else(|p| p.into_inner());
         EngineGuard {
             lock: self,
-            _mutex: Some(g),
+            mutex: Some(g),
         }
     }
 
@@ -155,7 +155,7 @@ impl DerefMut for EngineGuard<'_> {
 impl Drop for EngineGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        if self._mutex.is_none() {
+        if self.mutex.is_none() {
             self.lock.held.store(false, Ordering::Relaxed);
         }
     }
@@ -178,16 +178,16 @@ mod tests {
         assert!(l.is_serial());
         {
             let g = l.lock();
-            assert!(g._mutex.is_none());
+            assert!(g.mutex.is_none());
         }
         l.share();
         assert!(!l.is_serial());
         let g = l.lock();
-        assert!(g._mutex.is_some());
+        assert!(g.mutex.is_some());
         drop(g);
         // A second share changes nothing.
         l.share();
-        assert!(l.lock()._mutex.is_some());
+        assert!(l.lock().mutex.is_some());
     }
 
     #[test]
