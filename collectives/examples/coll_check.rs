@@ -667,8 +667,19 @@ fn test_alltoall(t: &T) {
                     let nodes = ok(t.rt.comm_nodes(W), "nodes");
                     nodes.iter().all(|&x| x == nodes[0])
                 };
-                let fallback =
-                    (a == "sites" || (a == "shm" && !shm_fits)) && ran == Some("pairwise");
+                // "hierarchical" needs several nodes, several ranks on one, all blocks of
+                // a rank in one slot.
+                let hier_fits = count > 0 && n * count * 4 <= 8192 && {
+                    let nodes = ok(t.rt.comm_nodes(W), "nodes");
+                    let mut ids = nodes.to_vec();
+                    ids.sort_unstable();
+                    ids.dedup();
+                    ids.len() > 1 && ids.len() < n
+                };
+                let fallback = (a == "sites"
+                    || (a == "shm" && !shm_fits)
+                    || (a == "hierarchical" && !hier_fits))
+                    && ran == Some("pairwise");
                 check!(
                     ran.is_some() && (a == "auto" || ran == Some(want) || fallback),
                     "alltoall forced {a} ran {ran:?}"
@@ -2657,6 +2668,14 @@ fn test_shm(t: &T) {
     let n = t.n;
     let nodes = ok(rt.comm_nodes(W), "nodes");
     let one_node = nodes.iter().all(|&x| x == nodes[0]);
+    // Across pretend nodes with several ranks on one at least, the small barrier,
+    // allreduce and alltoall run their node steps on a node communicator's area (two
+    // calls each) when this rank's node has 2 to 8 ranks.
+    let mut ids = nodes.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let local = nodes.iter().filter(|&&x| x == nodes[t.me]).count();
+    let split = ids.len() > 1 && ids.len() < n && (2..=8).contains(&local);
     let fams = [Coll::Barrier, Coll::Bcast, Coll::Allreduce, Coll::Reduce];
     let served = |f: &dyn Fn()| {
         let before = coll::shared_memory_calls();
@@ -2666,13 +2685,13 @@ fn test_shm(t: &T) {
     let auto_on = one_node && (2..=8).contains(&n);
     let took = served(&|| four_calls(t, W, 3, "shm auto"));
     check!(
-        took == if auto_on { 4 } else { 0 },
+        took == if auto_on || split { 4 } else { 0 },
         "auto: {took} calls on the area"
     );
     // 2000 longs: only the barrier fits.
     let took = served(&|| four_calls(t, W, 2000, "shm large"));
     check!(
-        took == u64::from(auto_on),
+        took == u64::from(auto_on) + if split { 2 } else { 0 },
         "large: {took} calls on the area"
     );
     // Forced off, family by family.
@@ -2680,7 +2699,14 @@ fn test_shm(t: &T) {
         let off = f.algorithms()[0];
         let took =
             select::with_algorithm(*f, off, || served(&|| four_calls(t, W, 3, off))).unwrap();
-        let want = if auto_on { 3 } else { 0 };
+        // Split: the barrier's gather and bcast, the allreduce's reduce and bcast, less
+        // the calls of the family forced off.
+        let want = match (auto_on, split, f) {
+            (true, _, _) => 3,
+            (false, true, Coll::Reduce) => 3,
+            (false, true, _) => 2,
+            (false, false, _) => 0,
+        };
         check!(
             took == want,
             "{f:?} forced to {off} (#{i}): {took} calls on the area"
@@ -2726,7 +2752,7 @@ fn test_shm(t: &T) {
         if i == 0 {
             let m = mappings();
             check!(
-                m == m0 + usize::from(auto_on),
+                m == m0 + usize::from(auto_on || split),
                 "dup's area: {m} mappings, {m0} before"
             );
         }
@@ -2749,7 +2775,13 @@ fn test_shm(t: &T) {
     ];
     let took = served(&|| seven_calls(t, W, 3, "shm auto (more)"));
     check!(
-        took == if auto_on { 7 } else { 0 },
+        took == if auto_on {
+            7
+        } else if split {
+            2
+        } else {
+            0
+        },
         "auto (more): {took} calls on the area"
     );
     // 1100 longs per block: gather and allgather still fit (8800 bytes do not: none).
@@ -2766,10 +2798,14 @@ fn test_shm(t: &T) {
         let off = f.algorithms()[0];
         let took =
             select::with_algorithm(f, off, || served(&|| seven_calls(t, W, 2, off))).unwrap();
-        let want = match (auto_on, f) {
-            (false, _) => 0,
-            (true, Coll::Scan) => 5,
-            (true, _) => 6,
+        // Split: the alltoall's gather and scatter (not its own when forced off).
+        let want = match (auto_on, split, f) {
+            (false, false, _) => 0,
+            (false, true, Coll::Alltoall) => 0,
+            (false, true, Coll::Gather | Coll::Scatter) => 1,
+            (false, true, _) => 2,
+            (true, _, Coll::Scan) => 5,
+            (true, _, _) => 6,
         };
         check!(
             took == want,

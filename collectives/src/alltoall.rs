@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use tsunagi_core::datatype::TypeRef;
 use tsunagi_core::{CommId, ErrorClass, MpiResult, Runtime};
 
+use crate::node_area::SLOT_BYTES;
+use crate::nodesplit::Split;
 use crate::select::{choose, Coll};
 use crate::util::{
     check_count, check_counts, check_displs, check_type, copy_typed, err, tag, Ctx, Hier, SendBuf,
@@ -161,7 +163,7 @@ pub unsafe fn alltoall(
         .wait(rt);
     }
     let call = "MPI_Alltoall";
-    let ctx = Ctx::new(rt, comm, call)?;
+    let mut ctx = Ctx::new(rt, comm, call)?;
     let p = ctx.size;
     let rc = check_count(call, recvcount)?;
     check_type(call, recvtype)?;
@@ -183,6 +185,25 @@ pub unsafe fn alltoall(
                 // SAFETY: forwarded caller contract (in place: the send blocks are the
                 // receive blocks, which the area copies out before writing them).
                 return unsafe { node.alltoall(rt, s, sc, st, recvbuf, rc, recvtype) };
+            }
+            // Across nodes, when a rank's blocks fit a slot: through the node leaders.
+            if p * block <= SLOT_BYTES && ctx.is_hierarchical()? {
+                let auto = match crate::select::forced(Coll::Alltoall) {
+                    None => Some(true),
+                    Some(i) if Coll::Alltoall.algorithms()[i] == "hierarchical" => Some(false),
+                    Some(_) => None,
+                };
+                if let Some(auto) = auto {
+                    if let Some(sp) = crate::nodesplit::split(&mut ctx)? {
+                        if !auto || sp.max_local() * p * block <= SLOT_BYTES {
+                            record("hierarchical");
+                            // SAFETY: forwarded caller contract.
+                            return unsafe {
+                                split_alltoall(&ctx, &sp, s, sc, st, recvbuf, rc, recvtype)
+                            };
+                        }
+                    }
+                }
             }
         }
     }
@@ -223,6 +244,133 @@ pub unsafe fn alltoall(
     };
     // SAFETY: forwarded caller contract.
     unsafe { alltoall_impl(ctx, send, recv, true) }
+}
+
+/// All-to-all of small blocks through the node leaders: every rank's `p` blocks go to its
+/// leader (a gather through the node's shared-memory area), each leader sends every other
+/// leader, in one message, the blocks its node's ranks have for that node's ranks and
+/// receives theirs, then hands every rank of its node its `p` blocks (a scatter through
+/// the area). One message per pair of nodes crosses the network instead of one per pair
+/// of ranks (or Bruck's `log p` rounds); the ranks that are not leaders only post to and
+/// wait on the area.
+///
+/// # Safety
+/// `p * sc` elements of `st` readable at `s` (the receive buffer itself when in place: it
+/// is read by the gather before the scatter writes it); room for `p * rc` elements of
+/// `rt_` at `recvbuf`; `sc * st.size() == rc * rt_.size()`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn split_alltoall(
+    ctx: &Ctx,
+    sp: &Split,
+    s: *const u8,
+    sc: usize,
+    st: &TypeRef,
+    recvbuf: *mut u8,
+    rc: usize,
+    rt_: &TypeRef,
+) -> MpiResult<()> {
+    let rt = ctx.rt;
+    let p = ctx.size;
+    let b = rc * rt_.size();
+    let row = p * b;
+    let h = &sp.hier;
+    let mine = &h.members[h.my_node];
+    let nl = mine.len();
+    let byte = crate::util::byte_type();
+    // The node's rows (rank i of the node's `p` blocks at `i * row`), at the leader.
+    let mut rows = vec![0u8; if sp.is_leader() { nl * row } else { 0 }];
+    // SAFETY: caller contract for `s`; `rows` holds `nl` rows at the leader.
+    unsafe {
+        crate::gather::gather(
+            rt,
+            SendBuf::Ptr(s),
+            (p * sc) as i64,
+            st,
+            rows.as_mut_ptr(),
+            row as i64,
+            &byte,
+            0,
+            sp.node,
+        )?;
+    }
+    let mut out = vec![0u8; if sp.is_leader() { nl * row } else { 0 }];
+    if sp.is_leader() {
+        let nn = h.members.len();
+        // To node j: for each of our ranks i (in order), the blocks for j's ranks (in
+        // order). From node j: for each of its ranks k, the blocks for our ranks.
+        let mut sbufs: Vec<Vec<u8>> = Vec::with_capacity(nn);
+        let mut rbufs: Vec<Vec<u8>> = Vec::with_capacity(nn);
+        for (j, theirs) in h.members.iter().enumerate() {
+            if j == h.my_node {
+                sbufs.push(Vec::new());
+                rbufs.push(Vec::new());
+                continue;
+            }
+            let mut v = Vec::with_capacity(nl * theirs.len() * b);
+            for i in 0..nl {
+                for &r in theirs {
+                    v.extend_from_slice(&rows[i * row + r * b..i * row + (r + 1) * b]);
+                }
+            }
+            sbufs.push(v);
+            rbufs.push(vec![0u8; theirs.len() * nl * b]);
+        }
+        let mut reqs = Vec::with_capacity(2 * nn);
+        for j in 0..nn {
+            if j != h.my_node {
+                let r = &mut rbufs[j];
+                // SAFETY: `rbufs[j]` is not touched until the waitall.
+                reqs.push(unsafe {
+                    ctx.irecv(r.as_mut_ptr(), r.len(), h.leaders[j], tag::ALLTOALL + 40)?
+                });
+            }
+        }
+        for j in 0..nn {
+            if j != h.my_node {
+                let v = &sbufs[j];
+                // SAFETY: `sbufs[j]` lives, unchanged, until the waitall.
+                reqs.push(unsafe {
+                    ctx.isend(v.as_ptr(), v.len(), h.leaders[j], tag::ALLTOALL + 40)?
+                });
+            }
+        }
+        // Our own node's blocks meanwhile: rank i's block from our rank k.
+        for i in 0..nl {
+            for (k, &src) in mine.iter().enumerate() {
+                let from = k * row + mine[i] * b;
+                out[i * row + src * b..i * row + (src + 1) * b]
+                    .copy_from_slice(&rows[from..from + b]);
+            }
+        }
+        ctx.waitall(&mut reqs)?;
+        for (j, theirs) in h.members.iter().enumerate() {
+            if j == h.my_node {
+                continue;
+            }
+            let v = &rbufs[j];
+            for (k, &src) in theirs.iter().enumerate() {
+                for i in 0..nl {
+                    let from = (k * nl + i) * b;
+                    out[i * row + src * b..i * row + (src + 1) * b]
+                        .copy_from_slice(&v[from..from + b]);
+                }
+            }
+        }
+    }
+    // SAFETY: `out` holds `nl` rows at the leader; room for `p * rc` elements at recvbuf.
+    unsafe {
+        crate::gather::scatter(
+            rt,
+            out.as_ptr(),
+            row as i64,
+            &byte,
+            crate::util::RecvBuf::Ptr(recvbuf),
+            (p * rc) as i64,
+            rt_,
+            0,
+            sp.node,
+        )
+    }
 }
 
 /// `MPI_Alltoallv` (displacements in elements of the respective type).

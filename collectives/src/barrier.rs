@@ -35,6 +35,9 @@ pub fn barrier(rt: &Runtime, comm: CommId) -> MpiResult<()> {
     });
     match alg {
         "hierarchical" => {
+            if let Some(s) = crate::nodesplit::split(&mut ctx)? {
+                return split_barrier(rt, &s);
+            }
             let nodes = ctx.nodes()?;
             let h = Hier::new(&nodes, ctx.rank);
             hierarchical(&ctx, &h)
@@ -69,6 +72,36 @@ pub(crate) fn dissemination(ctx: &Ctx, team: &Team, tag: i32) -> MpiResult<()> {
         round += 1;
     }
     Ok(())
+}
+
+/// Hierarchical barrier on a node split: the node's ranks arrive at their leader (a
+/// gather of one byte through the node's shared-memory area: a non-leader posts and goes
+/// on), the leaders run a barrier, and each releases its node (a bcast of one byte, which
+/// the non-leaders wait for on the area).
+fn split_barrier(rt: &Runtime, s: &crate::nodesplit::Split) -> MpiResult<()> {
+    let byte = crate::util::byte_type();
+    let local = s.hier.members[s.hier.my_node].len();
+    let mut one = [0u8; 1];
+    let mut all = vec![0u8; if s.is_leader() { local } else { 0 }];
+    // SAFETY: one byte sent from `one`; `all` has a byte per node rank at the leader
+    // (the only rank that receives); `one` is the bcast's one-byte buffer.
+    unsafe {
+        crate::gather::gather(
+            rt,
+            crate::util::SendBuf::Ptr(one.as_ptr()),
+            1,
+            &byte,
+            all.as_mut_ptr(),
+            1,
+            &byte,
+            0,
+            s.node,
+        )?;
+        if let Some(leaders) = s.leaders {
+            barrier(rt, leaders)?;
+        }
+        crate::bcast::bcast(rt, one.as_mut_ptr(), 1, &byte, 0, s.node)
+    }
 }
 
 fn hierarchical(ctx: &Ctx, h: &Hier) -> MpiResult<()> {

@@ -47,6 +47,7 @@ mod impi_v;
 pub mod inter;
 pub mod nbc;
 mod node_area;
+mod nodesplit;
 pub mod op;
 pub mod reduce;
 pub mod select;

@@ -664,6 +664,24 @@ pub unsafe fn allreduce(
     let count = common_checks(call, count, dtype, op)?;
     check_buf(call, "recvbuf", recvbuf, count, dtype)?;
     let bytes = count * dtype.size();
+    // Small vectors across nodes: the node steps through the nodes' shared-memory areas
+    // (`nodesplit.rs`), when the automatic choice or the setting is `hierarchical`.
+    if ctx.size > 1
+        && bytes > 0
+        && bytes <= crate::node_area::SLOT_BYTES
+        && ctx.is_hierarchical()?
+        && choose(Coll::Allreduce, || "hierarchical") == "hierarchical"
+    {
+        if let Some(s) = crate::nodesplit::split(&mut ctx)? {
+            if op.is_commutative() || s.hier.rank_ordered() {
+                if let SendBuf::Ptr(sp) = sendbuf {
+                    check_buf(call, "sendbuf", sp, count, dtype)?;
+                }
+                // SAFETY: forwarded caller contract (buffers checked above).
+                return unsafe { split_allreduce(rt, &s, sendbuf, recvbuf, count, dtype, op) };
+            }
+        }
+    }
     // SAFETY: caller contract; written back by finish.
     let view = unsafe { Packed::new(recvbuf, count, dtype, sendbuf == SendBuf::InPlace) };
     if let SendBuf::Ptr(s) = sendbuf {
@@ -743,6 +761,43 @@ pub unsafe fn allreduce(
     // SAFETY: receive buffer writable.
     unsafe { view.finish() };
     Ok(())
+}
+
+/// Hierarchical allreduce on a node split: reduce to the leader inside the node (its
+/// shared-memory area), allreduce among the leaders, bcast inside the node. In rank order
+/// when the nodes hold consecutive ranks in order (the caller checks, for
+/// non-commutative ops): the node reduce folds its ranks in order and the leaders'
+/// allreduce the nodes in order.
+///
+/// # Safety
+/// As [`allreduce`]; `count` elements of `dtype` at `recvbuf` (and at `sendbuf` unless
+/// in place), checked.
+unsafe fn split_allreduce(
+    rt: &Runtime,
+    s: &crate::nodesplit::Split,
+    sendbuf: SendBuf,
+    recvbuf: *mut u8,
+    count: usize,
+    dtype: &TypeRef,
+    op: &Op,
+) -> MpiResult<()> {
+    let n = count as i64;
+    // SAFETY (all three calls): the caller's buffers, checked by it; the leader reduces
+    // into its receive buffer, which the bcast then sends from.
+    unsafe {
+        if let Some(leaders) = s.leaders {
+            reduce(rt, sendbuf, recvbuf, n, dtype, op, 0, s.node)?;
+            allreduce(rt, SendBuf::InPlace, recvbuf, n, dtype, op, leaders)?;
+        } else {
+            // In place, a non-leader's input is its receive buffer.
+            let input = match sendbuf {
+                SendBuf::InPlace => SendBuf::Ptr(recvbuf as *const u8),
+                p => p,
+            };
+            reduce(rt, input, recvbuf, n, dtype, op, 0, s.node)?;
+        }
+        crate::bcast::bcast(rt, recvbuf, n, dtype, 0, s.node)
+    }
 }
 
 /// `MPI_Reduce_scatter_block`.

@@ -18,7 +18,8 @@ pub enum Coll {
     Scatter,
     /// allgather and allgatherv.
     Allgather,
-    /// alltoall, alltoallv and alltoallw (`bruck` only applies to alltoall).
+    /// alltoall, alltoallv and alltoallw (`bruck` and `hierarchical` only apply to
+    /// alltoall).
     Alltoall,
     Reduce,
     Allreduce,
@@ -80,6 +81,7 @@ impl Coll {
                 "linear",
                 "sites",
                 "shm",
+                "hierarchical",
             ],
             Coll::Reduce => &["binomial", "rabenseifner", "hierarchical", "shm"],
             Coll::Allreduce => &[

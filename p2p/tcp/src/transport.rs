@@ -1050,6 +1050,7 @@ impl TcpTransport {
                     }
                     let peer = c.peer.expect("open links know their peer");
                     let buf = c.dec.read_buf();
+                    let room = buf.len();
                     let n = match recv(fd, buf) {
                         Ok(None) => return,
                         Ok(Some(0)) => {
@@ -1098,6 +1099,13 @@ impl TcpTransport {
                     }
                     if goodbye {
                         return self.said_goodbye(idx, peer, sink.is_some());
+                    }
+                    if n < room {
+                        // A short read took all the socket had: the next read would
+                        // only say EAGAIN (a system call per message, ~0.5 µs on
+                        // loopback). Readiness is edge-triggered (mio), so bytes that
+                        // arrive after this read raise a new event (epoll(7)).
+                        return;
                     }
                 }
             }
