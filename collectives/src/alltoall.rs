@@ -316,18 +316,16 @@ unsafe fn split_alltoall(
             rbufs.push(vec![0u8; theirs.len() * nl * b]);
         }
         let mut reqs = Vec::with_capacity(2 * nn);
-        for j in 0..nn {
+        for (j, r) in rbufs.iter_mut().enumerate() {
             if j != h.my_node {
-                let r = &mut rbufs[j];
                 // SAFETY: `rbufs[j]` is not touched until the waitall.
                 reqs.push(unsafe {
                     ctx.irecv(r.as_mut_ptr(), r.len(), h.leaders[j], tag::ALLTOALL + 40)?
                 });
             }
         }
-        for j in 0..nn {
+        for (j, v) in sbufs.iter().enumerate() {
             if j != h.my_node {
-                let v = &sbufs[j];
                 // SAFETY: `sbufs[j]` lives, unchanged, until the waitall.
                 reqs.push(unsafe {
                     ctx.isend(v.as_ptr(), v.len(), h.leaders[j], tag::ALLTOALL + 40)?

@@ -79,6 +79,9 @@ pub(crate) struct Node {
     /// More ranks of the job on this node than processors to run them: waiting ranks
     /// hand their core over soon instead of spinning.
     crowded: bool,
+    /// The job spans nodes (pretend ones included), so a progress pass polls sockets: a
+    /// system call, where shared memory alone is a few loads.
+    sockets: bool,
 }
 
 enum Entry {
@@ -394,6 +397,10 @@ fn setup(rt: &Runtime, comm: CommId) -> MpiResult<Entry> {
         comm,
         _mem: mem,
         crowded: crowded(rt),
+        sockets: {
+            let m = rt.node_map();
+            m.iter().any(|&x| x != m[0])
+        },
     })))
 }
 
@@ -513,6 +520,8 @@ impl Memory {
 struct RtIdle<'a> {
     rt: &'a Runtime,
     crowded: bool,
+    /// Crowded with sockets to poll: a progress pass every 16th round only.
+    sparse: bool,
     since: Option<Instant>,
     /// Rounds left to spin since the last quick yield.
     spin_rounds: u32,
@@ -523,6 +532,7 @@ impl Node {
         RtIdle {
             rt,
             crowded: self.crowded,
+            sparse: self.crowded && self.sockets,
             since: None,
             spin_rounds: 0,
         }
@@ -599,11 +609,12 @@ impl Idle for RtIdle<'_> {
         }
         // Crowded, a round is a yield that lets the core's other ranks run (a rotation
         // through them), and a progress pass over a socket transport is a system call
-        // (epoll_wait): every 16th round only. What waits here is the area, which needs no
-        // progress; the passes only move other traffic (one-sided targets, queued
-        // sends), which may wait ~16 rotations. 8 ranks as 4 pretend nodes on 2 cores:
-        // the non-leaders of a hierarchical allreduce made 2 system calls per round.
-        if !self.crowded || round.is_multiple_of(16) {
+        // (epoll_wait): then every 16th round only. What waits here is the area, which
+        // needs no progress; the passes only move other traffic (one-sided targets,
+        // queued sends), which may wait ~16 rotations. 8 ranks as 4 pretend nodes on 2
+        // cores: the non-leaders of a hierarchical allreduce made 2 system calls per
+        // round. On shared memory alone the pass is cheap and stays in every round.
+        if !self.sparse || round.is_multiple_of(16) {
             self.rt.progress()?;
         }
         if waited < spin + yield_for() {
