@@ -1,7 +1,9 @@
 //! MPI_Alltoall(v,w): Bruck (small blocks, alltoall only), pairwise shift, linear (all
 //! at once), and the 2-level ring of seed 003 §5.1: an outer ring over nodes, so that in
 //! each phase every node sends to exactly one other node, and inside a phase a rotation
-//! over the core pairs of the two nodes.
+//! over the core pairs of the two nodes. Across nodes with small blocks (alltoall only),
+//! `hierarchical`: gathered at the node leaders through the nodes' shared-memory areas,
+//! one message per pair of nodes, scattered back (`split_alltoall`).
 
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicU8, Ordering};

@@ -1,6 +1,7 @@
 //! MPI_Barrier: dissemination, and the hierarchical barrier of seed 004 (node-local
-//! arrival at the node leader, dissemination among node leaders, node-local release); on
-//! one node, the shared-memory area of `shmcoll.rs`.
+//! arrival at the node leader, dissemination among node leaders, node-local release; the
+//! node-local steps through the node communicator's shared-memory area, `nodesplit.rs`);
+//! on one node, the shared-memory area of `shmcoll.rs`.
 
 use tsunagi_core::{CommId, MpiResult, Runtime};
 
