@@ -122,8 +122,8 @@ fn job_suites(vendor: &str) {
         expect_ok(vendor, 2, &all_reads, &big, "vendor big ok");
     }
     // The threaded engine with its progress thread forced each way: polling the vendor
-    // (for vendors without MPI_THREAD_MULTIPLE) and blocking in MPI_Probe (the default
-    // over Open MPI only, so MPICH's blocking path is run here explicitly).
+    // (the default) and blocking in MPI_Probe (`TSUNAGI_VENDOR_BLOCK=1`, at the vendor's
+    // MPI_THREAD_MULTIPLE), so the blocking path is run here explicitly over each vendor.
     for block in ["TSUNAGI_VENDOR_BLOCK=0", "TSUNAGI_VENDOR_BLOCK=1"] {
         let forced = ["--progress", "threaded", "--env", block];
         expect_ok(vendor, 2, &forced, &big, "vendor big ok");

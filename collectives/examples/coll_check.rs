@@ -557,6 +557,40 @@ fn test_allgather(t: &T) {
                 );
             }
         }
+        // Strided send type: the first exchange of recursive doubling and the ring sends
+        // our block straight from the send buffer (packed by the send), not from the copy;
+        // blocks above the shared-memory area's slot so that the algorithms run.
+        for k in [2usize, big(2100)] {
+            let mut send = vec![-9i32; 4 * k];
+            for j in 0..2 * k {
+                send[2 * j] = val(me, j);
+            }
+            let mut recv = vec![-1i32; n * 2 * k];
+            // SAFETY: k strided elements span 4 * k ints; n * 2 * k ints received.
+            ok(
+                unsafe {
+                    coll::allgather(
+                        t.rt,
+                        sp(&send),
+                        k as i64,
+                        &strided(),
+                        pm(&mut recv),
+                        2 * k as i64,
+                        &int(),
+                        W,
+                    )
+                },
+                a,
+            );
+            for r in 0..n {
+                for j in 0..2 * k {
+                    check!(
+                        recv[r * 2 * k + j] == val(r, j),
+                        "allgather {a} strided send {k} [{r}][{j}]"
+                    );
+                }
+            }
+        }
         // Allgatherv: uneven counts, reverse order with gaps; and rank-ordered (direct).
         for reversed in [true, false] {
             let counts: Vec<i64> = (0..n).map(|r| ((r * 7) % 4) as i64 * 100).collect();

@@ -239,7 +239,52 @@ unsafe fn allgather_impl(
         .collect();
     let mut blocks = Blocks::new(user);
     let me = ctx.rank;
+    let total = blocks.total();
+    let hier = p > 1 && ctx.is_hierarchical()?;
+    let alg = if p > 1 {
+        choose(Coll::Allgather, || {
+            if hier {
+                "hierarchical"
+            } else if p.is_power_of_two() && total < 512 * 1024 {
+                "recursive_doubling"
+            } else if total < 80 * 1024 {
+                "bruck"
+            } else {
+                "ring"
+            }
+        })
+    } else {
+        ""
+    };
+    // Recursive doubling and the ring send only our own block in their first exchange:
+    // that block may leave straight from the send buffer, and its copy into the receive
+    // buffer is made while the exchange is under way (as Open MPI's allgatherv does).
+    // Copying first delayed the first message by the copy (~10 µs for CG.A's 56 KB
+    // blocks, cold after the matrix-vector product), and with the vendor's rendezvous
+    // every later step waited that much longer (docs/vendor-mpi.md, session 11).
+    let own_first = match sendbuf {
+        SendBuf::Ptr(s)
+            if p > 1 && (alg == "recursive_doubling" && p.is_power_of_two() || alg == "ring") =>
+        {
+            let sc = check_count(call, sendcount)?;
+            check_type(call, sendtype)?;
+            check_buf(call, "sendbuf", s, sc, sendtype)?;
+            if sc * sendtype.size() != blocks.len[me] {
+                return Err(err(
+                    ErrorClass::Truncate,
+                    format!("{call}: send size differs from the receive count of this rank"),
+                ));
+            }
+            Some(Own {
+                buf: s,
+                count: sc,
+                dtype: sendtype,
+            })
+        }
+        _ => None,
+    };
     match sendbuf {
+        _ if own_first.is_some() => {}
         // SAFETY: the caller's receive block `me` is readable.
         SendBuf::InPlace => unsafe { blocks.load(me) },
         SendBuf::Ptr(s) => {
@@ -256,37 +301,45 @@ unsafe fn allgather_impl(
         }
     }
     if p > 1 {
-        let total = blocks.total();
-        let hier = ctx.is_hierarchical()?;
-        let alg = choose(Coll::Allgather, || {
-            if hier {
-                "hierarchical"
-            } else if p.is_power_of_two() && total < 512 * 1024 {
-                "recursive_doubling"
-            } else if total < 80 * 1024 {
-                "bruck"
-            } else {
-                "ring"
-            }
-        });
         let team = Team::all(&ctx);
         match alg {
             "recursive_doubling" if p.is_power_of_two() => {
-                recursive_doubling(&ctx, &team, &blocks, tag::ALLGATHER)?
+                recursive_doubling(&ctx, &team, &mut blocks, own_first, tag::ALLGATHER)?
             }
             "recursive_doubling" | "bruck" => bruck(&ctx, &blocks)?,
             "hierarchical" => {
                 let nodes = ctx.nodes()?;
                 hierarchical(&ctx, &Hier::new(&nodes, me), &blocks)?
             }
-            _ => ring(
-                &ctx,
-                &team,
-                blocks.base,
-                &blocks.off,
-                &blocks.len,
-                tag::ALLGATHER + 1,
-            )?,
+            _ => {
+                if let Some(own) = own_first {
+                    let n = team.len();
+                    let (right, left) = (team.ranks[(me + 1) % n], team.ranks[(me + n - 1) % n]);
+                    // SAFETY: forwarded caller contract; the ring's first step sends block
+                    // `me` right and receives block `me - 1` (not `me`: p > 1) from the left.
+                    unsafe {
+                        first_from_own(
+                            &ctx,
+                            &mut blocks,
+                            own,
+                            me,
+                            right,
+                            left,
+                            (me + n - 1) % n,
+                            tag::ALLGATHER + 1,
+                        )?
+                    };
+                }
+                ring(
+                    &ctx,
+                    &team,
+                    blocks.base,
+                    &blocks.off,
+                    &blocks.len,
+                    own_first.is_some() as usize,
+                    tag::ALLGATHER + 1,
+                )?
+            }
         }
     }
     for i in 0..p {
@@ -298,20 +351,22 @@ unsafe fn allgather_impl(
     Ok(())
 }
 
-/// Ring allgather over a team: member i's block is at `base + off[i]`, `len[i]` bytes.
+/// Ring allgather over a team: member i's block is at `base + off[i]`, `len[i]` bytes;
+/// steps from `from` on (the first `from` steps done by the caller).
 pub(crate) fn ring(
     ctx: &Ctx,
     team: &Team,
     base: *mut u8,
     off: &[usize],
     len: &[usize],
+    from: usize,
     tag: i32,
 ) -> MpiResult<()> {
     let n = team.len();
     let me = team.me;
     let right = team.ranks[(me + 1) % n];
     let left = team.ranks[(me + n - 1) % n];
-    for s in 0..n.saturating_sub(1) {
+    for s in from..n.saturating_sub(1) {
         let sb = (me + n - s) % n;
         let rb = (me + 2 * n - s - 1) % n;
         // SAFETY: distinct blocks of the working buffer.
@@ -330,12 +385,79 @@ pub(crate) fn ring(
     Ok(())
 }
 
-/// Recursive doubling (team size a power of two): exchange ever larger aligned groups
-/// of blocks, which are contiguous in the working buffer.
-fn recursive_doubling(ctx: &Ctx, team: &Team, b: &Blocks, tag: i32) -> MpiResult<()> {
+/// Our block in the caller's send buffer (`count` elements of `dtype` at `buf`), not yet
+/// in the working buffer: the first exchange sends it from there.
+#[derive(Clone, Copy)]
+struct Own<'a> {
+    buf: *const u8,
+    count: usize,
+    dtype: &'a TypeRef,
+}
+
+/// A first exchange that sends only our block `me`: from the caller's send buffer to
+/// `dest`, block `rb` from `src` into the working buffer, and meanwhile our block's copy
+/// into the working buffer (the ring's first step: right and left; recursive doubling's:
+/// the partner both ways).
+///
+/// # Safety
+/// `own`'s type map readable until the exchange ends; the working buffer's blocks ours;
+/// `rb != me`.
+#[allow(clippy::too_many_arguments)]
+unsafe fn first_from_own(
+    ctx: &Ctx,
+    b: &mut Blocks,
+    own: Own<'_>,
+    me: usize,
+    dest: usize,
+    src: usize,
+    rb: usize,
+    tag: i32,
+) -> MpiResult<()> {
+    // SAFETY: block `rb` of the working buffer is written by this receive only (nothing
+    // else runs on it until the wait); the send reads the caller's send buffer.
+    let mut reqs = unsafe {
+        vec![
+            ctx.irecv(b.ptr(rb), b.len[rb], src, tag)?,
+            ctx.isend_typed(own.buf, own.count, own.dtype, dest, tag)?,
+        ]
+    };
+    // SAFETY: the send buffer is readable (caller contract); block `me` of the working
+    // buffer is disjoint from block `rb` and not touched by the exchange; the caller
+    // checked that the sizes agree, so the copy happens.
+    let filled = unsafe { b.fill_from(me, own.buf, own.count, own.dtype) };
+    let waited = ctx.waitall(&mut reqs);
+    debug_assert!(filled, "own block size checked by the caller");
+    waited
+}
+
+fn recursive_doubling(
+    ctx: &Ctx,
+    team: &Team,
+    b: &mut Blocks,
+    own: Option<Own<'_>>,
+    tag: i32,
+) -> MpiResult<()> {
     let n = team.len();
     let me = team.me;
     let mut mask = 1;
+    if let Some(own) = own {
+        // The first step exchanges single blocks with partner me ^ 1.
+        let partner = me ^ 1;
+        // SAFETY: forwarded caller contract; block `partner` differs from `me`.
+        unsafe {
+            first_from_own(
+                ctx,
+                b,
+                own,
+                me,
+                team.ranks[partner],
+                team.ranks[partner],
+                partner,
+                tag,
+            )?
+        };
+        mask = 2;
+    }
     while mask < n {
         let partner = me ^ mask;
         let mine = me & !(mask - 1);
@@ -443,6 +565,7 @@ fn hierarchical(ctx: &Ctx, h: &Hier, b: &Blocks) -> MpiResult<()> {
                 agg.as_mut_ptr(),
                 &noff,
                 &nlen,
+                0,
                 tag::ALLGATHER + 4,
             )?;
             for k in 0..nn {

@@ -25,6 +25,7 @@ pub(crate) struct Api {
     pub iprobe: unsafe extern "C" fn(*mut c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
     pub recv: unsafe extern "C" fn(*mut u8, c_int, c_int, c_int) -> c_int,
     pub iprobe_tag: unsafe extern "C" fn(c_int, *mut c_int, *mut c_int, *mut c_int) -> c_int,
+    pub iprobe_bulk: unsafe extern "C" fn(c_int, c_int, *mut c_int) -> c_int,
     pub probe: unsafe extern "C" fn() -> c_int,
     pub wake: unsafe extern "C" fn(c_int, c_int) -> c_int,
     pub allgather: unsafe extern "C" fn(*const u8, c_int, *mut u8) -> c_int,
@@ -133,6 +134,8 @@ macro_rules! api_table {
                     src: *mut c_int,
                     count: *mut c_int,
                 ) -> c_int;
+                #[link_name = concat!($prefix, "iprobe_bulk")]
+                fn iprobe_bulk(src: c_int, tag: c_int, found: *mut c_int) -> c_int;
                 #[link_name = concat!($prefix, "probe")]
                 fn probe() -> c_int;
                 #[link_name = concat!($prefix, "wake")]
@@ -174,6 +177,7 @@ macro_rules! api_table {
                 iprobe,
                 recv,
                 iprobe_tag,
+                iprobe_bulk,
                 probe,
                 wake,
                 allgather,

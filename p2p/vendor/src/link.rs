@@ -83,6 +83,9 @@ pub trait Link: Send {
     /// Receive the message [`Link::iprobe`] just reported (`src`, `tag`) into `buf`, whose
     /// length is that message's.
     fn recv_probed(&mut self, buf: &mut [u8], src: u32, tag: i32) -> Result<(), P2pError>;
+    /// Whether a message from `src` with `tag` (a bulk tag) waits on the bulk
+    /// communicator, matched by no posted receive.
+    fn iprobe_bulk(&mut self, src: u32, tag: i32) -> Result<bool, P2pError>;
 }
 
 /// The loaded vendor MPI, through the shim.
@@ -223,6 +226,13 @@ impl Link for VendorLink {
         let rc =
             unsafe { (self.0.api.recv)(buf.as_mut_ptr(), len_int(buf.len())?, src as c_int, tag) };
         check(self.0.api, "MPI_Recv", rc)
+    }
+    fn iprobe_bulk(&mut self, src: u32, tag: i32) -> Result<bool, P2pError> {
+        let mut found: c_int = 0;
+        // SAFETY: one writable int.
+        let rc = unsafe { (self.0.api.iprobe_bulk)(src as c_int, tag, &mut found) };
+        check(self.0.api, "MPI_Iprobe", rc)?;
+        Ok(found != 0)
     }
 }
 
@@ -448,10 +458,13 @@ pub mod sim {
                 .map_err(|e| P2pError::Other(format!("vendor MPI_Test: {e}")))
         }
         fn iprobe(&mut self) -> Result<Option<(u32, i32, usize)>, P2pError> {
-            self.probe_where(|t| !frame::on_bulk(t))
+            self.probe_where(|_, t| !frame::on_bulk(t))
         }
         fn iprobe_tag(&mut self, tag: i32) -> Result<Option<(u32, usize)>, P2pError> {
-            Ok(self.probe_where(|t| t == tag)?.map(|(s, _, n)| (s, n)))
+            Ok(self.probe_where(|_, t| t == tag)?.map(|(s, _, n)| (s, n)))
+        }
+        fn iprobe_bulk(&mut self, src: u32, tag: i32) -> Result<bool, P2pError> {
+            Ok(self.probe_where(|s, t| s == src && t == tag)?.is_some())
         }
         fn recv_probed(&mut self, buf: &mut [u8], src: u32, tag: i32) -> Result<(), P2pError> {
             let mut w = self.w.0.lock().unwrap();
@@ -471,7 +484,7 @@ pub mod sim {
     impl SimLink {
         fn probe_where(
             &mut self,
-            tag_ok: impl Fn(i32) -> bool,
+            wanted: impl Fn(u32, i32) -> bool,
         ) -> Result<Option<(u32, i32, usize)>, P2pError> {
             let mut w = self.w.0.lock().unwrap();
             Self::match_posted(&mut w);
@@ -480,7 +493,7 @@ pub mod sim {
                 .iter()
                 .find(|m| {
                     m.dest == self.rank
-                        && tag_ok(m.tag)
+                        && wanted(m.src, m.tag)
                         && !w.posted.iter().any(|p| {
                             p.0 == self.rank
                                 && match p.4 {

@@ -410,6 +410,13 @@ int F(iprobe_tag)(int tag, int *found, int *src, int *count)
     return status_count(&st, count);
 }
 
+/* Is a message from src with this tag waiting on the bulk communicator (not matched by
+ * a posted receive)? */
+int F(iprobe_bulk)(int src, int tag, int *found)
+{
+    return p_MPI_Iprobe(src, tag, bulk, found, MPI_STATUS_IGNORE);
+}
+
 /* Block until a message is waiting on the transport's communicator (any source, any
  * tag); it stays there for the next MPI_Iprobe. Called by a progress thread without the
  * transport's lock while other threads call the vendor: needs MPI_THREAD_MULTIPLE. It

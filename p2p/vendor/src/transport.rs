@@ -30,14 +30,18 @@
 //!
 //! Larger messages go by the request layer's single-copy rendezvous
 //! ([`Transport::read_remote`]): the sender's RTS names the address of its data, and the
-//! receiver, once matched, posts vendor receives straight into the user's buffer and asks
-//! the sender for the bytes ([`frame::TAG_GET`]); the sender's transport answers with
-//! `MPI_Isend`s from that address, which the request layer keeps untouched until the
-//! receiver's FIN. Neither side copies: only the vendor moves the bytes, as it would for
-//! the application alone. Reads are non-blocking ([`Transport::start_read`],
-//! [`Transport::test_read`]: a receiver keeps several in flight, each peer's data matched
-//! to its receives in the order asked); a reader that tests its read serves the other
-//! peers' requests meanwhile, so reads that cross never wait for each other.
+//! receiver, once matched, asks the sender for the bytes ([`frame::TAG_GET`]); the
+//! sender's transport answers with `MPI_Isend`s from that address, which the request
+//! layer keeps untouched until the receiver's FIN, and the receiver posts vendor receives
+//! straight into the user's buffer once those bytes wait in the vendor. Neither side
+//! copies: only the vendor moves the bytes, as it would for the application alone. Reads
+//! are non-blocking ([`Transport::start_read`], [`Transport::test_read`]: a receiver keeps
+//! several in flight, each peer's data matched to its receives in the order asked); a
+//! reader that tests its read serves the other peers' requests meanwhile, and a request
+//! that came before the bytes is served before the receives that let the vendor move
+//! them are posted (the vendor may move them synchronously inside a call, Open MPI by
+//! CMA), so reads that cross run at the same time instead of one after the other
+//! ([`Core::start_read`]).
 //!
 //! Idle waiting (see [`VendorEvents`]): in the threaded engine with the vendor at
 //! `MPI_THREAD_MULTIPLE`, the progress thread blocks in the vendor's `MPI_Probe` while
@@ -168,6 +172,14 @@ struct Placing {
     len: usize,
 }
 
+/// A read in flight: the receives of its bytes not yet seen complete, posted once its
+/// bytes are on their way ([`Core::test_read`]); until then `into` says where they go
+/// (the peer, the address of the destination and its length).
+struct Read {
+    recvs: Vec<Req>,
+    into: Option<(Rank, usize, usize)>,
+}
+
 /// A receive posted ahead and the buffer it fills.
 struct Ahead {
     req: Req,
@@ -187,9 +199,16 @@ pub(crate) struct Core {
     next: usize,
     /// Polls since the sends were last tested (receives posted ahead only).
     polls: usize,
-    /// Reads in flight by id ([`Core::start_read`]): the receives of their bytes not yet
-    /// complete; `None` is a free id.
-    reads: Vec<Option<Vec<Req>>>,
+    /// Reads in flight by id ([`Core::start_read`]); `None` is a free id.
+    reads: Vec<Option<Read>>,
+    /// Ids of the reads whose receives are not posted yet, in the order asked (a peer
+    /// answers requests in order, and its data meets the receives in that order).
+    unposted: VecDeque<usize>,
+    /// Memory requests taken by a poll that also delivered messages, answered at the next
+    /// call (see [`Core::poll_placing`]).
+    held: Vec<(Rank, [u8; frame::GET_BYTES])>,
+    /// Whether `accept` holds memory requests rather than answering them.
+    hold_gets: bool,
     /// Calls of `test_read` (sends are tested every 64th).
     read_tests: u32,
     /// Outstanding sends, oldest first: the vendor request and the buffer it reads.
@@ -242,6 +261,9 @@ impl Core {
             next: 0,
             polls: 0,
             reads: Vec::new(),
+            unposted: VecDeque::new(),
+            held: Vec::new(),
+            hold_gets: false,
             read_tests: 0,
             sends: VecDeque::new(),
             send_ids: Vec::new(),
@@ -275,6 +297,7 @@ impl Core {
     fn publish_quiet(&self) {
         let quiet = self.sends.is_empty()
             && self.queued == 0
+            && self.held.is_empty()
             && self.placing.is_empty()
             && self.reads.iter().all(Option::is_none);
         self.events.quiet.store(quiet, Ordering::SeqCst);
@@ -386,6 +409,8 @@ impl Core {
         if let Some(c) = self.counters {
             c.sent(payload.len());
         }
+        // Requests the last poll held (see `poll_placing`) wait no longer than our next call.
+        self.serve_held()?;
         Ok(true)
     }
 
@@ -412,8 +437,20 @@ impl Core {
         Ok(())
     }
 
+    /// Answer the memory requests held by a poll.
+    fn serve_held(&mut self) -> Result<(), P2pError> {
+        if self.held.is_empty() {
+            return Ok(());
+        }
+        for (src, request) in std::mem::take(&mut self.held) {
+            self.serve_get(src, &request)?;
+        }
+        Ok(())
+    }
+
     /// Answer every memory request waiting (first messages that came meanwhile queue).
     fn serve_gets(&mut self) -> Result<(), P2pError> {
+        self.serve_held()?;
         if !self.ahead.is_empty() {
             self.take_ahead(None)?;
             return Ok(());
@@ -455,12 +492,27 @@ impl Core {
         Ok(())
     }
 
-    /// Start a single-copy read: post the receives of the bytes (into `dst..dst+len`),
-    /// then ask `peer` for them ([`TAG_GET`]); it answers with sends from where they are.
+    /// Start a single-copy read: ask `peer` for the bytes ([`TAG_GET`]); it answers with
+    /// sends from where they are, received into `dst..dst+len` by receives that
+    /// [`Core::test_read`] posts once the first of them waits in the vendor, after
+    /// answering the requests that came before it.
+    ///
+    /// Why: the vendor may move a large message's bytes inside any of its calls once both
+    /// the send and the receive are posted (Open MPI's ob1 reads them by CMA,
+    /// synchronously, in its progress: 4.5 ms for IS.A's 8 MB), and a process inside that
+    /// call answers nobody. Two processes reading from each other (every exchange: an
+    /// all-to-all, CG's allgatherv) read one after the other when the first to receive
+    /// the other's bytes answers the other's request only after its own read (IS.A/2 over
+    /// Open MPI: 7 ms per all-to-all against Open MPI's 4; docs/vendor-mpi.md, session
+    /// 11). A peer's request goes before its bytes (a poll holds the requests it takes
+    /// while it delivers messages, answered after the reads those messages start: see
+    /// [`Core::poll_placing`]), so once our bytes wait unexpected in the vendor, the
+    /// request that came with them is ours to answer first.
     ///
     /// # Safety
     /// `dst..dst + len` must stay valid and untouched by anyone else until
-    /// [`Core::test_read`] returns `Ok(true)` or an error for the returned id.
+    /// [`Core::test_read`] returns `Ok(true)` or an error for the returned id, and the
+    /// caller tests the read until then.
     pub(crate) unsafe fn start_read(
         &mut self,
         peer: Rank,
@@ -477,14 +529,6 @@ impl Core {
         if len == 0 {
             return Ok(ReadId::DONE);
         }
-        let mut recvs = Vec::new();
-        for (at, n) in frame::get_pieces(len) {
-            // SAFETY: dst[at..at + n] lies inside dst..dst + len, which the caller keeps
-            // valid and ours until `test_read` saw every one of these receives complete.
-            // A vendor error leaves receives posted into the buffer: the error ends the
-            // job (the request layer reports it as a transport fault).
-            recvs.push(unsafe { self.link.irecv(dst.add(at), n, peer, TAG_GET_DATA)? });
-        }
         if let Some(c) = self.counters {
             // Counted when started, as the request layer's wrapper did: the bytes come in
             // unless the job fails.
@@ -493,28 +537,86 @@ impl Core {
         let ask = frame::get_request(addr, len as u64).to_vec();
         self.isend(peer, TAG_GET, ask)?;
         self.events.quiet.store(false, Ordering::SeqCst);
+        let read = Read {
+            recvs: Vec::new(),
+            into: Some((peer, dst as usize, len)),
+        };
         let id = match self.reads.iter().position(Option::is_none) {
             Some(i) => {
-                self.reads[i] = Some(recvs);
+                self.reads[i] = Some(read);
                 i
             }
             None => {
-                self.reads.push(Some(recvs));
+                self.reads.push(Some(read));
                 self.reads.len() - 1
             }
         };
+        self.unposted.push_back(id);
+        // Our request went first; now the ones the last poll held.
+        self.serve_held()?;
         Ok(ReadId(id as u64))
+    }
+
+    /// Post the receives of every read from `peer` not yet posted, in the order asked.
+    fn post_reads(&mut self, peer: Rank) -> Result<(), P2pError> {
+        let mut k = 0;
+        while k < self.unposted.len() {
+            let id = self.unposted[k];
+            let into = self.reads[id].as_ref().and_then(|r| r.into);
+            match into {
+                Some((p, _, _)) if p != peer => {
+                    k += 1;
+                    continue;
+                }
+                _ => {
+                    self.unposted.remove(k);
+                }
+            }
+            let Some((_, dst, len)) = into else {
+                continue;
+            };
+            let read = self.reads[id].as_mut().expect("an unposted read is live");
+            read.into = None;
+            let dst = dst as *mut u8;
+            for (at, n) in frame::get_pieces(len) {
+                // SAFETY: dst[at..at + n] lies inside dst..dst + len, which the caller of
+                // `start_read` keeps valid and ours until `test_read` saw every one of
+                // these receives complete. A vendor error leaves receives posted into the
+                // buffer: the error ends the job (the request layer reports it as a
+                // transport fault).
+                read.recvs
+                    .push(unsafe { self.link.irecv(dst.add(at), n, peer, TAG_GET_DATA)? });
+            }
+        }
+        Ok(())
     }
 
     /// Whether the read `id` is done; if not, answer the peers' memory requests (the peer
     /// may be reading from this process at the same time) and now and then test the sends.
+    /// A read's receives are posted once its bytes wait in the vendor, after the requests
+    /// that came before them are answered (see [`Core::start_read`]).
     pub(crate) fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
         if id == ReadId::DONE {
             return Ok(true);
         }
-        let Some(Some(recvs)) = self.reads.get_mut(id.0 as usize) else {
+        let Some(Some(read)) = self.reads.get(id.0 as usize) else {
             return Err(P2pError::Other(format!("vendor: no read {}", id.0)));
         };
+        if let Some((peer, _, _)) = read.into {
+            self.serve_held()?;
+            if !self.link.iprobe_bulk(peer, TAG_GET_DATA)? {
+                self.serve_gets()?;
+                return Ok(false);
+            }
+            // The peer's bytes wait (for this read or an earlier one of the same peer,
+            // posted here too, in order): answer what came before them, then take them.
+            self.serve_gets()?;
+            self.post_reads(peer)?;
+        }
+        let recvs = &mut self.reads[id.0 as usize]
+            .as_mut()
+            .expect("checked above")
+            .recvs;
         let mut i = 0;
         while i < recvs.len() {
             if self.link.test(recvs[i])? {
@@ -580,11 +682,24 @@ impl Core {
         if !self.placing.is_empty() {
             n += self.test_placing(rx)?;
         }
-        n += if self.ahead.is_empty() {
-            self.take_probed(rx)?
+        // Memory requests held by the last poll: no read followed it.
+        self.serve_held()?;
+        // Requests that come with messages are held until after the reads those messages
+        // start (the request layer starts them when it matches, after this poll, in
+        // `start_read`, which answers the held requests once its own has gone): a peer
+        // that sends us its bytes before asking for ours reads after us, one after the
+        // other (see `start_read`). A poll that delivered nothing answers them at once.
+        self.hold_gets = true;
+        let taken = if self.ahead.is_empty() {
+            self.take_probed(rx)
         } else {
-            self.take_ahead(Some(rx))?
+            self.take_ahead(Some(rx))
         };
+        self.hold_gets = false;
+        n += taken?;
+        if n == 0 {
+            self.serve_held()?;
+        }
         self.publish_quiet();
         Ok(n)
     }
@@ -652,7 +767,20 @@ impl Core {
         rx: Option<&mut dyn Arrivals>,
     ) -> Result<usize, P2pError> {
         if tag == TAG_GET && (src as usize) < self.size {
-            self.serve_get(src, bytes)?;
+            if self.hold_gets {
+                let mut request = [0u8; frame::GET_BYTES];
+                if bytes.len() != request.len() {
+                    return Err(P2pError::Other(format!(
+                        "vendor: from rank {src}: a memory request of {} bytes (expected {})",
+                        bytes.len(),
+                        frame::GET_BYTES
+                    )));
+                }
+                request.copy_from_slice(bytes);
+                self.held.push((src, request));
+            } else {
+                self.serve_get(src, bytes)?;
+            }
             return Ok(0);
         }
         if tag == TAG_WAKE && src == self.rank && bytes.is_empty() {

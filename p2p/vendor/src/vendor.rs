@@ -159,17 +159,24 @@ impl Vendor {
 }
 
 /// Whether the threaded engine's progress thread should block in the vendor
-/// (`TSUNAGI_PROGRESS=threaded`; `TSUNAGI_VENDOR_BLOCK=1|0` forces the choice).
+/// (`TSUNAGI_PROGRESS=threaded` and `TSUNAGI_VENDOR_BLOCK=1`); unset, it polls with naps.
 ///
-/// Unset, the thread blocks over Open MPI (its ob1 probe waits in the kernel when idle)
-/// but polls MPICH: Debian's MPICH is ch4:ucx, whose `MPI_Probe` spins without yielding,
-/// so a blocked progress thread takes a core from the application (measured: NPB EP
-/// 1.97× MPICH alone when blocking, bandwidth 0.15×; docs/vendor-mpi.md).
-fn wants_blocking(flavor: Flavor) -> Result<bool, P2pError> {
+/// Neither vendor's blocking `MPI_Probe` sleeps: Debian's MPICH is ch4:ucx, whose probe
+/// spins in UCX's progress without yielding (NPB EP 1.97× MPICH alone when blocking,
+/// bandwidth 0.15×), and Open MPI 4.1's probe at `MPI_THREAD_MULTIPLE` waits in
+/// `ompi_sync_wait_mt`, which calls `opal_progress` in a loop (`mpi_yield_when_idle` is
+/// off: `--oversubscribe` only allows oversubscription, it does not set it when the node
+/// is not actually oversubscribed). Either way a blocked progress thread takes a core from
+/// the computation: over Open MPI it was a quarter of all samples of a CG.A/2 rank, and at
+/// real-time round-robin priority it shares the core with the application thread in
+/// whole time slices (CG.A/2 2-7× Open MPI alone; 1.1× polling with naps;
+/// docs/vendor-mpi.md, session 11). On a node with a core to spare per rank blocking
+/// costs nothing, hence the setting.
+fn wants_blocking() -> Result<bool, P2pError> {
     let threaded = tsunagi_p2p::ProgressMode::from_env().map_err(P2pError::Other)?
         == tsunagi_p2p::ProgressMode::Threaded;
     match std::env::var("TSUNAGI_VENDOR_BLOCK").as_deref() {
-        Err(_) | Ok("") => Ok(threaded && flavor == Flavor::OpenMpi),
+        Err(_) | Ok("") => Ok(false),
         Ok("1") | Ok("yes") => Ok(threaded),
         Ok("0") | Ok("no") => Ok(false),
         Ok(other) => Err(P2pError::Other(format!(
@@ -205,9 +212,10 @@ fn vendor_error(api: &Api, what: &str, rc: c_int) -> P2pError {
 /// Load the chosen vendor library and run its MPI_Init_thread, asking for
 /// MPI_THREAD_SERIALIZED: Tsunagi calls the vendor only under its transport lock (or from
 /// the main thread during start-up and finalize), but from whichever thread holds that
-/// lock. The threaded engine asks for MPI_THREAD_MULTIPLE instead, because its progress
-/// thread blocks in the vendor's `MPI_Probe` without that lock; a vendor that does not
-/// provide it is an error naming the way out (`TSUNAGI_VENDOR_BLOCK=0`).
+/// lock. The threaded engine with `TSUNAGI_VENDOR_BLOCK=1` asks for MPI_THREAD_MULTIPLE
+/// instead, because its progress thread then blocks in the vendor's `MPI_Probe` without
+/// that lock; a vendor that does not provide it is an error naming the way out
+/// (`TSUNAGI_VENDOR_BLOCK=0`, the default).
 pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
     if let Some(v) = VENDOR.get() {
         return Ok(v);
@@ -236,7 +244,7 @@ pub fn init(choice: &Choice) -> Result<&'static Vendor, P2pError> {
     let mut provided: c_int = -1;
     // SAFETY: the library is loaded; provided is a writable int. Called once per process
     // (guarded by the OnceLock check above and the bootstrap's single call at MPI_Init).
-    let blocking = wants_blocking(choice.flavor)?;
+    let blocking = wants_blocking()?;
     let required = if blocking { multiple } else { serialized };
     let rc = unsafe { (api.init)(required, &mut provided) };
     check(api, "MPI_Init_thread", rc)?;

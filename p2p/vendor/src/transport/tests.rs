@@ -667,3 +667,63 @@ fn a_long_rest_travels_in_pieces_and_lands_whole_in_both_modes() {
         assert_eq!(b.queued, 0);
     }
 }
+
+/// Crossing reads run at the same time (`Core::start_read`): a memory request taken by a
+/// poll that also delivers a message (the RTS whose read it starts) is held until that
+/// read has sent its own request; a reader posts its receives only once its bytes wait,
+/// after answering the request that came before them; a poll that delivers nothing
+/// answers requests at once.
+#[test]
+fn a_request_that_comes_with_a_message_is_answered_after_the_read_it_starts() {
+    let w = SimWorld::default();
+    let mut a = core(&w, 0, 2, 16, POSTED_AHEAD);
+    let mut b = core(&w, 1, 2, 16, POSTED_AHEAD);
+    let a_data: Vec<u8> = (0..40_000u32).map(|i| (i % 253) as u8).collect();
+    let b_data: Vec<u8> = (0..30_000u32).map(|i| (i % 11) as u8 + 3).collect();
+    // Rank 0 sends rank 1 a message (its RTS) and asks for rank 1's bytes.
+    assert!(a.try_send(1, &hdr(0, 0), &payload(0, 4)).unwrap());
+    let mut a_dst = vec![0u8; b_data.len()];
+    // SAFETY: a_dst outlives the read, tested below until done.
+    let a_read =
+        unsafe { a.start_read(1, b_data.as_ptr() as u64, a_dst.as_mut_ptr(), a_dst.len()) }
+            .unwrap();
+    // Rank 1's poll delivers the message and holds the request: no bytes go to rank 0 yet.
+    let mut got = Vec::new();
+    assert_eq!(take(&mut b, &mut got), 1);
+    assert_eq!(b.held.len(), 1);
+    assert!(!a.link.iprobe_bulk(1, TAG_GET_DATA).unwrap());
+    // The read that message starts sends rank 1's request first, then answers rank 0's.
+    let mut b_dst = vec![0u8; a_data.len()];
+    // SAFETY: as above.
+    let b_read =
+        unsafe { b.start_read(0, a_data.as_ptr() as u64, b_dst.as_mut_ptr(), b_dst.len()) }
+            .unwrap();
+    assert!(b.held.is_empty());
+    assert!(a.link.iprobe_bulk(1, TAG_GET_DATA).unwrap());
+    // Rank 0 finds its bytes waiting: it answers rank 1's request (which came before them)
+    // before taking them, so rank 1's bytes are on their way before rank 0's read is over.
+    let start = Instant::now();
+    while !a.test_read(a_read).unwrap() {
+        assert!(start.elapsed() < BOUND, "rank 0's read never ended");
+    }
+    assert!(b.link.iprobe_bulk(0, TAG_GET_DATA).unwrap());
+    assert_eq!(a_dst, b_data);
+    while !b.test_read(b_read).unwrap() {
+        assert!(start.elapsed() < BOUND, "rank 1's read never ended");
+    }
+    assert_eq!(b_dst, a_data);
+    // A request taken by a poll that delivers nothing is answered by that poll.
+    let mut b_dst = vec![0u8; 1000];
+    // SAFETY: as above.
+    let b_read =
+        unsafe { b.start_read(0, a_data.as_ptr() as u64, b_dst.as_mut_ptr(), b_dst.len()) }
+            .unwrap();
+    assert_eq!(take(&mut a, &mut Vec::new()), 0);
+    assert!(a.held.is_empty());
+    assert!(b.link.iprobe_bulk(0, TAG_GET_DATA).unwrap());
+    while !b.test_read(b_read).unwrap() {
+        take(&mut a, &mut Vec::new());
+        assert!(start.elapsed() < BOUND, "rank 1's second read never ended");
+    }
+    assert_eq!(b_dst[..], a_data[..1000]);
+}
