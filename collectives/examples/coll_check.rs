@@ -702,13 +702,15 @@ fn test_alltoall(t: &T) {
                     nodes.iter().all(|&x| x == nodes[0])
                 };
                 // "hierarchical" needs several nodes, several ranks on one, all blocks of
-                // a rank in one slot.
+                // a rank in one slot, and one site (across sites the site algorithms
+                // apply, not the node split).
                 let hier_fits = count > 0 && n * count * 4 <= 8192 && {
                     let nodes = ok(t.rt.comm_nodes(W), "nodes");
                     let mut ids = nodes.to_vec();
                     ids.sort_unstable();
                     ids.dedup();
-                    ids.len() > 1 && ids.len() < n
+                    let sites = t.rt.site_map();
+                    ids.len() > 1 && ids.len() < n && sites.iter().all(|s| Some(s) == sites.first())
                 };
                 let fallback = (a == "sites"
                     || (a == "shm" && !shm_fits)
@@ -2709,7 +2711,10 @@ fn test_shm(t: &T) {
     ids.sort_unstable();
     ids.dedup();
     let local = nodes.iter().filter(|&&x| x == nodes[t.me]).count();
-    let split = ids.len() > 1 && ids.len() < n && (2..=8).contains(&local);
+    // Not across sites: there the site algorithms apply, not the node split.
+    let sites = rt.site_map();
+    let one_site = sites.iter().all(|s| Some(s) == sites.first());
+    let split = one_site && ids.len() > 1 && ids.len() < n && (2..=8).contains(&local);
     let fams = [Coll::Barrier, Coll::Bcast, Coll::Allreduce, Coll::Reduce];
     let served = |f: &dyn Fn()| {
         let before = coll::shared_memory_calls();

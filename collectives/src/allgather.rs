@@ -263,8 +263,14 @@ unsafe fn allgather_impl(
     // blocks, cold after the matrix-vector product), and with the vendor's rendezvous
     // every later step waited that much longer (docs/vendor-mpi.md, session 11).
     let own_first = match sendbuf {
+        // Only a contiguous send type: the block goes as bytes, like every other step of
+        // these algorithms, since a device that converts typed data between sites
+        // (external32 over IMPI) must see bytes at both ends of a message; a typed send met
+        // by a byte receive arrives converted.
         SendBuf::Ptr(s)
-            if p > 1 && (alg == "recursive_doubling" && p.is_power_of_two() || alg == "ring") =>
+            if p > 1
+                && (alg == "recursive_doubling" && p.is_power_of_two() || alg == "ring")
+                && sendtype.contiguous_offset().is_some() =>
         {
             let sc = check_count(call, sendcount)?;
             check_type(call, sendtype)?;
@@ -275,10 +281,10 @@ unsafe fn allgather_impl(
                     format!("{call}: send size differs from the receive count of this rank"),
                 ));
             }
+            let off = sendtype.contiguous_offset().expect("checked by the guard");
             Some(Own {
-                buf: s,
-                count: sc,
-                dtype: sendtype,
+                buf: s.wrapping_offset(off),
+                len: blocks.len[me],
             })
         }
         _ => None,
@@ -387,11 +393,11 @@ pub(crate) fn ring(
 
 /// Our block in the caller's send buffer (`count` elements of `dtype` at `buf`), not yet
 /// in the working buffer: the first exchange sends it from there.
+/// Our block in the caller's send buffer: `len` contiguous bytes at `buf`.
 #[derive(Clone, Copy)]
-struct Own<'a> {
+struct Own {
     buf: *const u8,
-    count: usize,
-    dtype: &'a TypeRef,
+    len: usize,
 }
 
 /// A first exchange that sends only our block `me`: from the caller's send buffer to
@@ -400,13 +406,13 @@ struct Own<'a> {
 /// the partner both ways).
 ///
 /// # Safety
-/// `own`'s type map readable until the exchange ends; the working buffer's blocks ours;
+/// `own`'s bytes readable until the exchange ends; the working buffer's blocks ours;
 /// `rb != me`.
 #[allow(clippy::too_many_arguments)]
 unsafe fn first_from_own(
     ctx: &Ctx,
     b: &mut Blocks,
-    own: Own<'_>,
+    own: Own,
     me: usize,
     dest: usize,
     src: usize,
@@ -418,23 +424,24 @@ unsafe fn first_from_own(
     let mut reqs = unsafe {
         vec![
             ctx.irecv(b.ptr(rb), b.len[rb], src, tag)?,
-            ctx.isend_typed(own.buf, own.count, own.dtype, dest, tag)?,
+            ctx.isend(own.buf, own.len, dest, tag)?,
         ]
     };
-    // SAFETY: the send buffer is readable (caller contract); block `me` of the working
-    // buffer is disjoint from block `rb` and not touched by the exchange; the caller
-    // checked that the sizes agree, so the copy happens.
-    let filled = unsafe { b.fill_from(me, own.buf, own.count, own.dtype) };
-    let waited = ctx.waitall(&mut reqs);
-    debug_assert!(filled, "own block size checked by the caller");
-    waited
+    if own.len > 0 {
+        // SAFETY: the send buffer's `len` bytes are readable (caller contract); block `me`
+        // of the working buffer (`len[me] == own.len` bytes, checked by the caller) is
+        // disjoint from block `rb` and from the send buffer, and not touched by the
+        // exchange.
+        unsafe { std::ptr::copy_nonoverlapping(own.buf, b.ptr(me), own.len) };
+    }
+    ctx.waitall(&mut reqs)
 }
 
 fn recursive_doubling(
     ctx: &Ctx,
     team: &Team,
     b: &mut Blocks,
-    own: Option<Own<'_>>,
+    own: Option<Own>,
     tag: i32,
 ) -> MpiResult<()> {
     let n = team.len();
