@@ -41,7 +41,7 @@
 //! that came before the bytes is served before the receives that let the vendor move
 //! them are posted (the vendor may move them synchronously inside a call, Open MPI by
 //! CMA), so reads that cross run at the same time instead of one after the other
-//! ([`Core::start_read`]).
+//! (`Core::start_read`).
 //!
 //! Idle waiting (see [`VendorEvents`]): in the threaded engine with the vendor at
 //! `MPI_THREAD_MULTIPLE`, the progress thread blocks in the vendor's `MPI_Probe` while
