@@ -1,6 +1,8 @@
 //! Point-to-point calls: send and receive in every mode, persistent requests, the wait and
 //! test families, cancel, probes and matched probes, sendrecv, buffered-send buffers.
 
+use std::mem::MaybeUninit;
+
 use super::*;
 
 impl Runtime {
@@ -570,55 +572,51 @@ impl Runtime {
                 format!("{call}: invalid request at index {i}"),
             )
         };
-        // Indices still to collect: on the stack for a window of up to 64.
-        let mut small = [0u32; 64];
+        // Requests still to collect, with their index: on the stack for a window of up
+        // to 64. Each handle is decoded once (`id_of` checks a C handle: ~27 instructions).
+        // Left uninitialised (zeroing 512 bytes per call cost a window of sends ~10
+        // instructions per message); entries below `nleft` are always written first.
+        let mut small = [MaybeUninit::<(u32, ReqId)>::uninit(); 64];
         let mut big = Vec::new();
-        let left: &mut [u32] = if n <= small.len() {
+        let left: &mut [MaybeUninit<(u32, ReqId)>] = if n <= small.len() {
             &mut small[..n]
         } else {
-            big.resize(n, 0);
+            big.resize(n, MaybeUninit::uninit());
             &mut big
         };
         let mut nleft = 0;
         {
             // What is already complete (a window of eager sends) is collected under one
-            // lock; if something is left, one progress pass under the same lock (the
-            // messages of a window of receives are usually waiting in the transport) and
-            // a second look, before the general loop.
+            // lock. At the first request that is not, one progress pass under the same
+            // lock (the messages of a window of receives are usually waiting in the
+            // transport) and a second look at it, then on with the rest: a window of
+            // receives costs one failed look, not one per request.
             let mut e = self.lock();
+            let mut polled = false;
             for i in 0..n {
                 match id_of(i) {
                     None => put(i, Status::EMPTY),
-                    Some(id) => match e.collect(id).map_err(|()| invalid(i))? {
-                        Some(st) => put(i, st),
-                        None => {
-                            left[nleft] = i as u32;
-                            nleft += 1;
+                    Some(id) => {
+                        let mut got = e.collect(id).map_err(|()| invalid(i))?;
+                        if got.is_none() && !polled {
+                            polled = true;
+                            if self.polls_inline() {
+                                self.poll_here(&mut e)?;
+                                got = e.collect(id).map_err(|()| invalid(i))?;
+                            }
                         }
-                    },
+                        match got {
+                            Some(st) => put(i, st),
+                            None => {
+                                left[nleft].write((i as u32, id));
+                                nleft += 1;
+                            }
+                        }
+                    }
                 }
             }
             if nleft == 0 {
                 return Ok(());
-            }
-            if self.polls_inline() {
-                self.poll_here(&mut e)?;
-                let mut k = 0;
-                while k < nleft {
-                    let i = left[k] as usize;
-                    let id = id_of(i).expect("left holds requests");
-                    match e.collect(id).map_err(|()| invalid(i))? {
-                        Some(st) => {
-                            put(i, st);
-                            nleft -= 1;
-                            left[k] = left[nleft];
-                        }
-                        None => k += 1,
-                    }
-                }
-                if nleft == 0 {
-                    return Ok(());
-                }
             }
         }
         // Every completion bumps the engine's counter: while it stands still, nothing in
@@ -631,11 +629,12 @@ impl Runtime {
             scanned_at = Some(e.core.completions);
             let mut k = 0;
             while k < nleft {
-                let i = left[k] as usize;
-                let id = id_of(i).expect("left holds requests");
-                match e.collect(id).map_err(|()| invalid(i))? {
+                // SAFETY: every entry below `nleft` was written (the first pass writes
+                // entries 0..nleft; removal moves the last written entry into slot k).
+                let (i, id) = unsafe { left[k].assume_init() };
+                match e.collect(id).map_err(|()| invalid(i as usize))? {
                     Some(st) => {
-                        put(i, st);
+                        put(i as usize, st);
                         nleft -= 1;
                         left[k] = left[nleft];
                     }
