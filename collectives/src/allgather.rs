@@ -262,16 +262,17 @@ unsafe fn allgather_impl(
     // Copying first delayed the first message by the copy (~10 µs for CG.A's 56 KB
     // blocks, cold after the matrix-vector product), and with the vendor's rendezvous
     // every later step waited that much longer (docs/vendor-mpi.md, session 11).
-    let own_first = match sendbuf {
-        // Only a contiguous send type: the block goes as bytes, like every other step of
-        // these algorithms, since a device that converts typed data between sites
-        // (external32 over IMPI) must see bytes at both ends of a message; a typed send met
-        // by a byte receive arrives converted.
-        SendBuf::Ptr(s)
-            if p > 1
-                && (alg == "recursive_doubling" && p.is_power_of_two() || alg == "ring")
-                && sendtype.contiguous_offset().is_some() =>
-        {
+    // Only from a contiguous send type: the block goes as bytes, like every other step of
+    // these algorithms, since a device that converts typed data between sites (external32
+    // over IMPI) must see bytes at both ends of a message; a typed send met by a byte
+    // receive arrives converted.
+    let first_sends_own =
+        p > 1 && (alg == "recursive_doubling" && p.is_power_of_two() || alg == "ring");
+    let mut own_first = None;
+    match sendbuf {
+        // SAFETY: the caller's receive block `me` is readable.
+        SendBuf::InPlace => unsafe { blocks.load(me) },
+        SendBuf::Ptr(s) => {
             let sc = check_count(call, sendcount)?;
             check_type(call, sendtype)?;
             check_buf(call, "sendbuf", s, sc, sendtype)?;
@@ -281,28 +282,18 @@ unsafe fn allgather_impl(
                     format!("{call}: send size differs from the receive count of this rank"),
                 ));
             }
-            let off = sendtype.contiguous_offset().expect("checked by the guard");
-            Some(Own {
-                buf: s.wrapping_offset(off),
-                len: blocks.len[me],
-            })
-        }
-        _ => None,
-    };
-    match sendbuf {
-        _ if own_first.is_some() => {}
-        // SAFETY: the caller's receive block `me` is readable.
-        SendBuf::InPlace => unsafe { blocks.load(me) },
-        SendBuf::Ptr(s) => {
-            let sc = check_count(call, sendcount)?;
-            check_type(call, sendtype)?;
-            check_buf(call, "sendbuf", s, sc, sendtype)?;
-            // SAFETY: the caller's send buffer is readable.
-            if !unsafe { blocks.fill_from(me, s, sc, sendtype) } {
-                return Err(err(
-                    ErrorClass::Truncate,
-                    format!("{call}: send size differs from the receive count of this rank"),
-                ));
+            match sendtype.contiguous_offset() {
+                Some(off) if first_sends_own => {
+                    own_first = Some(Own {
+                        buf: s.wrapping_offset(off),
+                        len: blocks.len[me],
+                    })
+                }
+                _ => {
+                    // SAFETY: the caller's send buffer is readable.
+                    let filled = unsafe { blocks.fill_from(me, s, sc, sendtype) };
+                    debug_assert!(filled, "the sizes agree (checked above)");
+                }
             }
         }
     }
@@ -391,9 +382,8 @@ pub(crate) fn ring(
     Ok(())
 }
 
-/// Our block in the caller's send buffer (`count` elements of `dtype` at `buf`), not yet
-/// in the working buffer: the first exchange sends it from there.
-/// Our block in the caller's send buffer: `len` contiguous bytes at `buf`.
+/// Our block in the caller's send buffer, `len` contiguous bytes at `buf`, not yet in the
+/// working buffer: the first exchange sends it from there.
 #[derive(Clone, Copy)]
 struct Own {
     buf: *const u8,
