@@ -228,14 +228,20 @@ impl Mapping {
                 });
             }
             let fd = Fd(fd);
-            match check_owned(&fd, &format!("/dev/shm/{name}"), min_len) {
-                Ok(len) => break (fd, len),
-                Err(_) if Instant::now() < deadline && file_len(&fd) < min_len => {
-                    drop(fd);
-                    std::thread::sleep(Duration::from_millis(1));
-                }
-                Err(e) => return Err(e),
+            let what = format!("/dev/shm/{name}");
+            // Decide on the size this one check saw: the creator may size the object
+            // between two looks, and an error built from the first look must not be
+            // returned because a second look found it large enough (a test once failed
+            // on "0 bytes, too small" exactly so).
+            let len = owned_len(&fd, &what)?;
+            if len >= min_len {
+                break (fd, len);
             }
+            if Instant::now() >= deadline {
+                return Err(too_small(&what, len));
+            }
+            drop(fd);
+            std::thread::sleep(Duration::from_millis(1));
         };
         let base = map_fd(&fd, len)?;
         Ok(Mapping {
@@ -279,20 +285,19 @@ impl Mapping {
     }
 }
 
-/// Size of the object behind `fd`.
-fn file_len(fd: &Fd) -> usize {
-    // SAFETY: stat buffer on our stack, filled by the kernel.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: fstat on our descriptor into a valid buffer.
-    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-        return 0;
-    }
-    st.st_size as usize
-}
-
 /// Check that the object behind `fd` (called `what` in messages) is ours, mode 0600, and
 /// at least `min_len` bytes; returns its size.
 fn check_owned(fd: &Fd, what: &str, min_len: usize) -> Result<usize, P2pError> {
+    let len = owned_len(fd, what)?;
+    if len < min_len {
+        return Err(too_small(what, len));
+    }
+    Ok(len)
+}
+
+/// Check that the object behind `fd` (called `what` in messages) is ours and mode 0600;
+/// returns its size.
+fn owned_len(fd: &Fd, what: &str) -> Result<usize, P2pError> {
     // SAFETY: stat buffer on our stack, filled by the kernel.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: fstat on our descriptor into a valid buffer.
@@ -309,13 +314,11 @@ fn check_owned(fd: &Fd, what: &str, min_len: usize) -> Result<usize, P2pError> {
             euid
         )));
     }
-    let len = st.st_size as usize;
-    if len < min_len {
-        return Err(P2pError::Other(format!(
-            "shm segment {what} is {len} bytes, too small"
-        )));
-    }
-    Ok(len)
+    Ok(st.st_size as usize)
+}
+
+fn too_small(what: &str, len: usize) -> P2pError {
+    P2pError::Other(format!("shm segment {what} is {len} bytes, too small"))
 }
 
 fn unlink_path(path: &CString) -> Result<(), P2pError> {
@@ -346,5 +349,49 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.base as *mut libc::c_void, self.len);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An object that exists but is still empty (the creator between `shm_open` and
+    /// `fallocate`) is waited for, not reported as too small; one that stays too small
+    /// is reported once the wait is over.
+    #[test]
+    fn open_waits_for_the_creator_to_size_the_object() {
+        let name = format!("tsunagi-unit-open-{}", std::process::id());
+        let path = shm_path(&name).unwrap();
+        // SAFETY: a valid C string; flags and mode are plain integers.
+        let fd = unsafe {
+            libc::shm_open(
+                path.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+                0o600 as libc::mode_t,
+            )
+        };
+        assert!(fd >= 0, "shm_open: {}", std::io::Error::last_os_error());
+        let fd = Fd(fd);
+        // SAFETY: fchmod on our descriptor (the umask may have cleared bits).
+        assert_eq!(unsafe { libc::fchmod(fd.0, 0o600) }, 0);
+
+        let too_short = Mapping::open(&name, Duration::from_millis(30), 4096);
+        let err = too_short.err().expect("an empty object must not open");
+        assert!(err.to_string().contains("0 bytes, too small"), "{err}");
+
+        let opener = {
+            let name = name.clone();
+            std::thread::spawn(move || Mapping::open(&name, Duration::from_secs(10), 4096))
+        };
+        std::thread::sleep(Duration::from_millis(50));
+        // SAFETY: ftruncate on our descriptor.
+        assert_eq!(unsafe { libc::ftruncate(fd.0, 8192) }, 0);
+        let map = opener
+            .join()
+            .unwrap()
+            .expect("open after the object was sized");
+        assert_eq!(map.len(), 8192);
+        unlink_name(&name);
     }
 }
