@@ -229,6 +229,38 @@ fn oversubscribed(local: usize, ncpu: usize, runnable: Option<usize>) -> bool {
     local > ncpu || runnable.is_some_and(|r| r.saturating_sub(local) >= ncpu)
 }
 
+/// Samples of the runnable count [`oversubscribed_settled`] takes at most.
+const RUNNABLE_SAMPLES: u32 = 5;
+
+/// [`oversubscribed`], judged on up to [`RUNNABLE_SAMPLES`] samples of the runnable count
+/// (`sample`), with `pause` between them: oversubscribed only if every sample says so.
+/// One sample was a coin toss at start-up. The launcher's processes and the ranks still
+/// in their vendor's `MPI_Init` run for a moment then (MPICH's ranks poll there, Hydra's
+/// proxy answers them), and 2 ranks over MPICH on an idle 2-core machine counted 4
+/// runnable tasks in one start of two: that start spun 2 passes and parked its waiters,
+/// and the threaded engine's 8-byte latency over MPICH rose from ~0.6 to ~0.78 µs. Work
+/// that fills the cores for real is there at every sample. The first sample that leaves
+/// a core free ends the look, so an idle machine costs one sample.
+fn oversubscribed_settled(
+    local: usize,
+    ncpu: usize,
+    mut sample: impl FnMut() -> Option<usize>,
+    mut pause: impl FnMut(),
+) -> bool {
+    if local > ncpu {
+        return true;
+    }
+    for i in 0..RUNNABLE_SAMPLES {
+        if i > 0 {
+            pause();
+        }
+        if !oversubscribed(local, ncpu, sample()) {
+            return false;
+        }
+    }
+    true
+}
+
 /// How long a polling waiter yields on before it sleeps: `setting` (`TSUNAGI_NAP_YIELD`,
 /// µs) when it parses, else the longest nap among the transports' event sources that no
 /// arrival wakes ([`EventSource::nap`]), else zero (every sleep ends at an arrival).
@@ -289,7 +321,9 @@ impl Runtime {
         // every rank of a `--node-map 2` job on 2 cores spin 20,000 passes and yield 20,000
         // times while the rank it waited for could not run (4 ms per barrier under
         // round-robin, 150 ms under CFS: issue 15).
-        let oversubscribed = oversubscribed(on_host, ncpu, runnable_now());
+        let oversubscribed = oversubscribed_settled(on_host, ncpu, runnable_now, || {
+            std::thread::sleep(Duration::from_millis(2))
+        });
         // A pass over a socket transport costs a system call (~1 µs, an epoll_wait), one
         // over shared memory a few loads: oversubscribed, spin a few passes only when a
         // socket is polled too (2 passes: 64 µs per 8-rank allreduce on 4 pretend nodes
@@ -581,7 +615,7 @@ fn event_registry(
 
 #[cfg(test)]
 mod waiting_policy_tests {
-    use super::{nap_yield, oversubscribed};
+    use super::{nap_yield, oversubscribed, oversubscribed_settled, RUNNABLE_SAMPLES};
     use std::time::Duration;
 
     #[test]
@@ -613,5 +647,34 @@ mod waiting_policy_tests {
         // Other work already fills the cores (a shared machine): yield early.
         assert!(oversubscribed(2, 2, Some(4)));
         assert!(oversubscribed(1, 4, Some(30)));
+    }
+
+    #[test]
+    fn a_moment_of_start_up_work_does_not_count_as_a_busy_machine() {
+        let judge = |local, samples: &[Option<usize>]| {
+            let mut taken = 0;
+            let mut it = samples.iter().copied();
+            let over = oversubscribed_settled(
+                local,
+                2,
+                || {
+                    taken += 1;
+                    it.next().flatten()
+                },
+                || {},
+            );
+            (over, taken)
+        };
+        // Idle: one sample.
+        assert_eq!(judge(2, &[Some(2)]), (false, 1));
+        // The launcher busy for two samples, then quiet.
+        assert_eq!(judge(2, &[Some(4), Some(5), Some(3)]), (false, 3));
+        // Busy at every sample: a shared machine.
+        let busy = [Some(4); RUNNABLE_SAMPLES as usize];
+        assert_eq!(judge(2, &busy), (true, RUNNABLE_SAMPLES));
+        // More ranks than cores: no sample needed.
+        assert_eq!(judge(3, &[]), (true, 0));
+        // Nothing known: not oversubscribed.
+        assert_eq!(judge(2, &[None]), (false, 1));
     }
 }
