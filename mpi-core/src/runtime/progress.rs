@@ -695,20 +695,18 @@ mod tests {
         assert!(took < Duration::from_secs(10), "hand-over lost: {took:?}");
         assert!(!h.napping());
         // While a waiter is parked (or polls) there is no idle nap at all.
-        let t = Instant::now();
-        h.idle_nap(&stop, LONG);
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "napped beside a parked waiter"
-        );
+        let no_nap = |beside: &str| {
+            let t = Instant::now();
+            h.idle_nap(&stop, LONG);
+            assert!(
+                t.elapsed() < Duration::from_secs(10),
+                "napped beside {beside}"
+            );
+        };
+        no_nap("a parked waiter");
         drop(ticket);
         let polling = WaitTicket::enter(&h);
-        let t = Instant::now();
-        h.idle_nap(&stop, LONG);
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "napped beside a polling waiter"
-        );
+        no_nap("a polling waiter");
         drop(polling);
         // Finalize: `stop` then the ring.
         let j = idle_napper(&h, &stop);
