@@ -106,14 +106,6 @@ impl Runtime {
                 }
                 continue;
             }
-            if !busy && src.only_naps() {
-                // Nothing arrives that would wake a sleep on this source, nothing of ours
-                // is outgoing, and no application thread waits: see `Handoff::idle_nap`.
-                src.cancel();
-                self.handoff
-                    .idle_nap(&stop, until_deadline(IDLE_NAP, deadline));
-                continue;
-            }
             let t = if busy {
                 Duration::from_micros(50)
             } else {
@@ -400,15 +392,6 @@ impl Waiter<'_> {
         }
     }
 
-    /// Whether a sleep here is only a nap: no arrival ends it ([`EventSource::nap`]). The
-    /// registry is not asked: it covers sources that arrivals do wake.
-    fn only_naps(&self) -> bool {
-        match self {
-            Waiter::One(_, s) => s.nap().is_some(),
-            Waiter::All(_) => false,
-        }
-    }
-
     /// Poll what this thread serves, then do the deferred work.
     fn poll(&self, e: &mut Engine) -> MpiResult<usize> {
         match self {
@@ -468,9 +451,6 @@ const ENTER: u64 = (1 << 32) | 1;
 /// First and longest nap of a backed-off progress thread.
 const NAP_MIN: Duration = Duration::from_micros(50);
 const NAP_MAX: Duration = Duration::from_micros(800);
-/// The longest idle nap of a progress thread whose source it can only poll
-/// ([`Handoff::idle_nap`]).
-const IDLE_NAP: Duration = Duration::from_millis(1);
 
 fn polling_now(waiting: u64) -> u32 {
     waiting as u32
@@ -528,37 +508,6 @@ impl Handoff {
             seen = Some(now);
             self.bell.sleep(token, nap);
             nap = (nap * 2).min(longest);
-        }
-        self.napping.fetch_sub(1, Ordering::SeqCst);
-    }
-
-    /// Nap up to `longest` on the bell while no application thread waits (none polls,
-    /// none is parked), or not at all if one does; returns at once after `stop`.
-    ///
-    /// For a progress thread whose source no arrival wakes (the vendor MPI: only a poll
-    /// sees a message): its own sleep there is a nap of at most 100 µs, and while the
-    /// program computes, a wake-up every 100 µs per rank takes the core from the program
-    /// in turns (CG.A/2 over Open MPI, threaded: 1.03-1.08 of Open MPI alone, ~1.01-1.02
-    /// with 1 ms naps; docs/vendor-mpi.md, session 12). Nobody waits for a completion
-    /// meanwhile, and whoever starts to wait is served without this thread: a waiter polls
-    /// for itself and rings the bell when it parks, and non-blocking steps poll while a
-    /// progress thread naps (`napping`). What waits up to the nap instead of 100 µs: a
-    /// message's progress in the background while the program computes (the reply to a
-    /// rendezvous, a passive target's service).
-    ///
-    /// No lost hand-over: announce on the bell, then read `waiting` and `parked`; a
-    /// parking waiter increments `parked` and then rings, so either these reads see it or
-    /// the ring comes after the announcement and ends the sleep (as in `back_off_naps`).
-    fn idle_nap(&self, stop: &AtomicBool, longest: Duration) {
-        self.napping.fetch_add(1, Ordering::SeqCst);
-        let token = self.bell.prepare();
-        if !stop.load(Ordering::Acquire)
-            && polling_now(self.waiting.load(Ordering::SeqCst)) == 0
-            && self.parked.load(Ordering::SeqCst) == 0
-        {
-            self.bell.sleep(token, longest);
-        } else {
-            self.bell.cancel();
         }
         self.napping.fetch_sub(1, Ordering::SeqCst);
     }
@@ -667,58 +616,6 @@ mod tests {
         drop(ticket);
         assert_eq!(h.waiting.load(Ordering::SeqCst) as u32, 0);
         assert_eq!(h.parked.load(Ordering::SeqCst), 0);
-    }
-
-    /// Run `idle_nap` with a 30 s limit on a thread, once it is napping; returns its handle.
-    fn idle_napper(h: &Arc<Handoff>, stop: &Arc<AtomicBool>) -> std::thread::JoinHandle<Duration> {
-        let (h2, stop2) = (h.clone(), stop.clone());
-        let j = std::thread::spawn(move || {
-            let t = Instant::now();
-            h2.idle_nap(&stop2, LONG);
-            t.elapsed()
-        });
-        wait_napping(h);
-        j
-    }
-
-    #[test]
-    fn an_idle_nap_ends_when_a_waiter_parks_or_at_stop() {
-        let h = Arc::new(Handoff::default());
-        let stop = Arc::new(AtomicBool::new(false));
-        // A wait that polls and then parks: its ring ends the nap, long before 30 s.
-        let j = idle_napper(&h, &stop);
-        std::thread::sleep(Duration::from_millis(20));
-        assert!(!j.is_finished(), "an idle nap ended with nobody waiting");
-        let mut ticket = WaitTicket::enter(&h);
-        ticket.park();
-        let took = j.join().unwrap();
-        assert!(took < Duration::from_secs(10), "hand-over lost: {took:?}");
-        assert!(!h.napping());
-        // While a waiter is parked (or polls) there is no idle nap at all.
-        let no_nap = |beside: &str| {
-            let t = Instant::now();
-            h.idle_nap(&stop, LONG);
-            assert!(
-                t.elapsed() < Duration::from_secs(10),
-                "napped beside {beside}"
-            );
-        };
-        no_nap("a parked waiter");
-        drop(ticket);
-        let polling = WaitTicket::enter(&h);
-        no_nap("a polling waiter");
-        drop(polling);
-        // Finalize: `stop` then the ring.
-        let j = idle_napper(&h, &stop);
-        stop.store(true, Ordering::Release);
-        h.stop();
-        assert!(j.join().unwrap() < Duration::from_secs(10), "stop lost");
-        // Nobody waits and nothing rings: the limit ends it.
-        let stop = AtomicBool::new(false);
-        let t = Instant::now();
-        h.idle_nap(&stop, Duration::from_millis(5));
-        assert!(t.elapsed() < Duration::from_secs(10));
-        assert!(!h.napping());
     }
 
     #[test]

@@ -1096,14 +1096,9 @@ impl EventSource for VendorEvents {
         NAP
     }
     fn nap(&self) -> Option<Duration> {
-        // Where idle threads block in the vendor's `MPI_Probe`, an arrival ends an idle
-        // sleep (what is left are naps while something of ours is in flight, which the
-        // caller's own short timeout bounds anyway). Elsewhere an arrival shows only to
-        // the next poll: every sleep here is a nap.
-        match self.block_in {
-            Some(_) => None,
-            None => Some(NAP),
-        }
+        // Outside the vendor's own blocking probe (threaded engine, nothing in flight)
+        // an arrival shows only to the next poll: every sleep here is a nap.
+        Some(NAP)
     }
     fn end_wait(&self) {
         if let Some(fd) = &self.wake_fd {
