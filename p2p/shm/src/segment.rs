@@ -229,16 +229,22 @@ impl Mapping {
             }
             let fd = Fd(fd);
             let what = format!("/dev/shm/{name}");
-            // Decide on the size this one check saw: the creator may size the object
-            // between two looks, and an error built from the first look must not be
-            // returned because a second look found it large enough (a test once failed
-            // on "0 bytes, too small" exactly so).
-            let len = owned_len(&fd, &what)?;
-            if len >= min_len {
-                break (fd, len);
-            }
-            if Instant::now() >= deadline {
-                return Err(too_small(&what, len));
+            // Until the deadline anything short of a sized object of ours is retried: the
+            // creator sets the mode (`fchmod`, after a umask may have cleared bits), then
+            // the size. The error returned is the one this look saw: built from one look
+            // and returned on a second that found the object sized, it failed a test with
+            // "0 bytes, too small".
+            let seen = owned_len(&fd, &what).and_then(|len| {
+                if len >= min_len {
+                    Ok(len)
+                } else {
+                    Err(too_small(&what, len))
+                }
+            });
+            match seen {
+                Ok(len) => break (fd, len),
+                Err(e) if Instant::now() >= deadline => return Err(e),
+                Err(_) => {}
             }
             drop(fd);
             std::thread::sleep(Duration::from_millis(1));
