@@ -411,12 +411,8 @@ unsafe fn first_from_own(
 ) -> MpiResult<()> {
     // SAFETY: block `rb` of the working buffer is written by this receive only (nothing
     // else runs on it until the wait); the send reads the caller's send buffer.
-    let mut reqs = unsafe {
-        vec![
-            ctx.irecv(b.ptr(rb), b.len[rb], src, tag)?,
-            ctx.isend(own.buf, own.len, dest, tag)?,
-        ]
-    };
+    let mut reqs =
+        unsafe { ctx.start_sendrecv(own.buf, own.len, dest, b.ptr(rb), b.len[rb], src, tag)? };
     if own.len > 0 {
         // SAFETY: the send buffer's `len` bytes are readable (caller contract); block `me`
         // of the working buffer (`len[me] == own.len` bytes, checked by the caller) is

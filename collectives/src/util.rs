@@ -320,13 +320,33 @@ impl<'a> Ctx<'a> {
         tag: i32,
     ) -> MpiResult<()> {
         // SAFETY: forwarded; we wait before returning.
-        let mut v = unsafe {
-            vec![
+        let mut v = unsafe { self.start_sendrecv(sbuf, slen, dest, rbuf, rlen, src, tag)? };
+        self.waitall(&mut v)
+    }
+
+    /// [`Ctx::sendrecv`]'s receive and send, posted (receive first); the caller waits on
+    /// them, and may work meanwhile on memory neither touches.
+    ///
+    /// # Safety
+    /// `sbuf..+slen` readable, `rbuf..+rlen` writable, both until the requests complete.
+    #[allow(clippy::too_many_arguments)]
+    pub unsafe fn start_sendrecv(
+        &self,
+        sbuf: *const u8,
+        slen: usize,
+        dest: usize,
+        rbuf: *mut u8,
+        rlen: usize,
+        src: usize,
+        tag: i32,
+    ) -> MpiResult<Vec<ReqId>> {
+        // SAFETY: forwarded caller contract.
+        unsafe {
+            Ok(vec![
                 self.irecv(rbuf, rlen, src, tag)?,
                 self.isend(sbuf, slen, dest, tag)?,
-            ]
-        };
-        self.waitall(&mut v)
+            ])
+        }
     }
 }
 
