@@ -156,6 +156,100 @@ fn job_suites_over_openmpi() {
     job_suites("openmpi");
 }
 
+/// Whether this process may run jobs under a real-time policy (`chrt -r`), or a skip (a
+/// failure in CI) where it may not.
+fn realtime_present() -> bool {
+    let ok = have("chrt")
+        && Command::new("chrt")
+            .args(["-r", "20", "true"])
+            .status()
+            .is_ok_and(|s| s.success());
+    if !ok {
+        tsunagi_testkit::missing(
+            "realtime",
+            "cannot run a job under `chrt -r 20` (util-linux's chrt and CAP_SYS_NICE)",
+        );
+    }
+    ok
+}
+
+/// Like [`expect_ok`], the job under `chrt -r 20`.
+fn expect_ok_realtime(vendor: &str, n: usize, extra: &[&str], exe: &Path, want: &str) -> String {
+    let out = run(Command::new("chrt")
+        .args(["-r", "20", "timeout", "60"])
+        .arg(mpirun())
+        .args(["--vendor", vendor, "-n", &n.to_string()])
+        .args(extra)
+        .arg(exe));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let what = format!(
+        "{} over {vendor} on {n} ranks at chrt -r 20 {extra:?}",
+        exe.display()
+    );
+    assert!(
+        out.status.success(),
+        "{what} failed ({}):\n{stdout}{stderr}",
+        out.status
+    );
+    assert!(stderr.is_empty(), "{what} wrote to stderr:\n{stderr}");
+    assert!(stdout.contains(want), "{what} printed:\n{stdout}");
+    stdout
+}
+
+/// The threaded engine under a real-time policy: its progress threads one level below the
+/// application thread (by default with a core per rank; forced here with more ranks than
+/// this machine's 2 cores, where a wait that spins at the application's level without
+/// polling would keep the peers' progress threads, which must answer its single-copy
+/// reads, off the cores: CG.A did not finish that way), and at the same level when told.
+fn progress_below(vendor: &str) {
+    let _one = serial();
+    if !vendor_present(vendor) || !realtime_present() {
+        return;
+    }
+    let below = [
+        "--progress",
+        "threaded",
+        "--env",
+        "TSUNAGI_PROGRESS_RT=below",
+    ];
+    let levels = build("rt_levels", vendor);
+    let out = expect_ok_realtime(vendor, 2, &below, &levels, "rt levels ok");
+    assert!(
+        out.contains("levels app 20 progress 19\n"),
+        "progress thread not one level below the application:\n{out}"
+    );
+    let same = [
+        "--progress",
+        "threaded",
+        "--env",
+        "TSUNAGI_PROGRESS_RT=same",
+    ];
+    let out = expect_ok_realtime(vendor, 2, &same, &levels, "rt levels ok");
+    assert!(
+        out.contains("levels app 20 progress 20\n"),
+        "progress thread not at the application's level:\n{out}"
+    );
+    // Crowded (4 ranks), every large message by a single-copy read, and the collective
+    // suites (shared-area waits, schedules).
+    let big = build("vendor_big", vendor);
+    let all_reads = [&below[..], &["--env", "TSUNAGI_VENDOR_EAGER=0"]].concat();
+    expect_ok_realtime(vendor, 4, &all_reads, &big, "vendor big ok");
+    for (name, want) in [("coll", "coll ok"), ("nbc", "nbc ok")] {
+        expect_ok_realtime(vendor, 4, &below, &build(name, vendor), want);
+    }
+}
+
+#[test]
+fn progress_threads_below_the_application_over_mpich() {
+    progress_below("mpich");
+}
+
+#[test]
+fn progress_threads_below_the_application_over_openmpi() {
+    progress_below("openmpi");
+}
+
 /// Vendor within two pretend nodes, TCP between them, both engines: two transports with
 /// work at once, neither starving the other.
 fn mixed(vendor: &str) {

@@ -525,6 +525,42 @@ fn single_copy_rendezvous_reads_once_and_answers_fin() {
 }
 
 #[test]
+fn a_read_that_needs_the_peer_stays_in_flight_instead_of_blocking_the_reader() {
+    // As over the vendor: the sender's bytes come only when the sender polls. The
+    // receiver's engine must go on (return from its progress with the reads in flight)
+    // rather than wait for them inside, which on one thread would never end.
+    let mut job = one_transport(2, 64, 128, SingleCopy::Answered);
+    job.fabric.record(true);
+    let (a, b) = (fill(17, 5000), fill(18, 7000));
+    let (mut ra, mut rb) = (vec![0u8; 5000], vec![0u8; 7000]);
+    let sa = job.isend(0, 1, 1, &a);
+    let sb = job.isend(0, 1, 2, &b);
+    let r_b = job.irecv(1, 0, 2, &mut rb);
+    let r_a = job.irecv(1, 0, 1, &mut ra);
+    // Only the receiver runs: both RTSs arrive and match, both reads start, and neither
+    // can end.
+    for _ in 0..50 {
+        job.e[1].progress().expect("progress");
+        job.fabric.step();
+    }
+    assert_eq!(kinds(&job.fabric.trace()), vec![RTS, RTS]);
+    assert!(job.e[1].core.has_outgoing(), "the reads are in flight");
+    assert!(job.test(1, r_a).is_none() && job.test(1, r_b).is_none());
+    // One poll of the sender answers both; the receiver's next pass ends them, and FINs go.
+    job.e[0].progress().expect("progress");
+    job.e[1].progress().expect("progress");
+    assert!(!job.e[1].core.has_outgoing(), "no read left in flight");
+    assert_eq!(job.test(1, r_a).map(|st| st.bytes), Some(5000));
+    assert_eq!(job.test(1, r_b).map(|st| st.bytes), Some(7000));
+    job.wait(0, sa);
+    job.wait(0, sb);
+    assert_eq!((ra, rb), (a, b));
+    assert_eq!(kinds(&job.fabric.trace()), vec![FIN, FIN]);
+    let st = job.fabric.stats(0);
+    assert_eq!((st.reads, st.read_bytes, st.reads_failed), (2, 12000, 0));
+}
+
+#[test]
 fn single_copy_of_non_contiguous_data_on_both_sides() {
     // Every other int: the sender packs once and exposes the packed copy; the receiver
     // reads into scratch and unpacks.

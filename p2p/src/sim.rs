@@ -19,7 +19,9 @@
 //!   share one address space, and the read goes through `process_vm_readv` on this process
 //!   so that a bad address is an `EFAULT` error, not undefined behaviour.
 //!   [`SingleCopy::Refuse`] advertises single copy but refuses every read (as CMA does under
-//!   ptrace restrictions), to test the caller's fallback.
+//!   ptrace restrictions), to test the caller's fallback. [`SingleCopy::Answered`] reads
+//!   as the vendor transport does (`Transport::start_read`): the bytes come only once the
+//!   peer that owns them polls that transport.
 //! * **Polling.** `poll` delivers ready messages, interleaving the links of different
 //!   senders at random (FIFO within each), at most `max_per_poll` per call, never blocking.
 //!   Each (endpoint, transport) has a [`LocalDoorbell`] as its event source, rung when a
@@ -41,7 +43,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::futex::LocalDoorbell;
-use crate::{EventSource, Header, P2pError, Rank, Sink, Transport};
+use crate::{EventSource, Header, P2pError, Rank, ReadId, Sink, Transport};
 
 /// SplitMix64 (Steele, Lea, Flood 2014): a tiny, well-known PRNG with a 64-bit state.
 /// Deterministic per seed; not for cryptography.
@@ -85,6 +87,22 @@ pub enum SingleCopy {
     /// `single_copy()` is true but every read fails with `EPERM` (CMA under ptrace
     /// restrictions): the caller must fall back to streaming.
     Refuse,
+    /// `single_copy()` is true and a read started with `start_read` ends only after the
+    /// peer that owns the memory polls this transport (it copies the bytes then), as over
+    /// the vendor, where the peer answers a request with sends; the blocking `read_remote`
+    /// copies at once.
+    Answered,
+}
+
+/// A read of [`SingleCopy::Answered`] started and not yet tested done.
+struct AnsweredRead {
+    t: usize,
+    /// Whose memory it reads: the endpoint whose poll carries it out.
+    owner: Rank,
+    addr: u64,
+    dst: usize,
+    len: usize,
+    done: bool,
 }
 
 /// Delay and capacity of one directed link (transport, src, dst).
@@ -236,6 +254,8 @@ struct State {
     stats: Vec<TransportStats>,
     trace: Option<Vec<Delivery>>,
     failed: Vec<bool>,
+    /// [`SingleCopy::Answered`] reads, by id (a slot is None once its read was tested done).
+    answered: Vec<Option<AnsweredRead>>,
 }
 
 impl State {
@@ -281,6 +301,7 @@ impl Fabric {
                 stats: vec![TransportStats::default(); nt],
                 trace: None,
                 failed: vec![false; endpoints],
+                answered: Vec::new(),
             })),
             bells: Arc::new(bells),
         }
@@ -503,6 +524,18 @@ impl Transport for SimTransport {
         {
             let mut s = self.fabric.lock();
             let s = &mut *s;
+            // Answer the reads of our memory (SingleCopy::Answered) first, as the vendor
+            // transport's poll answers its peers' memory requests.
+            for r in s.answered.iter_mut().flatten() {
+                if r.t == self.t && r.owner == self.me && !r.done {
+                    // SAFETY: the reader's `start_read` contract keeps dst..dst+len valid
+                    // and untouched until it tests the read done, which it cannot before
+                    // `done` is set here (under the fabric lock).
+                    let dst = unsafe { std::slice::from_raw_parts_mut(r.dst as *mut u8, r.len) };
+                    read_own_memory(r.addr, dst)?;
+                    r.done = true;
+                }
+            }
             let now = s.now;
             let limit = if s.failed[self.me as usize] {
                 0
@@ -577,7 +610,7 @@ impl Transport for SimTransport {
                 call: "process_vm_readv",
                 errno: libc::EPERM,
             }),
-            SingleCopy::Read => read_own_memory(remote_addr, dst),
+            SingleCopy::Read | SingleCopy::Answered => read_own_memory(remote_addr, dst),
         };
         let mut s = self.fabric.lock();
         let st = &mut s.stats[self.t];
@@ -589,6 +622,67 @@ impl Transport for SimTransport {
             Err(_) => st.reads_failed += 1,
         }
         r
+    }
+
+    unsafe fn start_read(
+        &mut self,
+        peer: Rank,
+        remote_addr: u64,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<ReadId, P2pError> {
+        let mut s = self.fabric.lock();
+        if (peer as usize) < s.endpoints
+            && s.configs[self.t].single_copy == SingleCopy::Answered
+            && len > 0
+        {
+            s.stats[self.t].reads += 1;
+            s.stats[self.t].read_bytes += len as u64;
+            let read = AnsweredRead {
+                t: self.t,
+                owner: peer,
+                addr: remote_addr,
+                dst: dst as usize,
+                len,
+                done: false,
+            };
+            s.answered.push(Some(read));
+            let id = s.answered.len() - 1;
+            drop(s);
+            // The owner learns of the request as of a message.
+            self.fabric.bells[self.t][peer as usize].ring();
+            return Ok(ReadId(id as u64));
+        }
+        drop(s);
+        let dst: &mut [u8] = if len == 0 {
+            &mut []
+        } else {
+            // SAFETY: the caller's contract: dst..dst + len is valid and ours alone.
+            unsafe { std::slice::from_raw_parts_mut(dst, len) }
+        };
+        self.read_remote(peer, remote_addr, dst)?;
+        Ok(ReadId::DONE)
+    }
+
+    fn test_read(&mut self, id: ReadId) -> Result<bool, P2pError> {
+        if id == ReadId::DONE {
+            return Ok(true);
+        }
+        let mut s = self.fabric.lock();
+        let Some(slot) = s.answered.get_mut(id.0 as usize) else {
+            return Err(P2pError::Other(format!("{}: no read {}", self.name, id.0)));
+        };
+        match slot {
+            Some(r) if r.done => {
+                *slot = None;
+                Ok(true)
+            }
+            Some(_) => Ok(false),
+            None => Err(P2pError::Other(format!(
+                "{}: read {} is over",
+                self.name, id.0
+            ))),
+        }
     }
 
     fn event_source(&self) -> Arc<dyn EventSource> {

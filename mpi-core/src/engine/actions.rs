@@ -74,6 +74,7 @@ impl Core {
             outbox: VecDeque::new(),
             ctrl: VecDeque::new(),
             cma: Vec::new(),
+            reads_in_flight: Vec::new(),
             streams: Vec::new(),
             scratch: Vec::new(),
             pool: Vec::new(),

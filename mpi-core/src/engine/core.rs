@@ -28,6 +28,7 @@ impl Core {
             || !self.streams.is_empty()
             || !self.ctrl.is_empty()
             || !self.cma.is_empty()
+            || !self.reads_in_flight.is_empty()
             || !self.dev_accepts.is_empty()
     }
 

@@ -276,6 +276,9 @@ pub(crate) struct Core {
     outbox: VecDeque<SendAction>,
     ctrl: VecDeque<(Rank, Header)>,
     cma: Vec<CmaRead>,
+    /// Single-copy reads started and not yet over (a transport that reads without
+    /// blocking, `Transport::start_read`), tested at every flush until each ends.
+    reads_in_flight: Vec<(CmaRead, ReadId)>,
     streams: Vec<Stream>,
     scratch: Vec<u8>,
     pool: Vec<Vec<u8>>,
@@ -413,7 +416,7 @@ impl Engine {
         if !self.core.dev_accepts.is_empty() {
             self.flush_device_accepts()?;
         }
-        if self.core.has_actions() {
+        if self.core.has_actions() || !self.core.reads_in_flight.is_empty() {
             self.carry_actions()?;
         }
         if self.core.stream_count() > 0 {
@@ -426,55 +429,65 @@ impl Engine {
     /// single-copy reads, all reads in flight at once where the transport reads without
     /// blocking (`Transport::start_read`); each read's end is told to the core, which
     /// answers with a FIN (done) or a CTS (refused: the sender streams instead).
+    ///
+    /// Reads that have not ended stay in flight (`Core::reads_in_flight`) and are tested
+    /// again at the next flush, instead of being waited for here. Why: a read over the
+    /// vendor needs the peer to answer, and a wait here would spin under the engine lock
+    /// at the caller's priority, outside the waiting policy. With more ranks than cores, or
+    /// with the threaded engine's progress threads below the application's real-time
+    /// priority, the peer that must answer may then never get the core it needs (CG.A on 4
+    /// ranks on 2 cores did not finish: docs/vendor-mpi.md, session 13). The request whose
+    /// bytes are coming stays incomplete, so its waiter goes on through the waiting policy
+    /// (spin, yield, sleep), and each of its passes tests the reads.
     pub(super) fn carry_actions(&mut self) -> MpiResult<()> {
-        let mut flying: Vec<(CmaRead, ReadId)> = Vec::new();
+        let mut flying = std::mem::take(&mut self.core.reads_in_flight);
+        let r = self.carry_actions_with(&mut flying);
+        // Kept after an error too: the buffers stay lent to the transport (the fault ends
+        // the job, and nothing reuses the requests).
+        self.core.reads_in_flight = flying;
+        r
+    }
+
+    fn carry_actions_with(&mut self, flying: &mut Vec<(CmaRead, ReadId)>) -> MpiResult<()> {
         loop {
             while let Some(a) = self.core.poll_action() {
                 match a {
                     Action::Send(a) => self.send_action(a)?,
                     Action::Control { peer, hdr } => self.send_or_queue(peer, hdr, &[])?,
-                    Action::Read(r) => self.start_read(r, &mut flying)?,
+                    Action::Read(r) => self.start_read(r, flying)?,
                 }
             }
-            if flying.is_empty() {
+            // A read that ended may have queued its FIN or CTS: carry those out too.
+            if flying.is_empty() || !self.test_reads(flying)? {
                 return Ok(());
             }
-            self.wait_reads(&mut flying)?;
         }
     }
 
-    /// Wait for every read in `flying` to end, telling the core of each.
-    fn wait_reads(&mut self, flying: &mut Vec<(CmaRead, ReadId)>) -> MpiResult<()> {
-        let mut idle_rounds = 0u32;
-        while !flying.is_empty() {
-            let mut i = 0;
-            let mut finished = false;
-            while i < flying.len() {
-                let (peer, id) = (flying[i].0.peer(), flying[i].1);
-                let t = self.router.to(peer).ok_or_else(|| no_route(peer))?;
-                match t.test_read(id) {
-                    Ok(false) => i += 1,
-                    done => {
-                        let (r, _) = flying.swap_remove(i);
-                        let outcome = if done.is_ok() {
-                            ReadOutcome::Done
-                        } else {
-                            ReadOutcome::Refused
-                        };
-                        self.core.read_finished(r, outcome);
-                        finished = true;
-                    }
-                }
-            }
-            if !finished {
-                idle_rounds = idle_rounds.wrapping_add(1);
-                if idle_rounds.is_multiple_of(64) {
-                    // On an oversubscribed node the peers may need this CPU to answer.
-                    std::thread::yield_now();
+    /// Test every read in `flying` once, telling the core of each that ended (and taking
+    /// it out); whether any did.
+    fn test_reads(&mut self, flying: &mut Vec<(CmaRead, ReadId)>) -> MpiResult<bool> {
+        let mut finished = false;
+        let mut i = 0;
+        while i < flying.len() {
+            let (peer, id) = (flying[i].0.peer(), flying[i].1);
+            let t = self.router.to(peer).ok_or_else(|| no_route(peer))?;
+            match t.test_read(id) {
+                Ok(false) => i += 1,
+                done => {
+                    // Order among the reads does not matter: each names its request.
+                    let (r, _) = flying.swap_remove(i);
+                    let outcome = if done.is_ok() {
+                        ReadOutcome::Done
+                    } else {
+                        ReadOutcome::Refused
+                    };
+                    self.core.read_finished(r, outcome);
+                    finished = true;
                 }
             }
         }
-        Ok(())
+        Ok(finished)
     }
 
     /// Start read `r` where the core wants its bytes: in flight (added to `flying`), or

@@ -124,6 +124,9 @@ pub struct Runtime {
     /// it sleeps, when a transport cannot wake it ([`EventSource::nap`]: the vendor's naps
     /// of 100 µs); zero when every transport wakes its sleepers.
     nap_yield: Duration,
+    /// Threaded engine under a real-time policy: the progress threads run one level below
+    /// the application thread (`progress_below_app`).
+    progress_below_app: bool,
     /// Threaded engine: polls and yields of an idle progress thread before it sleeps.
     thread_spin: u32,
     thread_yields: u32,
@@ -271,6 +274,32 @@ fn nap_yield(setting: Option<&str>, naps: impl IntoIterator<Item = Option<Durati
         .unwrap_or_else(|| naps.into_iter().flatten().max().unwrap_or(Duration::ZERO))
 }
 
+/// Whether the threaded engine's progress threads run one real-time priority level below
+/// the application thread, where the process runs under a real-time policy (`chrt`):
+/// `setting` is `TSUNAGI_PROGRESS_RT`, `below` or `same`; by default below unless the
+/// ranks outnumber the cores.
+///
+/// At the same level a progress thread that wakes to poll takes turns with the
+/// application (round-robin) on cores the application needs: CG.A/2 over Open MPI at
+/// `chrt -r 20` ran at 1.08 of Open MPI alone threaded, against 1.00 polling and 1.00
+/// with the progress threads one level below (docs/vendor-mpi.md, session 12). One level
+/// below they run on cores the application leaves idle, which is where asynchronous
+/// progress is free. Every wait then polls for itself too (`Runtime::steps_poll`, and a
+/// parked waiter after each sleep without news), since a thread spinning at the higher
+/// level keeps them off its core. Not by default when oversubscribed: the ranks' waiters
+/// then spin and yield on every core, and the progress threads would only run when all
+/// of them sleep.
+fn progress_below_app(oversubscribed: bool, setting: Option<&str>) -> Result<bool, String> {
+    match setting.map(str::trim) {
+        None | Some("") => Ok(!oversubscribed),
+        Some("below") => Ok(true),
+        Some("same") => Ok(false),
+        Some(other) => Err(format!(
+            "TSUNAGI_PROGRESS_RT={other}: expected below (progress threads one real-time priority level below the application) or same"
+        )),
+    }
+}
+
 fn env_u32(name: &str, default: u32) -> u32 {
     std::env::var(name)
         .ok()
@@ -402,6 +431,13 @@ impl Runtime {
             spin,
             yields,
             nap_yield,
+            progress_below_app: mode == ProgressMode::Threaded
+                && progress::realtime_priority().is_some_and(|(_, level)| level > 1)
+                && progress_below_app(
+                    oversubscribed,
+                    std::env::var("TSUNAGI_PROGRESS_RT").ok().as_deref(),
+                )
+                .map_err(init_err)?,
             thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
             thread_yields: env_u32(
                 "TSUNAGI_THREAD_YIELDS",
@@ -615,7 +651,9 @@ fn event_registry(
 
 #[cfg(test)]
 mod waiting_policy_tests {
-    use super::{nap_yield, oversubscribed, oversubscribed_settled, RUNNABLE_SAMPLES};
+    use super::{
+        nap_yield, oversubscribed, oversubscribed_settled, progress_below_app, RUNNABLE_SAMPLES,
+    };
     use std::time::Duration;
 
     #[test]
@@ -631,6 +669,18 @@ mod waiting_policy_tests {
         assert_eq!(nap_yield(Some("0"), [Some(us(100))]), Duration::ZERO);
         assert_eq!(nap_yield(Some(" 250 "), [None]), us(250));
         assert_eq!(nap_yield(Some("lots"), [Some(us(100))]), us(100));
+    }
+
+    #[test]
+    fn progress_threads_go_below_the_application_unless_oversubscribed() {
+        assert_eq!(progress_below_app(false, None), Ok(true));
+        assert_eq!(progress_below_app(true, None), Ok(false));
+        assert_eq!(progress_below_app(true, Some("below")), Ok(true));
+        assert_eq!(progress_below_app(false, Some(" same ")), Ok(false));
+        assert_eq!(progress_below_app(false, Some("")), Ok(true));
+        assert!(progress_below_app(false, Some("low"))
+            .unwrap_err()
+            .contains("TSUNAGI_PROGRESS_RT=low"));
     }
 
     #[test]

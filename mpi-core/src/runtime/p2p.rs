@@ -844,7 +844,7 @@ impl Runtime {
         if source == PROC_NULL {
             return Ok(Some((Status::PROC_NULL, None)));
         }
-        if self.mode == ProgressMode::Polling || self.handoff.napping() {
+        if self.steps_poll() {
             self.poll_here(&mut e)?;
         }
         e.probe(comm, source, tag, take)

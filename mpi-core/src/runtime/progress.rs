@@ -51,6 +51,11 @@ impl Runtime {
     /// Threaded engine: block on this transport's event source (or on the registry of all
     /// of them), then handle the events under the engine lock.
     fn progress_thread(&self, src: Waiter<'_>, stop: Arc<AtomicBool>) {
+        let below = if self.progress_below_app {
+            BelowApplication::enter()
+        } else {
+            None
+        };
         // Poll, then spin and yield for a while before sleeping: a futex wake-up costs tens
         // of microseconds (far more in a VM), which is the whole latency budget.
         let mut idle: u32 = 0;
@@ -67,6 +72,9 @@ impl Runtime {
             } else {
                 (0, Duration::MAX)
             };
+            // At the application's level while the engine lock may be held (see
+            // `BelowApplication`), the background services included.
+            let raised = below.as_ref().map(BelowApplication::raise);
             let (n, busy, completed, deadline) = {
                 let mut e = self.lock();
                 let before = e.core.completions;
@@ -82,6 +90,7 @@ impl Runtime {
             // ended its wait, and gone to compute without running the services.
             // What they did (a counter an application thread waits on) is news too.
             let served = self.take_services_due() && self.advance_services();
+            drop(raised);
             if served {
                 self.completion_bell.ring();
             }
@@ -131,10 +140,20 @@ impl Runtime {
     pub(super) fn step(&self) -> MpiResult<engine_lock::EngineGuard<'_>> {
         self.advance_schedules();
         let mut e = self.lock();
-        if self.mode == ProgressMode::Polling || self.handoff.napping() {
+        if self.steps_poll() {
             self.poll_here(&mut e)?;
         }
         Ok(e)
+    }
+
+    /// Whether a non-blocking step (MPI_Test, MPI_Iprobe, a collective's idle round) polls
+    /// the transports itself: always under the polling engine; under the threaded engine
+    /// while the progress threads nap, and always where they run below the application's
+    /// real-time priority (a step that spins at the application's level could otherwise
+    /// keep them from ever running and wait for them forever).
+    #[inline]
+    pub(super) fn steps_poll(&self) -> bool {
+        self.mode == ProgressMode::Polling || self.progress_below_app || self.handoff.napping()
     }
 
     /// Poll every transport and do the deferred work from this (application) thread.
@@ -194,6 +213,20 @@ impl Runtime {
         let mut yields_out: Option<Instant> = None;
         let mut ticket =
             (self.mode == ProgressMode::Threaded).then(|| WaitTicket::enter(&self.handoff));
+        // A parked waiter whose sleep ended without a completion polls once itself, so a
+        // wait never depends only on the progress threads getting a core (they may run
+        // below the application's real-time priority, `progress_below_app`). There it
+        // sleeps 1 ms at a time: with more ranks than cores, application threads spinning
+        // at their level keep every progress thread off the cores, and a parked rank then
+        // answers its peers (a single-copy read, a schedule's next step) only at these
+        // polls (the C suite's nonblocking collectives on 4 ranks on 2 cores, forced below:
+        // over 60 s with 20 ms sleeps).
+        let mut poll_once = false;
+        let parked_sleep = if self.progress_below_app {
+            Duration::from_millis(1)
+        } else {
+            Duration::from_millis(20)
+        };
         loop {
             // Schedules advance outside the engine lock (they make requests of their own).
             self.advance_schedules();
@@ -210,7 +243,7 @@ impl Runtime {
                     e.core.stall_report()
                 );
             }
-            if ticket.as_ref().is_some_and(|t| t.parked) {
+            if ticket.as_ref().is_some_and(|t| t.parked) && !std::mem::take(&mut poll_once) {
                 if let Some(f) = &e.core.fault {
                     return Err(f.clone());
                 }
@@ -268,7 +301,8 @@ impl Runtime {
                 let token = self.completion_bell.prepare();
                 drop(e);
                 if self.completed.load(Ordering::Acquire) == seen {
-                    self.completion_bell.sleep(token, Duration::from_millis(20));
+                    self.completion_bell.sleep(token, parked_sleep);
+                    poll_once = self.completed.load(Ordering::Acquire) == seen;
                 } else {
                     self.completion_bell.cancel();
                 }
@@ -362,8 +396,80 @@ fn until_deadline(timeout: Duration, deadline: Option<Instant>) -> Duration {
     }
 }
 
-/// What a progress thread waits on and polls: one transport (or device) by its index in
-/// the router's event sources, or every one of them through the registry.
+/// The calling thread's real-time priority: `Some((policy, level))` under `SCHED_RR` or
+/// `SCHED_FIFO`, None under the normal policies.
+pub(super) fn realtime_priority() -> Option<(libc::c_int, libc::c_int)> {
+    // SAFETY: both calls ask about the calling thread (pid 0) and write only into
+    // `param`, a valid `sched_param` on our stack.
+    unsafe {
+        let policy = libc::sched_getscheduler(0);
+        if policy != libc::SCHED_RR && policy != libc::SCHED_FIFO {
+            return None;
+        }
+        let mut param: libc::sched_param = std::mem::zeroed();
+        if libc::sched_getparam(0, &mut param) != 0 {
+            return None;
+        }
+        Some((policy, param.sched_priority))
+    }
+}
+
+/// A progress thread's two real-time levels when it runs below the application
+/// (`progress_below_app` in `runtime/mod.rs`, which decides that there is a level below):
+/// it waits, sleeps and spins one level below, and holds the engine lock at the
+/// application's level.
+///
+/// Why the lock at the application's level: a progress thread preempted while it holds
+/// the lock would keep it for as long as threads at the application's level fill the cores,
+/// and its own application thread would sleep on the lock all that time. With more ranks
+/// than cores, the other ranks' application threads spinning in `MPI_Test` loops can fill
+/// them for good: the C suite's nonblocking collectives on 4 ranks on 2 cores over Open MPI
+/// hung that way, one application thread asleep on the lock and its progress thread
+/// runnable and never run. The kernel's priority inheritance would do the same for a
+/// `PTHREAD_PRIO_INHERIT` mutex; two system calls per pass of a thread that runs only on
+/// cores the application leaves idle cost less than every lock of the application going
+/// through one.
+struct BelowApplication {
+    policy: libc::c_int,
+    app: libc::c_int,
+}
+
+impl BelowApplication {
+    /// In a progress thread: move it one level below the application's (the level it was
+    /// started at). None, and the thread where it was, without a real-time policy or
+    /// where the change fails: the priority is a matter of speed.
+    fn enter() -> Option<BelowApplication> {
+        let (policy, app) = realtime_priority()?;
+        let below = BelowApplication { policy, app };
+        below.set(app - 1).then_some(below)
+    }
+
+    /// Hold the application's level until the guard is dropped.
+    fn raise(&self) -> RaisedToApplication<'_> {
+        self.set(self.app);
+        RaisedToApplication(self)
+    }
+
+    fn set(&self, level: libc::c_int) -> bool {
+        let param = libc::sched_param {
+            sched_priority: level,
+        };
+        // SAFETY: changes only the calling thread (Linux applies it per thread) and reads
+        // `param`, a valid `sched_param` on our stack.
+        unsafe { libc::sched_setscheduler(0, self.policy, &param) == 0 }
+    }
+}
+
+/// A progress thread at the application's level ([`BelowApplication::raise`]); one level
+/// below again when dropped.
+struct RaisedToApplication<'a>(&'a BelowApplication);
+
+impl Drop for RaisedToApplication<'_> {
+    fn drop(&mut self) {
+        self.0.set(self.0.app - 1);
+    }
+}
+
 enum Waiter<'a> {
     One(usize, Arc<dyn EventSource>),
     All(&'a EventRegistry),
