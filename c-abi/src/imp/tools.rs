@@ -189,6 +189,10 @@ const ENV_SETTINGS: &[(&str, &str)] = &[
         "1 keeps the engine mutex below MPI_THREAD_MULTIPLE too",
     ),
     (
+        "TSUNAGI_PROGRESS_RT",
+        "threaded engine under chrt: progress threads below the application or same level",
+    ),
+    (
         "TSUNAGI_NAP_YIELD",
         "us a polling waiter yields before napping on a transport",
     ),
