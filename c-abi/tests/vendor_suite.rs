@@ -66,9 +66,14 @@ fn vendor_run(vendor: &str, n: usize, extra: &[&str], exe: &Path, args: &[&str])
 /// Run `name` under `vendor`: success, a clean stderr, rank 0 printing `want`.
 fn expect_ok(vendor: &str, n: usize, extra: &[&str], exe: &Path, want: &str) {
     let out = vendor_run(vendor, n, extra, exe, &[]);
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
     let what = format!("{} over {vendor} on {n} ranks {extra:?}", exe.display());
+    check_ok(&what, &out, want);
+}
+
+/// The job `what` succeeded with a clean stderr and printed `want`; its stdout.
+fn check_ok(what: &str, out: &Output, want: &str) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         out.status.success(),
         "{what} failed ({}):\n{stdout}{stderr}",
@@ -76,6 +81,7 @@ fn expect_ok(vendor: &str, n: usize, extra: &[&str], exe: &Path, want: &str) {
     );
     assert!(stderr.is_empty(), "{what} wrote to stderr:\n{stderr}");
     assert!(stdout.contains(want), "{what} printed:\n{stdout}");
+    stdout
 }
 
 fn job_suites(vendor: &str) {
@@ -181,20 +187,11 @@ fn expect_ok_realtime(vendor: &str, n: usize, extra: &[&str], exe: &Path, want: 
         .args(["--vendor", vendor, "-n", &n.to_string()])
         .args(extra)
         .arg(exe));
-    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
     let what = format!(
         "{} over {vendor} on {n} ranks at chrt -r 20 {extra:?}",
         exe.display()
     );
-    assert!(
-        out.status.success(),
-        "{what} failed ({}):\n{stdout}{stderr}",
-        out.status
-    );
-    assert!(stderr.is_empty(), "{what} wrote to stderr:\n{stderr}");
-    assert!(stdout.contains(want), "{what} printed:\n{stdout}");
-    stdout
+    check_ok(&what, &out, want)
 }
 
 /// The threaded engine under a real-time policy: its progress threads one level below the

@@ -326,14 +326,8 @@ pub trait Transport: Send {
         dst: *mut u8,
         len: usize,
     ) -> Result<ReadId, P2pError> {
-        let dst: &mut [u8] = if len == 0 {
-            &mut []
-        } else {
-            // SAFETY: the caller's contract: dst..dst + len is valid and ours alone.
-            unsafe { std::slice::from_raw_parts_mut(dst, len) }
-        };
-        self.read_remote(peer, remote_addr, dst)?;
-        Ok(ReadId::DONE)
+        // SAFETY: the caller's contract, passed on.
+        unsafe { read_at_once(self, peer, remote_addr, dst, len) }
     }
 
     /// Whether the read `id` ([`Transport::start_read`]) is done: all its bytes are in its
@@ -378,6 +372,30 @@ pub trait Transport: Send {
     fn count_into(&mut self, _c: &'static TransportCounters) -> bool {
         false
     }
+}
+
+/// [`Transport::start_read`] done with the blocking [`Transport::read_remote`]: the read is
+/// over when this returns ([`ReadId::DONE`]). The trait's default, and the fallback of a
+/// transport that reads without blocking only in some modes.
+///
+/// # Safety
+/// As for [`Transport::start_read`]: `dst..dst + len` valid for writes and ours alone
+/// until this returns.
+pub unsafe fn read_at_once<T: Transport + ?Sized>(
+    t: &mut T,
+    peer: Rank,
+    remote_addr: u64,
+    dst: *mut u8,
+    len: usize,
+) -> Result<ReadId, P2pError> {
+    let dst: &mut [u8] = if len == 0 {
+        &mut []
+    } else {
+        // SAFETY: the caller's contract: dst..dst + len is valid and ours alone.
+        unsafe { std::slice::from_raw_parts_mut(dst, len) }
+    };
+    t.read_remote(peer, remote_addr, dst)?;
+    Ok(ReadId::DONE)
 }
 
 /// Something an idle rank can sleep on until a transport may have work.
