@@ -470,6 +470,8 @@ impl Drop for RaisedToApplication<'_> {
     }
 }
 
+/// What a progress thread waits on and polls: one transport (or device) by its index in
+/// the router's event sources, or every one of them through the registry.
 enum Waiter<'a> {
     One(usize, Arc<dyn EventSource>),
     All(&'a EventRegistry),
