@@ -135,7 +135,12 @@ fn job_suites(vendor: &str) {
         expect_ok(vendor, 2, &forced, &big, "vendor big ok");
     }
     // The vendor transport is what moves the messages: its own setting is read at start.
-    for bad in ["TSUNAGI_VENDOR_SHORT=lots", "TSUNAGI_VENDOR_BLOCK=maybe"] {
+    // And the threaded engine's real-time setting, refused whatever the policy.
+    for bad in [
+        "TSUNAGI_VENDOR_SHORT=lots",
+        "TSUNAGI_VENDOR_BLOCK=maybe",
+        "TSUNAGI_PROGRESS_RT=low",
+    ] {
         let out = vendor_run(
             vendor,
             2,

@@ -371,6 +371,13 @@ impl Runtime {
         // instead of 18 (docs/vendor-mpi.md, session 10). Yielding as long as the nap
         // would cost bounds the loss to twice the best choice, and still gives the core to
         // anything else runnable (`TSUNAGI_NAP_YIELD`, µs, overrides it; 0: sleep at once).
+        // Read (and a bad value refused) whatever the engine and the policy, as every
+        // other setting is: a typo shows at once, not only under `chrt`.
+        let below_if_realtime = progress_below_app(
+            oversubscribed,
+            std::env::var("TSUNAGI_PROGRESS_RT").ok().as_deref(),
+        )
+        .map_err(init_err)?;
         let nap_yield = nap_yield(
             std::env::var("TSUNAGI_NAP_YIELD").ok().as_deref(),
             sources.iter().map(|(_, s)| s.nap()),
@@ -433,11 +440,7 @@ impl Runtime {
             nap_yield,
             progress_below_app: mode == ProgressMode::Threaded
                 && progress::realtime_priority().is_some_and(|(_, level)| level > 1)
-                && progress_below_app(
-                    oversubscribed,
-                    std::env::var("TSUNAGI_PROGRESS_RT").ok().as_deref(),
-                )
-                .map_err(init_err)?,
+                && below_if_realtime,
             thread_spin: env_u32("TSUNAGI_THREAD_SPIN", if oversubscribed { 20 } else { 200 }),
             thread_yields: env_u32(
                 "TSUNAGI_THREAD_YIELDS",
