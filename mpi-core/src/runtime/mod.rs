@@ -281,8 +281,9 @@ fn nap_yield(setting: Option<&str>, naps: impl IntoIterator<Item = Option<Durati
 ///
 /// At the same level a progress thread that wakes to poll takes turns with the
 /// application (round-robin) on cores the application needs: CG.A/2 over Open MPI at
-/// `chrt -r 20` ran at 1.08 of Open MPI alone threaded, against 1.00 polling and 1.00
-/// with the progress threads one level below (docs/vendor-mpi.md, session 12). One level
+/// `chrt -r 20` ran at 1.075–1.093 of Open MPI alone threaded, against 1.015–1.017
+/// polling and 1.025–1.034 with the progress threads one level below (docs/vendor-mpi.md,
+/// session 13). One level
 /// below they run on cores the application leaves idle, which is where asynchronous
 /// progress is free. Every wait then polls for itself too (`Runtime::steps_poll`, and a
 /// parked waiter after each sleep without news), since a thread spinning at the higher
@@ -364,13 +365,6 @@ impl Runtime {
         };
         let spin = env_u32("TSUNAGI_SPIN", spin_default);
         let yields = env_u32("TSUNAGI_YIELDS", if oversubscribed { 20 } else { 20_000 });
-        // A sleep on a transport that no arrival wakes (the vendor's nap) overruns the
-        // arrival by up to the whole nap; 20 yields last ~10 µs when the core has nothing
-        // else to run, so a wait a little longer than that (a 56 KB exchange over MPICH,
-        // ~18 µs) slept 100 µs: back-to-back MPI_Allgatherv of 2 x 56 KB took 125 µs
-        // instead of 18 (docs/vendor-mpi.md, session 10). Yielding as long as the nap
-        // would cost bounds the loss to twice the best choice, and still gives the core to
-        // anything else runnable (`TSUNAGI_NAP_YIELD`, µs, overrides it; 0: sleep at once).
         // Read (and a bad value refused) whatever the engine and the policy, as every
         // other setting is: a typo shows at once, not only under `chrt`.
         let below_if_realtime = progress_below_app(
@@ -378,6 +372,13 @@ impl Runtime {
             std::env::var("TSUNAGI_PROGRESS_RT").ok().as_deref(),
         )
         .map_err(init_err)?;
+        // A sleep on a transport that no arrival wakes (the vendor's nap) overruns the
+        // arrival by up to the whole nap; 20 yields last ~10 µs when the core has nothing
+        // else to run, so a wait a little longer than that (a 56 KB exchange over MPICH,
+        // ~18 µs) slept 100 µs: back-to-back MPI_Allgatherv of 2 x 56 KB took 125 µs
+        // instead of 18 (docs/vendor-mpi.md, session 10). Yielding as long as the nap
+        // would cost bounds the loss to twice the best choice, and still gives the core to
+        // anything else runnable (`TSUNAGI_NAP_YIELD`, µs, overrides it; 0: sleep at once).
         let nap_yield = nap_yield(
             std::env::var("TSUNAGI_NAP_YIELD").ok().as_deref(),
             sources.iter().map(|(_, s)| s.nap()),
