@@ -54,8 +54,21 @@ fn build(name: &str, vendor: &str) -> PathBuf {
 }
 
 fn vendor_run(vendor: &str, n: usize, extra: &[&str], exe: &Path, args: &[&str]) -> Output {
-    run(Command::new("timeout")
-        .arg("120")
+    vendor_job(&["timeout", "120"], vendor, n, extra, exe, args)
+}
+
+/// `mpirun --vendor vendor -n n extra exe args`, started through `wrap` (a time limit,
+/// and a scheduling policy).
+fn vendor_job(
+    wrap: &[&str],
+    vendor: &str,
+    n: usize,
+    extra: &[&str],
+    exe: &Path,
+    args: &[&str],
+) -> Output {
+    run(Command::new(wrap[0])
+        .args(&wrap[1..])
         .arg(mpirun())
         .args(["--vendor", vendor, "-n", &n.to_string()])
         .args(extra)
@@ -186,12 +199,8 @@ fn realtime_present() -> bool {
 
 /// Like [`expect_ok`], the job under `chrt -r 20`.
 fn expect_ok_realtime(vendor: &str, n: usize, extra: &[&str], exe: &Path, want: &str) -> String {
-    let out = run(Command::new("chrt")
-        .args(["-r", "20", "timeout", "60"])
-        .arg(mpirun())
-        .args(["--vendor", vendor, "-n", &n.to_string()])
-        .args(extra)
-        .arg(exe));
+    let wrap = ["chrt", "-r", "20", "timeout", "60"];
+    let out = vendor_job(&wrap, vendor, n, extra, exe, &[]);
     let what = format!(
         "{} over {vendor} on {n} ranks at chrt -r 20 {extra:?}",
         exe.display()
