@@ -11,6 +11,10 @@
  *   looks, and calls MPI_Waitall. Counted (callgrind's --toggle-collect): MPI_Isend,
  *   MPI_Irecv, MPI_Waitall — the request path, matching and completion, and no time spent
  *   waiting for the peer.
+ * MODE bibw: both directions at once. Per iteration both ranks post WINDOW MPI_Irecv, meet
+ *   in MPI_Barrier, post WINDOW MPI_Isend, raise their own flag (rank r's is word r) and
+ *   wait for the peer's, then MPI_Waitall on all 2 * WINDOW requests. Counted: MPI_Isend,
+ *   MPI_Irecv, MPI_Waitall; each rank sends and receives one message per count.
  * MODE blocking: per iteration rank 0 calls MPI_Send and raises the flag, rank 1 waits for
  *   it and calls MPI_Recv (the message is there); MPI_Barrier between iterations. Counted:
  *   MPI_Send, MPI_Recv.
@@ -33,13 +37,17 @@
 
 static volatile long *flag;
 
-static void raise_flag(long i) { __atomic_store_n(flag, i + 1, __ATOMIC_RELEASE); }
+static void raise_flag_at(int word, long i) { __atomic_store_n(&flag[word], i + 1, __ATOMIC_RELEASE); }
 
-static void await_flag(long i)
+static void await_flag_at(int word, long i)
 {
-    while (__atomic_load_n(flag, __ATOMIC_ACQUIRE) < i + 1)
+    while (__atomic_load_n(&flag[word], __ATOMIC_ACQUIRE) < i + 1)
         sched_yield();
 }
+
+static void raise_flag(long i) { raise_flag_at(0, i); }
+
+static void await_flag(long i) { await_flag_at(0, i); }
 
 int main(int argc, char **argv)
 {
@@ -49,10 +57,11 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     if (argc < 4 || size != 2) {
         if (rank == 0)
-            fprintf(stderr, "usage: mpirun -n 2 msg rate|blocking ITERS FLAG_FILE\n");
+            fprintf(stderr, "usage: mpirun -n 2 msg rate|bibw|blocking ITERS FLAG_FILE\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     int rate = strcmp(argv[1], "rate") == 0;
+    int bibw = strcmp(argv[1], "bibw") == 0;
     long iters = atol(argv[2]);
     int fd = open(argv[3], O_RDWR | O_CREAT, 0600);
     if (fd < 0 || ftruncate(fd, 4096) != 0) {
@@ -65,14 +74,25 @@ int main(int argc, char **argv)
         MPI_Abort(MPI_COMM_WORLD, 1);
     }
     if (rank == 0)
-        *flag = 0;
+        flag[0] = flag[1] = 0;
     MPI_Barrier(MPI_COMM_WORLD);
     static char sbuf[8], rbuf[WINDOW][8];
-    static MPI_Request reqs[WINDOW];
-    static MPI_Status sts[WINDOW];
+    static MPI_Request reqs[2 * WINDOW];
+    static MPI_Status sts[2 * WINDOW];
     memset(sbuf, 'a', sizeof sbuf);
     for (long i = 0; i < iters; i++) {
-        if (rate) {
+        if (bibw) {
+            int peer = 1 - rank;
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Irecv(rbuf[w], 8, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &reqs[w]);
+            MPI_Barrier(MPI_COMM_WORLD);
+            for (int w = 0; w < WINDOW; w++)
+                MPI_Isend(sbuf, 8, MPI_BYTE, peer, 2, MPI_COMM_WORLD, &reqs[WINDOW + w]);
+            raise_flag_at(rank, i);
+            await_flag_at(peer, i);
+            MPI_Waitall(2 * WINDOW, reqs, sts);
+            MPI_Barrier(MPI_COMM_WORLD);
+        } else if (rate) {
             if (rank == 1)
                 for (int w = 0; w < WINDOW; w++)
                     MPI_Irecv(rbuf[w], 8, MPI_BYTE, 0, 2, MPI_COMM_WORLD, &reqs[w]);

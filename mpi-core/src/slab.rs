@@ -23,16 +23,31 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Store `v`; returns its key. Always inlined, so that a value the caller builds (a
-    /// request of ~140 bytes per receive) is written field by field into its slot instead
-    /// of built on the stack and copied with a call to `memcpy`.
-    #[inline(always)]
+    /// Store `v`; returns its key.
+    #[inline]
     pub fn insert(&mut self, v: T) -> u32 {
+        self.insert_with(|| v)
+    }
+
+    /// Store the value `make` builds; returns its key. For values built on the hot path
+    /// (a request of ~140 bytes per receive): the slot is chosen (and its bounds checked)
+    /// before `make` runs, and nothing that can call or unwind lies between building the
+    /// value and storing it, so the compiler writes the fields straight into the slot.
+    /// Built first and stored after a free-list pop, a bounds check and the old value's
+    /// drop, the value went through the stack: narrow stores, then wide loads that stalled
+    /// on store forwarding (~15 cycles per receive, measured on MPI_Irecv).
+    #[inline(always)]
+    pub fn insert_with(&mut self, make: impl FnOnce() -> T) -> u32 {
         if let Some(i) = self.free.pop() {
-            self.slots[i as usize] = Some(v);
+            let slot: *mut Option<T> = &mut self.slots[i as usize];
+            // SAFETY: `slot` comes from a live `&mut`, so it is valid and aligned for a
+            // write. A key on the free list always names an empty slot (`remove` and
+            // `delete` leave `None` behind before they free the key), so writing over it
+            // without dropping the old value drops nothing.
+            unsafe { std::ptr::write(slot, Some(make())) };
             i
         } else {
-            self.slots.push(Some(v));
+            self.slots.push(Some(make()));
             (self.slots.len() - 1) as u32
         }
     }

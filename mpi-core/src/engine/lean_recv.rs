@@ -31,7 +31,7 @@ impl Engine {
         debug_assert!(a.peer != PROC_NULL);
         let core = &mut self.core;
         let (dt, builtin) = req_type(dtype);
-        let raw = core.reqs.insert(Request {
+        let raw = core.reqs.insert_with(|| Request {
             op: Op::Recv,
             phase: Phase::Active,
             persistent: false,
