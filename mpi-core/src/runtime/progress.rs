@@ -256,12 +256,13 @@ impl Runtime {
             iter = iter.saturating_add(1);
             if iter < self.spin {
                 drop(e);
-                // No pause instruction between passes unless other threads may want the
-                // lock (MPI_THREAD_MULTIPLE: a pause leaves them a window to take it). It
-                // costs ~25 ns on this machine's cores (more on recent Intel ones), half of
-                // which adds to the latency of noticing a message, and the pass itself (a
-                // lock, a look at every ring) paces the loop. Ranks that outnumber the
-                // cores spin only a few passes.
+                // Between passes: a pause under MPI_THREAD_MULTIPLE (it leaves other
+                // threads a window to take the lock); in serial mode a fence and a pause
+                // that pace the loop (below); otherwise nothing, the mutex's locked
+                // instructions pace it. A pause costs ~25 ns on this machine's cores (more
+                // on recent Intel ones), up to half of which adds to the latency of
+                // noticing a message. Ranks that outnumber the cores spin only a few
+                // passes.
                 if multiple {
                     std::hint::spin_loop();
                 } else if self.engine.is_serial() {
@@ -269,8 +270,12 @@ impl Runtime {
                     // pass is too fast: polling the ring line that the sender is writing
                     // takes it back before the sender's record is complete, and 8-byte
                     // ping-pong latency rose from 0.22 to 0.27 µs. One full fence per
-                    // pass keeps the old pace.
+                    // pass kept the old pace; once MPI_Send and MPI_Recv lost their
+                    // store-forwarding stalls (c-abi's borrowing entry closures, the
+                    // request's field order) that pace was too fast again (0.21-0.26 µs,
+                    // bimodal), and a fence and a pause per pass gave 0.19-0.20 µs.
                     std::sync::atomic::fence(Ordering::SeqCst);
+                    std::hint::spin_loop();
                 }
                 continue;
             }
