@@ -657,11 +657,21 @@ pub enum OpDef {
 
 static OPS: Mutex<Table<OpDef>> = Mutex::new(Table::new());
 
-/// The operation behind an `MPI_Op` handle (for the collectives layer too).
+/// The operation behind an `MPI_Op` handle (for the collectives layer too): a predefined
+/// one inline, anything else in [`op_other`]. Inline because a call returned the result
+/// through memory, written with narrow stores and read back at once with a 16-byte load, a
+/// store-forwarding stall in every small reduction.
+#[inline]
 pub fn op(name: &str, o: MPI_Op) -> MpiResult<OpDef> {
     if o as u32 & 0xffff_ff00 == OP_BUILTIN && (1..=14).contains(&index(o)) {
         return Ok(OpDef::Builtin(index(o)));
     }
+    op_other(name, o)
+}
+
+/// [`op`] for handles that are not predefined operations.
+#[inline(never)]
+fn op_other(name: &str, o: MPI_Op) -> MpiResult<OpDef> {
     if o == MPI_OP_NULL {
         return Err(err(ErrorClass::Op, format!("{name} is MPI_OP_NULL")));
     }
