@@ -220,7 +220,7 @@ const _: () = assert!(std::mem::size_of::<Request>() <= 128);
 
 /// A request's `dtype` and `builtin` fields for `t`: borrowed from the builtin table when
 /// `t` is that table's instance, else shared.
-#[inline]
+#[inline(always)]
 fn req_type(t: &TypeRef) -> (Option<TypeRef>, Builtin) {
     if let Some(b) = t.is_builtin() {
         if std::sync::Arc::ptr_eq(Datatype::builtin_ref(b), t) {
