@@ -23,8 +23,9 @@ impl<T> Slab<T> {
         }
     }
 
-    /// Store `v`; returns its key.
-    #[inline]
+    /// Store `v`; returns its key. Always inlined, so that a value the caller builds (a
+    /// request of ~128 bytes) is not passed through a call and copied with `memcpy`.
+    #[inline(always)]
     pub fn insert(&mut self, v: T) -> u32 {
         self.insert_with(|| v)
     }
