@@ -658,9 +658,9 @@ pub enum OpDef {
 static OPS: Mutex<Table<OpDef>> = Mutex::new(Table::new());
 
 /// The operation behind an `MPI_Op` handle (for the collectives layer too): a predefined
-/// one inline, anything else in [`op_other`]. Inline because a call returned the result
-/// through memory, written with narrow stores and read back at once with a 16-byte load, a
-/// store-forwarding stall in every small reduction.
+/// one inline, anything else in [`op_other`]. As a call (through the GOT, the result
+/// returned through memory) it cost a loop of 8-byte `MPI_Reduce` on 2 ranks 0.126-0.128
+/// µs per call; inline, 0.107-0.120 (docs/performance.md, session 14).
 #[inline]
 pub fn op(name: &str, o: MPI_Op) -> MpiResult<OpDef> {
     if o as u32 & 0xffff_ff00 == OP_BUILTIN && (1..=14).contains(&index(o)) {
