@@ -31,7 +31,7 @@ impl<T> Slab<T> {
     }
 
     /// Store the value `make` builds; returns its key. For values built on the hot path
-    /// (a request of ~140 bytes per receive): the slot is chosen (and its bounds checked)
+    /// (a request of ~128 bytes per receive): the slot is chosen (and its bounds checked)
     /// before `make` runs, and nothing that can call or unwind lies between building the
     /// value and storing it, so the compiler writes the fields straight into the slot.
     /// Built first and stored after a free-list pop, a bounds check and the old value's
