@@ -316,10 +316,17 @@ pub(crate) fn lean(comm: CommId, family: Coll) -> Option<NodeRef> {
 
 /// This process's rank and the communicator's size, when this thread has an area of
 /// `comm` at hand (see `lean`): the C interface's rooted collectives use it instead
-/// of three communicator lookups under the engine lock.
+/// of three communicator lookups under the engine lock. It reads them under the cache's borrow instead of lending the area (a lend and its
+/// return are two more thread-local accesses, each a `__tls_get_addr` call in a shared
+/// library).
 #[inline]
 pub fn lean_rank_size(comm: CommId) -> Option<(usize, usize)> {
-    cached(comm).map(|n| (n.area.rank(), n.area.size()))
+    CACHE.with(|c| {
+        let c = c.borrow();
+        let (id, generation, node) = c.as_ref()?;
+        (*id == comm.0 && *generation == GENERATION.load(Ordering::Acquire))
+            .then(|| (node.area.rank(), node.area.size()))
+    })
 }
 
 /// Decide (collectively where needed) whether `comm` gets an area, and make it.
@@ -1407,10 +1414,24 @@ impl Node {
 /// Every part holds `count` packed elements; the type map at `out` is writable.
 unsafe fn fold_into(parts: &[*const u8], out: *mut u8, count: usize, dtype: &TypeRef, op: &Op) {
     let bytes = count * dtype.size();
+    let last = parts[parts.len() - 1];
+    if let Some(off) = dtype.contiguous_offset() {
+        // The user's buffer is the packed stream, shifted: fold there. No `Packed` view,
+        // whose copy of the type reference costs two locked instructions (an `Arc`'s count
+        // up and down) on every small reduction.
+        let dst = out.wrapping_offset(off);
+        // SAFETY: caller contract: `bytes` readable at each part, writable at `dst`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(last, dst, bytes);
+            for &p in parts[..parts.len() - 1].iter().rev() {
+                op.apply_packed(p, dst, count, dtype);
+            }
+        }
+        return;
+    }
     // SAFETY: caller contract; the view is written back by finish.
     unsafe {
         let view = Packed::new(out, count, dtype, false);
-        let last = parts[parts.len() - 1];
         std::ptr::copy_nonoverlapping(last, view.ptr, bytes);
         for &p in parts[..parts.len() - 1].iter().rev() {
             op.apply_packed(p, view.ptr, count, dtype);
