@@ -108,7 +108,9 @@ fn convert(a: &Arg) -> (Option<String>, String) {
             }
             "MPI_Datatype" => Some(format!("let {n} = h::dtype(\"{n}\", {n})?;")),
             "MPI_Group" => Some(format!("let {n} = h::group(\"{n}\", {n})?;")),
-            "MPI_Op" => Some(format!("let {n} = h::op(\"{n}\", {n})?;")),
+            "MPI_Op" => Some(format!(
+                "let {n} = match h::op_builtin({n}) {{ Some(d) => d, None => h::op_other(\"{n}\", {n})? }};"
+            )),
             "MPI_Errhandler" => Some(format!("let {n} = h::errhandler(\"{n}\", {n})?;")),
             "MPI_Info" if null_ok => Some(format!("let {n} = h::info_or_null(\"{n}\", {n})?;")),
             "MPI_Info" => Some(format!("let {n} = h::info(\"{n}\", {n})?;")),
