@@ -657,11 +657,18 @@ impl Window {
         Ok(())
     }
 
-    /// `MPI_Win_fence`: one round of messages instead of flushes and a barrier. Every
-    /// rank sends FENCE to every rank (itself included) and waits for everyone's: the
-    /// k-th FENCE from a rank is applied after everything that rank sent before its k-th
-    /// fence (order per pair), so when all have arrived every operation on this window is
-    /// done, and nobody's next epoch starts before every rank entered this fence.
+    /// `MPI_Win_fence`: a round of messages, then a barrier. Every rank sends FENCE to
+    /// every rank (itself included) and waits for everyone's: a FENCE from a rank is
+    /// applied after everything that rank sent before it (order per pair), so when all
+    /// have arrived every operation of the epoch *on this rank's window* is done. The
+    /// barrier makes that true of every window before anyone goes on. Without it, a rank
+    /// whose FENCEs had all arrived could start its next epoch while another target still
+    /// waited for one, and its next operation could overtake a third rank's accumulate to
+    /// that target. `large.c`'s get after an accumulate on 3 ranks then read 3 instead of
+    /// 6, in 11 of 40 runs. A second round of FENCEs fixed it too but cost more: 8-byte
+    /// put with fence on 2 ranks took 1.71-1.84 µs, against 1.12-1.50 with the barrier
+    /// (on one node through the collectives' shared-memory area) and 0.98-1.01 with
+    /// the one racy round.
     pub fn fence(&self, assert: i32) -> MpiResult<()> {
         let call = "MPI_Win_fence";
         Self::check_assert(call, assert)?;
@@ -684,6 +691,7 @@ impl Window {
         let all_fenced = || self.fences.iter().all(|f| f.load(Ordering::Acquire) >= seq);
         self.rt
             .wait_until(|reqs| Ok(lock(&self.origin).reap(reqs, &|_| true) && all_fenced()))?;
+        tsunagi_collectives::barrier(&self.rt, self.wcomm)?;
         lock(&self.origin).fence = assert & MODE_NOSUCCEED == 0;
         let refused = std::mem::take(&mut lock(&self.origin).refused);
         if refused > 0 {

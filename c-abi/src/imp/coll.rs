@@ -197,7 +197,7 @@ struct GatherArgs {
 
 /// Inline, as [`scatter_args`]: returned through memory, the tuple was stored field by
 /// field and copied on with 16-byte loads, a store-forwarding stall in every call (8-byte
-/// `MPI_Gather` on 2 ranks: 0.115 µs per call out of line, 0.099 inline; `MPI_Scatter`
+/// `MPI_Gather` on 2 ranks: 0.115 µs per call out of line, 0.100 inline; `MPI_Scatter`
 /// 0.118 and 0.108; session 15).
 #[inline(always)]
 fn gather_args(
