@@ -691,7 +691,7 @@ impl Window {
         let all_fenced = || self.fences.iter().all(|f| f.load(Ordering::Acquire) >= seq);
         self.rt
             .wait_until(|reqs| Ok(lock(&self.origin).reap(reqs, &|_| true) && all_fenced()))?;
-        tsunagi_collectives::barrier(&self.rt, self.wcomm)?;
+        tsunagi_collectives::barrier(self.rt, self.wcomm)?;
         lock(&self.origin).fence = assert & MODE_NOSUCCEED == 0;
         let refused = std::mem::take(&mut lock(&self.origin).refused);
         if refused > 0 {
