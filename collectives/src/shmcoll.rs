@@ -155,15 +155,20 @@ impl Drop for NodeRef {
     }
 }
 
-/// This thread's cached area of `comm`, if current.
+/// `f` of this thread's cached area of `comm`, if current (under the cache's borrow).
 #[inline]
-fn cached(comm: CommId) -> Option<NodeRef> {
+fn peek<R>(comm: CommId, f: impl FnOnce(&Arc<Node>) -> R) -> Option<R> {
     CACHE.with(|c| {
         let c = c.borrow();
         let (id, generation, node) = c.as_ref()?;
-        (*id == comm.0 && *generation == GENERATION.load(Ordering::Acquire))
-            .then(|| NodeRef::lend(node))
+        (*id == comm.0 && *generation == GENERATION.load(Ordering::Acquire)).then(|| f(node))
     })
+}
+
+/// This thread's cached area of `comm`, if current.
+#[inline]
+fn cached(comm: CommId) -> Option<NodeRef> {
+    peek(comm, NodeRef::lend)
 }
 
 /// Remember `node` as this thread's area of `comm` (read at `generation`), unless an
@@ -321,12 +326,7 @@ pub(crate) fn lean(comm: CommId, family: Coll) -> Option<NodeRef> {
 /// library).
 #[inline]
 pub fn lean_rank_size(comm: CommId) -> Option<(usize, usize)> {
-    CACHE.with(|c| {
-        let c = c.borrow();
-        let (id, generation, node) = c.as_ref()?;
-        (*id == comm.0 && *generation == GENERATION.load(Ordering::Acquire))
-            .then(|| (node.area.rank(), node.area.size()))
-    })
+    peek(comm, |n| (n.area.rank(), n.area.size()))
 }
 
 /// Decide (collectively where needed) whether `comm` gets an area, and make it.
@@ -1414,28 +1414,27 @@ impl Node {
 /// Every part holds `count` packed elements; the type map at `out` is writable.
 unsafe fn fold_into(parts: &[*const u8], out: *mut u8, count: usize, dtype: &TypeRef, op: &Op) {
     let bytes = count * dtype.size();
-    let last = parts[parts.len() - 1];
-    if let Some(off) = dtype.contiguous_offset() {
-        // The user's buffer is the packed stream, shifted: fold there. No `Packed` view,
-        // whose copy of the type reference costs two locked instructions (an `Arc`'s count
-        // up and down) on every small reduction.
-        let dst = out.wrapping_offset(off);
-        // SAFETY: caller contract: `bytes` readable at each part, writable at `dst`.
-        unsafe {
-            std::ptr::copy_nonoverlapping(last, dst, bytes);
-            for &p in parts[..parts.len() - 1].iter().rev() {
-                op.apply_packed(p, dst, count, dtype);
-            }
+    // A contiguous type's buffer is the packed stream, shifted: fold there. Only other
+    // types get a `Packed` view, whose copy of the type reference costs two locked
+    // instructions (an `Arc`'s count up and down) on every small reduction.
+    let (view, dst) = match dtype.contiguous_offset() {
+        Some(off) => (None, out.wrapping_offset(off)),
+        None => {
+            // SAFETY: caller contract; the view is written back by finish below.
+            let v = unsafe { Packed::new(out, count, dtype, false) };
+            let p = v.ptr;
+            (Some(v), p)
         }
-        return;
-    }
-    // SAFETY: caller contract; the view is written back by finish.
+    };
+    let (last, rest) = parts.split_last().expect("fold_into: at least one part");
+    // SAFETY: caller contract: `bytes` readable at each part, writable at `dst`.
     unsafe {
-        let view = Packed::new(out, count, dtype, false);
-        std::ptr::copy_nonoverlapping(last, view.ptr, bytes);
-        for &p in parts[..parts.len() - 1].iter().rev() {
-            op.apply_packed(p, view.ptr, count, dtype);
+        std::ptr::copy_nonoverlapping(*last, dst, bytes);
+        for &p in rest.iter().rev() {
+            op.apply_packed(p, dst, count, dtype);
         }
-        view.finish();
+        if let Some(v) = view {
+            v.finish();
+        }
     }
 }
