@@ -49,7 +49,7 @@ pub(crate) struct OriginState {
     lock_all: Option<bool>,
     /// Refused operations reported by acknowledgements, not yet raised.
     refused: u64,
-    /// MPI_Win_fence calls so far.
+    /// FENCE messages sent to each rank so far: two per MPI_Win_fence (see `fence`).
     fence_seq: u64,
 }
 
@@ -657,18 +657,20 @@ impl Window {
         Ok(())
     }
 
-    /// `MPI_Win_fence`: a round of messages, then a barrier. Every rank sends FENCE to
-    /// every rank (itself included) and waits for everyone's: a FENCE from a rank is
-    /// applied after everything that rank sent before it (order per pair), so when all
-    /// have arrived every operation of the epoch *on this rank's window* is done. The
-    /// barrier makes that true of every window before anyone goes on. Without it, a rank
-    /// whose FENCEs had all arrived could start its next epoch while another target still
-    /// waited for one, and its next operation could overtake a third rank's accumulate to
-    /// that target. `large.c`'s get after an accumulate on 3 ranks then read 3 instead of
-    /// 6, in 11 of 40 runs. A second round of FENCEs fixed it too but cost more: 8-byte
-    /// put with fence on 2 ranks took 1.71-1.84 µs, against 1.12-1.50 with the barrier
-    /// (on one node through the collectives' shared-memory area) and 0.98-1.01 with
-    /// the one racy round.
+    /// `MPI_Win_fence`: two rounds of messages instead of flushes and a barrier. In each
+    /// round every rank sends FENCE to every rank (itself included) and waits for
+    /// everyone's. A FENCE from a rank is applied after everything that rank sent before
+    /// it (order per pair), so when all of the first round have arrived every operation
+    /// of the epoch *on this rank's window* is done. The second round makes that true of
+    /// every window before anyone goes on. With one round, a rank whose FENCEs had all
+    /// arrived could start its next epoch while another target still waited for one, and
+    /// its next operation could overtake a third rank's accumulate to that target:
+    /// `large.c`'s get after an accumulate on 3 ranks read 3 instead of 6 in 11 of 40
+    /// runs. (A barrier of the collectives in place of the second round was cheaper,
+    /// 1.12-1.50 µs against 1.71-1.84 for an 8-byte put with fence on 2 ranks, but its
+    /// first use sets up a shared-memory area collectively on the window's communicator,
+    /// and the threaded mpi4py suite once hung with one rank in that set-up's exchange
+    /// and the other in `MPI_Win_free`'s: the RMA protocol stays self-contained.)
     pub fn fence(&self, assert: i32) -> MpiResult<()> {
         let call = "MPI_Win_fence";
         Self::check_assert(call, assert)?;
@@ -681,17 +683,22 @@ impl Window {
             {
                 return Err(rma_sync(call, "another epoch (post/start or lock) is open"));
             }
-            st.fence_seq += 1;
+            st.fence_seq += 2;
             st.dirty.iter_mut().for_each(|d| *d = false);
             st.fence_seq
         };
-        for t in 0..self.nranks {
-            self.control(t, Kind::Fence, 0, false)?;
+        for round in [seq - 1, seq] {
+            for t in 0..self.nranks {
+                self.control(t, Kind::Fence, 0, false)?;
+            }
+            let all_fenced = || {
+                self.fences
+                    .iter()
+                    .all(|f| f.load(Ordering::Acquire) >= round)
+            };
+            self.rt
+                .wait_until(|reqs| Ok(lock(&self.origin).reap(reqs, &|_| true) && all_fenced()))?;
         }
-        let all_fenced = || self.fences.iter().all(|f| f.load(Ordering::Acquire) >= seq);
-        self.rt
-            .wait_until(|reqs| Ok(lock(&self.origin).reap(reqs, &|_| true) && all_fenced()))?;
-        tsunagi_collectives::barrier(self.rt, self.wcomm)?;
         lock(&self.origin).fence = assert & MODE_NOSUCCEED == 0;
         let refused = std::mem::take(&mut lock(&self.origin).refused);
         if refused > 0 {

@@ -26,7 +26,8 @@ pub enum Kind {
     Post = 9,
     /// Active target: the sender's access epoch to the receiver ended (MPI_Win_complete).
     Complete = 10,
-    /// The sender entered MPI_Win_fence: everything it sent before is applied once this is.
+    /// The sender entered MPI_Win_fence (first round) or saw its window's epoch done
+    /// (second round): everything it sent before is applied once this is.
     Fence = 11,
 }
 
