@@ -669,8 +669,9 @@ impl Window {
     /// runs. (A barrier of the collectives in place of the second round was cheaper,
     /// 1.12-1.50 µs against 1.71-1.84 for an 8-byte put with fence on 2 ranks, but its
     /// first use sets up a shared-memory area collectively on the window's communicator,
-    /// and the threaded mpi4py suite once hung with one rank in that set-up's exchange
-    /// and the other in `MPI_Win_free`'s: the RMA protocol stays self-contained.)
+    /// and the threaded mpi4py suite once hung with one rank in `MPI_Win_free`'s exchange
+    /// and the other in the next `MPI_Win_create`, likely that set-up's exchange matched
+    /// with `MPI_Win_free`'s: the RMA protocol stays self-contained.)
     pub fn fence(&self, assert: i32) -> MpiResult<()> {
         let call = "MPI_Win_fence";
         Self::check_assert(call, assert)?;
